@@ -1,0 +1,1 @@
+"""The metrale projection ops: numerics, per-format reference implementations, torch and ONNX bindings."""

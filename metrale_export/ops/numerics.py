@@ -1,0 +1,78 @@
+"""Scalar formats of the op contract (docs/ops.md): bf16, FP8 e4m3fn and NVFP4 e2m1.
+
+Encoders and decoders in torch, CPU or CUDA, used by the weight quantizers, the reference ops and
+the tests. Invariants:
+- ``e4m3_round`` saturates to +-448 and rounds to nearest even (never NaN for finite input).
+- ``e2m1_round`` rounds to {0, .5, 1, 1.5, 2, 3, 4, 6} with ties to the even code and saturates.
+- Codes are unsigned nibbles (sign in bit 3) packed two a byte, the even element in the low nibble.
+"""
+
+from __future__ import annotations
+
+import torch
+
+E4M3_MAX = 448.0
+E2M1_MAX = 6.0
+NVFP4_BLOCK = 16
+FP8_BLOCK = 128
+
+# The eight magnitudes of e2m1, indexed by code & 7.
+E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+# Rounding boundaries between consecutive magnitudes and, per boundary, whether a tie rounds up
+# (to the even code): 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4.
+_E2M1_BOUNDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
+_E2M1_TIE_UP = (False, True, False, True, False, True, False)
+
+
+def bf16_round(x: torch.Tensor) -> torch.Tensor:
+    """Round float32 values to bfloat16 (RNE) and return them as float32."""
+    return x.to(torch.float32).to(torch.bfloat16).to(torch.float32)
+
+
+def e4m3_round(x: torch.Tensor) -> torch.Tensor:
+    """Saturating RNE rounding to FP8 e4m3fn; returns a float8_e4m3fn tensor."""
+    return x.to(torch.float32).clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn)
+
+
+def e4m3_to_bits(x: torch.Tensor) -> torch.Tensor:
+    """float8_e4m3fn tensor -> int8 tensor of the same bit patterns."""
+    return x.view(torch.int8)
+
+
+def e4m3_from_bits(bits: torch.Tensor) -> torch.Tensor:
+    """int8 (or uint8) bit patterns -> float32 values of FP8 e4m3fn."""
+    return bits.contiguous().view(torch.float8_e4m3fn).to(torch.float32)
+
+
+def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
+    """Round float32 values to e2m1 codes (uint8, 0..15), ties to even, saturating at 6."""
+    x = x.to(torch.float32)
+    mag = x.abs()
+    code = torch.zeros(x.shape, dtype=torch.uint8, device=x.device)
+    for bound, tie_up in zip(_E2M1_BOUNDS, _E2M1_TIE_UP):
+        code += (mag >= bound if tie_up else mag > bound).to(torch.uint8)
+    sign = torch.signbit(x).to(torch.uint8) << 3
+    return code | sign
+
+
+def e2m1_decode(code: torch.Tensor) -> torch.Tensor:
+    """e2m1 codes (any integer dtype, 0..15) -> float32 values."""
+    table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=code.device)
+    c = code.to(torch.int64) & 0xF
+    mag = table[c & 7]
+    return torch.where((c & 8) != 0, -mag, mag)
+
+
+def pack_nibbles(codes: torch.Tensor) -> torch.Tensor:
+    """[..., K] codes 0..15 -> [..., K/2] int8, element 2j in the low nibble of byte j."""
+    if codes.shape[-1] % 2:
+        raise ValueError(f"pack_nibbles: the last dimension must be even, found {codes.shape[-1]}")
+    c = codes.to(torch.uint8)
+    return (c[..., 0::2] | (c[..., 1::2] << 4)).view(torch.int8)
+
+
+def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
+    """[..., K/2] int8 or uint8 -> [..., K] uint8 codes 0..15."""
+    p = packed.contiguous().view(torch.uint8)
+    out = torch.stack((p & 0xF, p >> 4), dim=-1)
+    return out.reshape(*p.shape[:-1], p.shape[-1] * 2)

@@ -1,0 +1,115 @@
+"""W4A4Proj: NVFP4 weights (e2m1, e4m3 per-16 scales, float32 global scale), NVFP4 or bf16 activations.
+
+Quantizer (ModelOpt's scheme: global scale amax / (6 * 448)), dequantizer, the in-op activation
+quantizer and the CPU reference, following docs/ops.md. Invariants: the activation global scale is
+static or per row, never per tensor; (code * e4m3 scale) is exact in bf16, so the reference's
+float32 matmul of those factors is the NVFP4 product up to accumulation order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .numerics import (
+    E2M1_MAX,
+    E4M3_MAX,
+    NVFP4_BLOCK,
+    bf16_round,
+    e2m1_decode,
+    e2m1_encode,
+    e4m3_from_bits,
+    e4m3_round,
+    e4m3_to_bits,
+    pack_nibbles,
+    unpack_nibbles,
+)
+
+ACT_FORMATS = ("bf16", "nvfp4")
+_GLOBAL_DIV = E2M1_MAX * E4M3_MAX  # 2688
+
+
+@dataclass(frozen=True)
+class W4A4Weight:
+    weight: torch.Tensor  # int8 [N, K/2], e2m1 codes
+    weight_scale: torch.Tensor  # int8 [N, K/16], e4m3 bits
+    weight_global_scale: torch.Tensor  # float32 [1]
+
+
+def _block_quantize(x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """NVFP4 of float32 x [R, K] with global scales g [R, 1]: (codes uint8 [R, K], scale e4m3 [R, K/16])."""
+    r, k = x.shape
+    blocks = x.reshape(r, k // NVFP4_BLOCK, NVFP4_BLOCK)
+    bmax = blocks.abs().amax(dim=-1)
+    s = e4m3_round(bmax / (E2M1_MAX * g))
+    eff = s.to(torch.float32) * g
+    safe = torch.where(eff == 0, torch.ones_like(eff), eff)
+    codes = e2m1_encode(blocks / safe[..., None])
+    codes = torch.where((eff == 0)[..., None], torch.zeros_like(codes), codes)
+    return codes.reshape(r, k), s
+
+
+def quantize(w: torch.Tensor) -> W4A4Weight:
+    """NVFP4 quantization of a float [N, K] weight (K a multiple of 16)."""
+    w = w.to(torch.float32)
+    n, k = w.shape
+    if k % NVFP4_BLOCK:
+        raise ValueError(f"NVFP4 needs K to be a multiple of {NVFP4_BLOCK}, found K={k}")
+    amax = w.abs().amax()
+    gw = (amax / _GLOBAL_DIV) if amax > 0 else torch.tensor(1.0)
+    gw = gw.reshape(1).to(torch.float32)
+    codes, s = _block_quantize(w, gw.reshape(1, 1).expand(n, 1))
+    return W4A4Weight(pack_nibbles(codes), e4m3_to_bits(s).contiguous(), gw)
+
+
+def dequantize_factors(weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:
+    """e2m1(code) * e4m3(scale) per element, float32 [N, K] (exact; the global scale not applied)."""
+    vals = e2m1_decode(unpack_nibbles(weight))
+    s = e4m3_from_bits(weight_scale).repeat_interleave(NVFP4_BLOCK, 1)
+    return vals * s
+
+
+def dequantize(weight, weight_scale, weight_global_scale) -> torch.Tensor:
+    """The contract's w[n, k] in float32."""
+    return dequantize_factors(weight, weight_scale) * weight_global_scale.to(torch.float32)
+
+
+def quantize_activation(
+    x: torch.Tensor, input_scale: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic NVFP4 quantization of bf16(x): (factors (e2m1 * e4m3) float32 [M, K], ga [M, 1])."""
+    x = bf16_round(x.to(torch.float32))
+    m, k = x.shape
+    if input_scale is not None:
+        ga = input_scale.to(torch.float32).reshape(1, 1).expand(m, 1)
+    else:
+        amax = x.abs().amax(dim=1, keepdim=True) if k else torch.zeros(m, 1)
+        ga = torch.where(amax > 0, amax / _GLOBAL_DIV, torch.ones_like(amax))
+    codes, s = _block_quantize(x, ga)
+    factors = e2m1_decode(codes) * s.to(torch.float32).repeat_interleave(NVFP4_BLOCK, 1)
+    return factors, ga
+
+
+def proj(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    weight_global_scale: torch.Tensor,
+    input_scale: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    activation_format: str = "nvfp4",
+) -> torch.Tensor:
+    """CPU reference of W4A4Proj in the dtype of x."""
+    gw = weight_global_scale.to(torch.float32).reshape(())
+    if activation_format == "bf16":
+        wb = bf16_round(dequantize_factors(weight, weight_scale) * gw)
+        acc = bf16_round(x.to(torch.float32)) @ wb.T
+    elif activation_format == "nvfp4":
+        a, ga = quantize_activation(x, input_scale)
+        acc = (a @ dequantize_factors(weight, weight_scale).T) * (ga * gw)
+    else:
+        raise ValueError(f"W4A4Proj runs bf16 or nvfp4 activations, asked for {activation_format!r}")
+    if bias is not None:
+        acc = acc + bias.to(torch.float32)
+    return acc.to(x.dtype)

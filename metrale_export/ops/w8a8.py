@@ -1,0 +1,132 @@
+"""W8A8Proj: FP8 e4m3 weights (per-channel or 128x128 block scales), FP8 or bf16 activations.
+
+Quantizer, dequantizer, the in-op activation quantizer and the CPU reference of the op, following
+docs/ops.md. Invariants: activation scales are per row or per (row, 128-block), never per tensor, so
+a row's result depends on that row alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .numerics import E4M3_MAX, FP8_BLOCK, bf16_round, e4m3_from_bits, e4m3_round, e4m3_to_bits
+
+WEIGHT_SCALE_GRANULARITIES = ("channel", "block128")
+ACT_SCALE_GRANULARITIES = ("row", "row_block128")
+ACT_FORMATS = ("bf16", "fp8")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class W8A8Weight:
+    weight: torch.Tensor  # int8 [N, K], e4m3 bits
+    weight_scale: torch.Tensor  # float32 [N] or [ceil(N/128), ceil(K/128)]
+    granularity: str
+
+
+def quantize(w: torch.Tensor, granularity: str = "channel") -> W8A8Weight:
+    """Round-to-nearest FP8 quantization of a float [N, K] weight."""
+    if granularity not in WEIGHT_SCALE_GRANULARITIES:
+        raise ValueError(
+            f"weight scale granularity must be one of {WEIGHT_SCALE_GRANULARITIES}, "
+            f"found {granularity!r}"
+        )
+    w = w.to(torch.float32)
+    n, k = w.shape
+    if granularity == "channel":
+        amax = w.abs().amax(dim=1)
+        scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+        q = e4m3_round(w / scale[:, None])
+    else:
+        nb, kb = _ceil_div(n, FP8_BLOCK), _ceil_div(k, FP8_BLOCK)
+        padded = torch.zeros(nb * FP8_BLOCK, kb * FP8_BLOCK)
+        padded[:n, :k] = w
+        blocks = padded.reshape(nb, FP8_BLOCK, kb, FP8_BLOCK)
+        amax = blocks.abs().amax(dim=(1, 3))
+        scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+        full = scale.repeat_interleave(FP8_BLOCK, 0).repeat_interleave(FP8_BLOCK, 1)[:n, :k]
+        q = e4m3_round(w / full)
+    return W8A8Weight(e4m3_to_bits(q).contiguous(), scale.contiguous(), granularity)
+
+
+def expand_weight_scale(weight_scale: torch.Tensor, granularity: str, n: int, k: int) -> torch.Tensor:
+    """The weight scale of every element, float32 [N, K]."""
+    s = weight_scale.to(torch.float32)
+    if granularity == "channel":
+        return s[:, None].expand(n, k)
+    return s.repeat_interleave(FP8_BLOCK, 0).repeat_interleave(FP8_BLOCK, 1)[:n, :k]
+
+
+def dequantize(weight: torch.Tensor, weight_scale: torch.Tensor, granularity: str) -> torch.Tensor:
+    """The contract's w[n, k] = fp8(code) * s in float32."""
+    n, k = weight.shape
+    return e4m3_from_bits(weight) * expand_weight_scale(weight_scale, granularity, n, k)
+
+
+def quantize_activation(x: torch.Tensor, granularity: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Dynamic FP8 activation quantization of bf16(x): (xq float32 values [M, K], sx [M, nblocks]).
+
+    For ``row`` granularity sx has one column; otherwise one per 128 columns of K.
+    """
+    if granularity not in ACT_SCALE_GRANULARITIES:
+        raise ValueError(
+            f"activation scale granularity must be one of {ACT_SCALE_GRANULARITIES}, "
+            f"found {granularity!r}"
+        )
+    x = bf16_round(x.to(torch.float32))
+    m, k = x.shape
+    if granularity == "row":
+        amax = x.abs().amax(dim=1, keepdim=True) if k else torch.zeros(m, 1)
+        sx = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+        xq = e4m3_round(x / sx).to(torch.float32)
+        return xq, sx
+    kb = _ceil_div(k, FP8_BLOCK)
+    padded = torch.zeros(m, kb * FP8_BLOCK, dtype=torch.float32, device=x.device)
+    padded[:, :k] = x
+    amax = padded.reshape(m, kb, FP8_BLOCK).abs().amax(dim=2)
+    sx = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
+    full = sx.repeat_interleave(FP8_BLOCK, 1)[:, :k]
+    xq = e4m3_round(x / full).to(torch.float32)
+    return xq, sx
+
+
+def proj(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    weight_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    weight_scale_granularity: str,
+    activation_format: str = "fp8",
+    activation_scale_granularity: str = "row",
+) -> torch.Tensor:
+    """CPU reference of W8A8Proj in the dtype of x."""
+    n, k = weight.shape
+    if activation_format == "bf16":
+        wb = bf16_round(dequantize(weight, weight_scale, weight_scale_granularity))
+        acc = bf16_round(x.to(torch.float32)) @ wb.T
+    elif activation_format == "fp8":
+        xq, sx = quantize_activation(x, activation_scale_granularity)
+        wq = e4m3_from_bits(weight)
+        if weight_scale_granularity == "channel" and activation_scale_granularity == "row":
+            acc = (xq @ wq.T) * sx * weight_scale.to(torch.float32)[None, :]
+        else:
+            acc = torch.zeros(x.shape[0], n, dtype=torch.float32, device=x.device)
+            for b in range(_ceil_div(k, FP8_BLOCK)):
+                ks = slice(b * FP8_BLOCK, min(k, (b + 1) * FP8_BLOCK))
+                partial = xq[:, ks] @ wq[:, ks].T
+                sxb = sx[:, :1] if activation_scale_granularity == "row" else sx[:, b : b + 1]
+                if weight_scale_granularity == "channel":
+                    swb = weight_scale.to(torch.float32)
+                else:
+                    swb = weight_scale.to(torch.float32)[:, b].repeat_interleave(FP8_BLOCK)[:n]
+                acc = acc + (partial * sxb) * swb[None, :]
+    else:
+        raise ValueError(f"W8A8Proj runs bf16 or fp8 activations, asked for {activation_format!r}")
+    if bias is not None:
+        acc = acc + bias.to(torch.float32)
+    return acc.to(x.dtype)

@@ -1,0 +1,69 @@
+/*
+ * The plain launch functions of the metrale projection kernels (C ABI).
+ *
+ * One function per op type of docs/ops.md. The TensorRT plugins (plugins/<op>/<Op>Plugin.cpp), the
+ * torch CUDA ops (metrale_export/ops/cuda.py, through ctypes) and the GPU tests all call these and
+ * nothing else, so every front end runs exactly the same arithmetic.
+ *
+ * Invariants:
+ * - Functions only validate arguments, compute a grid and launch on `stream`; they never allocate,
+ *   synchronize or print. Errors come back as cudaError_t (cudaErrorInvalidValue for bad
+ *   arguments, cudaErrorNotSupported for a combination the op contract does not allow).
+ * - A row's output bits depend only on that row of `x` and the weights, never on `m`.
+ * - `workspace` holds at least the bytes the matching *_workspace_size(m, ...) returns; it may be
+ *   NULL when that size is 0.
+ */
+#ifndef METRALE_KERNELS_H
+#define METRALE_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dtype codes of x and y (y always has the dtype of x). */
+enum MetraleDType { kMETRALE_FLOAT32 = 0, kMETRALE_FLOAT16 = 1, kMETRALE_BFLOAT16 = 2 };
+
+/* activation_format attribute. */
+enum MetraleActFormat { kMETRALE_ACT_BF16 = 0, kMETRALE_ACT_FP8 = 1, kMETRALE_ACT_NVFP4 = 2 };
+
+/* weight_scale_granularity (W8A8Proj). */
+enum MetraleWeightScale { kMETRALE_WSCALE_CHANNEL = 0, kMETRALE_WSCALE_BLOCK128 = 1 };
+
+/* activation_scale_granularity (W8A8Proj with fp8 activations). */
+enum MetraleActScale { kMETRALE_ASCALE_ROW = 0, kMETRALE_ASCALE_ROW_BLOCK128 = 1 };
+
+/* W4A16Proj. weight: int8 [n, k/2] packed codes; weight_scale: float32 [n, k/group_size];
+ * zero_point: int8 [n, k/group_size] or NULL (symmetric, zero point 8); bias: float32 [n] or NULL. */
+size_t metrale_w4a16_workspace_size(int64_t m, int64_t n, int64_t k, int64_t group_size);
+cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const int8_t* weight,
+    const float* weight_scale, const int8_t* zero_point, const float* bias, void* y, int64_t m,
+    int64_t n, int64_t k, int64_t group_size, void* workspace, size_t workspace_bytes,
+    cudaStream_t stream);
+
+/* W8A8Proj. weight: int8 [n, k] e4m3 bit patterns; weight_scale: float32 [n] or
+ * [ceil(n/128), ceil(k/128)]; act_format: bf16 or fp8. */
+size_t metrale_w8a8_workspace_size(int64_t m, int64_t n, int64_t k, int32_t act_format,
+    int32_t act_scale_granularity);
+cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const int8_t* weight,
+    const float* weight_scale, int32_t weight_scale_granularity, int32_t act_format,
+    int32_t act_scale_granularity, const float* bias, void* y, int64_t m, int64_t n, int64_t k,
+    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+/* W4A4Proj. weight: int8 [n, k/2] e2m1 codes; weight_scale: int8 [n, k/16] e4m3 bit patterns;
+ * weight_global_scale: float32 [1] (device); input_scale: float32 [1] (device) or NULL for the
+ * dynamic per-row activation global scale; act_format: bf16 or nvfp4. */
+size_t metrale_w4a4_workspace_size(int64_t m, int64_t n, int64_t k, int32_t act_format);
+cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const int8_t* weight,
+    const int8_t* weight_scale, const float* weight_global_scale, const float* input_scale,
+    int32_t act_format, const float* bias, void* y, int64_t m, int64_t n, int64_t k,
+    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* METRALE_KERNELS_H */
