@@ -1,0 +1,1 @@
+"""The Click command-line interface: one module per command, shared options in ``options``."""

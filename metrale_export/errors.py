@@ -1,0 +1,44 @@
+"""The project's exceptions. Library code raises these; only the CLI turns them into exit codes.
+
+Invariants: every message names where (file, tensor, option, layer), what was expected and what
+was found; ``InputError`` subclasses mean the user's input was wrong (exit code 2), the others a
+failed step or check (exit code 1).
+"""
+
+from __future__ import annotations
+
+
+class MetraleError(Exception):
+    """Base of every error metrale-export reports to a user."""
+
+    exit_code = 1
+
+
+class InputError(MetraleError):
+    """The user's input (a checkpoint, a config, an option) is wrong: exit code 2."""
+
+    exit_code = 2
+
+
+class CheckpointError(InputError):
+    """A checkpoint file, header or tensor is missing, corrupt or not what the config implies."""
+
+
+class ConfigError(InputError):
+    """config.json is missing, unreadable, or describes something unsupported."""
+
+
+class OutputExistsError(InputError):
+    """The output directory exists and --force was not given."""
+
+
+class ExportError(MetraleError):
+    """Tracing or writing the ONNX model failed."""
+
+
+class BuildError(MetraleError):
+    """Building a TensorRT engine failed."""
+
+
+class CheckFailed(MetraleError):
+    """A comparison or verification ran and found results out of tolerance."""

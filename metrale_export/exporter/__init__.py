@@ -1,0 +1,1 @@
+"""Checkpoint -> torch layers -> ONNX."""
