@@ -1,0 +1,401 @@
+/*
+ * The shared IPluginV3 methods of the metrale projection plugins (see projectionPlugin.h).
+ */
+#include "projectionPlugin.h"
+
+#include <cuda_runtime_api.h>
+
+namespace metrale
+{
+namespace plugin
+{
+
+using nvinfer1::DataType;
+using nvinfer1::Dims;
+using nvinfer1::DimsExprs;
+using nvinfer1::DynamicPluginTensorDesc;
+using nvinfer1::PluginTensorDesc;
+using nvinfer1::TensorFormat;
+
+namespace
+{
+constexpr char const* kFAMILIES[] = {"attn", "ffn", "gdn", "moe", "head"};
+
+std::string dimsToString(Dims const& dims)
+{
+    std::string s = "[";
+    for (int32_t i = 0; i < dims.nbDims; ++i)
+    {
+        s += cat(i == 0 ? "" : ", ", dims.d[i]);
+    }
+    return s + "]";
+}
+
+std::string dimsToString(std::vector<int64_t> const& dims)
+{
+    std::string s = "[";
+    for (size_t i = 0; i < dims.size(); ++i)
+    {
+        s += cat(i == 0 ? "" : ", ", dims[i]);
+    }
+    return s + "]";
+}
+} // namespace
+
+CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* op,
+    std::initializer_list<char const*> allowedFormats, char const* defaultFormat)
+{
+    CommonAttributes a;
+    a.n = reader.getInt("n");
+    a.k = reader.getInt("k");
+    METRALE_REQUIRE(a.n > 0, op, ": field 'n': expected a positive N, found ", a.n);
+    METRALE_REQUIRE(a.k > 0, op, ": field 'k': expected a positive K, found ", a.k);
+    a.activationFormatName = reader.getString("activation_format", defaultFormat);
+    a.activationFormat = parseActivationFormat(a.activationFormatName, op, allowedFormats);
+    a.hasBias = parseFlag(reader, op, "has_bias") ? 1 : 0;
+    a.family = reader.getString("family", "");
+    if (!a.family.empty())
+    {
+        bool known = false;
+        for (char const* f : kFAMILIES)
+        {
+            known = known || a.family == f;
+        }
+        METRALE_REQUIRE(known, op, ": field 'family': expected attn, ffn, gdn, moe or head, found '", a.family, "'");
+    }
+    a.name = reader.getString("name", "");
+    return a;
+}
+
+ProjectionPlugin::ProjectionPlugin(std::string layerName, CommonAttributes attrs)
+    : mAttrs(std::move(attrs))
+    , mLayerName(std::move(layerName))
+{
+}
+
+std::string ProjectionPlugin::identity() const
+{
+    std::string const& shown = mAttrs.name.empty() ? mLayerName : mAttrs.name;
+    return cat(kPLUGIN_NAMESPACE, "::", getPluginName(), " '", shown, "'");
+}
+
+void ProjectionPlugin::reportException(char const* method, std::exception const& e) const noexcept
+{
+    try
+    {
+        auto const* pe = dynamic_cast<PluginError const*>(&e);
+        reportError(mRecorder, pe != nullptr ? pe->code() : nvinfer1::ErrorCode::kINTERNAL_ERROR,
+            cat(identity(), " (", method, "): ", e.what()));
+    }
+    catch (...)
+    {
+        reportError(mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, e.what());
+    }
+}
+
+void ProjectionPlugin::reportUnknownException(char const* method) const noexcept
+{
+    try
+    {
+        reportError(mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, cat(identity(), " (", method, "): unknown exception"));
+    }
+    catch (...)
+    {
+        reportError(mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, "metrale plugin: unknown exception");
+    }
+}
+
+// Every TensorRT-facing method runs its body through this: exceptions become a report and the
+// given failure value.
+#define METRALE_GUARDED(method, onError, body)                                                         \
+    try                                                                                                \
+    {                                                                                                  \
+        body                                                                                           \
+    }                                                                                                  \
+    catch (std::exception const& e)                                                                    \
+    {                                                                                                  \
+        reportException(method, e);                                                                    \
+    }                                                                                                  \
+    catch (...)                                                                                        \
+    {                                                                                                  \
+        reportUnknownException(method);                                                                \
+    }                                                                                                  \
+    return onError;
+
+nvinfer1::IPluginCapability* ProjectionPlugin::getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept
+{
+    METRALE_GUARDED("getCapabilityInterface", nullptr, {
+        switch (type)
+        {
+        case nvinfer1::PluginCapabilityType::kCORE: return static_cast<nvinfer1::IPluginV3OneCore*>(this);
+        case nvinfer1::PluginCapabilityType::kBUILD: return static_cast<nvinfer1::IPluginV3OneBuild*>(this);
+        case nvinfer1::PluginCapabilityType::kRUNTIME: return static_cast<nvinfer1::IPluginV3OneRuntime*>(this);
+        }
+        throw PluginError(cat("unknown capability type ", static_cast<int32_t>(type)));
+    })
+}
+
+void ProjectionPlugin::checkCounts(int32_t nbInputs, int32_t nbOutputs) const
+{
+    int32_t const expected = expectedNbInputs();
+    if (nbInputs != expected)
+    {
+        std::string names = "x";
+        for (InputSpec const& s : weightInputs())
+        {
+            names += cat(", ", s.name);
+        }
+        throw PluginError(cat("expected ", expected, " inputs (", names, ") for has_bias=", mAttrs.hasBias,
+            " and the op's other has_* fields, found ", nbInputs));
+    }
+    METRALE_REQUIRE(nbOutputs == 1, "expected 1 output (y), found ", nbOutputs);
+}
+
+void ProjectionPlugin::checkTypes(DataType const* types, int32_t nbInputs) const
+{
+    METRALE_REQUIRE(isActivationType(types[kX_IDX]), "x: expected kFLOAT, kHALF or kBF16, found ",
+        dataTypeName(types[kX_IDX]));
+    std::vector<InputSpec> const specs = weightInputs();
+    for (int32_t i = 1; i < nbInputs; ++i)
+    {
+        InputSpec const& s = specs[i - 1];
+        METRALE_REQUIRE(types[i] == s.type, s.name, " (input ", i, "): expected ", dataTypeName(s.type), ", found ",
+            dataTypeName(types[i]));
+    }
+}
+
+void ProjectionPlugin::checkDims(Dims const* dims, int32_t nbInputs, bool allowWildcards) const
+{
+    Dims const& x = dims[kX_IDX];
+    METRALE_REQUIRE(x.nbDims == 2, "x: expected rank 2 [M, K=", mAttrs.k, "], found rank ", x.nbDims, " ",
+        dimsToString(x));
+    METRALE_REQUIRE(x.d[1] == mAttrs.k || (allowWildcards && x.d[1] == -1), "x: expected [M, K=", mAttrs.k,
+        "], found ", dimsToString(x));
+    METRALE_REQUIRE(x.d[0] >= 0 || (allowWildcards && x.d[0] == -1), "x: bad row count in ", dimsToString(x));
+    std::vector<InputSpec> const specs = weightInputs();
+    for (int32_t i = 1; i < nbInputs; ++i)
+    {
+        InputSpec const& s = specs[i - 1];
+        Dims const& d = dims[i];
+        bool ok = d.nbDims == static_cast<int32_t>(s.dims.size());
+        for (int32_t j = 0; ok && j < d.nbDims; ++j)
+        {
+            ok = d.d[j] == s.dims[j] || (allowWildcards && d.d[j] == -1);
+        }
+        METRALE_REQUIRE(ok, s.name, " (input ", i, "): expected shape ", dimsToString(s.dims), " for n=", mAttrs.n,
+            ", k=", mAttrs.k, ", found ", dimsToString(d));
+    }
+}
+
+int32_t ProjectionPlugin::configurePlugin(
+    DynamicPluginTensorDesc const* in, int32_t nbInputs, DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept
+{
+    METRALE_GUARDED("configurePlugin", -1, {
+        checkCounts(nbInputs, nbOutputs);
+        METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
+        std::vector<Dims> dims(nbInputs);
+        std::vector<DataType> types(nbInputs);
+        for (int32_t i = 0; i < nbInputs; ++i)
+        {
+            dims[i] = in[i].desc.dims;
+            types[i] = in[i].desc.type;
+        }
+        checkDims(dims.data(), nbInputs, true);
+        checkTypes(types.data(), nbInputs);
+        METRALE_REQUIRE(out[kY_IDX].desc.type == in[kX_IDX].desc.type, "y: expected the type of x (",
+            dataTypeName(in[kX_IDX].desc.type), "), found ", dataTypeName(out[kY_IDX].desc.type));
+        return 0;
+    })
+}
+
+int32_t ProjectionPlugin::getOutputDataTypes(
+    DataType* outputTypes, int32_t nbOutputs, DataType const* inputTypes, int32_t nbInputs) const noexcept
+{
+    METRALE_GUARDED("getOutputDataTypes", -1, {
+        checkCounts(nbInputs, nbOutputs);
+        METRALE_REQUIRE(outputTypes != nullptr && inputTypes != nullptr, "null type arrays");
+        checkTypes(inputTypes, nbInputs);
+        outputTypes[kY_IDX] = inputTypes[kX_IDX];
+        return 0;
+    })
+}
+
+int32_t ProjectionPlugin::getOutputShapes(DimsExprs const* inputs, int32_t nbInputs, DimsExprs const* /*shapeInputs*/,
+    int32_t nbShapeInputs, DimsExprs* outputs, int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept
+{
+    METRALE_GUARDED("getOutputShapes", -1, {
+        checkCounts(nbInputs, nbOutputs);
+        METRALE_REQUIRE(nbShapeInputs == 0, "expected no shape inputs, found ", nbShapeInputs);
+        METRALE_REQUIRE(inputs != nullptr && outputs != nullptr, "null shape arrays");
+        // Static dimensions are checked here, at network construction, so a mismatched weight
+        // fails where the layer is added rather than at the first enqueue.
+        std::vector<Dims> dims(nbInputs);
+        for (int32_t i = 0; i < nbInputs; ++i)
+        {
+            dims[i].nbDims = inputs[i].nbDims;
+            METRALE_REQUIRE(inputs[i].nbDims >= 0 && inputs[i].nbDims <= Dims::MAX_DIMS, "input ", i, ": bad rank ",
+                inputs[i].nbDims);
+            for (int32_t j = 0; j < inputs[i].nbDims; ++j)
+            {
+                nvinfer1::IDimensionExpr const* e = inputs[i].d[j];
+                METRALE_REQUIRE(e != nullptr, "input ", i, ": dimension ", j, " has no expression");
+                bool const isRows = i == kX_IDX && j == 0;
+                METRALE_REQUIRE(isRows || e->isConstant(), "input ", i, ": dimension ", j,
+                    " must be static (only M, the rows of x, is dynamic)");
+                dims[i].d[j] = e->isConstant() ? e->getConstantValue() : -1;
+            }
+        }
+        checkDims(dims.data(), nbInputs, true);
+        outputs[kY_IDX].nbDims = 2;
+        outputs[kY_IDX].d[0] = inputs[kX_IDX].d[0];
+        outputs[kY_IDX].d[1] = exprBuilder.constant(mAttrs.n);
+        METRALE_REQUIRE(outputs[kY_IDX].d[1] != nullptr, "the expression builder returned no constant for N");
+        return 0;
+    })
+}
+
+bool ProjectionPlugin::supportsFormatCombination(
+    int32_t pos, DynamicPluginTensorDesc const* inOut, int32_t nbInputs, int32_t nbOutputs) noexcept
+{
+    METRALE_GUARDED("supportsFormatCombination", false, {
+        // A wrong input count is reported by configurePlugin and getOutputShapes; here it only
+        // means "nothing is supported".
+        if (nbInputs != expectedNbInputs() || nbOutputs != 1 || pos < 0 || pos >= nbInputs + nbOutputs
+            || inOut == nullptr)
+        {
+            return false;
+        }
+        nvinfer1::PluginTensorDesc const& d = inOut[pos].desc;
+        if (d.format != TensorFormat::kLINEAR)
+        {
+            return false;
+        }
+        if (pos == kX_IDX)
+        {
+            return isActivationType(d.type);
+        }
+        if (pos == nbInputs + kY_IDX)
+        {
+            return d.type == inOut[kX_IDX].desc.type;
+        }
+        return d.type == weightInputs()[pos - 1].type;
+    })
+}
+
+size_t ProjectionPlugin::getWorkspaceSize(DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
+    DynamicPluginTensorDesc const* /*outputs*/, int32_t nbOutputs) const noexcept
+{
+    METRALE_GUARDED("getWorkspaceSize", 0, {
+        checkCounts(nbInputs, nbOutputs);
+        METRALE_REQUIRE(inputs != nullptr, "null tensor descriptions");
+        Dims const& maxX = inputs[kX_IDX].max;
+        METRALE_REQUIRE(maxX.nbDims == 2 && maxX.d[0] >= 0, "x: expected the profile's max shape [M, K], found ",
+            dimsToString(maxX));
+        // The launchers' workspace grows with m, so the profile's largest M covers every smaller one.
+        return workspaceSize(maxX.d[0]);
+    })
+}
+
+char const* ProjectionPlugin::getTimingCacheID() noexcept
+{
+    METRALE_GUARDED("getTimingCacheID", nullptr, {
+        // The checkpoint name is left out: projections of equal shape and format share timings.
+        mTimingCacheId = cat(getPluginName(), ";n=", mAttrs.n, ";k=", mAttrs.k,
+            ";activation_format=", mAttrs.activationFormatName, ";", describeOpAttributes(),
+            ";has_bias=", mAttrs.hasBias);
+        return mTimingCacheId.c_str();
+    })
+}
+
+char const* ProjectionPlugin::getMetadataString() noexcept
+{
+    METRALE_GUARDED("getMetadataString", nullptr, {
+        mMetadata = cat(getPluginName(), " name=", mAttrs.name, " family=", mAttrs.family, " n=", mAttrs.n,
+            " k=", mAttrs.k, " activation_format=", mAttrs.activationFormatName, " ", describeOpAttributes(),
+            " has_bias=", mAttrs.hasBias);
+        return mMetadata.c_str();
+    })
+}
+
+int32_t ProjectionPlugin::onShapeChange(
+    PluginTensorDesc const* in, int32_t nbInputs, PluginTensorDesc const* out, int32_t nbOutputs) noexcept
+{
+    METRALE_GUARDED("onShapeChange", -1, {
+        checkCounts(nbInputs, nbOutputs);
+        METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
+        std::vector<Dims> dims(nbInputs);
+        std::vector<DataType> types(nbInputs);
+        for (int32_t i = 0; i < nbInputs; ++i)
+        {
+            dims[i] = in[i].dims;
+            types[i] = in[i].type;
+            METRALE_REQUIRE(in[i].format == TensorFormat::kLINEAR, "input ", i, ": expected a linear format");
+        }
+        checkDims(dims.data(), nbInputs, false);
+        checkTypes(types.data(), nbInputs);
+        Dims const& y = out[kY_IDX].dims;
+        METRALE_REQUIRE(y.nbDims == 2 && y.d[0] == in[kX_IDX].dims.d[0] && y.d[1] == mAttrs.n,
+            "y: expected [", in[kX_IDX].dims.d[0], ", ", mAttrs.n, "], found ", dimsToString(y));
+        METRALE_REQUIRE(out[kY_IDX].type == in[kX_IDX].type, "y: expected the type of x");
+        return 0;
+    })
+}
+
+int32_t ProjectionPlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc const* outputDesc,
+    void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept
+{
+    METRALE_GUARDED("enqueue", -1, {
+        METRALE_REQUIRE(inputDesc != nullptr && outputDesc != nullptr && inputs != nullptr && outputs != nullptr,
+            "null tensor descriptions or pointers");
+        Dims const& x = inputDesc[kX_IDX].dims;
+        METRALE_REQUIRE(x.nbDims == 2 && x.d[1] == mAttrs.k && x.d[0] >= 0, "x: expected [M, K=", mAttrs.k,
+            "], found ", dimsToString(x));
+        int64_t const m = x.d[0];
+        if (m == 0)
+        {
+            return 0;
+        }
+        int32_t const xDType = activationDType(inputDesc[kX_IDX].type);
+        METRALE_REQUIRE(outputDesc[kY_IDX].type == inputDesc[kX_IDX].type, "y: expected the type of x");
+        size_t const workspaceBytes = workspaceSize(m);
+        METRALE_REQUIRE(workspaceBytes == 0 || workspace != nullptr, "no workspace given; ", workspaceBytes,
+            " bytes are needed for M=", m);
+        cudaError_t const status = launch(xDType, inputs, outputs[kY_IDX], m, workspace, workspaceBytes, stream);
+        if (status != cudaSuccess)
+        {
+            throw PluginError(cat("the kernel launch failed for M=", m, ": ", cudaGetErrorName(status), " (",
+                                  cudaGetErrorString(status), ")"),
+                status == cudaErrorInvalidValue || status == cudaErrorNotSupported
+                    ? nvinfer1::ErrorCode::kINVALID_ARGUMENT
+                    : nvinfer1::ErrorCode::kFAILED_EXECUTION);
+        }
+        return 0;
+    })
+}
+
+nvinfer1::IPluginV3* ProjectionPlugin::attachToContext(nvinfer1::IPluginResourceContext* context) noexcept
+{
+    METRALE_GUARDED("attachToContext", nullptr, {
+        METRALE_REQUIRE(context != nullptr, "null resource context");
+        nvinfer1::IPluginV3* copy = clone();
+        METRALE_REQUIRE(copy != nullptr, "clone failed");
+        // clone() returns a ProjectionPlugin; the copy reports to its execution context's recorder.
+        static_cast<ProjectionPlugin*>(copy)->mRecorder = context->getErrorRecorder();
+        return copy;
+    })
+}
+
+nvinfer1::PluginFieldCollection const* ProjectionPlugin::getFieldsToSerialize() noexcept
+{
+    METRALE_GUARDED("getFieldsToSerialize", nullptr, {
+        // Rebuilt on every call so the fields point into this object, also after a copy.
+        mFieldWriter.clear();
+        writeFields(mFieldWriter);
+        return mFieldWriter.collection();
+    })
+}
+
+#undef METRALE_GUARDED
+
+} // namespace plugin
+} // namespace metrale

@@ -1,0 +1,210 @@
+/*
+ * The IPluginV3 machinery every metrale projection plugin shares: Y[M, N] = X[M, K] W^T with the
+ * weights, scales and optional tensors as further inputs (docs/ops.md).
+ *
+ * A projection plugin (W4A16ProjPlugin, W8A8ProjPlugin, W4A4ProjPlugin) derives from
+ * ProjectionPlugin and supplies only what differs per op: its name, the inputs after x (type and
+ * static shape), its fields, the workspace size and the launch. Everything TensorRT asks of a
+ * plugin (shapes, types, formats, serialization, cloning, context attachment) lives here once.
+ *
+ * Invariants:
+ * - M (rows of x) is the only dynamic dimension; K, N and every weight shape are static and
+ *   checked against the fields at build (getOutputShapes, configurePlugin) and run time
+ *   (onShapeChange, enqueue).
+ * - y has the data type of x; every tensor is linear (row-major, contiguous).
+ * - The serialized fields are exactly the ONNX attributes, so kBUILD and kRUNTIME creation go
+ *   through one parser and a round trip reproduces the plugin.
+ * - Every TensorRT-facing method is noexcept: failures are reported (pluginCommon.h) and turned
+ *   into a non-zero status, a nullptr, 0 or false, never an exception or an abort.
+ */
+#ifndef METRALE_PROJECTION_PLUGIN_H
+#define METRALE_PROJECTION_PLUGIN_H
+
+#include "pluginCommon.h"
+
+#include <string>
+#include <vector>
+
+namespace metrale
+{
+namespace plugin
+{
+
+//! Position of x, and of the only output, in TensorRT's numbering.
+constexpr int32_t kX_IDX{0};
+constexpr int32_t kY_IDX{0};
+
+//! One input after x: its contract name, TensorRT type and static shape.
+struct InputSpec
+{
+    char const* name;
+    nvinfer1::DataType type;
+    std::vector<int64_t> dims;
+};
+
+//! The attributes every projection op has (docs/ops.md, Attributes).
+struct CommonAttributes
+{
+    int32_t n{0};
+    int32_t k{0};
+    int32_t activationFormat{kMETRALE_ACT_BF16};
+    int32_t hasBias{0};
+    std::string activationFormatName;
+    std::string family;
+    std::string name;
+};
+
+//! Parses n, k, activation_format, has_bias, family and name; defaultFormat is used when
+//! activation_format is absent.
+CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* op,
+    std::initializer_list<char const*> allowedFormats, char const* defaultFormat);
+
+class ProjectionPlugin : public nvinfer1::IPluginV3,
+                         public nvinfer1::IPluginV3OneCore,
+                         public nvinfer1::IPluginV3OneBuild,
+                         public nvinfer1::IPluginV3OneRuntime
+{
+public:
+    ~ProjectionPlugin() override = default;
+
+    // IPluginV3
+    nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
+
+    // IPluginV3OneCore
+    char const* getPluginVersion() const noexcept override
+    {
+        return kPLUGIN_VERSION;
+    }
+    char const* getPluginNamespace() const noexcept override
+    {
+        return kPLUGIN_NAMESPACE;
+    }
+
+    // IPluginV3OneBuild
+    int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+    int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs,
+        nvinfer1::DataType const* inputTypes, int32_t nbInputs) const noexcept override;
+    int32_t getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
+        nvinfer1::DimsExprs const* shapeInputs, int32_t nbShapeInputs, nvinfer1::DimsExprs* outputs,
+        int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept override;
+    bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut, int32_t nbInputs,
+        int32_t nbOutputs) noexcept override;
+    int32_t getNbOutputs() const noexcept override
+    {
+        return 1;
+    }
+    size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
+    char const* getTimingCacheID() noexcept override;
+    char const* getMetadataString() noexcept override;
+
+    // IPluginV3OneRuntime
+    int32_t onShapeChange(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs,
+        nvinfer1::PluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+    int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
+        void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
+    nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
+    nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
+
+    //! The attributes, for tests and messages.
+    CommonAttributes const& attributes() const noexcept
+    {
+        return mAttrs;
+    }
+
+protected:
+    ProjectionPlugin(std::string layerName, CommonAttributes attrs);
+    ProjectionPlugin(ProjectionPlugin const&) = default;
+    ProjectionPlugin& operator=(ProjectionPlugin const&) = delete;
+
+    //! The inputs after x, in contract order (optional ones only when present).
+    virtual std::vector<InputSpec> weightInputs() const = 0;
+    //! Workspace bytes for m rows (the op's *_workspace_size launcher).
+    virtual size_t workspaceSize(int64_t m) const = 0;
+    //! Runs the op's launcher; inputs are TensorRT's, in contract order.
+    virtual cudaError_t launch(int32_t xDType, void const* const* inputs, void* y, int64_t m, void* workspace,
+        size_t workspaceBytes, cudaStream_t stream) const = 0;
+    //! Appends every field, in contract order, pointing into this object's members.
+    virtual void writeFields(FieldWriter& writer) const = 0;
+    //! The op-specific attributes as "key=value;..." (timing cache ID and metadata).
+    virtual std::string describeOpAttributes() const = 0;
+
+    //! Reports an exception caught in method, with the plugin's identity.
+    void reportException(char const* method, std::exception const& e) const noexcept;
+    void reportUnknownException(char const* method) const noexcept;
+
+    CommonAttributes mAttrs;
+    std::string mLayerName;
+
+private:
+    int32_t expectedNbInputs() const
+    {
+        return 1 + static_cast<int32_t>(weightInputs().size());
+    }
+    void checkCounts(int32_t nbInputs, int32_t nbOutputs) const;
+    //! Checks static dims against the contract; dims of -1 (unknown at build time) are skipped.
+    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;
+    void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const;
+    std::string identity() const;
+
+    nvinfer1::IErrorRecorder* mRecorder{nullptr};
+    FieldWriter mFieldWriter;
+    std::string mTimingCacheId;
+    std::string mMetadata;
+};
+
+//! The creator of a projection plugin: Plugin supplies kOP_TYPE, fieldNames() and
+//! create(layerName, fc). kBUILD and kRUNTIME creation parse the same fields.
+template <typename Plugin>
+class ProjectionPluginCreator : public nvinfer1::IPluginCreatorV3One
+{
+public:
+    nvinfer1::IPluginV3* createPlugin(
+        char const* name, nvinfer1::PluginFieldCollection const* fc, nvinfer1::TensorRTPhase phase) noexcept override
+    {
+        try
+        {
+            return Plugin::create(name == nullptr ? "" : name, fc);
+        }
+        catch (PluginError const& e)
+        {
+            reportError(nullptr, e.code(),
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "' (createPlugin, ",
+                    phase == nvinfer1::TensorRTPhase::kBUILD ? "build" : "runtime", " phase): ", e.what()));
+        }
+        catch (std::exception const& e)
+        {
+            reportError(nullptr, nvinfer1::ErrorCode::kINTERNAL_ERROR,
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " (createPlugin): ", e.what()));
+        }
+        catch (...)
+        {
+            reportError(nullptr, nvinfer1::ErrorCode::kINTERNAL_ERROR,
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " (createPlugin): unknown exception"));
+        }
+        return nullptr;
+    }
+
+    nvinfer1::PluginFieldCollection const* getFieldNames() noexcept override
+    {
+        return Plugin::fieldNames();
+    }
+    char const* getPluginName() const noexcept override
+    {
+        return Plugin::kOP_TYPE;
+    }
+    char const* getPluginVersion() const noexcept override
+    {
+        return kPLUGIN_VERSION;
+    }
+    char const* getPluginNamespace() const noexcept override
+    {
+        return kPLUGIN_NAMESPACE;
+    }
+};
+
+} // namespace plugin
+} // namespace metrale
+
+#endif // METRALE_PROJECTION_PLUGIN_H
