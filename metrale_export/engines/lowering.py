@@ -1,0 +1,438 @@
+"""Graph rewrites before a build: the standard-ONNX ``qdq`` lowering and the plugin path's formats.
+
+``lower_qdq`` replaces every ``metrale`` node (docs/ops.md) with standard ONNX that TensorRT builds
+with no plugin: DequantizeLinear of the stored weights + MatMul, with the activation formats
+emulated as the contract defines them. ``with_activation_formats`` rewrites the nodes'
+``activation_format`` attributes on a copy, for the plugin path.
+
+How each weight format is stored (weights are transposed to [K, N] so MatMul needs no Transpose):
+- W4A16, symmetric: INT4 ``code - 8`` with float32 group scales, blocked DequantizeLinear
+  (axis 0, block_size = group_size). TensorRT has no UINT4 weights and no zero points in
+  DequantizeLinear, so with zero points the weight is INT8 ``code - z`` with the same scales.
+- W8A8: FLOAT8E4M3FN codes with per-channel scales (axis 1) or, for 128x128 blocks, scales
+  repeated along N and blocked along K (axis 0, block_size = 128).
+- W4A4: neither ONNX Runtime nor TensorRT before SM 10.0 runs FLOAT4E2M1, so the e2m1 values are
+  stored as FLOAT8E4M3FN (exactly: every e2m1 value is an e4m3 value) with the decoded per-16
+  scales, blocked along K (block_size = 16); the global scale is a Mul. One byte a weight instead
+  of half a byte.
+
+How activations are computed:
+- every format starts with ``x = bf16(X)`` (Cast to bfloat16 and back);
+- ``bf16``: ``MatMul(x, bf16(w))`` in float32. Both operands are exact in bfloat16, so the products
+  are exact in float32 and even TF32 tensor cores lose nothing;
+- ``fp8``: per-row (or per row and 128-block) dynamic scales, ``x / sx`` quantized by a
+  QuantizeLinear/DequantizeLinear pair with a constant unit scale (TensorRT's Q/DQ take only
+  build-time scales, so the dynamic scale is a Div before and a Mul after);
+- ``nvfp4``: the contract's two-level scaling in plain ops: the e4m3 block scale through a unit
+  Q/DQ pair, the e2m1 rounding as Round on the three spacings of the e2m1 grid. The GEMM runs on
+  exact float32 operands: an emulation, not FP4 tensor cores.
+
+Invariants: the lowered graph computes docs/ops.md's formulas up to the float32 accumulation order
+(and, for fp8, float32 reassociation of the scales); it has no ``metrale`` node left; the default
+opset becomes at least 21 (blocked DequantizeLinear, INT4) and the IR version at least 10.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import TensorProto
+from onnx import numpy_helper
+from onnx_graphsurgeon.logger import G_LOGGER as _GS_LOGGER
+
+from ..errors import InputError
+from . import policy as _policy
+
+DOMAIN = "metrale"
+LOWERING_VERSION = 1  # bump when the qdq output changes, so cached engines rebuild
+MIN_OPSET = 21
+MIN_IR_VERSION = 10
+_EXTERNAL_DATA_BYTES = 1 << 30  # save initializers to a side file above this
+
+_E4M3_MAX = 448.0
+_NVFP4_GLOBAL = 6.0 * 448.0
+_FP8_BLOCK = 128
+_NVFP4_BLOCK = 16
+_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
+
+
+class LoweringError(InputError):
+    """A metrale node that does not follow docs/ops.md (attributes, inputs, shapes)."""
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    """What the policy needs of one metrale node; ``key`` names it in manifests and messages."""
+
+    key: str
+    op_type: str
+    family: str
+    activation_format: str
+    n: int
+    k: int
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _text(value) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _key(node: onnx.NodeProto, attrs: dict, index: int) -> str:
+    if "name" in attrs and _text(attrs["name"]):
+        return _text(attrs["name"])
+    return node.name or f"{node.op_type}_{index}"
+
+
+def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
+    """The metrale nodes of the main graph, in graph order."""
+    ops = []
+    for i, node in enumerate(model.graph.node):
+        if node.domain != DOMAIN:
+            continue
+        a = _attrs(node)
+        key = _key(node, a, i)
+        if node.op_type not in _policy.ALLOWED:
+            raise LoweringError(
+                f"node {key}: unknown op type {DOMAIN}::{node.op_type}; expected one of "
+                f"{', '.join(_policy.OP_TYPES)} (docs/ops.md)"
+            )
+        for attr in ("n", "k", "activation_format", "family"):
+            if attr not in a:
+                raise LoweringError(f"node {key} ({node.op_type}): attribute {attr!r} is missing")
+        ops.append(
+            OpInfo(key, node.op_type, _text(a["family"]), _text(a["activation_format"]),
+                   int(a["n"]), int(a["k"]))
+        )
+    keys = [op.key for op in ops]
+    dupes = sorted({k for k in keys if keys.count(k) > 1})
+    if dupes:
+        raise LoweringError(f"metrale nodes share the names {dupes}; each projection needs its own")
+    return ops
+
+
+def with_activation_formats(model: onnx.ModelProto, formats: dict[str, str]) -> onnx.ModelProto:
+    """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``."""
+    out = copy.deepcopy(model)
+    for i, node in enumerate(out.graph.node):
+        if node.domain != DOMAIN:
+            continue
+        key = _key(node, _attrs(node), i)
+        if key not in formats:
+            raise LoweringError(f"node {key}: no activation format chosen for it")
+        for attr in node.attribute:
+            if attr.name == "activation_format":
+                attr.s = formats[key].encode()
+    return out
+
+
+# --- the qdq lowering ---------------------------------------------------------------------------
+
+
+def _np_dtype(dtype) -> np.dtype:
+    """gs dtypes (numpy or ONNX enums) -> numpy (bfloat16 via ml_dtypes)."""
+    if dtype is None:
+        return None
+    if isinstance(dtype, int):
+        return onnx.helper.tensor_dtype_to_np_dtype(dtype)
+    return np.dtype(dtype)
+
+
+class _Emitter:
+    """Adds the nodes of one lowered op to the graph under a name prefix."""
+
+    def __init__(self, graph: gs.Graph, prefix: str):
+        self.graph = graph
+        self.prefix = re.sub(r"[^A-Za-z0-9_.]", "_", prefix)
+        self.count = 0
+
+    def name(self, what: str) -> str:
+        self.count += 1
+        return f"{self.prefix}/{what}_{self.count}"
+
+    def const(self, what: str, value: np.ndarray) -> gs.Constant:
+        arr = np.asarray(value)
+        if arr.dtype in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.float8_e4m3fn)):
+            # gs writes one byte per element for these; let onnx pack them.
+            name = self.name(what)
+            return gs.Constant(name, gs.ir.tensor.LazyValues(numpy_helper.from_array(arr, name)))
+        return gs.Constant(self.name(what), arr)
+
+    def f32(self, what: str, value) -> gs.Constant:
+        return self.const(what, np.asarray(value, dtype=np.float32))
+
+    def op(self, op: str, inputs: list, attrs: dict | None = None, out: gs.Variable | None = None):
+        out = out if out is not None else gs.Variable(self.name(op.lower()))
+        self.graph.nodes.append(
+            gs.Node(op, name=self.name(op), attrs=attrs or {}, inputs=inputs, outputs=[out])
+        )
+        return out
+
+    def i64(self, what: str, values) -> gs.Constant:
+        return self.const(what, np.asarray(values, dtype=np.int64))
+
+    # -- building blocks --
+    def bf16_round(self, t):
+        """bf16(t) as float32: two Casts."""
+        b = self.op("Cast", [t], {"to": TensorProto.BFLOAT16})
+        return self.op("Cast", [b], {"to": TensorProto.FLOAT})
+
+    def dequantize(self, weight: np.ndarray, scale: np.ndarray, axis: int, block: int = 0):
+        attrs = {"axis": axis}
+        if block:
+            attrs["block_size"] = block
+        return self.op(
+            "DequantizeLinear", [self.const("w", weight), self.f32("w_scale", scale)], attrs
+        )
+
+    def fp8_unit_qdq(self, t):
+        """e4m3(t) as float32 (saturating RNE) through a Q/DQ pair with a constant scale of 1."""
+        one = self.f32("one", 1.0)
+        zero = self.const("fp8_zero", np.zeros((), dtype=ml_dtypes.float8_e4m3fn))
+        q = self.op("QuantizeLinear", [t, one, zero], {"saturate": 1})
+        return self.op("DequantizeLinear", [q, self.f32("one", 1.0)])
+
+    def row_amax_scale(self, t, axis: int, divisor: float):
+        """amax / divisor over ``axis`` (kept), with 1 where amax is 0."""
+        amax = self.op("ReduceMax", [self.op("Abs", [t]), self.i64("axes", [axis])], {"keepdims": 1})
+        positive = self.op("Greater", [amax, self.f32("zero", 0.0)])
+        scaled = self.op("Div", [amax, self.f32("div", divisor)])
+        return self.op("Where", [positive, scaled, self.f32("one", 1.0)])
+
+    def e2m1_round(self, v):
+        """e2m1(v) as float32: RNE on the grid's spacings 0.5 ([0,2)), 1 ([2,4)), 2 ([4,6]), saturating.
+
+        Round is round-half-to-even, and on each spacing the even multiple is the even code, which
+        gives the contract's ties (0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4).
+        """
+        mag = self.op("Abs", [v])
+        half = self.op("Mul", [self.op("Round", [self.op("Mul", [mag, self.f32("two", 2.0)])]),
+                               self.f32("half", 0.5)])
+        unit = self.op("Round", [mag])
+        two = self.op("Mul", [self.op("Round", [self.op("Mul", [mag, self.f32("half", 0.5)])]),
+                              self.f32("two", 2.0)])
+        r = self.op("Where", [self.op("Less", [mag, self.f32("four", 4.0)]), unit, two])
+        r = self.op("Where", [self.op("Less", [mag, self.f32("two", 2.0)]), half, r])
+        r = self.op("Min", [r, self.f32("six", 6.0)])
+        return self.op("Mul", [self.op("Sign", [v]), r])
+
+
+def _unpack(packed: np.ndarray) -> np.ndarray:
+    """[..., K/2] int8 -> [..., K] uint8 nibbles, the even element in the low nibble."""
+    p = packed.view(np.uint8)
+    return np.stack((p & 0xF, p >> 4), axis=-1).reshape(*p.shape[:-1], p.shape[-1] * 2)
+
+
+def _e4m3_values(bits: np.ndarray) -> np.ndarray:
+    return bits.view(np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+
+
+def _constant(node: gs.Node, index: int, what: str, key: str) -> np.ndarray:
+    t = node.inputs[index] if index < len(node.inputs) else None
+    if not isinstance(t, gs.Constant):
+        found = "missing" if t is None else f"a computed tensor {t.name!r}"
+        raise LoweringError(
+            f"node {key} ({node.op}): input {index} ({what}) must be an initializer for the qdq "
+            f"lowering, found {found}"
+        )
+    return np.asarray(t.values)
+
+
+def _expect_shape(arr: np.ndarray, shape: tuple, what: str, key: str, node: gs.Node) -> None:
+    if tuple(arr.shape) != tuple(shape):
+        raise LoweringError(
+            f"node {key} ({node.op}): {what}: expected shape {list(shape)}, found {list(arr.shape)}"
+        )
+
+
+def _lower_w4a16(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
+    n, k, g = int(a["n"]), int(a["k"]), int(a.get("group_size", 0))
+    if g <= 0 or k % g:
+        raise LoweringError(f"node {key} (W4A16Proj): group_size {g} must divide k={k}")
+    weight = _constant(node, 1, "weight", key)
+    scale = _constant(node, 2, "weight_scale", key).astype(np.float32)
+    _expect_shape(weight, (n, k // 2), "weight", key, node)
+    _expect_shape(scale, (n, k // g), "weight_scale", key, node)
+    idx = 3
+    codes = _unpack(weight).astype(np.int16)
+    if int(a.get("has_zero_point", 0)):
+        zp = _constant(node, idx, "zero_point", key).astype(np.int16)
+        _expect_shape(zp, (n, k // g), "zero_point", key, node)
+        idx += 1
+        q = (codes - np.repeat(zp, g, axis=1)).T.astype(np.int8)
+    else:
+        q = (codes - 8).T.astype(ml_dtypes.int4)
+    w = e.bf16_round(e.dequantize(q, scale.T.copy(), axis=0, block=g))
+    return e.op("MatMul", [x, w]), idx
+
+
+def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
+    n, k = int(a["n"]), int(a["k"])
+    weight = _constant(node, 1, "weight", key)
+    scale = _constant(node, 2, "weight_scale", key).astype(np.float32)
+    _expect_shape(weight, (n, k), "weight", key, node)
+    codes = weight.view(np.uint8).T.copy().view(ml_dtypes.float8_e4m3fn)
+    granularity = _text(a.get("weight_scale_granularity", "channel"))
+    if granularity == "channel":
+        _expect_shape(scale, (n,), "weight_scale", key, node)
+        w = e.dequantize(codes, scale, axis=1)
+    elif granularity == "block128":
+        nb, kb = -(-n // _FP8_BLOCK), -(-k // _FP8_BLOCK)
+        _expect_shape(scale, (nb, kb), "weight_scale", key, node)
+        per_column = np.repeat(scale.T, _FP8_BLOCK, axis=1)[:, :n].copy()  # [kb, N]
+        w = e.dequantize(codes, per_column, axis=0, block=_FP8_BLOCK)
+    else:
+        raise LoweringError(
+            f"node {key} (W8A8Proj): weight_scale_granularity {granularity!r}: expected channel "
+            f"or block128"
+        )
+    if fmt == "bf16":
+        return e.op("MatMul", [x, e.bf16_round(w)]), 3
+    act = _text(a.get("activation_scale_granularity", "row"))
+    if act == "row":
+        sx = e.row_amax_scale(x, 1, _E4M3_MAX)  # [M, 1]
+        xq = e.fp8_unit_qdq(e.op("Div", [x, sx]))
+        return e.op("Mul", [e.op("MatMul", [xq, w]), sx]), 3
+    if act != "row_block128":
+        raise LoweringError(
+            f"node {key} (W8A8Proj): activation_scale_granularity {act!r}: expected row or "
+            f"row_block128"
+        )
+    kb = -(-k // _FP8_BLOCK)
+    padded = x
+    if kb * _FP8_BLOCK != k:
+        padded = e.op("Pad", [x, e.i64("pads", [0, 0, 0, kb * _FP8_BLOCK - k])])
+    blocks = e.op("Reshape", [padded, e.i64("shape", [-1, kb, _FP8_BLOCK])])
+    sx = e.row_amax_scale(blocks, 2, _E4M3_MAX)  # [M, kb, 1]
+    xq = e.op("Mul", [e.fp8_unit_qdq(e.op("Div", [blocks, sx])), sx])
+    xq = e.op("Reshape", [xq, e.i64("shape", [-1, kb * _FP8_BLOCK])])
+    if kb * _FP8_BLOCK != k:
+        xq = e.op("Slice", [xq, e.i64("starts", [0]), e.i64("ends", [k]), e.i64("axes", [1])])
+    return e.op("MatMul", [xq, w]), 3
+
+
+def _lower_w4a4(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
+    n, k = int(a["n"]), int(a["k"])
+    if k % _NVFP4_BLOCK:
+        raise LoweringError(f"node {key} (W4A4Proj): k={k} must be a multiple of {_NVFP4_BLOCK}")
+    weight = _constant(node, 1, "weight", key)
+    scale = _constant(node, 2, "weight_scale", key)
+    gw = _constant(node, 3, "weight_global_scale", key).astype(np.float32).reshape(-1)
+    _expect_shape(weight, (n, k // 2), "weight", key, node)
+    _expect_shape(scale, (n, k // _NVFP4_BLOCK), "weight_scale", key, node)
+    _expect_shape(gw, (1,), "weight_global_scale", key, node)
+    c = _unpack(weight)
+    values = np.where(c & 8, -_E2M1[c & 7], _E2M1[c & 7])
+    codes = values.T.astype(ml_dtypes.float8_e4m3fn)  # exact
+    factors = e.dequantize(codes, _e4m3_values(scale).T.copy(), axis=0, block=_NVFP4_BLOCK)
+    idx = 4
+    input_scale = None
+    if int(a.get("has_input_scale", 0)):
+        input_scale = _constant(node, idx, "input_scale", key).astype(np.float32).reshape(-1)
+        idx += 1
+    if fmt == "bf16":
+        w = e.bf16_round(e.op("Mul", [factors, e.f32("global_scale", gw)]))
+        return e.op("MatMul", [x, w]), idx
+    if input_scale is not None:
+        ga = e.f32("input_scale", input_scale.reshape(1, 1))
+    else:
+        ga = e.row_amax_scale(x, 1, _NVFP4_GLOBAL)  # [M, 1]
+    ga3 = e.op("Unsqueeze", [ga, e.i64("axes", [2])])  # [M or 1, 1, 1]
+    blocks = e.op("Reshape", [x, e.i64("shape", [-1, k // _NVFP4_BLOCK, _NVFP4_BLOCK])])
+    bmax = e.op("ReduceMax", [e.op("Abs", [blocks]), e.i64("axes", [2])], {"keepdims": 1})
+    six_ga = e.op("Mul", [ga3, e.f32("six", 6.0)])  # rounded first, as the contract says
+    sa = e.fp8_unit_qdq(e.op("Div", [bmax, six_ga]))
+    eff = e.op("Mul", [sa, ga3])
+    is_zero = e.op("Equal", [eff, e.f32("zero", 0.0)])
+    safe = e.op("Where", [is_zero, e.f32("one", 1.0), eff])
+    q = e.e2m1_round(e.op("Div", [blocks, safe]))
+    q = e.op("Where", [is_zero, e.f32("zero", 0.0), q])
+    act = e.op("Reshape", [e.op("Mul", [q, sa]), e.i64("shape", [-1, k])])
+    acc = e.op("MatMul", [act, factors])
+    return e.op("Mul", [acc, e.op("Mul", [ga, e.f32("global_scale", gw)])]), idx
+
+
+_LOWER = {"W4A16Proj": _lower_w4a16, "W8A8Proj": _lower_w8a8, "W4A4Proj": _lower_w4a4}
+
+
+def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None) -> onnx.ModelProto:
+    """A new model with every metrale node replaced by standard ONNX (module docstring).
+
+    ``formats`` maps op keys (``metrale_ops``) to activation formats; ``None`` keeps each node's
+    ``activation_format``. Formats outside the contract's table are refused.
+    """
+    ops = {op.key: op for op in metrale_ops(model)}
+    graph = gs.import_onnx(model)
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        if node.domain != DOMAIN:
+            continue
+        a = dict(node.attrs)
+        key = _key_gs(node, a, index[id(node)])
+        fmt = formats.get(key) if formats is not None else ops[key].activation_format
+        if fmt is None:
+            raise LoweringError(f"node {key}: no activation format chosen for it")
+        if fmt not in _policy.ALLOWED[node.op]:
+            raise LoweringError(
+                f"node {key} ({node.op}): activation format {fmt!r} is not in the op contract's "
+                f"table; {node.op} runs {' or '.join(_policy.ALLOWED[node.op])}"
+            )
+        x_in, y = node.inputs[0], node.outputs[0]
+        dtype = _np_dtype(x_in.dtype) or _np_dtype(y.dtype) or np.dtype(np.float32)
+        e = _Emitter(graph, f"{key}")
+        node.outputs.clear()  # detach y before the last emitted node writes it
+        x = e.bf16_round(x_in)
+        acc, next_input = _LOWER[node.op](e, node, a, key, fmt, x)
+        if int(a.get("has_bias", 0)):
+            bias = _constant(node, next_input, "bias", key).astype(np.float32)
+            _expect_shape(bias, (int(a["n"]),), "bias", key, node)
+            acc = e.op("Add", [acc, e.f32("bias", bias)])
+        if dtype == np.float32:
+            e.op("Identity", [acc], out=y)
+        else:
+            e.op("Cast", [acc], {"to": onnx.helper.np_dtype_to_tensor_dtype(dtype)}, out=y)
+        y.dtype = dtype
+        node.inputs.clear()
+    graph.cleanup().toposort()
+    # gs warns that it keeps FLOAT8E4M3FN constants as ONNX tensors: that is what we want.
+    severity, _GS_LOGGER.severity = _GS_LOGGER.severity, _GS_LOGGER.ERROR
+    try:
+        out = gs.export_onnx(graph)
+    finally:
+        _GS_LOGGER.severity = severity
+    opsets = {o.domain: o.version for o in out.opset_import}
+    opsets[""] = max(opsets.get("", MIN_OPSET), MIN_OPSET)
+    opsets.pop(DOMAIN, None)
+    del out.opset_import[:]
+    out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
+    out.ir_version = max(model.ir_version, MIN_IR_VERSION)
+    return out
+
+
+def _key_gs(node: gs.Node, attrs: dict, index: int) -> str:
+    name = attrs.get("name")
+    if name is not None and _text(name):
+        return _text(name)
+    return node.name or f"{node.op}_{index}"
+
+
+def save_model(model: onnx.ModelProto, path: Path) -> None:
+    """Write ``model`` to ``path``, initializers in ``<name>.data`` beside it when large."""
+    path = Path(path)
+    size = sum(len(t.raw_data) for t in model.graph.initializer)
+    if size > _EXTERNAL_DATA_BYTES:
+        onnx.save_model(
+            model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
+            location=path.name + ".data", size_threshold=1024,
+        )
+    else:
+        onnx.save_model(model, str(path))

@@ -1,0 +1,204 @@
+"""Row-count profiles: parse ``--profiles``, pick the profile of an M, and the shapes of each engine.
+
+One engine is built per row range ``[lo, hi]`` of M = batch * seq (the rows every metrale op sees).
+Inside that engine two TensorRT optimization profiles cover the range: *decode* (batch in [lo, hi],
+seq = 1) and *prefill* (batch = 1, seq in [lo, hi]); the KV-cache length ``past`` runs from 0 to
+``max_context`` in both. A graph that takes rows directly (an input with one dynamic dimension, as
+the synthetic test graphs ``x [M, K]``) gets one profile on that dimension.
+
+Invariants:
+- ranges are positive, each ``lo <= hi``, sorted, disjoint, and ``hi <= max_rows``;
+- every function here is pure (no TensorRT, no files): the build turns ``ProfileShapes`` into
+  Polygraphy ``Profile`` objects.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import InputError
+
+DEFAULT_PROFILES = "1,2-8,9-32,33-128,129-4096"
+DEFAULT_MAX_CONTEXT = 4096
+
+# Inputs of the exported model (docs/engines.md): [batch, seq] and [batch, kv_heads, past, head_dim].
+_TOKEN_INPUTS = ("input_ids", "position_ids")
+_CACHE_INPUT = re.compile(r"^past_(key|value)\.\d+$")
+
+
+class ProfileError(InputError):
+    """A ``--profiles`` spec or a row count that no profile covers."""
+
+
+@dataclass(frozen=True, order=True)
+class RowRange:
+    """Rows M = batch * seq from ``lo`` to ``hi`` inclusive: one engine."""
+
+    lo: int
+    hi: int
+
+    def __contains__(self, m: int) -> bool:
+        return self.lo <= m <= self.hi
+
+    @property
+    def label(self) -> str:
+        """``"1"`` or ``"2-8"``: the spec text, also used in engine file names."""
+        return str(self.lo) if self.lo == self.hi else f"{self.lo}-{self.hi}"
+
+    def __str__(self) -> str:
+        return f"rows {self.label}"
+
+
+def parse_profiles(spec: str, max_rows: int | None = None) -> tuple[RowRange, ...]:
+    """Parse ``"1,2-8,9-32"`` into row ranges; raise ``ProfileError`` naming the offending item.
+
+    ``max_rows`` is the model's limit on M (for prefill: the longest sequence one engine accepts);
+    ``None`` skips that check.
+    """
+    if not spec or not spec.strip():
+        raise ProfileError("--profiles: expected ranges like '1,2-8,9-32', found an empty value")
+    ranges: list[RowRange] = []
+    for item in spec.split(","):
+        text = item.strip()
+        match = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", text)
+        if not match:
+            raise ProfileError(
+                f"--profiles: expected N or LO-HI with positive integers, found {text!r} in {spec!r}"
+            )
+        lo = int(match.group(1))
+        hi = int(match.group(2)) if match.group(2) else lo
+        if lo < 1:
+            raise ProfileError(f"--profiles: rows start at 1, found {text!r} in {spec!r}")
+        if hi < lo:
+            raise ProfileError(
+                f"--profiles: range {text!r} ends before it starts (expected LO <= HI) in {spec!r}"
+            )
+        if max_rows is not None and hi > max_rows:
+            raise ProfileError(
+                f"--profiles: range {text!r} goes past the model's limit of {max_rows} rows "
+                f"(hint: raise --max-context or end the last range at {max_rows})"
+            )
+        if ranges:
+            prev = ranges[-1]
+            if lo <= prev.hi:
+                kind = "overlaps" if lo >= prev.lo else "comes before"
+                raise ProfileError(
+                    f"--profiles: range {text!r} {kind} {prev.label!r}; expected sorted, disjoint "
+                    f"ranges (the next one starting at {prev.hi + 1} or later) in {spec!r}"
+                )
+        ranges.append(RowRange(lo, hi))
+    return tuple(ranges)
+
+
+def format_profiles(ranges: tuple[RowRange, ...]) -> str:
+    """The canonical spec of parsed ranges (``parse_profiles(format_profiles(r)) == r``)."""
+    return ",".join(r.label for r in ranges)
+
+
+def profile_for(m: int, ranges: tuple[RowRange, ...]) -> tuple[RowRange | None, str]:
+    """The range whose engine serves ``m`` rows, or ``None`` with the reason."""
+    if m < 1:
+        return None, f"{m} rows: expected at least 1"
+    for r in ranges:
+        if m in r:
+            return r, f"{m} rows fall in {r}"
+    below = [r for r in ranges if r.hi < m]
+    above = [r for r in ranges if r.lo > m]
+    if not above:
+        last = ranges[-1].hi if ranges else 0
+        return None, f"{m} rows: more than the largest profile ({last}); split the batch"
+    near = f"between {below[-1].label} and {above[0].label}" if below else f"below {above[0].label}"
+    return None, f"{m} rows: no profile covers them ({near}); add a range"
+
+
+# --- TensorRT optimization profiles -----------------------------------------------------------
+
+Dim = int | str | None  # a static size, a symbolic name, or unknown
+
+
+@dataclass(frozen=True)
+class ProfileShapes:
+    """One TensorRT optimization profile: input name -> (min, opt, max) shapes."""
+
+    name: str  # "decode", "prefill" or "rows"
+    shapes: dict[str, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+
+    def as_json(self) -> dict:
+        return {
+            "name": self.name,
+            "shapes": {k: {"min": v[0], "opt": v[1], "max": v[2]} for k, v in self.shapes.items()},
+        }
+
+
+def _static(name: str, shape: list[Dim], index: int) -> int:
+    dim = shape[index]
+    if not isinstance(dim, int) or dim < 0:
+        raise ProfileError(
+            f"input {name}: expected a static size at dimension {index} of {shape}, found {dim!r}"
+        )
+    return dim
+
+
+def optimization_profiles(
+    inputs: dict[str, list[Dim]], rows: RowRange, max_context: int = DEFAULT_MAX_CONTEXT
+) -> tuple[ProfileShapes, ...]:
+    """The optimization profiles of the engine for ``rows``, from the graph's input shapes.
+
+    Model graphs (``input_ids`` present): decode and prefill as described in the module docstring;
+    they coincide when ``rows`` is the single value 1, and only one is returned then. Other graphs:
+    every input must have exactly one dynamic dimension, taken to be M.
+    """
+    if max_context < 1:
+        raise ProfileError(f"--max-context: expected a positive number, found {max_context}")
+    if "input_ids" in inputs:
+        return _model_profiles(inputs, rows, max_context)
+    shapes = {}
+    for name, shape in inputs.items():
+        dynamic = [i for i, d in enumerate(shape) if not (isinstance(d, int) and d >= 0)]
+        if len(dynamic) != 1:
+            raise ProfileError(
+                f"input {name}: shape {shape}: expected exactly one dynamic dimension (the rows M) "
+                f"in a graph without input_ids, found {len(dynamic)}"
+            )
+        lo, opt, hi = (list(shape) for _ in range(3))
+        lo[dynamic[0]], opt[dynamic[0]], hi[dynamic[0]] = rows.lo, rows.hi, rows.hi
+        shapes[name] = (tuple(lo), tuple(opt), tuple(hi))
+    return (ProfileShapes("rows", shapes),)
+
+
+def _model_profiles(inputs, rows: RowRange, max_context: int) -> tuple[ProfileShapes, ...]:
+    # (batch, seq, past) as (min, opt, max) per profile. Kernels are tuned at opt: the top of the
+    # range for the rows, half the context for decode's cache, an empty cache for prefill.
+    plans = {
+        "decode": ((rows.lo, rows.hi, rows.hi), (1, 1, 1), (0, max_context // 2, max_context)),
+        "prefill": ((1, 1, 1), (rows.lo, rows.hi, rows.hi), (0, 0, max_context)),
+    }
+    if rows.hi > max_context:
+        raise ProfileError(
+            f"{rows}: a prefill of {rows.hi} tokens is longer than --max-context {max_context}"
+        )
+    names = ("decode",) if rows.hi == 1 else ("decode", "prefill")
+    out = []
+    for pname in names:
+        batch, seq, past = plans[pname]
+        shapes = {}
+        for name, shape in inputs.items():
+            if name in _TOKEN_INPUTS:
+                if len(shape) != 2:
+                    raise ProfileError(f"input {name}: expected [batch, seq], found {shape}")
+                shapes[name] = tuple((batch[i], seq[i]) for i in range(3))
+            elif _CACHE_INPUT.match(name):
+                if len(shape) != 4:
+                    raise ProfileError(
+                        f"input {name}: expected [batch, kv_heads, past, head_dim], found {shape}"
+                    )
+                heads, dim = _static(name, shape, 1), _static(name, shape, 3)
+                shapes[name] = tuple((batch[i], heads, past[i], dim) for i in range(3))
+            else:
+                raise ProfileError(
+                    f"input {name}: not an input of the exported model interface "
+                    f"(input_ids, position_ids, past_key.N, past_value.N); cannot place it in a profile"
+                )
+        out.append(ProfileShapes(pname, shapes))
+    return tuple(out)

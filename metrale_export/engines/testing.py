@@ -1,0 +1,142 @@
+"""Small synthetic ONNX graphs of metrale nodes, for tests and for trying a backend quickly.
+
+``projection_graph`` chains projections ``x [M, K0] -> ... -> y [M, Kn]`` with weights made by the
+quantizers of ``metrale_export.ops`` from seeded random floats; ``reference`` evaluates the same
+chain with the CPU reference ops. Invariants: the nodes follow docs/ops.md exactly (inputs,
+attributes, the ``metrale`` domain at version 1), and the graph's one dynamic dimension is ``M``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+import torch
+from onnx import TensorProto, helper, numpy_helper
+
+from ..ops import w4a4, w4a16, w8a8
+
+MODEL_OPSET = 21
+
+
+@dataclass(frozen=True)
+class Proj:
+    """One projection of a synthetic chain: ``op_type`` with output width ``n``."""
+
+    op_type: str
+    n: int
+    family: str = "ffn"
+    activation_format: str | None = None  # None: the op's default
+    bias: bool = False
+    options: dict = field(default_factory=dict)  # group_size, symmetric, granularity, ...
+
+
+@dataclass
+class Chain:
+    """A built chain: the ONNX model and what ``reference`` needs to evaluate it."""
+
+    model: onnx.ModelProto
+    k: int
+    layers: list  # (Proj, key, weights dict, format)
+
+
+_DEFAULT_FORMAT = {"W4A16Proj": "bf16", "W8A8Proj": "fp8", "W4A4Proj": "nvfp4"}
+
+
+def _i8(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().view(torch.int8).numpy().copy()
+
+
+def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str = "x") -> Chain:
+    """The chain ``projs`` applied to ``x [M, k]`` (float32 in and out)."""
+    gen = torch.Generator().manual_seed(seed)
+    nodes, inits, layers = [], [], []
+    cur, width = input_name, k
+    for i, p in enumerate(projs):
+        key = f"layers.{i}.{p.family}.{p.op_type.lower()}"
+        w = torch.randn(p.n, width, generator=gen) * 0.05
+        fmt = p.activation_format or _DEFAULT_FORMAT[p.op_type]
+        attrs = {"n": p.n, "k": width, "activation_format": fmt, "family": p.family,
+                 "name": key, "has_bias": int(p.bias)}
+        names = [cur]
+
+        def add(suffix, arr):
+            name = f"{key}.{suffix}"
+            inits.append(numpy_helper.from_array(arr, name))
+            names.append(name)
+
+        weights: dict = {}
+        if p.op_type == "W4A16Proj":
+            q = w4a16.quantize(w, p.options.get("group_size", 32), p.options.get("symmetric", True))
+            attrs.update(group_size=q.group_size, has_zero_point=int(q.zero_point is not None))
+            add("weight", _i8(q.weight))
+            add("weight_scale", q.weight_scale.numpy())
+            if q.zero_point is not None:
+                add("zero_point", _i8(q.zero_point))
+            weights = dict(weight=q.weight, weight_scale=q.weight_scale, zero_point=q.zero_point,
+                           group_size=q.group_size)
+        elif p.op_type == "W8A8Proj":
+            q = w8a8.quantize(w, p.options.get("granularity", "channel"))
+            act = p.options.get("activation_scale_granularity", "row")
+            attrs.update(weight_scale_granularity=q.granularity, activation_scale_granularity=act)
+            add("weight", _i8(q.weight))
+            add("weight_scale", q.weight_scale.numpy())
+            weights = dict(weight=q.weight, weight_scale=q.weight_scale,
+                           weight_scale_granularity=q.granularity, activation_scale_granularity=act)
+        elif p.op_type == "W4A4Proj":
+            q = w4a4.quantize(w)
+            input_scale = p.options.get("input_scale")
+            attrs.update(has_input_scale=int(input_scale is not None))
+            add("weight", _i8(q.weight))
+            add("weight_scale", _i8(q.weight_scale))
+            add("weight_global_scale", q.weight_global_scale.numpy())
+            if input_scale is not None:
+                add("input_scale", np.array([input_scale], dtype=np.float32))
+            weights = dict(weight=q.weight, weight_scale=q.weight_scale,
+                           weight_global_scale=q.weight_global_scale,
+                           input_scale=None if input_scale is None
+                           else torch.tensor([input_scale], dtype=torch.float32))
+        else:
+            raise ValueError(f"unknown op type {p.op_type!r}")
+        bias = None
+        if p.bias:
+            bias = torch.randn(p.n, generator=gen) * 0.1
+            add("bias", bias.numpy())
+        weights["bias"] = bias
+        out = "y" if i == len(projs) - 1 else f"h{i}"
+        node = helper.make_node(p.op_type, names, [out], name=key, domain="metrale")
+        # ``name`` is also make_node's own keyword: add the attributes afterwards.
+        node.attribute.extend(helper.make_attribute(a, v) for a, v in attrs.items())
+        nodes.append(node)
+        layers.append((p, key, weights, fmt))
+        cur, width = out, p.n
+    graph = helper.make_graph(
+        nodes, "metrale_chain",
+        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["M", k])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", width])],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", 1)],
+        producer_name="metrale-export-tests",
+    )
+    model.ir_version = 10
+    return Chain(model, k, layers)
+
+
+def reference(chain: Chain, x: torch.Tensor, formats: dict[str, str] | None = None) -> torch.Tensor:
+    """The chain through the CPU reference ops (float32), with optional per-key formats."""
+    h = x.to(torch.float32)
+    for p, key, wts, fmt in chain.layers:
+        fmt = (formats or {}).get(key, fmt)
+        if p.op_type == "W4A16Proj":
+            h = w4a16.proj(h, wts["weight"], wts["weight_scale"], wts["zero_point"], wts["bias"],
+                           wts["group_size"], fmt)
+        elif p.op_type == "W8A8Proj":
+            h = w8a8.proj(h, wts["weight"], wts["weight_scale"], wts["bias"],
+                          wts["weight_scale_granularity"], fmt, wts["activation_scale_granularity"])
+        else:
+            h = w4a4.proj(h, wts["weight"], wts["weight_scale"], wts["weight_global_scale"],
+                          wts["input_scale"], wts["bias"], fmt)
+    return h
