@@ -370,6 +370,16 @@ def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None) -> 
     ``formats`` maps op keys (``metrale_ops``) to activation formats; ``None`` keeps each node's
     ``activation_format``. Formats outside the contract's table are refused.
     """
+    # gs warns that it keeps FLOAT8E4M3FN constants as ONNX tensors: that is what we want.
+    quiet = (_GS_LOGGER.severity, _GS_LOGGER.colors)
+    _GS_LOGGER.severity, _GS_LOGGER.colors = _GS_LOGGER.ERROR, False
+    try:
+        return _lower_qdq(model, formats)
+    finally:
+        _GS_LOGGER.severity, _GS_LOGGER.colors = quiet
+
+
+def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.ModelProto:
     ops = {op.key: op for op in metrale_ops(model)}
     graph = gs.import_onnx(model)
     index = {id(n): i for i, n in enumerate(graph.nodes)}
@@ -403,12 +413,7 @@ def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None) -> 
         y.dtype = dtype
         node.inputs.clear()
     graph.cleanup().toposort()
-    # gs warns that it keeps FLOAT8E4M3FN constants as ONNX tensors: that is what we want.
-    severity, _GS_LOGGER.severity = _GS_LOGGER.severity, _GS_LOGGER.ERROR
-    try:
-        out = gs.export_onnx(graph)
-    finally:
-        _GS_LOGGER.severity = severity
+    out = gs.export_onnx(graph)
     opsets = {o.domain: o.version for o in out.opset_import}
     opsets[""] = max(opsets.get("", MIN_OPSET), MIN_OPSET)
     opsets.pop(DOMAIN, None)
