@@ -1,0 +1,179 @@
+"""Export a checkpoint to an ONNX directory with metrale projection ops.
+
+Steps: open the checkpoint, plan every projection from headers alone, build the model on the
+``meta`` device, trace it with ``torch.onnx.export(dynamo=True)`` (no weight read), compact the
+metrale nodes, clean up with onnx-graphsurgeon, then stream the weights into external data and
+attach them, check with ``onnx.checker`` and write ``manifest.json``.
+
+Invariants: exporting the same checkpoint with the same options gives identical bytes; output
+appears only when complete (``writer.atomic_directory``); peak memory is the traced graph plus one
+projection's tensors, not the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+import onnx_graphsurgeon as gs
+import onnx_ir as ir
+import torch
+
+from ..errors import ExportError, InputError
+from ..ops import onnx_translation
+from .checkpoint import Checkpoint
+from .config import parse_config
+from .layers.model import CausalLM
+from .manifest import build_manifest
+from .quantization import FloatSource, QuantRequest
+from .writer import DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory, sha256_file
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+OPSET = 20
+
+
+@dataclass
+class ExportOptions:
+    request: QuantRequest = field(default_factory=QuantRequest)
+    layers: list[int] | None = None
+    dtype: str = "float32"
+    force: bool = False
+
+
+@dataclass
+class ExportResult:
+    out_dir: Path
+    manifest: dict
+    seconds: float
+
+
+def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:
+    """'0', '0,2', '1-3' -> sorted unique layer ids within the model."""
+    if spec is None or spec.strip() in ("", "all"):
+        return None
+    ids: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(p) for p in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                ids.update(range(lo, hi + 1))
+            else:
+                ids.add(int(part))
+        except ValueError:
+            raise InputError(f"--layers: expected indices like '0', '0,2' or '1-3', found {part!r}") from None
+    bad = sorted(i for i in ids if not 0 <= i < num_layers)
+    if bad:
+        raise InputError(f"--layers: layer {bad[0]} does not exist; the model has layers 0-{num_layers - 1}")
+    return sorted(ids)
+
+
+def select_source(ckpt: Checkpoint, request: QuantRequest):
+    """The projection source for this checkpoint: float weights quantized as requested."""
+    return FloatSource(ckpt, request)
+
+
+def _dynamic_shapes(model: CausalLM):
+    batch, seq, past = torch.export.Dim("batch"), torch.export.Dim("seq"), torch.export.Dim("past", min=0)
+    kv = tuple({0: batch, 2: past} for _ in model.layer_ids for _ in range(2))
+    # forward(input_ids, position_ids, *past): the varargs take one nested entry.
+    return ({0: batch, 1: seq}, {0: batch, 1: seq}, kv)
+
+
+def trace(model: CausalLM) -> ir.Model:
+    """Trace the (meta-device) model to an onnx_ir model whose initializers hold no data."""
+    buf = io.StringIO()
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(buf):
+            warnings.simplefilter("ignore")
+            logging.getLogger("torch").setLevel(logging.ERROR)
+            program = torch.onnx.export(
+                model, model.example_inputs(device="meta"), dynamo=True, optimize=False,
+                opset_version=OPSET, custom_translation_table=onnx_translation.translation_table(),
+                dynamic_shapes=_dynamic_shapes(model), input_names=model.input_names(),
+                output_names=model.output_names(), verbose=False, report=False,
+            )
+    except Exception as e:
+        raise ExportError(f"tracing the model to ONNX failed: {e}\n{buf.getvalue()[-2000:]}") from e
+    return program.model
+
+
+def _attach_weights(model: ir.Model, offsets: dict[str, tuple[int, int]], base_dir: Path) -> None:
+    for name, value in list(model.graph.initializers.items()):
+        if name not in offsets:
+            continue  # a constant the tracer created itself (shape constants); keeps its data
+        off, length = offsets[name]
+        value.const_value = ir.ExternalTensor(
+            DATA_NAME, off, length, value.const_value.dtype, shape=value.const_value.shape,
+            name=name, base_dir=base_dir)
+
+
+def _cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Compact metrale inputs, then onnx-graphsurgeon's cleanup and topological sort."""
+    onnx_translation.compact_inputs(proto.graph)
+    graph = gs.import_onnx(proto)
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    out = gs.export_onnx(graph, do_type_check=False)
+    out.ir_version = proto.ir_version
+    del out.opset_import[:]
+    out.opset_import.extend(proto.opset_import)
+    out.producer_name, out.producer_version = "metrale-export", _version()
+    return out
+
+
+def _version() -> str:
+    from .. import __version__
+
+    return __version__
+
+
+def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions | None = None,
+           progress=None) -> ExportResult:
+    """Export ``model_path`` into ``out_dir``. ``progress(n_bytes)`` is called as weights stream."""
+    options = options or ExportOptions()
+    t0 = time.time()
+    if options.dtype not in DTYPES:
+        raise InputError(f"--dtype: expected one of {', '.join(DTYPES)}, found {options.dtype!r}")
+    dtype = DTYPES[options.dtype]
+    ckpt = Checkpoint.open(model_path)
+    cfg = parse_config(ckpt.config, ckpt.root / "config.json")
+    source = select_source(ckpt, options.request)
+    with torch.device("meta"):
+        model = CausalLM(cfg, source, dtype, options.layers)
+    traced = trace(model)
+
+    with atomic_directory(Path(out_dir), options.force) as tmp:
+        writer = DataWriter(tmp / DATA_NAME)
+        try:
+            for name, tensor in model.iter_weights(source):
+                writer.write(name, tensor)
+                if progress is not None:
+                    progress(tensor.numel() * tensor.element_size())
+        finally:
+            writer.close()
+        _attach_weights(traced, writer.offsets, tmp)
+        proto = _cleanup(ir.serde.serialize_model(traced))
+        total = sum(length for _, length in writer.offsets.values())
+        onnx_path = tmp / ONNX_NAME
+        if total <= INLINE_LIMIT:
+            onnx.load_external_data_for_model(proto, str(tmp))
+            (tmp / DATA_NAME).unlink()
+            onnx.save_model(proto, str(onnx_path))
+        else:
+            onnx.save_model(proto, str(onnx_path))
+        try:
+            onnx.checker.check_model(str(onnx_path))
+        except onnx.checker.ValidationError as e:
+            raise ExportError(f"{onnx_path}: onnx.checker rejected the exported graph: {e}") from e
+        manifest = build_manifest(ckpt, cfg, model, options, tmp, proto)
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return ExportResult(Path(out_dir), manifest, time.time() - t0)

@@ -1,0 +1,1 @@
+"""The Qwen3-family layers, built in PyTorch from a ModelConfig and traced to ONNX."""

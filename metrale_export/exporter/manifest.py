@@ -1,0 +1,72 @@
+"""``manifest.json`` of an export: the model, the formats, the layers, every metrale op, the graph's
+inputs and outputs, and the hash of every file.
+
+Invariants: deterministic (no timestamps, sorted keys), so identical exports have identical
+manifests; ``ops`` lists each metrale node with its attributes as written in the graph.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+import onnx
+
+from ..ops.onnx_translation import DOMAIN
+from .writer import sha256_file
+
+
+def node_attributes(node: onnx.NodeProto) -> dict:
+    out = {}
+    for a in node.attribute:
+        v = onnx.helper.get_attribute_value(a)
+        out[a.name] = v.decode() if isinstance(v, bytes) else v
+    return out
+
+
+def metrale_ops(graph: onnx.GraphProto) -> list[dict]:
+    return [{"op_type": n.op_type, **node_attributes(n)} for n in graph.node if n.domain == DOMAIN]
+
+
+def _value_info(v: onnx.ValueInfoProto) -> dict:
+    t = v.type.tensor_type
+    dims = [d.dim_param or d.dim_value for d in t.shape.dim]
+    return {"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": dims}
+
+
+def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto) -> dict:
+    from .. import __version__
+
+    ops = metrale_ops(proto.graph)
+    counts = Counter(f"{o['op_type']}/{o['family']}/{o['activation_format']}" for o in ops)
+    config_hash = hashlib.sha256((ckpt.root / "config.json").read_bytes()).hexdigest()
+    req = options.request
+    return {
+        "format_version": 1,
+        "producer": f"metrale-export {__version__}",
+        "model": {
+            "architecture": cfg.architecture,
+            "checkpoint": str(Path(ckpt.root).name),
+            "config_sha256": config_hash,
+            "num_hidden_layers": cfg.num_hidden_layers,
+            "hidden_size": cfg.hidden_size,
+            "vocab_size": cfg.vocab_size,
+            "num_key_value_heads": cfg.num_key_value_heads,
+            "head_dim": cfg.head_dim,
+        },
+        "weight_quantization": {
+            "format": req.weight,
+            "group_size": req.group_size if req.weight == "w4a16" else None,
+            "w8a8_weight_scales": req.w8a8_weight_scales if req.weight == "w8a8" else None,
+            "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
+            "lm_head": req.quantize_lm_head,
+        },
+        "dtype": options.dtype,
+        "layers": model.layer_ids,
+        "op_counts": dict(sorted(counts.items())),
+        "ops": ops,
+        "inputs": [_value_info(v) for v in proto.graph.input],
+        "outputs": [_value_info(v) for v in proto.graph.output],
+        "files": {p.name: sha256_file(p) for p in sorted(out_dir.iterdir()) if p.is_file()},
+    }

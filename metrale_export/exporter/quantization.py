@@ -1,0 +1,132 @@
+"""Weight quantization requested on the command line, applied to float checkpoint weights.
+
+``FloatSource`` turns a projection of a bf16/fp16/fp32 checkpoint into a ``ProjSpec`` (before any
+data is read) and, when asked, into the contract's tensors (round-to-nearest quantization). Sources
+for checkpoints that are already quantized live in ``exporter/formats/`` and follow the same two
+methods. Invariants: the spec alone fixes shapes and dtypes; ``load`` returns exactly the spec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..errors import CheckpointError, InputError
+from ..ops import w4a4, w4a16, w8a8
+from ..ops.numerics import FP8_BLOCK, NVFP4_BLOCK
+from .checkpoint import Checkpoint
+from .projection import DEFAULT_ACTIVATION, ProjSpec
+
+WEIGHT_FORMATS = ("none", "w4a16", "w8a8", "w4a4")
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class QuantRequest:
+    """The --weight-quantization family of options."""
+
+    weight: str = "none"
+    group_size: int = 128
+    symmetric: bool = True
+    w8a8_weight_scales: str = "channel"
+    w8a8_activation_scales: str = "row"
+    quantize_lm_head: bool = False
+
+    def __post_init__(self):
+        if self.weight not in WEIGHT_FORMATS:
+            raise InputError(f"--weight-quantization: expected one of {', '.join(WEIGHT_FORMATS)}, found {self.weight!r}")
+        if self.group_size not in w4a16.GROUP_SIZES:
+            raise InputError(f"--group-size: expected one of {w4a16.GROUP_SIZES}, found {self.group_size}")
+        if self.w8a8_weight_scales not in w8a8.WEIGHT_SCALE_GRANULARITIES:
+            raise InputError(f"--w8a8-weight-scales: expected channel or block128, found {self.w8a8_weight_scales!r}")
+        if self.w8a8_activation_scales not in w8a8.ACT_SCALE_GRANULARITIES:
+            raise InputError(f"--w8a8-activation-scales: expected row or row_block128, found {self.w8a8_activation_scales!r}")
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+class FloatSource:
+    """Projections of a float checkpoint, quantized on the way as ``request`` says."""
+
+    def __init__(self, checkpoint: Checkpoint, request: QuantRequest):
+        self.checkpoint = checkpoint
+        self.request = request
+
+    def kind_for(self, family: str) -> str:
+        if family == "head" and not self.request.quantize_lm_head:
+            return "none"
+        return self.request.weight
+
+    def spec(self, name: str, n: int, k: int, family: str, bias: bool = False,
+             weight_name: str | None = None) -> ProjSpec:
+        """Check the checkpoint's header for ``name``.weight and return the projection's spec."""
+        ckpt = self.checkpoint
+        weight_name = weight_name or f"{name}.weight"
+        ckpt.expect(weight_name, (n, k), FLOAT_DTYPES)
+        if bias:
+            ckpt.expect(f"{name}.bias", (n,), FLOAT_DTYPES)
+        kind = self.kind_for(family)
+        req = self.request
+        f32, i8 = torch.float32, torch.int8
+        tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]
+        attrs: dict[str, object] = {}
+        if kind == "none":
+            tensors = {"weight": ((n, k), f32)}
+        elif kind == "w4a16":
+            if k % req.group_size:
+                raise InputError(
+                    f"{weight_name}: --group-size {req.group_size} does not divide K={k}; "
+                    f"use a group size that divides {k}"
+                )
+            g = k // req.group_size
+            tensors = {"weight": ((n, k // 2), i8), "weight_scale": ((n, g), f32)}
+            if not req.symmetric:
+                tensors["zero_point"] = ((n, g), i8)
+            attrs = {"group_size": req.group_size}
+        elif kind == "w8a8":
+            ws = (n,) if req.w8a8_weight_scales == "channel" else (_ceil_div(n, FP8_BLOCK), _ceil_div(k, FP8_BLOCK))
+            tensors = {"weight": ((n, k), i8), "weight_scale": (ws, f32)}
+            attrs = {"weight_scale_granularity": req.w8a8_weight_scales,
+                     "activation_scale_granularity": req.w8a8_activation_scales}
+        elif kind == "w4a4":
+            if k % NVFP4_BLOCK:
+                raise InputError(f"{weight_name}: NVFP4 needs K to be a multiple of 16, found K={k}")
+            tensors = {"weight": ((n, k // 2), i8), "weight_scale": ((n, k // NVFP4_BLOCK), i8),
+                       "weight_global_scale": ((1,), f32)}
+        else:
+            raise InputError(f"unknown weight quantization {kind!r}")
+        if bias:
+            tensors["bias"] = ((n,), f32)
+        if kind != "none":
+            attrs["activation_format"] = DEFAULT_ACTIVATION[kind]
+        return ProjSpec(name=name, kind=kind, n=n, k=k, family=family, tensors=tensors,
+                        attrs=attrs, source=weight_name)
+
+    def load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
+        """Read the float weight of ``spec`` and quantize it to the spec's tensors."""
+        weight_name = spec.source
+        w = self.checkpoint.get(weight_name).to(torch.float32)
+        if not torch.isfinite(w).all():
+            raise CheckpointError(f"{self.checkpoint.root}: tensor {weight_name!r} holds NaN or infinite values")
+        out: dict[str, torch.Tensor]
+        if spec.kind == "none":
+            out = {"weight": w}
+        elif spec.kind == "w4a16":
+            q = w4a16.quantize(w, int(spec.attrs["group_size"]), symmetric="zero_point" not in spec.tensors)
+            out = {"weight": q.weight, "weight_scale": q.weight_scale}
+            if q.zero_point is not None:
+                out["zero_point"] = q.zero_point
+        elif spec.kind == "w8a8":
+            q = w8a8.quantize(w, str(spec.attrs["weight_scale_granularity"]))
+            out = {"weight": q.weight, "weight_scale": q.weight_scale}
+        else:
+            q = w4a4.quantize(w)
+            out = {"weight": q.weight, "weight_scale": q.weight_scale,
+                   "weight_global_scale": q.weight_global_scale}
+        if "bias" in spec.tensors:
+            out["bias"] = self.checkpoint.get(f"{spec.name}.bias").to(torch.float32)
+        spec.check(out)
+        return out
