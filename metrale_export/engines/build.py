@@ -37,6 +37,14 @@ MANIFEST_VERSION = 1
 LOWERINGS = ("plugin", "qdq")
 
 
+class UsageConflict(InputError):
+    """Options that cannot go together; ``param`` names the option to blame (the CLI's hint)."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
 @dataclass
 class BuildOptions:
     """Everything a build depends on besides the source graph."""
@@ -66,7 +74,7 @@ EVENTS = ("plan", "skip", "build", "built")
 
 
 def resolve_lowering(backend: str, lowering: str | None, plugins: Path | None, has_ops: bool):
-    """The lowering to use, or a usage conflict as (None, reason)."""
+    """The lowering to use, or ``(None, reason)`` for a usage conflict."""
     if lowering is not None and lowering not in LOWERINGS:
         return None, f"--lowering {lowering!r}: expected one of {', '.join(LOWERINGS)}"
     chosen = lowering or ("plugin" if plugins else "qdq")
@@ -224,7 +232,7 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
             raise backends.BackendMissing(backends.missing_message(None))
     chosen, conflict = resolve_lowering(backend_name, options.lowering, options.plugins, bool(ops))
     if chosen is None:
-        raise InputError(conflict)
+        raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
     backend = backends.activate(backend_name)
     inputs = _input_shapes(model)
 
@@ -244,7 +252,7 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
 
     source_sha = _sha256_files(source.files)
     if options.plugins and not Path(options.plugins).is_file():
-        raise InputError(f"--plugins {options.plugins}: no such file")
+        raise UsageConflict(f"{options.plugins}: no such file", "--plugins")
     plugin_sha = sha256_file(options.plugins) if options.plugins and chosen == "plugin" else None
     timing_cache = None
     if not backend.is_rtx:  # TensorRT-RTX times no tactics when it builds on the CPU
