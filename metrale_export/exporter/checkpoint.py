@@ -2,8 +2,13 @@
 ``model.safetensors.index.json``.
 
 Invariants:
-- Only headers are read up front; a tensor's data is read when ``get`` asks for it, one at a time.
-- Every failure is a ``CheckpointError`` naming the file (and tensor) and what was expected.
+- Only headers are read up front; a tensor's data is read when ``get`` asks for it, one at a time,
+  with plain positioned reads into a buffer of the header's size (no memory map, so the pages of a
+  shard do not stay resident: peak memory is the largest tensor, not the largest shard).
+- Headers are untrusted: every number is checked against the file's real size before anything is
+  allocated, so a hostile header cannot make the reader allocate more than the file holds.
+- Every failure is a ``CheckpointError`` naming the file (and tensor) and what was expected; no
+  other exception escapes ``open`` or ``get`` for any file content.
 - Shapes and dtypes come from headers, so they can be validated before any data is read.
 """
 
@@ -15,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
 
 from ..errors import CheckpointError, ConfigError
 
@@ -23,6 +27,9 @@ INDEX_NAME = "model.safetensors.index.json"
 SINGLE_NAME = "model.safetensors"
 # A safetensors header larger than this is refused before it is read (safetensors' own limit).
 MAX_HEADER_BYTES = 100 * 1024 * 1024
+# No real tensor has more dimensions or a larger dimension; refused before any arithmetic on them.
+MAX_NDIM = 8
+MAX_DIM = 1 << 48
 
 _DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -38,10 +45,18 @@ class TensorInfo:
     dtype: torch.dtype
     shape: tuple[int, ...]
     nbytes: int
+    offset: int = 0  # absolute byte offset of the data in ``file``
 
 
-def _read_header(path: Path) -> dict:
-    """Parse and check a safetensors header without trusting its numbers."""
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _read_header(path: Path) -> tuple[dict, int]:
+    """Parse and check a safetensors header without trusting its numbers.
+
+    Returns the header and the absolute offset of the data section.
+    """
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -53,34 +68,46 @@ def _read_header(path: Path) -> dict:
                 raise CheckpointError(
                     f"{path}: corrupt safetensors header: it claims {n} header bytes in a file of {size} bytes"
                 )
-            header = json.loads(f.read(n))
+            text = f.read(n)
+        header = json.loads(text)
     except CheckpointError:
         raise
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise CheckpointError(f"{path}: not a readable safetensors file ({e})") from e
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise CheckpointError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e})"[:2000]) from e
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header: expected a JSON object")
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict):
+        raise CheckpointError(f"{path}: corrupt safetensors header: '__metadata__' is not an object")
     data_len = size - 8 - n
     spans = []
     for name, entry in header.items():
         if name == "__metadata__":
             continue
-        try:
-            dtype, shape = entry["dtype"], [int(d) for d in entry["shape"]]
-            start, end = (int(o) for o in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise CheckpointError(f"{path}: tensor {name!r}: malformed header entry {entry!r}") from e
-        if dtype not in _DTYPES:
-            raise CheckpointError(f"{path}: tensor {name!r}: unsupported dtype {dtype!r}")
+        where = f"{path}: tensor {name!r}"
+        if not isinstance(entry, dict) or set(entry) - {"dtype", "shape", "data_offsets"}:
+            raise CheckpointError(f"{where}: malformed header entry (expected dtype, shape, data_offsets): {entry!r}"[:500])
+        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if not isinstance(dtype, str) or dtype not in _DTYPES:
+            raise CheckpointError(
+                f"{where}: unsupported dtype {dtype!r}"[:300] + f"; expected one of {', '.join(_DTYPES)}"
+            )
+        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d) for d in shape):
+            raise CheckpointError(f"{where}: malformed shape {shape!r}: expected a list of at most {MAX_NDIM} integers"[:400])
         if any(d < 0 for d in shape):
-            raise CheckpointError(f"{path}: tensor {name!r}: negative dimension in shape {shape}")
+            raise CheckpointError(f"{where}: negative dimension in shape {shape}")
+        if any(d > MAX_DIM for d in shape):
+            raise CheckpointError(f"{where}: absurd shape {shape}: a dimension exceeds 2^48")
+        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
+            raise CheckpointError(f"{where}: malformed data_offsets {offsets!r}: expected [start, end] integers"[:400])
         numel = 1
         for d in shape:
             numel *= d
         nbytes = numel * _DTYPES[dtype].itemsize
+        start, end = offsets
         if not 0 <= start <= end <= data_len or end - start != nbytes:
             raise CheckpointError(
-                f"{path}: tensor {name!r}: data offsets [{start}, {end}) do not hold a {dtype} tensor of "
+                f"{where}: data offsets [{start}, {end}) do not hold a {dtype} tensor of "
                 f"shape {shape} ({nbytes} bytes) inside the {data_len} data bytes"
             )
         spans.append((start, end, name))
@@ -88,7 +115,7 @@ def _read_header(path: Path) -> dict:
     for (s0, e0, n0), (s1, e1, n1) in zip(spans, spans[1:]):
         if s1 < e0:
             raise CheckpointError(f"{path}: tensors {n0!r} and {n1!r} overlap in the file")
-    return header
+    return header, 8 + n
 
 
 class Checkpoint:
@@ -98,9 +125,8 @@ class Checkpoint:
         self.root = root
         self.config = config
         self._infos: dict[str, TensorInfo] = {}
-        self._handles: dict[Path, object] = {}
         for file in files:
-            header = _read_header(file)
+            header, data_start = _read_header(file)
             for name, entry in header.items():
                 if name == "__metadata__":
                     continue
@@ -108,7 +134,7 @@ class Checkpoint:
                     raise CheckpointError(f"{file}: tensor {name!r} is also in {self._infos[name].file}")
                 start, end = entry["data_offsets"]
                 self._infos[name] = TensorInfo(name, file, _DTYPES[entry["dtype"]],
-                                               tuple(int(d) for d in entry["shape"]), end - start)
+                                               tuple(entry["shape"]), end - start, data_start + start)
 
     @classmethod
     def open(cls, path: str | Path) -> "Checkpoint":
@@ -119,7 +145,7 @@ class Checkpoint:
         if path.is_dir():
             root = path
             if (path / INDEX_NAME).exists():
-                files = _files_from_index(path / INDEX_NAME)
+                return cls._from_index(path / INDEX_NAME)
             elif (path / SINGLE_NAME).exists():
                 files = [path / SINGLE_NAME]
             else:
@@ -129,7 +155,7 @@ class Checkpoint:
                         f"{path}: no {INDEX_NAME}, {SINGLE_NAME} or *.safetensors file in this directory"
                     )
         elif path.name.endswith(".index.json"):
-            root, files = path.parent, _files_from_index(path)
+            return cls._from_index(path)
         elif path.suffix == ".safetensors":
             root, files = path.parent, [path]
         else:
@@ -138,6 +164,19 @@ class Checkpoint:
                 f"{INDEX_NAME}, found a file of another kind"
             )
         return cls(root, files, _read_config(root))
+
+    @classmethod
+    def _from_index(cls, index: Path) -> "Checkpoint":
+        weight_map = _read_index(index)
+        files = sorted({index.parent / f for f in weight_map.values()})
+        ckpt = cls(index.parent, files, _read_config(index.parent))
+        for name, shard in sorted(weight_map.items()):
+            info = ckpt._infos.get(name)
+            if info is None:
+                raise CheckpointError(f"{index}: names tensor {name!r} in {shard}, which does not hold it")
+            if info.file.name != shard:
+                raise CheckpointError(f"{index}: names tensor {name!r} in {shard}, found it in {info.file.name}")
+        return ckpt
 
     @property
     def files(self) -> list[Path]:
@@ -161,15 +200,24 @@ class Checkpoint:
         return sum(i.nbytes for i in self._infos.values())
 
     def get(self, name: str) -> torch.Tensor:
-        """Read one tensor from disk."""
+        """Read one tensor from disk (a positioned read into a fresh buffer of the header's size)."""
         info = self.info(name)
-        handle = self._handles.get(info.file)
+        t = torch.empty(info.shape, dtype=info.dtype)
+        if info.nbytes == 0:
+            return t
+        raw = t.reshape(-1).view(torch.uint8).numpy()
         try:
-            if handle is None:
-                handle = self._handles[info.file] = safe_open(str(info.file), framework="pt")
-            return handle.get_tensor(name)
-        except Exception as e:  # safetensors raises its own error types
+            with info.file.open("rb") as f:
+                f.seek(info.offset)
+                got = f.readinto(memoryview(raw))
+        except OSError as e:
             raise CheckpointError(f"{info.file}: tensor {name!r} could not be read ({e})") from e
+        if got != info.nbytes:
+            raise CheckpointError(
+                f"{info.file}: tensor {name!r}: expected {info.nbytes} bytes at offset {info.offset}, "
+                f"read {got} (was the file truncated after it was opened?)"
+            )
+        return t
 
     def expect(self, name: str, shape: tuple[int, ...], dtypes: tuple[torch.dtype, ...] | None = None,
                hint: str = "") -> TensorInfo:
@@ -187,16 +235,25 @@ class Checkpoint:
         return info
 
 
-def _files_from_index(index: Path) -> list[Path]:
+def _read_index(index: Path) -> dict[str, str]:
+    """The index's weight map (tensor -> shard file name), checked: every shard a plain file name
+    in the index's directory that exists."""
     try:
         weight_map = json.loads(index.read_text())["weight_map"]
-        files = sorted({index.parent / f for f in weight_map.values()})
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
         raise CheckpointError(f"{index}: not a readable safetensors index (expected a 'weight_map' object): {e}") from e
-    for f in files:
-        if not f.exists():
-            raise CheckpointError(f"{index}: names shard {f.name}, which does not exist in {index.parent}")
-    return files
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: 'weight_map' must be a non-empty object of tensor name -> shard file")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or Path(shard).name != shard or shard in (".", ".."):
+            raise CheckpointError(
+                f"{index}: tensor {name!r}: shard {shard!r} is not a file name in {index.parent} "
+                "(paths outside the checkpoint directory are refused)"
+            )
+    for shard in sorted(set(weight_map.values())):
+        if not (index.parent / shard).is_file():
+            raise CheckpointError(f"{index}: names shard {shard}, which does not exist in {index.parent}")
+    return weight_map
 
 
 def _read_config(root: Path) -> dict:
