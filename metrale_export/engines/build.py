@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -213,7 +214,10 @@ def _build_one(backend: backends.Backend, onnx_path: Path, shapes: tuple[Profile
         config = CreateConfigRTX(profiles=trt_profiles, compute_capabilities=list(options.rtx_targets))
     else:
         config = CreateConfig(profiles=trt_profiles, load_timing_cache=cache)
-    return EngineBytesFromNetwork(network, config=config, save_timing_cache=cache)()
+    with warnings.catch_warnings():
+        # Polygraphy sets a timing cache even without one; TensorRT-RTX deprecates the call.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return EngineBytesFromNetwork(network, config=config, save_timing_cache=cache)()
 
 
 def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions,

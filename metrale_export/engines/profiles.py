@@ -127,7 +127,10 @@ class ProfileShapes:
     def as_json(self) -> dict:
         return {
             "name": self.name,
-            "shapes": {k: {"min": v[0], "opt": v[1], "max": v[2]} for k, v in self.shapes.items()},
+            "shapes": {
+                k: {"min": list(v[0]), "opt": list(v[1]), "max": list(v[2])}
+                for k, v in self.shapes.items()
+            },
         }
 
 

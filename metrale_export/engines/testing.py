@@ -140,3 +140,80 @@ def reference(chain: Chain, x: torch.Tensor, formats: dict[str, str] | None = No
             h = w4a4.proj(h, wts["weight"], wts["weight_scale"], wts["weight_global_scale"],
                           wts["input_scale"], wts["bias"], fmt)
     return h
+
+
+def model_graph(hidden: int = 64, vocab: int = 96, kv_heads: int = 2, head_dim: int = 16,
+                layers: int = 1, seed: int = 0) -> onnx.ModelProto:
+    """A toy graph with the exported model's interface (docs/engines.md) and metrale projections.
+
+    ``input_ids``/``position_ids`` [batch, seq] -> embedding (+ position) -> per layer a W4A16Proj
+    ``k`` projection appended to ``past_key.i`` and a W8A8Proj ``v`` projection appended to
+    ``past_value.i`` -> a W4A4Proj head -> ``logits`` [batch, seq, vocab]. Every projection sees
+    M = batch * seq rows, as in a real export.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    nodes, inits = [], []
+
+    def const(name, arr):
+        inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def node(op, inputs, output, **attrs):
+        nodes.append(helper.make_node(op, inputs, [output], name=output, **attrs))
+        return output
+
+    kv = kv_heads * head_dim
+    emb = const("embed.weight", (torch.randn(vocab, hidden, generator=gen) * 0.5).numpy())
+    h = node("Gather", [emb, "input_ids"], "embed")
+    pos = node("Cast", ["position_ids"], "pos_f", to=TensorProto.FLOAT)
+    pos = node("Unsqueeze", [pos, const("axes_2", np.array([2], np.int64))], "pos_u")
+    h = node("Add", [h, node("Mul", [pos, const("pos_scale", np.float32(1e-3))], "pos_s")], "h0")
+    bs = node("Slice", [node("Shape", ["input_ids"], "ids_shape"), const("zero1", np.array([0], np.int64)),
+                        const("two1", np.array([2], np.int64))], "batch_seq")
+    rows = node("Reshape", [h, const("rows_shape", np.array([-1, hidden], np.int64))], "rows")
+
+    def proj(op_type, x, n, k, key, family):
+        chain = projection_graph(k, [Proj(op_type, n, family=family)], seed=seed + len(nodes))
+        (n_,) = chain.model.graph.node
+        for t in chain.model.graph.initializer:
+            t.name = t.name.replace("layers.0", key)
+            inits.append(t)
+        n_.input[0] = x
+        for i in range(1, len(n_.input)):
+            n_.input[i] = n_.input[i].replace("layers.0", key)
+        n_.output[0] = f"{key}.out"
+        n_.name = key
+        for a in n_.attribute:
+            if a.name == "name":
+                a.s = key.encode()
+        nodes.append(n_)
+        return n_.output[0]
+
+    bshk = node("Concat", [bs, const("kv_tail", np.array([kv_heads, head_dim], np.int64))], "bshk", axis=0)
+    outputs = []
+    for i in range(layers):
+        for which, op_type in (("key", "W4A16Proj"), ("value", "W8A8Proj")):
+            y = proj(op_type, rows, kv, hidden, f"layers.{i}.attn.{which[0]}_proj", "attn")
+            y = node("Reshape", [y, bshk], f"{which}{i}_bshd")
+            y = node("Transpose", [y], f"{which}{i}_bhsd", perm=[0, 2, 1, 3])
+            node("Concat", [f"past_{which}.{i}", y], f"present_{which}.{i}", axis=2)
+            outputs.append(f"present_{which}.{i}")
+    logits = proj("W4A4Proj", rows, vocab, hidden, "lm_head", "head")
+    bsv = node("Concat", [bs, const("vocab1", np.array([vocab], np.int64))], "bsv", axis=0)
+    node("Reshape", [logits, bsv], "logits")
+    inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"])
+              for n in ("input_ids", "position_ids")]
+    cache = ["batch", kv_heads, "past", head_dim]
+    present = ["batch", kv_heads, "past_plus_seq", head_dim]
+    for i in range(layers):
+        inputs += [helper.make_tensor_value_info(f"past_{w}.{i}", TensorProto.FLOAT, cache)
+                   for w in ("key", "value")]
+    outs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", vocab])]
+    outs += [helper.make_tensor_value_info(o, TensorProto.FLOAT, present) for o in outputs]
+    graph = helper.make_graph(nodes, "metrale_toy_model", inputs, outs, inits)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", 1)],
+        producer_name="metrale-export-tests",
+    )
+    model.ir_version = 10
+    return model

@@ -1,0 +1,139 @@
+"""Real engines from the qdq lowering, built by TensorRT-RTX on this CPU-only machine for SM 8.9.
+
+TensorRT-RTX's parser and builder check every lowered graph and every profile; the engines cannot
+run here (no GPU), so the checks are: the build succeeds, the files and the manifest say what was
+built, reruns skip unchanged engines, and failures carry TensorRT's own message.
+"""
+
+import hashlib
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from metrale_export.engines import backends
+from metrale_export.engines.build import BuildOptions, build_engines
+from metrale_export.engines.policy import parse_policy
+from metrale_export.engines.profiles import parse_profiles
+from metrale_export.engines.testing import Proj, model_graph, projection_graph
+from metrale_export.errors import BuildError, InputError
+
+_found = backends.available()
+pytestmark = pytest.mark.skipif(
+    _found["tensorrt-rtx"] is None,
+    reason=f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}",
+)
+
+
+def _options(spec="1,2-8,9-32,33-128", policy="declared", **kw):
+    return BuildOptions(parse_profiles(spec), parse_policy(policy), backend="tensorrt-rtx",
+                        lowering="qdq", **kw)
+
+
+def _events(log):
+    return lambda event, rows, details: log.append((event, rows.label))
+
+
+@pytest.fixture
+def chain_path(tmp_path):
+    chain = projection_graph(128, [Proj("W4A16Proj", 96, family="attn"),
+                                   Proj("W8A8Proj", 64, bias=True, options={"granularity": "block128"}),
+                                   Proj("W4A4Proj", 48, family="head")], seed=11)
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain.model, path)
+    return path
+
+
+def test_one_engine_per_profile_then_rerun_skips(chain_path, tmp_path):
+    out = tmp_path / "engines"
+    log = []
+    manifest = build_engines(chain_path, out, _options(), _events(log))
+    assert [e for e in log if e[0] == "built"] == [("built", l) for l in ("1", "2-8", "9-32", "33-128")]
+    assert manifest["backend"] == {"name": "tensorrt-rtx", "version": _found["tensorrt-rtx"],
+                                   "targets": ["8.9"]}
+    assert manifest["row_invariance"]["promised"] is False  # qdq promises nothing
+    on_disk = json.loads((out / "manifest.json").read_text())
+    assert on_disk == manifest
+    for entry in manifest["engines"]:
+        data = (out / entry["file"]).read_bytes()
+        assert len(data) == entry["bytes"] > 10_000
+        assert hashlib.sha256(data).hexdigest() == entry["sha256"]
+        assert entry["formats"] == {"layers.0.attn.w4a16proj": "bf16",
+                                    "layers.1.ffn.w8a8proj": "fp8", "layers.2.head.w4a4proj": "nvfp4"}
+        (only,) = entry["optimization_profiles"]
+        assert only["shapes"]["x"]["min"] == [entry["rows"]["lo"], 128]
+        assert only["shapes"]["x"]["max"] == [entry["rows"]["hi"], 128]
+    # Fixed formats: one lowered graph serves every profile.
+    assert len({e["onnx"] for e in manifest["engines"]}) == 1
+    assert not list(out.rglob(".*.tmp-*"))
+
+    log.clear()
+    again = build_engines(chain_path, out, _options(), _events(log))
+    assert log == [("skip", l) for l in ("1", "2-8", "9-32", "33-128")]
+    assert again["engines"] == manifest["engines"]
+
+    # A new profile set: kept ranges skip, new ones build, dropped ones are removed.
+    log.clear()
+    build_engines(chain_path, out, _options("1,2-8,9-64"), _events(log))
+    assert log == [("skip", "1"), ("skip", "2-8"), ("build", "9-64"), ("built", "9-64")]
+    assert sorted(p.name for p in (out / "engines").iterdir()) == \
+        ["rows-1.engine", "rows-2-8.engine", "rows-9-64.engine"]
+
+
+def test_changed_inputs_rebuild(chain_path, tmp_path):
+    out = tmp_path / "engines"
+    build_engines(chain_path, out, _options("2-8"))
+    log = []
+    build_engines(chain_path, out, _options("2-8", policy="bf16"), _events(log))  # formats changed
+    assert log == [("build", "2-8"), ("built", "2-8")]
+    model = onnx.load(chain_path)
+    bias = next(t for t in model.graph.initializer if t.name.endswith(".bias"))
+    bias.CopyFrom(onnx.numpy_helper.from_array(np.ones(64, np.float32), bias.name))
+    onnx.save(model, chain_path)
+    log.clear()
+    build_engines(chain_path, out, _options("2-8", policy="bf16"), _events(log))  # source changed
+    assert log == [("build", "2-8"), ("built", "2-8")]
+
+
+def test_model_interface_gets_decode_and_prefill_profiles(tmp_path):
+    path = tmp_path / "model.onnx"
+    onnx.save(model_graph(layers=2), path)
+    manifest = build_engines(path, tmp_path / "out", _options("1,2-8,9-32,33-128,129-512",
+                                                              policy="adaptive", max_context=512))
+    engines = {e["label"]: e for e in manifest["engines"]}
+    assert [p["name"] for p in engines["1"]["optimization_profiles"]] == ["decode"]
+    decode, prefill = engines["129-512"]["optimization_profiles"]
+    assert decode["shapes"]["input_ids"]["max"] == [512, 1]
+    assert prefill["shapes"]["input_ids"]["max"] == [1, 512]
+    assert prefill["shapes"]["past_key.1"]["max"] == [1, 2, 512, 16]
+    # adaptive: bf16 up to 32 rows, the native formats above; and no row-invariance promise.
+    assert engines["9-32"]["formats"]["layers.0.attn.v_proj"] == "bf16"
+    assert engines["33-128"]["formats"]["layers.0.attn.v_proj"] == "fp8"
+    assert engines["33-128"]["formats"]["lm_head"] == "nvfp4"
+    assert len({e["onnx"] for e in manifest["engines"]}) == 2
+
+
+def test_refusal_happens_before_any_build(chain_path, tmp_path):
+    with pytest.raises(InputError, match=r"fp8 activations with int4 weights \(W4A16Proj\)"):
+        build_engines(chain_path, tmp_path / "out", _options(policy="fp8"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_tensorrt_message_reaches_the_error(tmp_path):
+    # FP4 weights cannot be compiled for SM 8.9: TensorRT-RTX says so, and the error shows it.
+    codes = np.arange(64 * 32, dtype=np.uint8).reshape(64, 32) % 16
+    packed = (codes.reshape(-1)[0::2] | (codes.reshape(-1)[1::2] << 4)).astype(np.uint8)
+    w = onnx.helper.make_tensor("w", onnx.TensorProto.FLOAT4E2M1, [64, 32], packed.tobytes(), raw=True)
+    s = onnx.numpy_helper.from_array(np.ones((4, 32), np.float32), "s")
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("DequantizeLinear", ["w", "s"], ["wd"], axis=0, block_size=16),
+         onnx.helper.make_node("MatMul", ["x", "wd"], ["y"])],
+        "fp4", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["M", 64])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["M", 32])], [w, s])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 23)])
+    model.ir_version = 11
+    onnx.save(model, tmp_path / "fp4.onnx")
+    with pytest.raises(BuildError, match=r"rows 1-4: tensorrt-rtx .* could not build(.|\n)*fp4"):
+        build_engines(tmp_path / "fp4.onnx", tmp_path / "out", _options("1-4"))
+    assert not list((tmp_path / "out").glob("engines/*"))
