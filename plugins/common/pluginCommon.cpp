@@ -104,17 +104,16 @@ int32_t activationDType(nvinfer1::DataType type)
 }
 
 FieldReader::FieldReader(
-    nvinfer1::PluginFieldCollection const* fc, char const* op, std::initializer_list<char const*> known)
+    nvinfer1::PluginFieldCollection const* fc, std::initializer_list<char const*> known)
     : mFc(fc)
-    , mOp(op)
 {
-    METRALE_REQUIRE(fc != nullptr, mOp, ": the plugin field collection is null");
-    METRALE_REQUIRE(fc->nbFields >= 0 && (fc->nbFields == 0 || fc->fields != nullptr), mOp,
-        ": the plugin field collection has ", fc->nbFields, " fields but no field array");
+    METRALE_REQUIRE(fc != nullptr, "the plugin field collection is null");
+    METRALE_REQUIRE(fc->nbFields >= 0 && (fc->nbFields == 0 || fc->fields != nullptr), 
+        "the plugin field collection has ", fc->nbFields, " fields but no field array");
     for (int32_t i = 0; i < fc->nbFields; ++i)
     {
         char const* name = fc->fields[i].name;
-        METRALE_REQUIRE(name != nullptr, mOp, ": plugin field ", i, " has no name");
+        METRALE_REQUIRE(name != nullptr, "plugin field ", i, " has no name");
         bool isKnown = false;
         for (char const* k : known)
         {
@@ -127,12 +126,12 @@ FieldReader::FieldReader(
             {
                 expected += expected.empty() ? k : cat(", ", k);
             }
-            throw PluginError(cat(mOp, ": unknown field '", name, "'; expected fields: ", expected,
+            throw PluginError(cat("unknown field '", name, "'; expected fields: ", expected,
                 " (docs/ops.md, the metrale op contract version ", kPLUGIN_VERSION, ")"));
         }
         for (int32_t j = 0; j < i; ++j)
         {
-            METRALE_REQUIRE(std::strcmp(fc->fields[j].name, name) != 0, mOp, ": field '", name, "' is given twice");
+            METRALE_REQUIRE(std::strcmp(fc->fields[j].name, name) != 0, "field '", name, "' is given twice");
         }
     }
 }
@@ -152,7 +151,7 @@ nvinfer1::PluginField const* FieldReader::find(char const* name) const
 int32_t FieldReader::toInt(nvinfer1::PluginField const& field) const
 {
     using nvinfer1::PluginFieldType;
-    METRALE_REQUIRE(field.data != nullptr && field.length == 1, mOp, ": field '", field.name,
+    METRALE_REQUIRE(field.data != nullptr && field.length == 1, "field '", field.name,
         "': expected one integer, found length ", field.length, field.data == nullptr ? " and no data" : "");
     int64_t value = 0;
     switch (field.type)
@@ -162,19 +161,19 @@ int32_t FieldReader::toInt(nvinfer1::PluginField const& field) const
     case PluginFieldType::kINT16: value = *static_cast<int16_t const*>(field.data); break;
     case PluginFieldType::kINT8: value = *static_cast<int8_t const*>(field.data); break;
     default:
-        throw PluginError(cat(mOp, ": field '", field.name, "': expected kINT32, found PluginFieldType ",
+        throw PluginError(cat("field '", field.name, "': expected kINT32, found PluginFieldType ",
             static_cast<int32_t>(field.type)));
     }
     METRALE_REQUIRE(value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max(),
-        mOp, ": field '", field.name, "': ", value, " does not fit in int32");
+        "field '", field.name, "': ", value, " does not fit in int32");
     return static_cast<int32_t>(value);
 }
 
 std::string FieldReader::toString(nvinfer1::PluginField const& field) const
 {
-    METRALE_REQUIRE(field.type == nvinfer1::PluginFieldType::kCHAR, mOp, ": field '", field.name,
+    METRALE_REQUIRE(field.type == nvinfer1::PluginFieldType::kCHAR, "field '", field.name,
         "': expected kCHAR, found PluginFieldType ", static_cast<int32_t>(field.type));
-    METRALE_REQUIRE(field.length >= 0 && (field.length == 0 || field.data != nullptr), mOp, ": field '", field.name,
+    METRALE_REQUIRE(field.length >= 0 && (field.length == 0 || field.data != nullptr), "field '", field.name,
         "': bad string length ", field.length);
     if (field.length == 0)
     {
@@ -193,7 +192,7 @@ std::string FieldReader::toString(nvinfer1::PluginField const& field) const
 int32_t FieldReader::getInt(char const* name) const
 {
     nvinfer1::PluginField const* field = find(name);
-    METRALE_REQUIRE(field != nullptr, mOp, ": required field '", name, "' (kINT32) is missing");
+    METRALE_REQUIRE(field != nullptr, "required field '", name, "' (kINT32) is missing");
     return toInt(*field);
 }
 
@@ -206,7 +205,7 @@ int32_t FieldReader::getInt(char const* name, int32_t defaultValue) const
 std::string FieldReader::getString(char const* name) const
 {
     nvinfer1::PluginField const* field = find(name);
-    METRALE_REQUIRE(field != nullptr, mOp, ": required field '", name, "' (kCHAR) is missing");
+    METRALE_REQUIRE(field != nullptr, "required field '", name, "' (kCHAR) is missing");
     return toString(*field);
 }
 
@@ -216,10 +215,10 @@ std::string FieldReader::getString(char const* name, std::string const& defaultV
     return field == nullptr ? defaultValue : toString(*field);
 }
 
-bool parseFlag(FieldReader const& reader, char const* op, char const* name)
+bool parseFlag(FieldReader const& reader, char const* name)
 {
     int32_t const value = reader.getInt(name, 0);
-    METRALE_REQUIRE(value == 0 || value == 1, op, ": field '", name, "': expected 0 or 1, found ", value);
+    METRALE_REQUIRE(value == 0 || value == 1, "field '", name, "': expected 0 or 1, found ", value);
     return value == 1;
 }
 
@@ -234,7 +233,7 @@ char const* activationFormatName(int32_t format) noexcept
     }
 }
 
-int32_t parseActivationFormat(std::string const& value, char const* op, std::initializer_list<char const*> allowed)
+int32_t parseActivationFormat(std::string const& value, std::initializer_list<char const*> allowed)
 {
     std::string expected;
     for (char const* a : allowed)
@@ -251,7 +250,7 @@ int32_t parseActivationFormat(std::string const& value, char const* op, std::ini
         }
         expected += expected.empty() ? a : cat(" or ", a);
     }
-    throw PluginError(cat(op, ": field 'activation_format': expected ", expected, ", found '", value,
+    throw PluginError(cat("field 'activation_format': expected ", expected, ", found '", value,
         "' (docs/ops.md, Activation formats)"));
 }
 

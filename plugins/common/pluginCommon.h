@@ -99,8 +99,8 @@ bool isActivationType(nvinfer1::DataType type) noexcept;
 class FieldReader
 {
 public:
-    //! @param op the op type, for messages; @param known every field name the op accepts.
-    FieldReader(nvinfer1::PluginFieldCollection const* fc, char const* op, std::initializer_list<char const*> known);
+    //! @param known every field name the op accepts.
+    FieldReader(nvinfer1::PluginFieldCollection const* fc, std::initializer_list<char const*> known);
 
     //! A required integer field.
     int32_t getInt(char const* name) const;
@@ -117,7 +117,6 @@ private:
     std::string toString(nvinfer1::PluginField const& field) const;
 
     nvinfer1::PluginFieldCollection const* mFc;
-    std::string mOp;
 };
 
 //! Builds the PluginFieldCollection a plugin serializes. The fields point into the plugin's own
@@ -180,10 +179,10 @@ private:
 };
 
 //! Parses a flag field (0 or 1).
-bool parseFlag(FieldReader const& reader, char const* op, char const* name);
+bool parseFlag(FieldReader const& reader, char const* name);
 
 //! Parses activation_format against the values an op allows (docs/ops.md, Activation formats).
-int32_t parseActivationFormat(std::string const& value, char const* op, std::initializer_list<char const*> allowed);
+int32_t parseActivationFormat(std::string const& value, std::initializer_list<char const*> allowed);
 
 //! The attribute spelling of an activation format code ("bf16").
 char const* activationFormatName(int32_t format) noexcept;

@@ -42,17 +42,17 @@ std::string dimsToString(std::vector<int64_t> const& dims)
 }
 } // namespace
 
-CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* op,
-    std::initializer_list<char const*> allowedFormats, char const* defaultFormat)
+CommonAttributes parseCommonAttributes(
+    FieldReader const& reader, std::initializer_list<char const*> allowedFormats, char const* defaultFormat)
 {
     CommonAttributes a;
     a.n = reader.getInt("n");
     a.k = reader.getInt("k");
-    METRALE_REQUIRE(a.n > 0, op, ": field 'n': expected a positive N, found ", a.n);
-    METRALE_REQUIRE(a.k > 0, op, ": field 'k': expected a positive K, found ", a.k);
+    METRALE_REQUIRE(a.n > 0, "field 'n': expected a positive N, found ", a.n);
+    METRALE_REQUIRE(a.k > 0, "field 'k': expected a positive K, found ", a.k);
     a.activationFormatName = reader.getString("activation_format", defaultFormat);
-    a.activationFormat = parseActivationFormat(a.activationFormatName, op, allowedFormats);
-    a.hasBias = parseFlag(reader, op, "has_bias") ? 1 : 0;
+    a.activationFormat = parseActivationFormat(a.activationFormatName, allowedFormats);
+    a.hasBias = parseFlag(reader, "has_bias") ? 1 : 0;
     a.family = reader.getString("family", "");
     if (!a.family.empty())
     {
@@ -61,7 +61,7 @@ CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* op
         {
             known = known || a.family == f;
         }
-        METRALE_REQUIRE(known, op, ": field 'family': expected attn, ffn, gdn, moe or head, found '", a.family, "'");
+        METRALE_REQUIRE(known, "field 'family': expected attn, ffn, gdn, moe or head, found '", a.family, "'");
     }
     a.name = reader.getString("name", "");
     return a;
@@ -97,7 +97,8 @@ void ProjectionPlugin::reportUnknownException(char const* method) const noexcept
 {
     try
     {
-        reportError(mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, cat(identity(), " (", method, "): unknown exception"));
+        reportError(
+            mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, cat(identity(), " (", method, "): unknown exception"));
     }
     catch (...)
     {

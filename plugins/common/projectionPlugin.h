@@ -56,8 +56,8 @@ struct CommonAttributes
 
 //! Parses n, k, activation_format, has_bias, family and name; defaultFormat is used when
 //! activation_format is absent.
-CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* op,
-    std::initializer_list<char const*> allowedFormats, char const* defaultFormat);
+CommonAttributes parseCommonAttributes(
+    FieldReader const& reader, std::initializer_list<char const*> allowedFormats, char const* defaultFormat);
 
 class ProjectionPlugin : public nvinfer1::IPluginV3,
                          public nvinfer1::IPluginV3OneCore,

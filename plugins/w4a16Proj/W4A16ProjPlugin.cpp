@@ -32,14 +32,14 @@ nvinfer1::PluginFieldCollection const* W4A16ProjPlugin::fieldNames() noexcept
 W4A16ProjPlugin* W4A16ProjPlugin::create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
 {
     FieldReader const reader(
-        fc, kOP_TYPE, {"n", "k", "group_size", "has_zero_point", "activation_format", "has_bias", "family", "name"});
-    CommonAttributes attrs = parseCommonAttributes(reader, kOP_TYPE, {"bf16"}, "bf16");
+        fc, {"n", "k", "group_size", "has_zero_point", "activation_format", "has_bias", "family", "name"});
+    CommonAttributes attrs = parseCommonAttributes(reader, {"bf16"}, "bf16");
     int32_t const groupSize = reader.getInt("group_size");
-    METRALE_REQUIRE(groupSize == 32 || groupSize == 64 || groupSize == 128, kOP_TYPE,
-        ": field 'group_size': expected 32, 64 or 128, found ", groupSize);
-    METRALE_REQUIRE(attrs.k % groupSize == 0, kOP_TYPE, ": field 'k': K=", attrs.k,
+    METRALE_REQUIRE(groupSize == 32 || groupSize == 64 || groupSize == 128, 
+        "field 'group_size': expected 32, 64 or 128, found ", groupSize);
+    METRALE_REQUIRE(attrs.k % groupSize == 0, "field 'k': K=", attrs.k,
         " is not a multiple of group_size=", groupSize);
-    int32_t const hasZeroPoint = parseFlag(reader, kOP_TYPE, "has_zero_point") ? 1 : 0;
+    int32_t const hasZeroPoint = parseFlag(reader, "has_zero_point") ? 1 : 0;
     return new W4A16ProjPlugin(layerName, std::move(attrs), groupSize, hasZeroPoint);
 }
 

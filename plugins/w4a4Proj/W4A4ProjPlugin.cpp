@@ -29,11 +29,11 @@ nvinfer1::PluginFieldCollection const* W4A4ProjPlugin::fieldNames() noexcept
 W4A4ProjPlugin* W4A4ProjPlugin::create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
 {
     FieldReader const reader(
-        fc, kOP_TYPE, {"n", "k", "activation_format", "has_input_scale", "has_bias", "family", "name"});
-    CommonAttributes attrs = parseCommonAttributes(reader, kOP_TYPE, {"bf16", "nvfp4"}, "nvfp4");
-    METRALE_REQUIRE(attrs.k % kBLOCK == 0, kOP_TYPE, ": field 'k': NVFP4 needs K to be a multiple of ", kBLOCK,
+        fc, {"n", "k", "activation_format", "has_input_scale", "has_bias", "family", "name"});
+    CommonAttributes attrs = parseCommonAttributes(reader, {"bf16", "nvfp4"}, "nvfp4");
+    METRALE_REQUIRE(attrs.k % kBLOCK == 0, "field 'k': NVFP4 needs K to be a multiple of ", kBLOCK,
         ", found K=", attrs.k);
-    int32_t const hasInputScale = parseFlag(reader, kOP_TYPE, "has_input_scale") ? 1 : 0;
+    int32_t const hasInputScale = parseFlag(reader, "has_input_scale") ? 1 : 0;
     return new W4A4ProjPlugin(layerName, std::move(attrs), hasInputScale);
 }
 

@@ -24,8 +24,8 @@ int32_t parseWeightScaleGranularity(std::string const& value)
     {
         return kMETRALE_WSCALE_BLOCK128;
     }
-    throw PluginError(cat(W8A8ProjPlugin::kOP_TYPE,
-        ": field 'weight_scale_granularity': expected channel or block128, found '", value, "'"));
+    throw PluginError(cat(
+        "field 'weight_scale_granularity': expected channel or block128, found '", value, "'"));
 }
 
 int32_t parseActivationScaleGranularity(std::string const& value)
@@ -38,8 +38,8 @@ int32_t parseActivationScaleGranularity(std::string const& value)
     {
         return kMETRALE_ASCALE_ROW_BLOCK128;
     }
-    throw PluginError(cat(W8A8ProjPlugin::kOP_TYPE,
-        ": field 'activation_scale_granularity': expected row or row_block128, found '", value, "'"));
+    throw PluginError(cat(
+        "field 'activation_scale_granularity': expected row or row_block128, found '", value, "'"));
 }
 } // namespace
 
@@ -64,10 +64,10 @@ nvinfer1::PluginFieldCollection const* W8A8ProjPlugin::fieldNames() noexcept
 
 W8A8ProjPlugin* W8A8ProjPlugin::create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
 {
-    FieldReader const reader(fc, kOP_TYPE,
+    FieldReader const reader(fc,
         {"n", "k", "weight_scale_granularity", "activation_format", "activation_scale_granularity", "has_bias",
             "family", "name"});
-    CommonAttributes attrs = parseCommonAttributes(reader, kOP_TYPE, {"bf16", "fp8"}, "fp8");
+    CommonAttributes attrs = parseCommonAttributes(reader, {"bf16", "fp8"}, "fp8");
     std::string weightScale = reader.getString("weight_scale_granularity", "channel");
     std::string activationScale = reader.getString("activation_scale_granularity", "row");
     return new W8A8ProjPlugin(layerName, std::move(attrs), std::move(weightScale), std::move(activationScale));

@@ -1,0 +1,363 @@
+"""Driver of the plugin conformance harness (plugins/tests/conformance.cpp).
+
+Writes seeded inputs and a manifest for every plugin case, runs the compiled harness on the built
+``libmetrale_plugins.so``, then compares each ``y`` the plugin wrote with the torch CUDA op
+(``metrale_export.ops.cuda``, through ``torch.ops.metrale.*``) bit for bit, checks row invariance
+(the rows of M=m equal the first m rows of the largest M) and the float64-free CPU reference within
+docs/ops.md's tolerance. Where the torch CUDA op is not importable it falls back to the kernel
+launchers of ``libmetrale_kernels.so`` through ctypes and says so.
+
+Usable from pytest (tests/plugins/test_plugin_conformance.py) and as a script on a GPU machine:
+
+    python tests/plugins/plugin_conformance_driver.py --build build/plugins-trt --out /tmp/conf
+
+Invariants: inputs are made here once, from a fixed seed, and read by both sides; x holds the
+largest row count and every smaller M uses its first rows; weights come from the project's own
+quantizers, so every scale is a finite, contract-valid value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from metrale_export.ops import torch_ops, w4a4, w4a16, w8a8  # noqa: E402,F401  (torch_ops registers the ops)
+
+# The default engine profiles ("1,2-8,9-32,33-128,129-4096"); the harness runs both ends of each.
+PROFILES = ((1, 1), (2, 8), (9, 32), (33, 128), (129, 4096))
+ROWS = tuple(sorted({m for p in PROFILES for m in p}))
+MAX_ROWS = max(ROWS)
+
+_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i8": torch.int8}
+_CODES = {v: k for k, v in _DTYPES.items()}
+# docs/ops.md, Tolerances: relative Frobenius error against the reference, per output dtype.
+_TOLERANCE = {"f32": 1e-5, "bf16": 8e-3, "f16": 1e-3}
+_TOLERANCE_FP8_F32 = 1e-4
+
+
+@dataclass
+class Case:
+    id: str
+    op: str
+    fields: dict  # attribute name -> int | str, in contract order
+    inputs: list  # (name, tensor) in contract order, x first
+    profiles: tuple = PROFILES
+
+    @property
+    def x(self) -> torch.Tensor:
+        return self.inputs[0][1]
+
+    def tensor(self, name: str) -> torch.Tensor | None:
+        return next((t for n, t in self.inputs if n == name), None)
+
+
+@dataclass
+class Result:
+    case: str
+    op: str
+    m: int
+    bitwise: bool = False
+    row_invariant: bool = False
+    rel_err: float = float("nan")
+    tolerance: float = float("nan")
+    detail: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.bitwise and self.row_invariant and self.rel_err <= self.tolerance
+
+
+def _x(gen: torch.Generator, k: int, dtype: torch.dtype) -> torch.Tensor:
+    x = torch.randn(MAX_ROWS, k, generator=gen) * 2.0
+    # Awkward rows: an all-zero row (amax == 0 paths), a row of large values, a row with one spike.
+    x[3] = 0.0
+    x[5] *= 300.0
+    x[7, 11] = 5000.0
+    return x.to(dtype)
+
+
+def make_cases(seed: int = 20261129) -> list[Case]:
+    """The plugin cases: every op, each activation format, optional inputs, all x dtypes."""
+    gen = torch.Generator().manual_seed(seed)
+    cases: list[Case] = []
+
+    def weight(n: int, k: int) -> torch.Tensor:
+        return torch.randn(n, k, generator=gen) * 0.05
+
+    def bias(n: int) -> torch.Tensor:
+        return torch.randn(n, generator=gen).to(torch.float32)
+
+    for cid, n, k, g, zp, has_bias, dt in (
+        ("w4a16_g128_bf16", 256, 512, 128, False, False, "bf16"),
+        ("w4a16_g64_zp_bias_f16", 200, 320, 64, True, True, "f16"),
+        ("w4a16_g32_f32", 256, 512, 32, False, False, "f32"),
+    ):
+        q = w4a16.quantize(weight(n, k), group_size=g, symmetric=not zp)
+        inputs = [("x", _x(gen, k, _DTYPES[dt])), ("weight", q.weight), ("weight_scale", q.weight_scale)]
+        if zp:
+            inputs.append(("zero_point", q.zero_point))
+        if has_bias:
+            inputs.append(("bias", bias(n)))
+        fields = {"n": n, "k": k, "group_size": g, "has_zero_point": int(zp), "activation_format": "bf16",
+                  "has_bias": int(has_bias), "family": "ffn", "name": f"layers.0.mlp.{cid}"}
+        cases.append(Case(cid, "W4A16Proj", fields, inputs))
+
+    for cid, n, k, wgran, act, agran, has_bias, dt in (
+        ("w8a8_channel_fp8_row_bf16", 256, 512, "channel", "fp8", "row", False, "bf16"),
+        ("w8a8_block128_fp8_rowblock_bias_f32", 200, 320, "block128", "fp8", "row_block128", True, "f32"),
+        ("w8a8_channel_bf16act_f16", 256, 512, "channel", "bf16", "row", False, "f16"),
+    ):
+        q = w8a8.quantize(weight(n, k), granularity=wgran)
+        inputs = [("x", _x(gen, k, _DTYPES[dt])), ("weight", q.weight), ("weight_scale", q.weight_scale)]
+        if has_bias:
+            inputs.append(("bias", bias(n)))
+        fields = {"n": n, "k": k, "weight_scale_granularity": wgran, "activation_format": act,
+                  "activation_scale_granularity": agran, "has_bias": int(has_bias), "family": "attn",
+                  "name": f"layers.0.self_attn.{cid}"}
+        cases.append(Case(cid, "W8A8Proj", fields, inputs))
+
+    for cid, n, k, act, has_input_scale, has_bias, dt in (
+        ("w4a4_nvfp4_bf16", 256, 512, "nvfp4", False, False, "bf16"),
+        ("w4a4_nvfp4_inputscale_bias_f16", 200, 320, "nvfp4", True, True, "f16"),
+        ("w4a4_bf16act_f32", 256, 512, "bf16", False, False, "f32"),
+    ):
+        q = w4a4.quantize(weight(n, k))
+        x = _x(gen, k, _DTYPES[dt])
+        inputs = [("x", x), ("weight", q.weight), ("weight_scale", q.weight_scale),
+                  ("weight_global_scale", q.weight_global_scale)]
+        if has_input_scale:
+            scale = (x.to(torch.float32)[8:].abs().amax() / 2688.0).reshape(1)
+            inputs.append(("input_scale", scale.to(torch.float32)))
+        if has_bias:
+            inputs.append(("bias", bias(n)))
+        fields = {"n": n, "k": k, "activation_format": act, "has_input_scale": int(has_input_scale),
+                  "has_bias": int(has_bias), "family": "moe", "name": f"layers.0.mlp.experts.0.{cid}"}
+        cases.append(Case(cid, "W4A4Proj", fields, inputs))
+    assert tuple(c.id for c in cases) == CASE_IDS
+    return cases
+
+
+# The ids of make_cases(), spelled out so that collecting the tests does not build the inputs.
+CASE_IDS = (
+    "w4a16_g128_bf16", "w4a16_g64_zp_bias_f16", "w4a16_g32_f32",
+    "w8a8_channel_fp8_row_bf16", "w8a8_block128_fp8_rowblock_bias_f32", "w8a8_channel_bf16act_f16",
+    "w4a4_nvfp4_bf16", "w4a4_nvfp4_inputscale_bias_f16", "w4a4_bf16act_f32",
+)
+
+
+def _raw(t: torch.Tensor) -> bytes:
+    return t.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def write_manifest(cases: list[Case], directory: Path) -> Path:
+    """Writes every input as raw bytes and the manifest the harness reads."""
+    directory.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for c in cases:
+        lines.append(f"case {c.id} {c.op}")
+        for name, value in c.fields.items():
+            kind = "int" if isinstance(value, int) else "str"
+            lines.append(f"field {name} {kind} {value}")
+        for name, t in c.inputs:
+            path = f"{c.id}.{name}.bin"
+            (directory / path).write_bytes(_raw(t))
+            dims = ",".join(str(d) for d in t.shape)
+            lines.append(f"input {name} {_CODES[t.dtype]} {dims} {path}")
+        lines.append("profiles " + ",".join(f"{lo}-{hi}" for lo, hi in c.profiles))
+        lines.append("end")
+    manifest = directory / "manifest.txt"
+    manifest.write_text("\n".join(lines) + "\n")
+    return manifest
+
+
+def run_harness(build: Path, manifest: Path, out: Path, gpu: bool = True) -> subprocess.CompletedProcess:
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [str(build / "metrale_conformance"), str(build / "libmetrale_plugins.so"), str(manifest), str(out)]
+    if not gpu:
+        cmd.append("--no-gpu")
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+
+
+# --- references -------------------------------------------------------------------------------
+
+
+def _torch_cuda_reference():
+    """torch.ops.metrale.* with the CUDA implementation registered, or None (and why)."""
+    try:
+        import metrale_export.ops.cuda  # noqa: F401  (registers the CUDA kernels)
+    except Exception as e:  # the kernel helper's module may be absent or unbuilt
+        return None, f"metrale_export.ops.cuda not importable: {e}"
+    return "torch.ops.metrale (metrale_export.ops.cuda)", ""
+
+
+def _call_op(c: Case, x: torch.Tensor, device: str) -> torch.Tensor:
+    """The torch op of the case on x (CPU reference or CUDA op, by device)."""
+    f = c.fields
+    t = {name: (v.to(device) if v is not None else None) for name, v in c.inputs[1:]}
+    x = x.to(device)
+    if c.op == "W4A16Proj":
+        return torch.ops.metrale.w4a16_proj(x, t["weight"], t["weight_scale"], t.get("zero_point"), t.get("bias"),
+                                            f["n"], f["k"], f["group_size"], f["activation_format"], f["family"],
+                                            f["name"])
+    if c.op == "W8A8Proj":
+        return torch.ops.metrale.w8a8_proj(x, t["weight"], t["weight_scale"], t.get("bias"), f["n"], f["k"],
+                                           f["weight_scale_granularity"], f["activation_format"],
+                                           f["activation_scale_granularity"], f["family"], f["name"])
+    return torch.ops.metrale.w4a4_proj(x, t["weight"], t["weight_scale"], t["weight_global_scale"],
+                                       t.get("input_scale"), t.get("bias"), f["n"], f["k"], f["activation_format"],
+                                       f["family"], f["name"])
+
+
+class _Launchers:
+    """The C launchers of libmetrale_kernels.so through ctypes (the fallback reference)."""
+
+    _ACT = {"bf16": 0, "fp8": 1, "nvfp4": 2}
+    _WSCALE = {"channel": 0, "block128": 1}
+    _ASCALE = {"row": 0, "row_block128": 1}
+    _XDT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+
+    def __init__(self, path: Path):
+        self.lib = ctypes.CDLL(str(path))
+        vp, i32, i64, sz = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_size_t
+        L = self.lib
+        L.metrale_w4a16_workspace_size.argtypes = [i64, i64, i64, i64]
+        L.metrale_w4a16_workspace_size.restype = sz
+        L.metrale_w4a16_proj.argtypes = [vp, i32, vp, vp, vp, vp, vp, i64, i64, i64, i64, vp, sz, vp]
+        L.metrale_w8a8_workspace_size.argtypes = [i64, i64, i64, i32, i32]
+        L.metrale_w8a8_workspace_size.restype = sz
+        L.metrale_w8a8_proj.argtypes = [vp, i32, vp, vp, i32, i32, i32, vp, vp, i64, i64, i64, vp, sz, vp]
+        L.metrale_w4a4_workspace_size.argtypes = [i64, i64, i64, i32]
+        L.metrale_w4a4_workspace_size.restype = sz
+        L.metrale_w4a4_proj.argtypes = [vp, i32, vp, vp, vp, vp, i32, vp, vp, i64, i64, i64, vp, sz, vp]
+        for fn in (L.metrale_w4a16_proj, L.metrale_w8a8_proj, L.metrale_w4a4_proj):
+            fn.restype = ctypes.c_int
+
+    def __call__(self, c: Case, x: torch.Tensor) -> torch.Tensor:
+        f = c.fields
+        t = {name: v.cuda().contiguous() for name, v in c.inputs[1:]}
+        x = x.cuda().contiguous()
+        m, n, k = x.shape[0], f["n"], f["k"]
+        y = torch.empty(m, n, dtype=x.dtype, device="cuda")
+        p = lambda name: t[name].data_ptr() if name in t else None  # noqa: E731
+        stream = torch.cuda.current_stream().cuda_stream
+        act = self._ACT[f["activation_format"]]
+        if c.op == "W4A16Proj":
+            ws = self.lib.metrale_w4a16_workspace_size(m, n, k, f["group_size"])
+            w = torch.empty(max(ws, 1), dtype=torch.uint8, device="cuda")
+            rc = self.lib.metrale_w4a16_proj(x.data_ptr(), self._XDT[x.dtype], p("weight"), p("weight_scale"),
+                                             p("zero_point"), p("bias"), y.data_ptr(), m, n, k, f["group_size"],
+                                             w.data_ptr(), ws, stream)
+        elif c.op == "W8A8Proj":
+            agran = self._ASCALE[f["activation_scale_granularity"]]
+            ws = self.lib.metrale_w8a8_workspace_size(m, n, k, act, agran)
+            w = torch.empty(max(ws, 1), dtype=torch.uint8, device="cuda")
+            rc = self.lib.metrale_w8a8_proj(x.data_ptr(), self._XDT[x.dtype], p("weight"), p("weight_scale"),
+                                            self._WSCALE[f["weight_scale_granularity"]], act, agran, p("bias"),
+                                            y.data_ptr(), m, n, k, w.data_ptr(), ws, stream)
+        else:
+            ws = self.lib.metrale_w4a4_workspace_size(m, n, k, act)
+            w = torch.empty(max(ws, 1), dtype=torch.uint8, device="cuda")
+            rc = self.lib.metrale_w4a4_proj(x.data_ptr(), self._XDT[x.dtype], p("weight"), p("weight_scale"),
+                                            p("weight_global_scale"), p("input_scale"), act, p("bias"), y.data_ptr(),
+                                            m, n, k, w.data_ptr(), ws, stream)
+        torch.cuda.synchronize()
+        if rc != 0:
+            raise RuntimeError(f"{c.id}: launcher returned cudaError {rc} for M={m}")
+        return y
+
+
+def _rel_err(y: torch.Tensor, ref: torch.Tensor) -> float:
+    y64, r64 = y.to(torch.float64), ref.to(torch.float64)
+    denom = torch.linalg.norm(r64).item()
+    return torch.linalg.norm(y64 - r64).item() / (denom if denom > 0 else 1.0)
+
+
+def compare(cases: list[Case], out: Path, build: Path) -> tuple[list[Result], str]:
+    """Compares every y the harness wrote; returns the results and the name of the reference used."""
+    ref_name, why = _torch_cuda_reference()
+    launchers = None
+    if ref_name is None:
+        launchers = _Launchers(build / "libmetrale_kernels.so")
+        ref_name = f"ctypes launchers of {build / 'libmetrale_kernels.so'} ({why})"
+    results = []
+    for c in cases:
+        dtype = c.x.dtype
+        code = _CODES[dtype]
+        largest = None
+        path_max = out / f"{c.id}.m{MAX_ROWS}.bin"
+        if path_max.exists():
+            largest = torch.frombuffer(bytearray(path_max.read_bytes()), dtype=dtype).reshape(MAX_ROWS, -1)
+        for m in ROWS:
+            r = Result(c.id, c.op, m)
+            path = out / f"{c.id}.m{m}.bin"
+            if not path.exists():
+                r.detail = f"the harness wrote no {path.name}"
+                results.append(r)
+                continue
+            y = torch.frombuffer(bytearray(path.read_bytes()), dtype=dtype).reshape(m, c.fields["n"])
+            x = c.x[:m]
+            ref = (launchers(c, x) if launchers else _call_op(c, x, "cuda")).cpu()
+            r.bitwise = _raw(y) == _raw(ref)
+            if not r.bitwise:
+                diff = (y.to(torch.float64) - ref.to(torch.float64)).abs()
+                r.detail = (f"{int((_raw_view(y) != _raw_view(ref)).sum())} of {y.numel()} elements differ, "
+                            f"max |diff| {diff.max().item():.3g}")
+            r.row_invariant = largest is not None and _raw(y) == _raw(largest[:m])
+            cpu = _call_op(c, x, "cpu")
+            r.rel_err = _rel_err(y, cpu)
+            fp8_f32 = c.fields.get("activation_format") == "fp8" and code == "f32"
+            r.tolerance = _TOLERANCE_FP8_F32 if fp8_f32 else _TOLERANCE[code]
+            results.append(r)
+    return results, ref_name
+
+
+def _raw_view(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int16 if t.element_size() == 2 else torch.int32)
+
+
+def table(results: list[Result]) -> str:
+    lines = [f"{'case':40s} {'M':>5s}  bitwise  row-inv  rel-err(cpu ref)  tol"]
+    for r in results:
+        lines.append(f"{r.case:40s} {r.m:5d}  {str(r.bitwise):7s}  {str(r.row_invariant):7s}  "
+                     f"{r.rel_err:16.3e}  {r.tolerance:.0e} {'' if r.ok else 'FAIL ' + r.detail}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", type=Path, default=REPO / "build" / "plugins-trt")
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--no-gpu", action="store_true", help="run only the harness's CPU checks")
+    args = ap.parse_args(argv)
+    cases = make_cases()
+    manifest = write_manifest(cases, args.out / "inputs")
+    proc = run_harness(args.build, manifest, args.out / "outputs", gpu=not args.no_gpu)
+    (args.out / "harness.log").write_text(proc.stdout + proc.stderr)
+    print(proc.stdout[-20000:], proc.stderr[-4000:], sep="\n")
+    if args.no_gpu:
+        return proc.returncode
+    results, ref_name = compare(cases, args.out / "outputs", args.build)
+    report = f"reference: {ref_name}\n" + table(results)
+    (args.out / "comparison.txt").write_text(report + "\n")
+    (args.out / "comparison.json").write_text(json.dumps([r.__dict__ | {"ok": r.ok} for r in results], indent=1))
+    print(report)
+    ok = proc.returncode == 0 and all(r.ok for r in results)
+    print("CONFORMANCE", "PASSED" if ok else "FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
