@@ -100,17 +100,17 @@ def activate(name: str | None = None) -> Backend:
             raise BackendMissing(missing_message(None))
     if name not in BACKENDS:
         raise BuildError(f"backend {name!r}: expected one of {', '.join(BACKENDS)}")
-    if _active is not None:
-        if _active.name == name:
-            return _active
-        raise BuildError(
-            f"backend {name}: this process already builds with {_active.name} (Polygraphy binds one "
-            f"TensorRT module per process); run the other backend in its own process"
-        )
+    if _active is not None and _active.name == name:
+        return _active
     try:
         module = _IMPORTERS[name]()
     except Exception as e:  # noqa: BLE001
         raise BackendMissing(missing_message(name, e)) from e
+    if _active is not None:
+        raise BuildError(
+            f"backend {name}: this process already builds with {_active.name} (Polygraphy binds one "
+            f"TensorRT module per process); run the other backend in its own process"
+        )
     from polygraphy import config
 
     wants_rtx = name == "tensorrt-rtx"

@@ -1,0 +1,114 @@
+"""``metrale-export build`` through Click's CliRunner: exit codes, files written, reruns skip."""
+
+import json
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from metrale_export.engines import backends
+from metrale_export.engines.testing import Proj, projection_graph
+
+try:
+    from metrale_export.cli.main import cli
+except ModuleNotFoundError as e:  # the group imports every command module
+    cli, _cli_missing = None, str(e)
+else:
+    _cli_missing = ""
+
+needs_cli = pytest.mark.skipif(cli is None, reason=f"the CLI group does not import yet: {_cli_missing}")
+needs_rtx = pytest.mark.skipif(
+    backends.available()["tensorrt-rtx"] is None,
+    reason=f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}",
+)
+
+
+@pytest.fixture
+def graph(tmp_path):
+    chain = projection_graph(64, [Proj("W4A16Proj", 32, family="attn"), Proj("W8A8Proj", 32)], seed=2)
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain.model, path)
+    return path
+
+
+def _run(*args):
+    return CliRunner().invoke(cli, ["build", *map(str, args)])
+
+
+@needs_cli
+@needs_rtx
+def test_builds_writes_and_skips(graph, tmp_path):
+    out = tmp_path / "engines"
+    args = [graph, "-o", out, "--backend", "tensorrt-rtx", "--lowering", "qdq", "--profiles", "1,2-8"]
+    first = _run(*args)
+    assert first.exit_code == 0, first.output
+    assert "building rows 2-8" in first.output and "row invariance not promised" in first.output
+    assert sorted(p.name for p in (out / "engines").iterdir()) == ["rows-1.engine", "rows-2-8.engine"]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [e["label"] for e in manifest["engines"]] == ["1", "2-8"]
+
+    again = _run(*args, "--json")
+    assert again.exit_code == 0, again.output
+    assert "unchanged rows 1" in again.output and "building" not in again.output
+    start = again.output.index("{")
+    printed = json.JSONDecoder().raw_decode(again.output[start:])[0]
+    assert printed == manifest
+
+    quiet = _run(*args, "--quiet")
+    assert quiet.exit_code == 0 and quiet.output == ""
+
+
+@needs_cli
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--profiles", "8-2"], "ends before it starts"),
+        (["--profiles", "1,1-4"], "overlaps"),
+        (["--activation-quantization", "int8"], "expected adaptive"),
+        (["--activation-quantization", "mlp=fp8"], "unknown family"),
+        (["--rtx-target", "89"], "MAJOR.MINOR"),
+        (["--backend", "tensorrt-rtx", "--lowering", "plugin"], "TensorRT-RTX"),
+        (["--lowering", "plugin", "--backend", "tensorrt-rtx"], "--lowering"),
+    ],
+)
+def test_usage_errors_exit_2(graph, tmp_path, extra, words):
+    result = _run(graph, "-o", tmp_path / "out", *extra)
+    assert result.exit_code == 2, result.output
+    assert words in result.output
+    assert not (tmp_path / "out").exists()
+
+
+@needs_cli
+@needs_rtx
+def test_plugins_with_qdq_is_a_usage_error(graph, tmp_path):
+    lib = tmp_path / "libmetrale_plugins.so"
+    lib.write_bytes(b"\x7fELF")
+    result = _run(graph, "-o", tmp_path / "out", "--backend", "tensorrt-rtx", "--lowering", "qdq",
+                  "--plugins", lib)
+    assert result.exit_code == 2 and "--plugins is only used by --lowering plugin" in result.output
+
+
+@needs_cli
+@needs_rtx
+def test_policy_refusal_exits_2_naming_the_op(graph, tmp_path):
+    result = _run(graph, "-o", tmp_path / "out", "--backend", "tensorrt-rtx",
+                  "--activation-quantization", "fp8")
+    assert result.exit_code == 2, result.output
+    assert "layers.0.attn.w4a16proj" in result.output and "not in the op contract's table" in result.output
+
+
+@needs_cli
+def test_missing_input_exits_2(tmp_path):
+    assert _run(tmp_path / "nope.onnx").exit_code == 2
+    (tmp_path / "export").mkdir()
+    result = _run(tmp_path / "export", "--backend", "tensorrt-rtx")
+    assert result.exit_code == 2 and "model.onnx" in result.output
+
+
+@needs_cli
+def test_missing_backend_names_the_install(graph, tmp_path):
+    if backends.available()["tensorrt"] is not None:
+        pytest.skip("real TensorRT is installed here: nothing is missing")
+    result = _run(graph, "-o", tmp_path / "out", "--backend", "tensorrt")
+    assert result.exit_code == 1
+    assert "pip install tensorrt" in result.output
