@@ -83,10 +83,9 @@ def select_source(ckpt: Checkpoint, request: QuantRequest):
 
 
 def _dynamic_shapes(model: CausalLM):
-    batch, seq, past = torch.export.Dim("batch"), torch.export.Dim("seq"), torch.export.Dim("past", min=0)
-    kv = tuple({0: batch, 2: past} for _ in model.layer_ids for _ in range(2))
-    # forward(input_ids, position_ids, *past): the varargs take one nested entry.
-    return ({0: batch, 1: seq}, {0: batch, 1: seq}, kv)
+    dims = {"batch": torch.export.Dim("batch"), "seq": torch.export.Dim("seq"),
+            "past": torch.export.Dim("past", min=0)}
+    return model.dynamic_shapes(dims)
 
 
 def trace(model: CausalLM) -> ir.Model:

@@ -1,16 +1,24 @@
-"""The causal language model: embedding, decoder layers, final norm and lm_head, with the KV cache
-as explicit inputs and outputs.
+"""The causal language model: embedding, decoder layers, final norm and lm_head, with every layer's
+state (the KV cache of attention layers, the conv and recurrent states of Gated DeltaNet layers) as
+explicit inputs and outputs.
 
 Built from a ``ModelConfig`` and a projection source (``FloatSource`` or a declared-format source)
 on any device: on ``meta`` for tracing (no weight is read) or on the CPU for the PyTorch reference.
 Invariants: module paths equal checkpoint tensor prefixes, so ONNX initializer names are checkpoint
 names (plus the contract's suffixes for quantized projections); ``iter_weights`` yields every buffer
 exactly once, one projection at a time.
+
+The decoder-layer protocol (``LAYER_BUILDERS[family]``): static ``plan(cfg, source, prefix)`` and
+``plain_tensors(cfg, prefix)``; the constructor ``(cfg, specs, dtype)``; ``state_specs()`` (the
+layer's state tensors, in the order ``forward(x, cos, sin, *states) -> (x, *new_states)`` takes and
+returns them). Optional: static ``recipes(cfg, checkpoint, prefix)`` (tensors assembled from the
+checkpoint's layout, ``views.RowRecipe``), ``rotary_dim(cfg)`` and ``final_norm`` (a norm class).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -21,8 +29,27 @@ from .attention import Attention
 from .ffn import SwiGLU
 from .norm import RMSNorm
 from .rope import Rotary, inv_freq
+from .views import with_recipes
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclass(frozen=True)
+class StateSpec:
+    """One state tensor of a layer: graph input ``{name}.{i}``, output ``{output}.{i}``.
+
+    ``shape`` holds ints and the dynamic axes ``"batch"`` and ``"past"``; ``dtype`` None means the
+    model's dtype."""
+
+    name: str
+    output: str
+    shape: tuple[int | str, ...]
+    dtype: torch.dtype | None = None
+
+    def example(self, batch: int, past: int, dtype: torch.dtype, device) -> torch.Tensor:
+        sizes = {"batch": batch, "past": past}
+        shape = tuple(sizes[d] if isinstance(d, str) else d for d in self.shape)
+        return torch.zeros(shape, dtype=self.dtype or dtype, device=device)
 
 
 class Embedding(nn.Module):
@@ -51,6 +78,11 @@ class DecoderLayer(nn.Module):
         x = x + h
         x = x + self.mlp(self.post_attention_layernorm(x))
         return x, k, v
+
+    def state_specs(self) -> tuple[StateSpec, ...]:
+        attn = self.self_attn
+        shape = ("batch", attn.kv_heads, "past", attn.head_dim)
+        return (StateSpec("past_key", "present_key", shape), StateSpec("past_value", "present_value", shape))
 
     @staticmethod
     def plan(cfg, source, prefix: str) -> dict:
@@ -87,17 +119,32 @@ class DecoderLayer(nn.Module):
 LAYER_BUILDERS: dict[str, type] = {"qwen3": DecoderLayer}
 
 
+def layer_builder(family: str) -> type:
+    """The decoder-layer class of a config family; the MoE and hybrid families register theirs when
+    their modules are imported (here, on first use: they build on this module)."""
+    if family not in LAYER_BUILDERS:
+        from . import moe, qwen3_next  # noqa: F401
+    return LAYER_BUILDERS[family]
+
+
 class CausalLM(nn.Module):
-    """forward(input_ids [B,S], position_ids [B,S], past_key.i, past_value.i ...) ->
-    (logits [B,S,V], present_key.i, present_value.i ...)."""
+    """forward(input_ids [B,S], position_ids [B,S], *states) -> (logits [B,S,V], *new_states); the
+    states are each layer's ``state_specs()`` in layer order (``past_key.i``, ``past_value.i`` for
+    attention layers)."""
 
     def __init__(self, cfg, source, dtype: torch.dtype = torch.float32, layers: list[int] | None = None):
         super().__init__()
         self.cfg = cfg
         self.dtype = dtype
         self.layer_ids = list(range(cfg.num_hidden_layers)) if layers is None else list(layers)
+        builder = layer_builder(cfg.family)
+        # Tensors the exported layout assembles from the checkpoint's (GDN's QKVZ, fused experts).
+        self.recipes = {}
+        if hasattr(builder, "recipes"):
+            for i in self.layer_ids:
+                self.recipes.update(builder.recipes(cfg, source.checkpoint, f"model.layers.{i}"))
+        source = with_recipes(source, self.recipes)
         ckpt = source.checkpoint
-        builder = LAYER_BUILDERS[cfg.family]
         # Plain tensors: buffer path -> checkpoint name, headers checked now.
         self.plain: dict[str, str] = {"model.embed_tokens.weight": "model.embed_tokens.weight"}
         shapes = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size),
@@ -118,22 +165,25 @@ class CausalLM(nn.Module):
         self.model = nn.Module()
         self.model.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size, dtype)
         self.model.layers = nn.ModuleDict({str(i): builder(cfg, specs[i], dtype) for i in self.layer_ids})
-        self.model.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.model.rotary_emb = Rotary(cfg.head_dim, cfg.rope_theta)
+        self.model.norm = getattr(builder, "final_norm", RMSNorm)(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.rotary_dim = builder.rotary_dim(cfg) if hasattr(builder, "rotary_dim") else cfg.head_dim
+        self.model.rotary_emb = Rotary(self.rotary_dim, cfg.rope_theta)
         self.lm_head = Projection(head_spec, dtype)
+        self.states = {i: tuple(self.model.layers[str(i)].state_specs()) for i in self.layer_ids}
 
     # --- weights -------------------------------------------------------------------------------
     def projections(self) -> list[tuple[str, Projection]]:
         return [(n, m) for n, m in self.named_modules() if isinstance(m, Projection)]
 
     def computed(self) -> dict[str, Callable[[], torch.Tensor]]:
-        return {"model.rotary_emb.inv_freq": lambda: inv_freq(self.cfg.head_dim, self.cfg.rope_theta)}
+        return {"model.rotary_emb.inv_freq": lambda: inv_freq(self.rotary_dim, self.cfg.rope_theta)}
 
     def weight_nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
     def iter_weights(self, source) -> Iterator[tuple[str, torch.Tensor]]:
         """(buffer path, tensor) for every buffer, reading the checkpoint one tensor at a time."""
+        source = with_recipes(source, self.recipes)
         ckpt = source.checkpoint
         for fqn, make in self.computed().items():
             yield fqn, make()
@@ -156,35 +206,41 @@ class CausalLM(nn.Module):
         return self
 
     # --- graph -----------------------------------------------------------------------------------
+    def state_specs(self) -> list[tuple[int, StateSpec]]:
+        """(layer id, state) in graph order."""
+        return [(i, s) for i in self.layer_ids for s in self.states[i]]
+
     def input_names(self) -> list[str]:
-        names = ["input_ids", "position_ids"]
-        for i in self.layer_ids:
-            names += [f"past_key.{i}", f"past_value.{i}"]
-        return names
+        return ["input_ids", "position_ids"] + [f"{s.name}.{i}" for i, s in self.state_specs()]
 
     def output_names(self) -> list[str]:
-        names = ["logits"]
-        for i in self.layer_ids:
-            names += [f"present_key.{i}", f"present_value.{i}"]
-        return names
+        return ["logits"] + [f"{s.output}.{i}" for i, s in self.state_specs()]
 
-    def forward(self, input_ids, position_ids, *past):
+    def dynamic_shapes(self, dims: dict) -> tuple:
+        """torch.export dynamic shapes of ``forward``'s inputs, from ``dims`` ("batch", "seq",
+        "past" -> ``torch.export.Dim``)."""
+        tokens = {0: dims["batch"], 1: dims["seq"]}
+        states = tuple({a: dims[d] for a, d in enumerate(s.shape) if isinstance(d, str)}
+                       for _, s in self.state_specs())
+        # forward(input_ids, position_ids, *states): the varargs take one nested entry.
+        return (tokens, dict(tokens), states)
+
+    def forward(self, input_ids, position_ids, *states):
         x = self.model.embed_tokens(input_ids)
         cos, sin = self.model.rotary_emb(position_ids, x.dtype)
         presents = []
-        for j, i in enumerate(self.layer_ids):
-            x, k, v = self.model.layers[str(i)](x, cos, sin, past[2 * j], past[2 * j + 1])
-            presents += [k, v]
+        j = 0
+        for i in self.layer_ids:
+            n = len(self.states[i])
+            x, *new = self.model.layers[str(i)](x, cos, sin, *states[j:j + n])
+            presents += new
+            j += n
         logits = self.lm_head(self.model.norm(x))
         return (logits, *presents)
 
     def example_inputs(self, batch: int = 2, seq: int = 3, past: int = 4, device="cpu"):
         """Inputs of the traced shapes (sizes chosen off 0/1 so no dimension specializes)."""
-        cfg = self.cfg
         ids = torch.zeros(batch, seq, dtype=torch.int64, device=device)
         pos = torch.arange(past, past + seq, device=device).expand(batch, seq).contiguous()
-        kv = []
-        for _ in self.layer_ids:
-            for _ in range(2):
-                kv.append(torch.zeros(batch, cfg.num_key_value_heads, past, cfg.head_dim, dtype=self.dtype, device=device))
-        return (ids, pos, *kv)
+        states = [s.example(batch, past, self.dtype, device) for _, s in self.state_specs()]
+        return (ids, pos, *states)
