@@ -397,7 +397,7 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
                 f"table; {node.op} runs {' or '.join(_policy.ALLOWED[node.op])}"
             )
         x_in, y = node.inputs[0], node.outputs[0]
-        dtype = _np_dtype(x_in.dtype) or _np_dtype(y.dtype) or np.dtype(np.float32)
+        dtype = _np_dtype(x_in.dtype) or _np_dtype(y.dtype)
         e = _Emitter(graph, f"{key}")
         node.outputs.clear()  # detach y before the last emitted node writes it
         x = e.bf16_round(x_in)
@@ -406,11 +406,10 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
             bias = _constant(node, next_input, "bias", key).astype(np.float32)
             _expect_shape(bias, (int(a["n"]),), "bias", key, node)
             acc = e.op("Add", [acc, e.f32("bias", bias)])
-        if dtype == np.float32:
-            e.op("Identity", [acc], out=y)
-        else:
-            e.op("Cast", [acc], {"to": onnx.helper.np_dtype_to_tensor_dtype(dtype)}, out=y)
-        y.dtype = dtype
+        # The output has X's dtype (docs/ops.md): CastLike needs no dtype known at lowering time.
+        e.op("CastLike", [acc, x_in], out=y)
+        if dtype is not None:
+            y.dtype = dtype
         node.inputs.clear()
     graph.cleanup().toposort()
     out = gs.export_onnx(graph)

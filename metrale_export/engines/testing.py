@@ -48,8 +48,9 @@ def _i8(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().view(torch.int8).numpy().copy()
 
 
-def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str = "x") -> Chain:
-    """The chain ``projs`` applied to ``x [M, k]`` (float32 in and out)."""
+def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str = "x",
+                     dtype: int = TensorProto.FLOAT) -> Chain:
+    """The chain ``projs`` applied to ``x [M, k]``, in and out in ``dtype`` (an ONNX type)."""
     gen = torch.Generator().manual_seed(seed)
     nodes, inits, layers = [], [], []
     cur, width = input_name, k
@@ -113,8 +114,8 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
         cur, width = out, p.n
     graph = helper.make_graph(
         nodes, "metrale_chain",
-        [helper.make_tensor_value_info(input_name, TensorProto.FLOAT, ["M", k])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["M", width])],
+        [helper.make_tensor_value_info(input_name, dtype, ["M", k])],
+        [helper.make_tensor_value_info("y", dtype, ["M", width])],
         inits,
     )
     model = helper.make_model(
@@ -126,8 +127,8 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
 
 
 def reference(chain: Chain, x: torch.Tensor, formats: dict[str, str] | None = None) -> torch.Tensor:
-    """The chain through the CPU reference ops (float32), with optional per-key formats."""
-    h = x.to(torch.float32)
+    """The chain through the CPU reference ops (in x's dtype), with optional per-key formats."""
+    h = x
     for p, key, wts, fmt in chain.layers:
         fmt = (formats or {}).get(key, fmt)
         if p.op_type == "W4A16Proj":

@@ -137,3 +137,12 @@ def test_tensorrt_message_reaches_the_error(tmp_path):
     with pytest.raises(BuildError, match=r"rows 1-4: tensorrt-rtx .* could not build(.|\n)*fp4"):
         build_engines(tmp_path / "fp4.onnx", tmp_path / "out", _options("1-4"))
     assert not list((tmp_path / "out").glob("engines/*"))
+
+
+def test_bfloat16_graph_builds(tmp_path):
+    chain = projection_graph(128, [Proj("W4A16Proj", 64), Proj("W8A8Proj", 48), Proj("W4A4Proj", 32)],
+                             seed=4, dtype=onnx.TensorProto.BFLOAT16)
+    onnx.save(chain.model, tmp_path / "bf16.onnx")
+    manifest = build_engines(tmp_path / "bf16.onnx", tmp_path / "out", _options("1,2-64", policy="bf16"))
+    assert [e["label"] for e in manifest["engines"]] == ["1", "2-64"]
+    assert manifest["row_invariance"]["promised"] is False
