@@ -14,7 +14,11 @@ from ..errors import ConfigError
 
 # Architectures the exporter builds, by config "architectures"[0]. Families beyond the dense model
 # register themselves in SUPPORTED_ARCHITECTURES from their own modules.
-SUPPORTED_ARCHITECTURES: dict[str, str] = {"Qwen3ForCausalLM": "qwen3"}
+SUPPORTED_ARCHITECTURES: dict[str, str] = {
+    "Qwen3ForCausalLM": "qwen3",
+    "Qwen3MoeForCausalLM": "qwen3_moe",  # layers/moe.py
+    "Qwen3NextForCausalLM": "qwen3_next",  # layers/qwen3_next.py (Gated DeltaNet: layers/gdn.py)
+}
 
 
 @dataclass(frozen=True)

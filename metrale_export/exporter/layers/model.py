@@ -17,6 +17,7 @@ checkpoint's layout, ``views.RowRecipe``), ``rotary_dim(cfg)`` and ``final_norm`
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -117,13 +118,14 @@ class DecoderLayer(nn.Module):
 
 # Decoder layer classes by config family; other families (MoE, GDN) register theirs.
 LAYER_BUILDERS: dict[str, type] = {"qwen3": DecoderLayer}
+# The module that registers a family, imported on first use (it builds on this module).
+LAYER_MODULES: dict[str, str] = {"qwen3_moe": "moe", "qwen3_next": "qwen3_next"}
 
 
 def layer_builder(family: str) -> type:
-    """The decoder-layer class of a config family; the MoE and hybrid families register theirs when
-    their modules are imported (here, on first use: they build on this module)."""
-    if family not in LAYER_BUILDERS:
-        from . import moe, qwen3_next  # noqa: F401
+    """The decoder-layer class of a config family."""
+    if family not in LAYER_BUILDERS and family in LAYER_MODULES:
+        importlib.import_module(f"{__package__}.{LAYER_MODULES[family]}")
     return LAYER_BUILDERS[family]
 
 

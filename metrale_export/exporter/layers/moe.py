@@ -1,0 +1,247 @@
+"""Mixture-of-experts FFN (Qwen3-MoE, and Qwen3-Next's with a shared expert) and the Qwen3-MoE
+decoder layer.
+
+The router is a plain float matmul (softmax over the experts in float32, top-k, optionally
+renormalized: ``norm_topk_prob``); every expert's gate/up/down is a ``metrale`` projection of family
+``moe`` (one node per expert and projection). The export computes **every expert on every row** and
+combines them with the routing weights, zero for the experts a row did not select: no
+data-dependent shapes, the graph is static apart from the row count, and each row's output depends
+on that row alone (row invariance holds as for a dense FFN). It costs ``num_experts / top_k`` times
+the expert FLOPs of a gathered implementation; docs/layers.md has the trade-off and the
+grouped-expert op that would remove it.
+
+Invariants:
+- Exact against transformers: the same router arithmetic, and the experts' contributions added in
+  ascending expert order (an unselected expert adds an exact zero), as transformers' ``index_add``.
+- Checkpoints store experts per expert (``mlp.experts.{e}.gate_proj.weight``, what
+  ``save_pretrained`` writes) or fused (``mlp.experts.gate_up_proj`` ``[E, 2I, H]`` and
+  ``mlp.experts.down_proj`` ``[E, H, I]``, transformers' in-memory layout); both export as the
+  per-expert projections.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ...errors import ConfigError
+from ..projection import Projection
+from .attention import Attention
+from .ffn import SwiGLU
+from .model import LAYER_BUILDERS, DecoderLayer
+from .norm import RMSNorm
+from .views import Part, RowRecipe
+
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """The MoE keys of config.json (read from ``ModelConfig.raw``)."""
+
+    num_experts: int
+    top_k: int
+    moe_intermediate_size: int
+    norm_topk_prob: bool
+    decoder_sparse_step: int
+    mlp_only_layers: tuple[int, ...]
+    shared_expert_intermediate_size: int  # 0: no shared expert
+
+    def is_sparse(self, layer: int) -> bool:
+        """transformers' rule: a MoE block unless listed in mlp_only_layers or off the sparse step."""
+        return (layer not in self.mlp_only_layers and self.num_experts > 0
+                and (layer + 1) % self.decoder_sparse_step == 0)
+
+
+def _int(raw: dict, key: str, where: str, default=None, minimum: int = 1) -> int:
+    value = raw.get(key, default)
+    if value is None:
+        raise ConfigError(f"{where}: missing required key {key!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{where}: key {key!r}: expected an integer >= {minimum}, found {value!r}")
+    return value
+
+
+def moe_config(cfg, shared_expert: bool = False, norm_topk_default: bool = False) -> MoeConfig:
+    """Read and check the MoE keys (``shared_expert``: the config must name the shared expert's size)."""
+    raw, where = cfg.raw, f"config.json ({cfg.architecture})"
+    act = raw.get("hidden_act", "silu")
+    if act != "silu":
+        raise ConfigError(f"{where}: key 'hidden_act': expected 'silu' (SwiGLU experts), found {act!r}")
+    # transformers writes num_local_experts (its attribute_map of num_experts); the Qwen checkpoints, num_experts.
+    key = "num_experts" if "num_experts" in raw else "num_local_experts" if "num_local_experts" in raw else "num_experts"
+    experts = _int(raw, key, where, minimum=0)
+    top_k = _int(raw, "num_experts_per_tok", where)
+    if experts and top_k > experts:
+        raise ConfigError(f"{where}: num_experts_per_tok={top_k} exceeds num_experts={experts}")
+    only = raw.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
+        raise ConfigError(f"{where}: key 'mlp_only_layers': expected a list of layer indices, found {only!r}")
+    norm = raw.get("norm_topk_prob", norm_topk_default)
+    if not isinstance(norm, bool):
+        raise ConfigError(f"{where}: key 'norm_topk_prob': expected a boolean, found {norm!r}")
+    return MoeConfig(
+        num_experts=experts, top_k=top_k,
+        moe_intermediate_size=_int(raw, "moe_intermediate_size", where),
+        norm_topk_prob=norm,
+        decoder_sparse_step=_int(raw, "decoder_sparse_step", where, default=1),
+        mlp_only_layers=tuple(only),
+        shared_expert_intermediate_size=(_int(raw, "shared_expert_intermediate_size", where)
+                                         if shared_expert else 0),
+    )
+
+
+def layer_index(prefix: str) -> int:
+    """``model.layers.{i}`` -> i (the decoder-layer protocol passes the prefix)."""
+    return int(prefix.rsplit(".", 1)[1])
+
+
+# --- planning ---------------------------------------------------------------------------------------
+
+def expert_recipes(cfg, moe: MoeConfig, ckpt, prefix: str) -> dict[str, RowRecipe]:
+    """Per-expert weights from a fused checkpoint (none when experts are stored one by one)."""
+    fused = f"{prefix}.mlp.experts.gate_up_proj"
+    if fused not in ckpt:
+        return {}
+    h, i = cfg.hidden_size, moe.moe_intermediate_size
+    down = f"{prefix}.mlp.experts.down_proj"
+    out = {}
+    for e in range(moe.num_experts):
+        p = f"{prefix}.mlp.experts.{e}"
+        out[f"{p}.gate_proj.weight"] = RowRecipe((Part(fused, e, 0, i),), (i, h), what="fused gate_up_proj")
+        out[f"{p}.up_proj.weight"] = RowRecipe((Part(fused, e, i, 2 * i),), (i, h), what="fused gate_up_proj")
+        out[f"{p}.down_proj.weight"] = RowRecipe((Part(down, e),), (h, i), what="fused down_proj")
+    return out
+
+
+def swiglu_specs(source, prefix: str, hidden: int, inter: int, family: str) -> dict:
+    return {
+        "gate_proj": source.spec(f"{prefix}.gate_proj", inter, hidden, family),
+        "up_proj": source.spec(f"{prefix}.up_proj", inter, hidden, family),
+        "down_proj": source.spec(f"{prefix}.down_proj", hidden, inter, family),
+    }
+
+
+def mlp_plan(cfg, moe: MoeConfig, source, prefix: str) -> dict:
+    """The FFN of layer ``prefix``: a dense SwiGLU (family ``ffn``) or the sparse MoE block."""
+    h = cfg.hidden_size
+    if not moe.is_sparse(layer_index(prefix)):
+        return {"kind": "dense", **swiglu_specs(source, f"{prefix}.mlp", h, cfg.intermediate_size, "ffn")}
+    experts = [swiglu_specs(source, f"{prefix}.mlp.experts.{e}", h, moe.moe_intermediate_size, "moe")
+               for e in range(moe.num_experts)]
+    shared = None
+    if moe.shared_expert_intermediate_size:
+        shared = swiglu_specs(source, f"{prefix}.mlp.shared_expert", h, moe.shared_expert_intermediate_size, "moe")
+    return {"kind": "moe", "experts": experts, "shared_expert": shared}
+
+
+def mlp_plain_tensors(cfg, moe: MoeConfig, prefix: str) -> dict[str, tuple[int, ...]]:
+    if not moe.is_sparse(layer_index(prefix)):
+        return {}
+    out = {f"{prefix}.mlp.gate.weight": (moe.num_experts, cfg.hidden_size)}
+    if moe.shared_expert_intermediate_size:
+        out[f"{prefix}.mlp.shared_expert_gate.weight"] = (1, cfg.hidden_size)
+    return out
+
+
+# --- modules ------------------------------------------------------------------------------------------
+
+class Linear(nn.Module):
+    """An unquantized float matmul on a plain buffer (router and shared-expert gate: tiny, and
+    routing decisions stay in the checkpoint's precision)."""
+
+    def __init__(self, n: int, k: int, dtype: torch.dtype):
+        super().__init__()
+        self.register_buffer("weight", torch.empty(n, k, dtype=dtype))
+
+    def forward(self, x):
+        return torch.nn.functional.linear(x, self.weight)
+
+
+class SparseMoE(nn.Module):
+    """Router + experts (+ the sigmoid-gated shared expert), every expert on every row."""
+
+    def __init__(self, cfg, moe: MoeConfig, specs: dict, dtype: torch.dtype):
+        super().__init__()
+        self.hidden = cfg.hidden_size
+        self.top_k, self.num_experts, self.norm_topk_prob = moe.top_k, moe.num_experts, moe.norm_topk_prob
+        self.gate = Linear(moe.num_experts, cfg.hidden_size, dtype)
+        self.experts = nn.ModuleList(SwiGLU(s, dtype) for s in specs["experts"])
+        if specs["shared_expert"] is not None:
+            self.shared_expert = SwiGLU(specs["shared_expert"], dtype)
+            self.shared_expert_gate = Linear(1, cfg.hidden_size, dtype)
+        else:
+            self.shared_expert = None
+
+    def routing_weights(self, x2: torch.Tensor) -> torch.Tensor:
+        """``[M, E]``: each row's weight for each expert, zero where not among its top-k."""
+        logits = self.gate(x2)
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
+        top, idx = torch.topk(probs, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            top = top / top.sum(dim=-1, keepdim=True)
+        top = top.to(logits.dtype)
+        return torch.zeros_like(logits).scatter(1, idx, top)
+
+    def forward(self, x):
+        lead = x.shape[:-1]
+        x2 = x.reshape(-1, self.hidden)
+        weights = self.routing_weights(x2)
+        out = torch.zeros_like(x2)
+        for e, expert in enumerate(self.experts):
+            out = out + expert(x2) * weights[:, e:e + 1]
+        if self.shared_expert is not None:
+            shared = torch.sigmoid(self.shared_expert_gate(x2)) * self.shared_expert(x2)
+            out = out + shared
+        return out.reshape(*lead, self.hidden)
+
+
+def build_mlp(cfg, moe: MoeConfig, specs: dict, dtype: torch.dtype) -> nn.Module:
+    if specs["kind"] == "dense":
+        return SwiGLU(specs, dtype)
+    return SparseMoE(cfg, moe, specs, dtype)
+
+
+# --- the Qwen3-MoE decoder layer ------------------------------------------------------------------------
+
+class Qwen3MoeDecoderLayer(DecoderLayer):
+    """Qwen3 attention and a sparse MoE (or, per mlp_only_layers/decoder_sparse_step, dense) FFN."""
+
+    def __init__(self, cfg, specs: dict, dtype: torch.dtype):
+        nn.Module.__init__(self)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.self_attn = Attention(cfg, specs["self_attn"], dtype)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.mlp = build_mlp(cfg, moe_config(cfg), specs["mlp"], dtype)
+
+    @staticmethod
+    def plan(cfg, source, prefix: str) -> dict:
+        h, hd = cfg.hidden_size, cfg.head_dim
+        qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+        bias = cfg.attention_bias
+        attn = {
+            "q_proj": source.spec(f"{prefix}.self_attn.q_proj", qn, h, "attn", bias=bias),
+            "k_proj": source.spec(f"{prefix}.self_attn.k_proj", kvn, h, "attn", bias=bias),
+            "v_proj": source.spec(f"{prefix}.self_attn.v_proj", kvn, h, "attn", bias=bias),
+            "o_proj": source.spec(f"{prefix}.self_attn.o_proj", h, qn, "attn"),
+        }
+        return {"self_attn": attn, "mlp": mlp_plan(cfg, moe_config(cfg), source, prefix)}
+
+    @staticmethod
+    def plain_tensors(cfg, prefix: str) -> dict[str, tuple[int, ...]]:
+        h, hd = cfg.hidden_size, cfg.head_dim
+        return {
+            f"{prefix}.input_layernorm.weight": (h,),
+            f"{prefix}.post_attention_layernorm.weight": (h,),
+            f"{prefix}.self_attn.q_norm.weight": (hd,),
+            f"{prefix}.self_attn.k_norm.weight": (hd,),
+            **mlp_plain_tensors(cfg, moe_config(cfg), prefix),
+        }
+
+    @staticmethod
+    def recipes(cfg, ckpt, prefix: str) -> dict[str, RowRecipe]:
+        moe = moe_config(cfg)
+        return expert_recipes(cfg, moe, ckpt, prefix) if moe.is_sparse(layer_index(prefix)) else {}
+
+
+LAYER_BUILDERS["qwen3_moe"] = Qwen3MoeDecoderLayer
