@@ -14,7 +14,7 @@ import click
 from ..errors import MetraleError
 
 # Subcommand modules, each defining a Click command named like the module's ``COMMAND``.
-_COMMAND_MODULES = ("run", "export", "inspect", "compare", "build")
+_COMMAND_MODULES = ("run", "export", "inspect", "compare", "build", "demo")
 _DEFAULT = "run"
 
 

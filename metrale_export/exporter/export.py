@@ -45,6 +45,7 @@ class ExportOptions:
     layers: list[int] | None = None
     dtype: str = "float32"
     force: bool = False
+    model_path: str | None = None  # recorded in the manifest (filled in by export())
 
 
 @dataclass
@@ -116,6 +117,20 @@ def _attach_weights(model: ir.Model, offsets: dict[str, tuple[int, int]], base_d
             name=name, base_dir=base_dir)
 
 
+def _optimize(model: ir.Model) -> None:
+    """Fold the shape arithmetic the tracer leaves (TensorRT's parser needs constant axes).
+
+    onnxscript's optimizer reads only small constants (``input_size_limit`` elements), so the
+    streamed weights stay on disk.
+    """
+    import onnxscript.optimizer
+
+    try:
+        onnxscript.optimizer.optimize(model, onnx_shape_inference=False, input_size_limit=1024)
+    except Exception as e:
+        raise ExportError(f"optimizing the traced graph failed: {e}") from e
+
+
 def _cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     """Compact metrale inputs, then onnx-graphsurgeon's cleanup and topological sort."""
     onnx_translation.compact_inputs(proto.graph)
@@ -137,8 +152,13 @@ def _version() -> str:
 
 def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions | None = None,
            progress=None) -> ExportResult:
-    """Export ``model_path`` into ``out_dir``. ``progress(n_bytes)`` is called as weights stream."""
+    """Export ``model_path`` into ``out_dir``.
+
+    ``progress``, if given, has ``note(text)`` (the plan, before tracing), ``start(total_bytes)``
+    (before any weight is read) and ``update(n_bytes)`` (as weights stream).
+    """
     options = options or ExportOptions()
+    options.model_path = str(model_path)
     t0 = time.time()
     if options.dtype not in DTYPES:
         raise InputError(f"--dtype: expected one of {', '.join(DTYPES)}, found {options.dtype!r}")
@@ -148,7 +168,13 @@ def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions |
     source = select_source(ckpt, options.request)
     with torch.device("meta"):
         model = CausalLM(cfg, source, dtype, options.layers)
+    if progress is not None:
+        n_proj = len(model.projections())
+        progress.note(f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "
+                      f"{model.weight_nbytes() / 2**20:.1f} MiB of weights to write; tracing ...")
     traced = trace(model)
+    if progress is not None:
+        progress.start(model.weight_nbytes())
 
     with atomic_directory(Path(out_dir), options.force) as tmp:
         writer = DataWriter(tmp / DATA_NAME)
@@ -156,10 +182,11 @@ def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions |
             for name, tensor in model.iter_weights(source):
                 writer.write(name, tensor)
                 if progress is not None:
-                    progress(tensor.numel() * tensor.element_size())
+                    progress.update(tensor.numel() * tensor.element_size())
         finally:
             writer.close()
         _attach_weights(traced, writer.offsets, tmp)
+        _optimize(traced)
         proto = _cleanup(ir.serde.serialize_model(traced))
         total = sum(length for _, length in writer.offsets.values())
         onnx_path = tmp / ONNX_NAME

@@ -48,6 +48,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
         "model": {
             "architecture": cfg.architecture,
             "checkpoint": str(Path(ckpt.root).name),
+            "checkpoint_path": str(Path(options.model_path).resolve()) if options.model_path else None,
             "config_sha256": config_hash,
             "num_hidden_layers": cfg.num_hidden_layers,
             "hidden_size": cfg.hidden_size,
@@ -58,6 +59,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
         "weight_quantization": {
             "format": req.weight,
             "group_size": req.group_size if req.weight == "w4a16" else None,
+            "asymmetric": (not req.symmetric) if req.weight == "w4a16" else None,
             "w8a8_weight_scales": req.w8a8_weight_scales if req.weight == "w8a8" else None,
             "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
             "lm_head": req.quantize_lm_head,

@@ -1,0 +1,57 @@
+"""``metrale-export export MODEL -o DIR``: the export step alone (exporter.export)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..exporter.export import ExportOptions, export, parse_layers
+from ..exporter.checkpoint import Checkpoint
+from ..exporter.config import parse_config
+from ..exporter.quantization import QuantRequest
+from . import options as opt
+from .progress import ByteProgress
+
+
+def export_options(ctx_params: dict, force: bool) -> tuple[ExportOptions, Checkpoint]:
+    """ExportOptions from the shared quantization options (validated against the model)."""
+    request = QuantRequest(
+        weight=ctx_params["weight"], group_size=int(ctx_params["group_size"]),
+        symmetric=not ctx_params["asymmetric"], w8a8_weight_scales=ctx_params["w8a8_weight_scales"],
+        w8a8_activation_scales=ctx_params["w8a8_activation_scales"],
+        quantize_lm_head=ctx_params["quantize_lm_head"])
+    ckpt = Checkpoint.open(ctx_params["model"])
+    cfg = parse_config(ckpt.config, ckpt.root / "config.json")
+    layers = parse_layers(ctx_params["layers"], cfg.num_hidden_layers)
+    return ExportOptions(request=request, layers=layers, dtype=ctx_params["dtype"], force=force), ckpt
+
+
+def run_export(params: dict, out, force: bool, quiet: bool):
+    options, _ = export_options(params, force)
+    bar = ByteProgress("writing weights", enabled=not quiet)
+    try:
+        return export(params["model"], out, options, progress=bar)
+    finally:
+        bar.close()
+
+
+@click.command("export")
+@opt.model_argument
+@opt.output_option
+@opt.quantization_options
+@opt.force_option
+@opt.quiet_option
+@opt.json_option
+@click.pass_context
+def command(ctx, model, output, force, quiet, as_json, **_):
+    """Export MODEL (a .safetensors file with config.json beside it, a checkpoint directory, or a
+    model.safetensors.index.json) to ONNX with metrale projection ops."""
+    out = output or opt.default_output(model)
+    result = run_export(ctx.params, out, force, quiet or as_json)
+    if as_json:
+        click.echo(json.dumps({"output": str(result.out_dir), "seconds": round(result.seconds, 2),
+                               "op_counts": result.manifest["op_counts"]}, indent=2))
+    elif not quiet:
+        counts = ", ".join(f"{v} {k}" for k, v in result.manifest["op_counts"].items()) or "no metrale ops"
+        click.echo(f"Exported {model} -> {result.out_dir} in {result.seconds:.1f} s ({counts})")

@@ -1,0 +1,54 @@
+"""Options shared by several commands, as decorators (the pip-tools ``options.py`` pattern)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..exporter.export import DTYPES
+from ..exporter.quantization import WEIGHT_FORMATS
+
+
+def _compose(*decorators):
+    def apply(f):
+        for d in reversed(decorators):
+            f = d(f)
+        return f
+
+    return apply
+
+
+model_argument = click.argument(
+    "model", metavar="MODEL", type=click.Path(path_type=Path),
+)
+
+quantization_options = _compose(
+    click.option("--weight-quantization", "weight", type=click.Choice(WEIGHT_FORMATS), default="w4a16",
+                  show_default=True, help="Format of every quantized linear projection (none: keep float)."),
+    click.option("--group-size", type=click.Choice(["32", "64", "128"]), default="128", show_default=True,
+                 help="W4A16 group size along K."),
+    click.option("--asymmetric", is_flag=True, help="W4A16 with zero points (default: symmetric)."),
+    click.option("--w8a8-weight-scales", type=click.Choice(["channel", "block128"]), default="channel",
+                 show_default=True, help="W8A8 weight scales: per output channel or 128x128 blocks."),
+    click.option("--w8a8-activation-scales", type=click.Choice(["row", "row_block128"]), default="row",
+                 show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
+    click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
+    click.option("--layers", default=None, metavar="SPEC",
+                 help="Export only these decoder layers, e.g. '0' or '0,2' or '1-3' (debugging)."),
+    click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="float32", show_default=True,
+                 help="Dtype of activations and float weights in the graph (float32 runs in the "
+                      "ONNX Runtime reference; the quantized ops round activations to bf16 anyway)."),
+)
+
+output_option = click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=None,
+                             help="Output directory (default: <model name>.metrale/ beside the model).")
+force_option = click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
+quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress or summary, errors only.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for scripts).")
+
+
+def default_output(model: Path) -> Path:
+    """<checkpoint directory>.metrale beside the checkpoint directory."""
+    root = (model if model.is_dir() else model.parent).resolve()
+    return root.parent / f"{root.name}.metrale"

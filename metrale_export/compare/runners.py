@@ -1,0 +1,78 @@
+"""Polygraphy runners for an export directory: ONNX Runtime with the metrale reference ops, and the
+PyTorch model rebuilt from the same checkpoint.
+
+``TorchRunner`` exists because Polygraphy's ``PytRunner`` moves every input to CUDA; this one runs
+on the device it is given (the CPU in CI, the GPU with the CUDA ops on the H200).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from pathlib import Path
+
+import torch
+from polygraphy.backend.base import BaseRunner
+from polygraphy.backend.onnxrt import OnnxrtRunner
+
+from ..exporter.checkpoint import Checkpoint
+from ..exporter.config import parse_config
+from ..exporter.export import DTYPES, select_source
+from ..exporter.layers.model import CausalLM
+from ..ops.ort import reference_session
+
+
+class TorchRunner(BaseRunner):
+    """Runs a ``CausalLM`` (inputs by name, outputs by the model's output names)."""
+
+    def __init__(self, model_factory, input_metadata, device: str = "cpu", name: str | None = None):
+        super().__init__(name=name, prefix="torch-runner")
+        self._factory = model_factory
+        self.input_metadata = input_metadata
+        self.device = device
+
+    def activate_impl(self):
+        self.model = self._factory().to(self.device).eval()
+
+    def get_input_metadata_impl(self):
+        return self.input_metadata
+
+    def infer_impl(self, feed_dict):
+        inputs = [torch.from_numpy(feed_dict[n]).to(self.device) for n in self.model.input_names()]
+        start = time.time()
+        with torch.no_grad():
+            outs = self.model(*inputs)
+        if self.device != "cpu":
+            torch.cuda.synchronize()
+        end = time.time()
+        self.inference_time = end - start
+        return OrderedDict((n, o.float().cpu().numpy() if o.dtype == torch.bfloat16 else o.cpu().numpy())
+                           for n, o in zip(self.model.output_names(), outs))
+
+    def deactivate_impl(self):
+        del self.model
+
+
+def torch_model_factory(export_dir: Path, checkpoint: Path, manifest: dict):
+    """A callable building the export's PyTorch model from the checkpoint it was exported from."""
+    from ..exporter.quantization import QuantRequest
+
+    wq = manifest["weight_quantization"]
+
+    def build() -> CausalLM:
+        ckpt = Checkpoint.open(checkpoint)
+        cfg = parse_config(ckpt.config, ckpt.root / "config.json")
+        request = QuantRequest(
+            weight=wq["format"], group_size=wq.get("group_size") or 128,
+            symmetric=not wq.get("asymmetric", False),
+            w8a8_weight_scales=wq.get("w8a8_weight_scales") or "channel",
+            w8a8_activation_scales=wq.get("w8a8_activation_scales") or "row",
+            quantize_lm_head=bool(wq.get("lm_head")))
+        source = select_source(ckpt, request)
+        return CausalLM(cfg, source, DTYPES[manifest["dtype"]], manifest["layers"]).load_weights(source)
+
+    return build
+
+
+def onnxrt_runner(onnx_path: Path) -> OnnxrtRunner:
+    return OnnxrtRunner(lambda: reference_session(onnx_path), name="onnxrt-reference")
