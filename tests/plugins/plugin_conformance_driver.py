@@ -147,7 +147,20 @@ def make_cases(seed: int = 20261129) -> list[Case]:
                   "has_bias": int(has_bias), "family": "moe", "name": f"layers.0.mlp.experts.0.{cid}"}
         cases.append(Case(cid, "W4A4Proj", fields, inputs))
     assert tuple(c.id for c in cases) == CASE_IDS
+    _check_attribute_names(cases)
     return cases
+
+
+def _check_attribute_names(cases: list[Case]) -> None:
+    """The fields given to the plugins are exactly the attributes the exporter writes."""
+    try:
+        from metrale_export.ops.onnx_translation import attribute_names
+    except ImportError:  # onnx/onnxscript absent on this machine: nothing to cross-check against
+        return
+    for c in cases:
+        expected = set(attribute_names(c.op))
+        if set(c.fields) != expected:
+            raise AssertionError(f"{c.id}: fields {sorted(c.fields)} differ from the exporter's {sorted(expected)}")
 
 
 # The ids of make_cases(), spelled out so that collecting the tests does not build the inputs.
