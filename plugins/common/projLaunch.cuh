@@ -1,0 +1,69 @@
+/*
+ * Launcher helpers shared by the three projection launchers: argument checks, workspace layout and
+ * the activation pre-pass that produces the 16-bit A operand.
+ *
+ * Invariants: nothing here allocates, synchronizes or prints; errors are cudaError_t
+ * (cudaErrorInvalidValue for bad arguments, cudaErrorNotSupported for combinations the op contract
+ * or these kernels do not serve).
+ */
+#ifndef METRALE_PROJ_LAUNCH_CUH
+#define METRALE_PROJ_LAUNCH_CUH
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "actQuant.cuh"
+#include "metraleNumerics.cuh"
+#include "projGemm.cuh"
+
+namespace metrale
+{
+
+constexpr size_t kWS_ALIGN = 256;
+constexpr int64_t kMAX_DIM = (1ll << 31) - 1;
+
+inline bool validDtype(int32_t d)
+{
+    return d == kMETRALE_FLOAT32 || d == kMETRALE_FLOAT16 || d == kMETRALE_BFLOAT16;
+}
+
+inline bool aligned(const void* p, uintptr_t a)
+{
+    return (reinterpret_cast<uintptr_t>(p) % a) == 0;
+}
+
+/* Bytes of the 16-bit A operand [m, k] in the workspace. */
+inline size_t operandBytes(int64_t m, int64_t k)
+{
+    return alignUp(static_cast<size_t>(m) * static_cast<size_t>(k) * 2, kWS_ALIGN);
+}
+
+/* Common shape checks: m >= 0, n, k >= 1, all within int range (the kernels index with int rows). */
+inline bool validShape(int64_t m, int64_t n, int64_t k)
+{
+    return m >= 0 && n >= 1 && k >= 1 && m <= kMAX_DIM && n <= kMAX_DIM && k <= kMAX_DIM;
+}
+
+/* The bf16 A operand: x itself when it is 16-byte aligned bf16, else bf16(x) written to workspace. */
+inline cudaError_t bf16Operand(const void* x, int32_t xDtype, int64_t m, int64_t k, void* workspace,
+    size_t workspaceBytes, cudaStream_t stream, const uint16_t** out)
+{
+    if (xDtype == kMETRALE_BFLOAT16 && aligned(x, 16))
+    {
+        *out = static_cast<const uint16_t*>(x);
+        return cudaSuccess;
+    }
+    const size_t total = static_cast<size_t>(m) * static_cast<size_t>(k);
+    if (workspace == nullptr || workspaceBytes < operandBytes(m, k) || !aligned(workspace, 16))
+    {
+        return cudaErrorInvalidValue;
+    }
+    toBf16Kernel<<<elementwiseBlocks(total), kACT_THREADS, 0, stream>>>(
+        x, xDtype, static_cast<__nv_bfloat16*>(workspace), total);
+    *out = static_cast<const uint16_t*>(workspace);
+    return cudaGetLastError();
+}
+
+} // namespace metrale
+
+#endif // METRALE_PROJ_LAUNCH_CUH

@@ -1,0 +1,39 @@
+/*
+ * Which kernel tier serves a projection at m rows: a pure decision, host and device.
+ *
+ * Invariants: the tier changes only the tile shape (rows per CTA, weight rows per warp, pipeline
+ * depth). Every tier issues the same mma instruction (m16n8k16, fp32 accumulate) over the same
+ * 128-k blocks in ascending order, with the same assignment of k to instruction positions
+ * (k = 128*b + 32*t + 4*s + j for quad lane t, step s, element j), starting from zero. So a row's
+ * output bits do not depend on the tier, on m, or on the row's position (tests/gpu checks this
+ * bitwise).
+ */
+#ifndef METRALE_PROJ_TIERS_H
+#define METRALE_PROJ_TIERS_H
+
+#include <stdint.h>
+
+namespace metrale
+{
+
+enum class ProjTier : int32_t
+{
+    kM8 = 0,   // m <= 8: one m16 tile, its top 8 rows; GEMV-like, weight-streaming
+    kM16 = 1,  // m <= 16: one m16 tile
+    kM64 = 2,  // m <= 256: 64-row tiles, 32 weight rows per CTA
+    kM128 = 3, // larger: 128-row tiles (64 where per-block fp8 scales need a second accumulator)
+};
+
+inline constexpr ProjTier selectProjTier(int64_t m)
+{
+    return m <= 8 ? ProjTier::kM8 : m <= 16 ? ProjTier::kM16 : m <= 256 ? ProjTier::kM64 : ProjTier::kM128;
+}
+
+inline constexpr const char* projTierName(ProjTier t)
+{
+    return t == ProjTier::kM8 ? "m8" : t == ProjTier::kM16 ? "m16" : t == ProjTier::kM64 ? "m64" : "m128";
+}
+
+} // namespace metrale
+
+#endif // METRALE_PROJ_TIERS_H

@@ -1,0 +1,66 @@
+/*
+ * metrale_w4a16_proj: the C launcher of W4A16Proj (plugins/include/metrale/kernels.h).
+ *
+ * Validates, makes the bf16 A operand (x itself, or bf16(x) in the workspace), and launches the
+ * tier of projGemm.cuh that serves m rows. Never allocates, synchronizes or prints.
+ */
+#include "metrale/kernels.h"
+#include "projLaunch.cuh"
+#include "w4a16ProjKernel.cuh"
+
+using namespace metrale;
+
+extern "C" size_t metrale_w4a16_workspace_size(int64_t m, int64_t n, int64_t k, int64_t group_size)
+{
+    (void) n;
+    (void) group_size;
+    if (m <= 0 || k <= 0)
+    {
+        return 0;
+    }
+    return operandBytes(m, k);  // bf16(x) when x is float32/float16 (or unaligned)
+}
+
+extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const int8_t* weight,
+    const float* weight_scale, const int8_t* zero_point, const float* bias, void* y, int64_t m, int64_t n,
+    int64_t k, int64_t group_size, void* workspace, size_t workspace_bytes, cudaStream_t stream)
+{
+    if (!validShape(m, n, k) || !validDtype(x_dtype))
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (group_size != 32 && group_size != 64 && group_size != 128)
+    {
+        return cudaErrorNotSupported;
+    }
+    if (k % group_size != 0)
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (m == 0)
+    {
+        return cudaSuccess;
+    }
+    if (x == nullptr || weight == nullptr || weight_scale == nullptr || y == nullptr || !aligned(weight, 16)
+        || !aligned(weight_scale, 4) || (zero_point != nullptr && !aligned(zero_point, 4)) || !aligned(y, 8))
+    {
+        return cudaErrorInvalidValue;
+    }
+    const uint16_t* X = nullptr;
+    cudaError_t e = bf16Operand(x, x_dtype, m, k, workspace, workspace_bytes, stream, &X);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    W4A16Policy::Params p{};
+    p.codes = reinterpret_cast<const uint8_t*>(weight);
+    p.scale = weight_scale;
+    p.zeroPoint = reinterpret_cast<const uint8_t*>(zero_point);
+    p.bias = bias;
+    p.groups = static_cast<int>(k / group_size);
+    p.groupShift = group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
+    p.perBlock = static_cast<int>(128 / group_size);
+    p.totalGroups = n * p.groups;
+    return dispatchProjGemm<W4A16Policy>(p, X, y, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+        x_dtype, stream);
+}

@@ -1,0 +1,124 @@
+/*
+ * W4A16Proj weight policy for projGemm.cuh: int4 codes with float32 group scales and optional zero
+ * points, dequantized in registers to the bf16 B fragment.
+ *
+ * Invariants (docs/ops.md): wb[n, k] = bf16((code - z) * s) with the product rounded once to
+ * float32, then once to bf16. The magic-number decode builds (code - z) * 2^(4p) exactly in float32
+ * and multiplies by s * 2^(-4p) (exact power-of-two scaling), so the one float32 rounding is that of
+ * (code - z) * s. A thread's 32 codes per block lie in one group (group size >= 32).
+ */
+#ifndef METRALE_W4A16_PROJ_KERNEL_CUH
+#define METRALE_W4A16_PROJ_KERNEL_CUH
+
+#include <cstdint>
+
+#include "projGemm.cuh"
+
+namespace metrale
+{
+
+struct W4A16Policy : NoTable
+{
+    static constexpr bool kF16 = false;
+    static constexpr int kCB = 64;        // 128 codes per row per block
+    static constexpr int kCODE_BITS = 4;
+    static constexpr int kMW = 6;         // up to 4 scales + 2 words covering the zero points
+    static constexpr bool kPER_BLOCK = false;
+
+    struct Params
+    {
+        const uint8_t* codes;     // [N, K/2]
+        const float* scale;       // [N, G]
+        const uint8_t* zeroPoint; // [N, G] or null (8)
+        const float* bias;        // [N] or null
+        int groups;               // G = K / group_size
+        int groupShift;           // log2(group_size)
+        int perBlock;             // 128 / group_size
+        long long totalGroups;    // N * G
+    };
+
+    struct BlockState
+    {
+        float s[4];   // s * 2^(-4p)
+        float off[4]; // 2^23 + z * 2^(4p)
+    };
+
+    __device__ static void metaSrc(const Params& p, int n, int kb, int w, const void*& src, int& bytes)
+    {
+        const long long first = static_cast<long long>(n) * p.groups + static_cast<long long>(kb) * p.perBlock;
+        if (w < 4)
+        {
+            if (w < p.perBlock && kb * p.perBlock + w < p.groups)
+            {
+                src = p.scale + first + w;
+                bytes = 4;
+            }
+        }
+        else if (p.zeroPoint != nullptr)
+        {
+            const long long wordAddr = (first & ~3ll) + 4 * (w - 4);
+            if (wordAddr < p.totalGroups)
+            {
+                src = p.zeroPoint + wordAddr;
+                const long long left = p.totalGroups - wordAddr;
+                bytes = left < 4 ? static_cast<int>(left) : 4;
+            }
+        }
+    }
+
+    __device__ static BlockState blockState(const Params& p, const uint32_t* mw, int t, int kb, int n)
+    {
+        const int gi = (32 * t) >> p.groupShift;  // the thread's group within the block
+        const float s = __uint_as_float(mw[gi]);
+        float z = 8.0f;
+        if (p.zeroPoint != nullptr)
+        {
+            const long long first = static_cast<long long>(n) * p.groups + static_cast<long long>(kb) * p.perBlock;
+            const int off = static_cast<int>(first & 3) + gi;
+            z = static_cast<float>(reinterpret_cast<const uint8_t*>(mw + 4)[off] & 0xF);
+        }
+        BlockState b;
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+        {
+            const float pw = static_cast<float>(1 << (4 * q));
+            b.s[q] = __fdiv_rn(s, pw);  // exact: a power of two
+            b.off[q] = __fadd_rn(8388608.0f, __fmul_rn(z, pw));
+        }
+        return b;
+    }
+
+    template <int kCW>
+    __device__ static void dequant(const uint32_t (&codes)[kCW], const BlockState& b, int s, const uint8_t*, int,
+        uint32_t& b0, uint32_t& b1)
+    {
+        const uint32_t w = codes[s >> 1];
+        const uint32_t h = (s & 1) ? (w >> 16) : w;
+        float v[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+        {
+            const float f = __uint_as_float(0x4B000000u | (h & (0xFu << (4 * q))));
+            v[q] = __fmul_rn(__fsub_rn(f, b.off[q]), b.s[q]);
+        }
+        b0 = packBf16x2(v[0], v[1]);
+        b1 = packBf16x2(v[2], v[3]);
+    }
+
+    __device__ static float finish(const Params&, float acc, int, int)
+    {
+        return acc;
+    }
+    __device__ static float blockRowScale(const Params&, int, int)
+    {
+        return 1.0f;
+    }
+    __device__ static float blockColScale(const Params&, int, int)
+    {
+        return 1.0f;
+    }
+};
+
+} // namespace metrale
+
+#endif // METRALE_W4A16_PROJ_KERNEL_CUH

@@ -1,0 +1,94 @@
+/*
+ * metrale_w4a4_proj: the C launcher of W4A4Proj (plugins/include/metrale/kernels.h).
+ *
+ * nvfp4 activations: the quantization pre-pass writes the exact activation factors (f16) and ga
+ * into the workspace, then the NVFP4-emulation policy. bf16 activations: the bf16 A operand and the
+ * W4A16-with-NVFP4-weights policy. K must be a multiple of 32 here (16-byte weight rows); K = 16 mod 32,
+ * which the contract allows, returns cudaErrorNotSupported.
+ */
+#include "metrale/kernels.h"
+#include "projLaunch.cuh"
+#include "w4a4ProjKernel.cuh"
+
+using namespace metrale;
+
+extern "C" size_t metrale_w4a4_workspace_size(int64_t m, int64_t n, int64_t k, int32_t act_format)
+{
+    (void) n;
+    if (m <= 0 || k <= 0)
+    {
+        return 0;
+    }
+    if (act_format == kMETRALE_ACT_NVFP4)
+    {
+        return operandBytes(m, k) + alignUp(static_cast<size_t>(m) * 4, kWS_ALIGN);
+    }
+    return operandBytes(m, k);
+}
+
+extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const int8_t* weight,
+    const int8_t* weight_scale, const float* weight_global_scale, const float* input_scale, int32_t act_format,
+    const float* bias, void* y, int64_t m, int64_t n, int64_t k, void* workspace, size_t workspace_bytes,
+    cudaStream_t stream)
+{
+    if (!validShape(m, n, k) || !validDtype(x_dtype))
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (act_format != kMETRALE_ACT_BF16 && act_format != kMETRALE_ACT_NVFP4)
+    {
+        return cudaErrorNotSupported;
+    }
+    if (k % kNVFP4_BLOCK != 0)
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (k % 32 != 0)
+    {
+        return cudaErrorNotSupported;
+    }
+    if (m == 0)
+    {
+        return cudaSuccess;
+    }
+    if (x == nullptr || weight == nullptr || weight_scale == nullptr || weight_global_scale == nullptr || y == nullptr
+        || !aligned(weight, 16) || !aligned(weight_scale, 4) || !aligned(y, 8))
+    {
+        return cudaErrorInvalidValue;
+    }
+    W4A4Params p{};
+    p.codes = reinterpret_cast<const uint8_t*>(weight);
+    p.scale = reinterpret_cast<const uint8_t*>(weight_scale);
+    p.globalScale = weight_global_scale;
+    p.bias = bias;
+    p.scaleCols = static_cast<int>(k / kNVFP4_BLOCK);
+    p.totalScaleBytes = n * (k / kNVFP4_BLOCK);
+    const int mi = static_cast<int>(m);
+    const int ni = static_cast<int>(n);
+    const int ki = static_cast<int>(k);
+    if (act_format == kMETRALE_ACT_BF16)
+    {
+        const uint16_t* X = nullptr;
+        cudaError_t e = bf16Operand(x, x_dtype, m, k, workspace, workspace_bytes, stream, &X);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        return dispatchProjGemm<W4A4Bf16Policy>(p, X, y, mi, ni, ki, x_dtype, stream);
+    }
+    if (workspace == nullptr || !aligned(workspace, 16)
+        || workspace_bytes < metrale_w4a4_workspace_size(m, n, k, act_format))
+    {
+        return cudaErrorInvalidValue;
+    }
+    __half* xf = static_cast<__half*>(workspace);
+    float* ga = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + operandBytes(m, k));
+    p.ga = ga;
+    quantNvfp4Kernel<<<mi, kACT_THREADS, 0, stream>>>(x, x_dtype, input_scale, xf, ga, ki);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    return dispatchProjGemm<W4A4Nvfp4Policy>(p, reinterpret_cast<const uint16_t*>(xf), y, mi, ni, ki, x_dtype, stream);
+}

@@ -1,0 +1,174 @@
+/*
+ * W4A4Proj weight policies for projGemm.cuh: NVFP4 weights (e2m1 codes, e4m3 scales per 16 k, a
+ * float32 global scale).
+ *
+ * Invariants (docs/ops.md):
+ * - nvfp4 activations, the NVFP4 emulation on Hopper (no FP4 tensor cores): both mma operands are the
+ *   exact factors e2m1 * e4m3 as f16 (at most 6 significant bits, within f16's normal range), so each
+ *   product is exact in float32; the accumulator is multiplied once by (ga[m] * gw) at the end.
+ * - bf16 activations: wb[n, k] = bf16((e2m1 * s16) * gw), the first product exact, one float32
+ *   rounding, then one bf16 rounding.
+ * - e2m1 pairs are decoded through a lane-replicated table in shared memory (E2m1Table), which
+ *   reads 32 distinct banks for any codes.
+ */
+#ifndef METRALE_W4A4_PROJ_KERNEL_CUH
+#define METRALE_W4A4_PROJ_KERNEL_CUH
+
+#include <cstdint>
+
+#include "projGemm.cuh"
+
+namespace metrale
+{
+
+struct W4A4Params
+{
+    const uint8_t* codes;        // [N, K/2] e2m1 codes
+    const uint8_t* scale;        // [N, K/16] e4m3 bits
+    const float* globalScale;    // [1] (device)
+    const float* bias;           // [N] or null
+    const float* ga;             // nvfp4: [M] activation global scales (workspace)
+    int scaleCols;               // K / 16
+    long long totalScaleBytes;   // N * K / 16
+};
+
+/* Both policies read the same meta: three words covering the row's eight scale bytes of a block. */
+struct W4A4Meta
+{
+    static constexpr int kMW = 3;
+    __device__ static void metaSrc(const W4A4Params& p, int n, int kb, int w, const void*& src, int& bytes)
+    {
+        const long long first = static_cast<long long>(n) * p.scaleCols + 8ll * kb;
+        const long long wordAddr = (first & ~3ll) + 4 * w;
+        if (wordAddr < p.totalScaleBytes)
+        {
+            src = p.scale + wordAddr;
+            const long long left = p.totalScaleBytes - wordAddr;
+            bytes = left < 4 ? static_cast<int>(left) : 4;
+        }
+    }
+    /* The e4m3 scale of 16-block e (0, 1) of quad lane t, as f16 bits; 0 past the end of the row. */
+    __device__ static uint16_t scaleHalf(const W4A4Params& p, const uint32_t* mw, int t, int kb, int n, int e)
+    {
+        const long long first = static_cast<long long>(n) * p.scaleCols + 8ll * kb;
+        const int col = 8 * kb + 2 * t + e;
+        if (col >= p.scaleCols)
+        {
+            return 0;
+        }
+        const uint8_t b = reinterpret_cast<const uint8_t*>(mw)[static_cast<int>(first & 3) + 2 * t + e];
+        return __half_raw(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)).x;
+    }
+};
+
+struct W4A4Nvfp4Policy : E2m1Table, W4A4Meta
+{
+    static constexpr bool kF16 = true;
+    static constexpr int kCB = 64;
+    static constexpr int kCODE_BITS = 4;
+    static constexpr bool kPER_BLOCK = false;
+    using Params = W4A4Params;
+    struct BlockState
+    {
+        uint32_t s2[2];  // f16x2 (s, s) of the two 16-blocks
+    };
+
+    __device__ static BlockState blockState(const Params& p, const uint32_t* mw, int t, int kb, int n)
+    {
+        BlockState b;
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+        {
+            const uint32_t h = scaleHalf(p, mw, t, kb, n, e);
+            b.s2[e] = h | (h << 16);
+        }
+        return b;
+    }
+    template <int kCW>
+    __device__ static void dequant(const uint32_t (&codes)[kCW], const BlockState& b, int s, const uint8_t* table,
+        int lane, uint32_t& b0, uint32_t& b1)
+    {
+        const uint32_t w = codes[s >> 1];
+        const uint32_t h = (s & 1) ? (w >> 16) : w;
+        const uint32_t t0 = lookup(table, h & 0xFFu, lane);
+        const uint32_t t1 = lookup(table, (h >> 8) & 0xFFu, lane);
+        const uint32_t sc = b.s2[s >> 2];
+        const __half2 r0 = __hmul2(*reinterpret_cast<const __half2*>(&t0), *reinterpret_cast<const __half2*>(&sc));
+        const __half2 r1 = __hmul2(*reinterpret_cast<const __half2*>(&t1), *reinterpret_cast<const __half2*>(&sc));
+        b0 = *reinterpret_cast<const uint32_t*>(&r0);
+        b1 = *reinterpret_cast<const uint32_t*>(&r1);
+    }
+    __device__ static float finish(const Params& p, float acc, int m, int)
+    {
+        return __fmul_rn(acc, __fmul_rn(p.ga[m], *p.globalScale));
+    }
+    __device__ static float blockRowScale(const Params&, int, int)
+    {
+        return 1.0f;
+    }
+    __device__ static float blockColScale(const Params&, int, int)
+    {
+        return 1.0f;
+    }
+};
+
+struct W4A4Bf16Policy : E2m1Table, W4A4Meta
+{
+    static constexpr bool kF16 = false;
+    static constexpr int kCB = 64;
+    static constexpr int kCODE_BITS = 4;
+    static constexpr bool kPER_BLOCK = false;
+    using Params = W4A4Params;
+    struct BlockState
+    {
+        float s[2];
+        float gw;
+    };
+
+    __device__ static BlockState blockState(const Params& p, const uint32_t* mw, int t, int kb, int n)
+    {
+        BlockState b;
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+        {
+            b.s[e] = __half2float(__ushort_as_half(scaleHalf(p, mw, t, kb, n, e)));
+        }
+        b.gw = *p.globalScale;
+        return b;
+    }
+    template <int kCW>
+    __device__ static void dequant(const uint32_t (&codes)[kCW], const BlockState& b, int s, const uint8_t* table,
+        int lane, uint32_t& b0, uint32_t& b1)
+    {
+        const uint32_t w = codes[s >> 1];
+        const uint32_t h = (s & 1) ? (w >> 16) : w;
+        const float sc = b.s[s >> 2];
+        uint32_t out[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u)
+        {
+            const uint32_t tv = lookup(table, (h >> (8 * u)) & 0xFFu, lane);
+            const float lo = __half2float(__ushort_as_half(static_cast<unsigned short>(tv & 0xFFFFu)));
+            const float hi = __half2float(__ushort_as_half(static_cast<unsigned short>(tv >> 16)));
+            out[u] = packBf16x2(__fmul_rn(__fmul_rn(lo, sc), b.gw), __fmul_rn(__fmul_rn(hi, sc), b.gw));
+        }
+        b0 = out[0];
+        b1 = out[1];
+    }
+    __device__ static float finish(const Params&, float acc, int, int)
+    {
+        return acc;
+    }
+    __device__ static float blockRowScale(const Params&, int, int)
+    {
+        return 1.0f;
+    }
+    __device__ static float blockColScale(const Params&, int, int)
+    {
+        return 1.0f;
+    }
+};
+
+} // namespace metrale
+
+#endif // METRALE_W4A4_PROJ_KERNEL_CUH

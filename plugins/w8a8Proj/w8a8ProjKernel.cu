@@ -1,0 +1,116 @@
+/*
+ * metrale_w8a8_proj: the C launcher of W8A8Proj (plugins/include/metrale/kernels.h).
+ *
+ * bf16 activations: the bf16 A operand (x or bf16(x)) and the W8A16 policy. fp8 activations: the
+ * quantization pre-pass writes xq (as exact f16) and sx into the workspace, then the fp8 policy.
+ * K must be a multiple of 16 (16-byte weight rows); other K return cudaErrorNotSupported.
+ */
+#include "metrale/kernels.h"
+#include "projLaunch.cuh"
+#include "w8a8ProjKernel.cuh"
+
+using namespace metrale;
+
+namespace
+{
+
+int64_t actScaleColumns(int64_t k, int32_t actScaleGranularity)
+{
+    return actScaleGranularity == kMETRALE_ASCALE_ROW ? 1 : (k + kFP8_BLOCK - 1) / kFP8_BLOCK;
+}
+
+} // namespace
+
+extern "C" size_t metrale_w8a8_workspace_size(int64_t m, int64_t n, int64_t k, int32_t act_format,
+    int32_t act_scale_granularity)
+{
+    (void) n;
+    if (m <= 0 || k <= 0)
+    {
+        return 0;
+    }
+    if (act_format == kMETRALE_ACT_FP8)
+    {
+        return operandBytes(m, k)
+            + alignUp(static_cast<size_t>(m) * static_cast<size_t>(actScaleColumns(k, act_scale_granularity)) * 4,
+                kWS_ALIGN);
+    }
+    return operandBytes(m, k);
+}
+
+extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const int8_t* weight,
+    const float* weight_scale, int32_t weight_scale_granularity, int32_t act_format, int32_t act_scale_granularity,
+    const float* bias, void* y, int64_t m, int64_t n, int64_t k, void* workspace, size_t workspace_bytes,
+    cudaStream_t stream)
+{
+    if (!validShape(m, n, k) || !validDtype(x_dtype))
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (weight_scale_granularity != kMETRALE_WSCALE_CHANNEL && weight_scale_granularity != kMETRALE_WSCALE_BLOCK128)
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (act_format != kMETRALE_ACT_BF16 && act_format != kMETRALE_ACT_FP8)
+    {
+        return cudaErrorNotSupported;
+    }
+    if (act_format == kMETRALE_ACT_FP8 && act_scale_granularity != kMETRALE_ASCALE_ROW
+        && act_scale_granularity != kMETRALE_ASCALE_ROW_BLOCK128)
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (k % 16 != 0)
+    {
+        return cudaErrorNotSupported;
+    }
+    if (m == 0)
+    {
+        return cudaSuccess;
+    }
+    if (x == nullptr || weight == nullptr || weight_scale == nullptr || y == nullptr || !aligned(weight, 16)
+        || !aligned(weight_scale, 4) || !aligned(y, 8))
+    {
+        return cudaErrorInvalidValue;
+    }
+    W8A8Params p{};
+    p.codes = reinterpret_cast<const uint8_t*>(weight);
+    p.scale = weight_scale;
+    p.bias = bias;
+    p.blockScales = weight_scale_granularity == kMETRALE_WSCALE_BLOCK128 ? 1 : 0;
+    p.kBlocks = static_cast<int>((k + kFP8_BLOCK - 1) / kFP8_BLOCK);
+    const int mi = static_cast<int>(m);
+    const int ni = static_cast<int>(n);
+    const int ki = static_cast<int>(k);
+    if (act_format == kMETRALE_ACT_BF16)
+    {
+        const uint16_t* X = nullptr;
+        cudaError_t e = bf16Operand(x, x_dtype, m, k, workspace, workspace_bytes, stream, &X);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        return dispatchProjGemm<W8A8Bf16Policy>(p, X, y, mi, ni, ki, x_dtype, stream);
+    }
+    if (workspace == nullptr || !aligned(workspace, 16)
+        || workspace_bytes < metrale_w8a8_workspace_size(m, n, k, act_format, act_scale_granularity))
+    {
+        return cudaErrorInvalidValue;
+    }
+    p.nbx = static_cast<int>(actScaleColumns(k, act_scale_granularity));
+    __half* xq = static_cast<__half*>(workspace);
+    float* sx = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + operandBytes(m, k));
+    p.sx = sx;
+    quantFp8Kernel<<<mi, kACT_THREADS, 0, stream>>>(x, x_dtype, xq, sx, ki, p.nbx);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    const uint16_t* X = reinterpret_cast<const uint16_t*>(xq);
+    if (p.blockScales == 0 && p.nbx == 1)
+    {
+        return dispatchProjGemm<W8A8Fp8Policy<false>>(p, X, y, mi, ni, ki, x_dtype, stream);
+    }
+    return dispatchProjGemm<W8A8Fp8Policy<true>>(p, X, y, mi, ni, ki, x_dtype, stream);
+}
