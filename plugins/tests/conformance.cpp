@@ -583,6 +583,8 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
     check(dlsym(lib.handle, "getInferLibVersion") == nullptr
             && dlsym(lib.handle, "createInferBuilder_INTERNAL") == nullptr,
         "the library defines no TensorRT runtime symbols (no libnvinfer linked in)");
+    check(dlsym(lib.handle, "metrale_w4a16_proj") == nullptr,
+        "the kernel launchers inside the library are not exported (no interposition with libmetrale_kernels.so)");
     if (setLoggerFinder != nullptr)
     {
         setLoggerFinder(finder);
