@@ -1,0 +1,201 @@
+"""Qwen3-Next: hybrid decoder layers (Gated DeltaNet or gated full attention, per ``layer_types``),
+each followed by the sparse MoE with a shared expert (or a dense FFN: ``mlp_only_layers``,
+``decoder_sparse_step``).
+
+What differs from Qwen3 (transformers' modeling_qwen3_next):
+- every RMSNorm but the GDN's gated one scales by ``1 + weight`` in float32 (``OffsetRMSNorm``);
+- full attention: ``q_proj`` yields per head ``[query | gate]`` (``2 * head_dim`` rows a head, the
+  checkpoint's layout, exported as is), and the attention output is multiplied by
+  ``sigmoid(gate)`` before ``o_proj``; RoPE rotates only the first
+  ``head_dim * partial_rotary_factor`` dimensions of each head;
+- token mixers of ``linear_attention`` layers are Gated DeltaNet (``gdn.py``).
+
+Invariants: a layer's graph states are those of its mixer: ``past_key``/``past_value`` for full
+attention, ``conv_state``/``recurrent_state`` for GDN (outputs ``present_*``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ...errors import ConfigError
+from ..projection import Projection
+from .gdn import GatedDeltaNet, gdn_config, gdn_plain_tensors, gdn_plan, gdn_recipes
+from .model import LAYER_BUILDERS, StateSpec
+from .moe import build_mlp, expert_recipes, layer_index, mlp_plain_tensors, mlp_plan, moe_config
+from .rope import apply_rotary
+
+LAYER_KINDS = ("linear_attention", "full_attention")
+
+
+def layer_types(cfg) -> list[str]:
+    """``layer_types`` of config.json, or transformers' default from ``full_attention_interval``."""
+    raw, where = cfg.raw, f"config.json ({cfg.architecture})"
+    types = raw.get("layer_types")
+    if types is None:
+        interval = raw.get("full_attention_interval", 4)
+        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+            raise ConfigError(f"{where}: key 'full_attention_interval': expected a positive integer, found {interval!r}")
+        return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(cfg.num_hidden_layers)]
+    if not isinstance(types, list) or len(types) != cfg.num_hidden_layers or any(t not in LAYER_KINDS for t in types):
+        raise ConfigError(f"{where}: key 'layer_types': expected {cfg.num_hidden_layers} entries of "
+                          f"{' or '.join(LAYER_KINDS)}, found {types!r}")
+    return list(types)
+
+
+def partial_rotary_factor(cfg) -> float:
+    params = cfg.raw.get("rope_parameters") or cfg.raw.get("rope_scaling") or {}
+    factor = params.get("partial_rotary_factor", cfg.raw.get("partial_rotary_factor", 0.25))
+    if not isinstance(factor, (int, float)) or not 0 < factor <= 1:
+        raise ConfigError(f"config.json ({cfg.architecture}): key 'partial_rotary_factor': expected a number "
+                          f"in (0, 1], found {factor!r}")
+    return float(factor)
+
+
+def _moe(cfg):
+    return moe_config(cfg, shared_expert=True, norm_topk_default=True)
+
+
+class OffsetRMSNorm(nn.Module):
+    """Qwen3-Next's RMSNorm: ``norm(x) * (1 + weight)`` in float32, cast back once."""
+
+    def __init__(self, size: int, eps: float, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("weight", torch.empty(size, dtype=dtype))
+
+    def forward(self, x):
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.to(torch.float32))).to(x.dtype)
+
+
+def apply_partial_rotary(x, cos, sin):
+    """RoPE on the first ``cos.shape[-1]`` dims of each head of x ``[B, heads, S, D]``."""
+    rot = cos.shape[-1]
+    if rot == x.shape[-1]:
+        return apply_rotary(x, cos, sin)
+    return torch.cat((apply_rotary(x[..., :rot], cos, sin), x[..., rot:]), dim=-1)
+
+
+class GatedAttention(nn.Module):
+    """Qwen3-Next full attention (see the module docstring); KV cache as Qwen3's."""
+
+    def __init__(self, cfg, specs: dict, dtype: torch.dtype):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
+        self.scaling = self.head_dim ** -0.5
+        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            setattr(self, name, Projection(specs[name], dtype))
+        self.q_norm = OffsetRMSNorm(self.head_dim, cfg.rms_norm_eps, dtype)
+        self.k_norm = OffsetRMSNorm(self.head_dim, cfg.rms_norm_eps, dtype)
+
+    def forward(self, x, cos, sin, past_k, past_v):
+        b, s, _ = x.shape
+        qg = self.q_proj(x).reshape(b, s, self.heads, 2 * self.head_dim)
+        q, gate = qg[..., :self.head_dim], qg[..., self.head_dim:]
+        gate = gate.reshape(b, s, self.heads * self.head_dim)
+        q = self.q_norm(q).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k = apply_partial_rotary(q, cos, sin), apply_partial_rotary(k, cos, sin)
+        k_all = torch.cat((past_k, k), dim=2)
+        v_all = torch.cat((past_v, v), dim=2)
+        total = k_all.shape[2]
+        rep = self.heads // self.kv_heads
+        kr = k_all[:, :, None].expand(b, self.kv_heads, rep, total, self.head_dim).reshape(b, self.heads, total, self.head_dim)
+        vr = v_all[:, :, None].expand(b, self.kv_heads, rep, total, self.head_dim).reshape(b, self.heads, total, self.head_dim)
+        scores = torch.matmul(q, kr.transpose(2, 3)) * self.scaling
+        past = total - s
+        allowed = torch.arange(total, device=x.device)[None, :] <= (torch.arange(s, device=x.device) + past)[:, None]
+        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+        probs = torch.softmax(scores.to(torch.float32), dim=-1).to(q.dtype)
+        out = torch.matmul(probs, vr).transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
+        out = out * torch.sigmoid(gate)
+        return self.o_proj(out), k_all, v_all
+
+
+class Qwen3NextDecoderLayer(nn.Module):
+    """Pre-norm token mixer (GDN or gated attention) and MoE/dense FFN with residuals."""
+
+    final_norm = OffsetRMSNorm
+
+    def __init__(self, cfg, specs: dict, dtype: torch.dtype):
+        super().__init__()
+        self.kind = specs["kind"]
+        self.input_layernorm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        if self.kind == "linear_attention":
+            self.linear_attn = GatedDeltaNet(gdn_config(cfg), specs["linear_attn"], dtype)
+        else:
+            self.self_attn = GatedAttention(cfg, specs["self_attn"], dtype)
+        self.post_attention_layernorm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
+        self.mlp = build_mlp(cfg, _moe(cfg), specs["mlp"], dtype)
+
+    def forward(self, x, cos, sin, *states):
+        h = self.input_layernorm(x)
+        if self.kind == "linear_attention":
+            h, *new = self.linear_attn(h, *states)
+        else:
+            h, *new = self.self_attn(h, cos, sin, *states)
+        x = x + h
+        x = x + self.mlp(self.post_attention_layernorm(x))
+        return (x, *new)
+
+    def state_specs(self) -> tuple[StateSpec, ...]:
+        if self.kind == "linear_attention":
+            g = self.linear_attn.g
+            return (StateSpec("conv_state", "present_conv_state", ("batch", g.conv_dim, g.conv_kernel - 1)),
+                    StateSpec("recurrent_state", "present_recurrent_state",
+                              ("batch", g.num_v_heads, g.head_k_dim, g.head_v_dim), torch.float32))
+        attn = self.self_attn
+        shape = ("batch", attn.kv_heads, "past", attn.head_dim)
+        return (StateSpec("past_key", "present_key", shape), StateSpec("past_value", "present_value", shape))
+
+    @staticmethod
+    def rotary_dim(cfg) -> int:
+        return int(cfg.head_dim * partial_rotary_factor(cfg))
+
+    @staticmethod
+    def plan(cfg, source, prefix: str) -> dict:
+        kind = layer_types(cfg)[layer_index(prefix)]
+        out = {"kind": kind, "mlp": mlp_plan(cfg, _moe(cfg), source, prefix)}
+        if kind == "linear_attention":
+            out["linear_attn"] = gdn_plan(gdn_config(cfg), source, f"{prefix}.linear_attn")
+        else:
+            h, hd = cfg.hidden_size, cfg.head_dim
+            qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+            bias = cfg.attention_bias
+            out["self_attn"] = {
+                "q_proj": source.spec(f"{prefix}.self_attn.q_proj", 2 * qn, h, "attn", bias=bias),
+                "k_proj": source.spec(f"{prefix}.self_attn.k_proj", kvn, h, "attn", bias=bias),
+                "v_proj": source.spec(f"{prefix}.self_attn.v_proj", kvn, h, "attn", bias=bias),
+                "o_proj": source.spec(f"{prefix}.self_attn.o_proj", h, qn, "attn"),
+            }
+        return out
+
+    @staticmethod
+    def plain_tensors(cfg, prefix: str) -> dict[str, tuple[int, ...]]:
+        h, hd = cfg.hidden_size, cfg.head_dim
+        out = {f"{prefix}.input_layernorm.weight": (h,), f"{prefix}.post_attention_layernorm.weight": (h,)}
+        if layer_types(cfg)[layer_index(prefix)] == "linear_attention":
+            out.update(gdn_plain_tensors(gdn_config(cfg), f"{prefix}.linear_attn"))
+        else:
+            out[f"{prefix}.self_attn.q_norm.weight"] = (hd,)
+            out[f"{prefix}.self_attn.k_norm.weight"] = (hd,)
+        out.update(mlp_plain_tensors(cfg, _moe(cfg), prefix))
+        return out
+
+    @staticmethod
+    def recipes(cfg, ckpt, prefix: str) -> dict:
+        i = layer_index(prefix)
+        out = {}
+        if layer_types(cfg)[i] == "linear_attention":
+            out.update(gdn_recipes(gdn_config(cfg), ckpt, f"{prefix}.linear_attn"))
+        moe = _moe(cfg)
+        if moe.is_sparse(i):
+            out.update(expert_recipes(cfg, moe, ckpt, prefix))
+        return out
+
+
+LAYER_BUILDERS["qwen3_next"] = Qwen3NextDecoderLayer
