@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
+# compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
+#   bash benchmarks/device_run.sh [tests|bench|all] [pytest -k expression]
+set -uo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+what=${1:-all}
+kexpr=${2:-}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+if [ ! -f build/plugins/libmetrale_kernels.so ]; then
+  (time make -C plugins -j3) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+fi
+if [ "$what" = tests ] || [ "$what" = all ]; then
+  python3 -m pytest tests/gpu -m gpu -q -rs --confcutdir=tests/gpu -p no:cacheprovider ${kexpr:+-k "$kexpr"} \
+    2>&1 | tee "$OUT/tests.log" | tail -40
+fi
+if [ "$what" = bench ] || [ "$what" = all ] || [ "$what" = quick ]; then
+  python3 -m benchmarks.bench_kernels --out "$OUT" $( [ "$what" = quick ] && echo --quick ) 2>&1 | tee "$OUT/bench.log" | tail -45
+fi

@@ -1,0 +1,226 @@
+"""CUDA implementations of the ``metrale`` custom ops, through the plugin kernels' C launchers.
+
+Importing this module registers CUDA kernels for ``metrale::w4a16_proj``, ``metrale::w8a8_proj`` and
+``metrale::w4a4_proj`` (see ``torch_ops``); the shared library ``libmetrale_kernels.so`` (built by
+``make plugins``) is loaded with ctypes on the first CUDA call, from ``$METRALE_KERNELS_LIB`` or
+``<repo>/build/plugins/libmetrale_kernels.so``. Invariants:
+- the CUDA path runs exactly the arithmetic of the TensorRT plugins (same launchers, same library);
+- importing never needs a GPU or the library; a missing library is a ``KernelLibraryError`` at call
+  time that says where it looked and how to build it;
+- every launch goes on the current torch stream of the input's device, with a workspace tensor
+  from torch's allocator.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import threading
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import torch_ops  # noqa: F401  (defines the custom ops this module adds kernels to)
+
+_DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
+_ACT_FORMATS = {"bf16": 0, "fp8": 1, "nvfp4": 2}
+_WEIGHT_SCALES = {"channel": 0, "block128": 1}
+_ACT_SCALES = {"row": 0, "row_block128": 1}
+_CUDA_ERRORS = {1: "cudaErrorInvalidValue (bad argument)", 801: "cudaErrorNotSupported"}
+
+_lock = threading.Lock()
+_lib: Optional[ctypes.CDLL] = None
+
+
+class KernelLibraryError(RuntimeError):
+    """The kernel library is missing, cannot be loaded, or a launch returned an error."""
+
+
+def library_path() -> Path:
+    """Where the kernel library is looked for: $METRALE_KERNELS_LIB, else the repository build."""
+    env = os.environ.get("METRALE_KERNELS_LIB")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "build" / "plugins" / "libmetrale_kernels.so"
+
+
+def _declare(lib: ctypes.CDLL) -> None:
+    p, i32, i64, sz = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_size_t
+    lib.metrale_w4a16_workspace_size.argtypes = [i64, i64, i64, i64]
+    lib.metrale_w4a16_workspace_size.restype = sz
+    lib.metrale_w4a16_proj.argtypes = [p, i32, p, p, p, p, p, i64, i64, i64, i64, p, sz, p]
+    lib.metrale_w4a16_proj.restype = ctypes.c_int
+    lib.metrale_w8a8_workspace_size.argtypes = [i64, i64, i64, i32, i32]
+    lib.metrale_w8a8_workspace_size.restype = sz
+    lib.metrale_w8a8_proj.argtypes = [p, i32, p, p, i32, i32, i32, p, p, i64, i64, i64, p, sz, p]
+    lib.metrale_w8a8_proj.restype = ctypes.c_int
+    lib.metrale_w4a4_workspace_size.argtypes = [i64, i64, i64, i32]
+    lib.metrale_w4a4_workspace_size.restype = sz
+    lib.metrale_w4a4_proj.argtypes = [p, i32, p, p, p, p, i32, p, p, i64, i64, i64, p, sz, p]
+    lib.metrale_w4a4_proj.restype = ctypes.c_int
+
+
+def load_library() -> ctypes.CDLL:
+    """The loaded kernel library (loaded once)."""
+    global _lib
+    with _lock:
+        if _lib is None:
+            path = library_path()
+            if not path.is_file():
+                raise KernelLibraryError(
+                    f"metrale CUDA ops: kernel library not found at {path}; build it with "
+                    "'make plugins' (needs nvcc) or set METRALE_KERNELS_LIB to its path"
+                )
+            try:
+                lib = ctypes.CDLL(str(path))
+            except OSError as exc:
+                raise KernelLibraryError(f"metrale CUDA ops: cannot load {path}: {exc}") from exc
+            _declare(lib)
+            _lib = lib
+        return _lib
+
+
+def available() -> bool:
+    """True when a CUDA device is present and the kernel library loads."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        load_library()
+    except KernelLibraryError:
+        return False
+    return True
+
+
+def _ptr(t: Optional[Tensor]) -> Optional[int]:
+    return None if t is None else t.data_ptr()
+
+
+def _check(err: int, op: str, name: str, detail: str) -> None:
+    if err != 0:
+        what = _CUDA_ERRORS.get(err, f"CUDA error {err}")
+        raise KernelLibraryError(f"{op} ({name}): the launcher returned {what} for {detail}")
+
+
+def _prepare(op: str, name: str, x: Tensor, k: int, tensors: dict) -> tuple[Tensor, tuple]:
+    if x.dtype not in _DTYPE_CODES:
+        raise TypeError(f"{op} ({name}): x must be float32, float16 or bfloat16, found {x.dtype}")
+    if x.shape[-1] != k:
+        raise ValueError(f"{op} ({name}): x has {x.shape[-1]} columns, expected k={k}")
+    for tname, t in tensors.items():
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{op} ({name}): {tname} is on {t.device}, x on {x.device}")
+    lead = tuple(x.shape[:-1])
+    return x.reshape(-1, k).contiguous(), lead
+
+
+def _workspace(nbytes: int, device: torch.device) -> Tensor:
+    return torch.empty(max(int(nbytes), 1), dtype=torch.uint8, device=device)
+
+
+def _stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
+
+
+def launch_w4a16(x2: Tensor, weight: Tensor, weight_scale: Tensor, zero_point: Optional[Tensor],
+                 bias: Optional[Tensor], y: Tensor, n: int, k: int, group_size: int,
+                 name: str = "") -> Tensor:
+    """Run metrale_w4a16_proj into ``y`` ([m, n], dtype of x2). All tensors on one CUDA device,
+    contiguous, with the dtypes of docs/ops.md."""
+    lib = load_library()
+    m = x2.shape[0]
+    with torch.cuda.device(x2.device):
+        ws = _workspace(lib.metrale_w4a16_workspace_size(m, n, k, group_size), x2.device)
+        err = lib.metrale_w4a16_proj(x2.data_ptr(), _DTYPE_CODES[x2.dtype], weight.data_ptr(),
+                                     weight_scale.data_ptr(), _ptr(zero_point), _ptr(bias), y.data_ptr(),
+                                     m, n, k, group_size, ws.data_ptr(), ws.numel(), _stream(x2.device))
+    _check(err, "metrale::w4a16_proj", name, f"m={m} n={n} k={k} group_size={group_size}")
+    return y
+
+
+def launch_w8a8(x2: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor], y: Tensor,
+                n: int, k: int, weight_scale_granularity: str, activation_format: str,
+                activation_scale_granularity: str, name: str = "") -> Tensor:
+    """Run metrale_w8a8_proj into ``y``."""
+    lib = load_library()
+    m = x2.shape[0]
+    act, wsg = _ACT_FORMATS[activation_format], _WEIGHT_SCALES[weight_scale_granularity]
+    asg = _ACT_SCALES[activation_scale_granularity]
+    with torch.cuda.device(x2.device):
+        ws = _workspace(lib.metrale_w8a8_workspace_size(m, n, k, act, asg), x2.device)
+        err = lib.metrale_w8a8_proj(x2.data_ptr(), _DTYPE_CODES[x2.dtype], weight.data_ptr(),
+                                    weight_scale.data_ptr(), wsg, act, asg, _ptr(bias), y.data_ptr(), m, n, k,
+                                    ws.data_ptr(), ws.numel(), _stream(x2.device))
+    _check(err, "metrale::w8a8_proj", name,
+           f"m={m} n={n} k={k} {weight_scale_granularity} {activation_format} "
+           f"{activation_scale_granularity} (k must be a multiple of 16 on the GPU)")
+    return y
+
+
+def launch_w4a4(x2: Tensor, weight: Tensor, weight_scale: Tensor, weight_global_scale: Tensor,
+                input_scale: Optional[Tensor], bias: Optional[Tensor], y: Tensor, n: int, k: int,
+                activation_format: str, name: str = "") -> Tensor:
+    """Run metrale_w4a4_proj into ``y``."""
+    lib = load_library()
+    m = x2.shape[0]
+    act = _ACT_FORMATS[activation_format]
+    with torch.cuda.device(x2.device):
+        ws = _workspace(lib.metrale_w4a4_workspace_size(m, n, k, act), x2.device)
+        err = lib.metrale_w4a4_proj(x2.data_ptr(), _DTYPE_CODES[x2.dtype], weight.data_ptr(),
+                                    weight_scale.data_ptr(), weight_global_scale.data_ptr(),
+                                    _ptr(input_scale), act, _ptr(bias), y.data_ptr(), m, n, k,
+                                    ws.data_ptr(), ws.numel(), _stream(x2.device))
+    _check(err, "metrale::w4a4_proj", name,
+           f"m={m} n={n} k={k} {activation_format} (k must be a multiple of 32 on the GPU)")
+    return y
+
+
+def _f32(t: Optional[Tensor]) -> Optional[Tensor]:
+    return None if t is None else t.to(torch.float32).contiguous()
+
+
+def w4a16_proj_cuda(x, weight, weight_scale, zero_point, bias, n, k, group_size, activation_format,
+                    family, name):
+    op = "metrale::w4a16_proj"
+    if activation_format != "bf16":
+        raise ValueError(f"{op} ({name}): runs only bf16 activations, asked for {activation_format!r}")
+    x2, lead = _prepare(op, name, x, k, dict(weight=weight, weight_scale=weight_scale,
+                                             zero_point=zero_point, bias=bias))
+    y = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
+    zp = None if zero_point is None else zero_point.contiguous()
+    launch_w4a16(x2, weight.contiguous(), _f32(weight_scale), zp, _f32(bias), y, n, k, group_size, name)
+    return y.reshape(*lead, n)
+
+
+def w8a8_proj_cuda(x, weight, weight_scale, bias, n, k, weight_scale_granularity, activation_format,
+                   activation_scale_granularity, family, name):
+    op = "metrale::w8a8_proj"
+    if activation_format not in ("bf16", "fp8"):
+        raise ValueError(f"{op} ({name}): runs bf16 or fp8 activations, asked for {activation_format!r}")
+    x2, lead = _prepare(op, name, x, k, dict(weight=weight, weight_scale=weight_scale, bias=bias))
+    y = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
+    launch_w8a8(x2, weight.contiguous(), _f32(weight_scale), _f32(bias), y, n, k, weight_scale_granularity,
+                activation_format, activation_scale_granularity, name)
+    return y.reshape(*lead, n)
+
+
+def w4a4_proj_cuda(x, weight, weight_scale, weight_global_scale, input_scale, bias, n, k,
+                   activation_format, family, name):
+    op = "metrale::w4a4_proj"
+    if activation_format not in ("bf16", "nvfp4"):
+        raise ValueError(f"{op} ({name}): runs bf16 or nvfp4 activations, asked for {activation_format!r}")
+    x2, lead = _prepare(op, name, x, k, dict(weight=weight, weight_scale=weight_scale,
+                                             weight_global_scale=weight_global_scale,
+                                             input_scale=input_scale, bias=bias))
+    y = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
+    gw = weight_global_scale.to(torch.float32).reshape(1).contiguous()
+    si = None if input_scale is None else input_scale.to(torch.float32).reshape(1).contiguous()
+    launch_w4a4(x2, weight.contiguous(), weight_scale.contiguous(), gw, si, _f32(bias), y, n, k,
+                activation_format, name)
+    return y.reshape(*lead, n)
+
+
+torch.library.register_kernel("metrale::w4a16_proj", "cuda", w4a16_proj_cuda)
+torch.library.register_kernel("metrale::w8a8_proj", "cuda", w8a8_proj_cuda)
+torch.library.register_kernel("metrale::w4a4_proj", "cuda", w4a4_proj_cuda)

@@ -1,0 +1,225 @@
+"""GPU tests of the projection kernels (plugins/) through metrale_export.ops.cuda.
+
+Per op, weight-scale granularity and activation format, on fresh seeded random non-zero inputs:
+- agreement with a float64 evaluation of docs/ops.md and with the CPU reference ops, within the
+  docs/ops.md tolerances, for M in {1, 2, 3, 7, 8, 16, 31, 64, 127, 128, 1000, 4096} and awkward N, K,
+  into outputs poisoned with NaN (every element must be written);
+- bitwise row invariance: row i of an M-row launch equals the 1-row launch of that row, for every M
+  above (so across every kernel tier), and a permutation of the rows permutes the output bits;
+- the torch custom ops dispatch to the kernels on CUDA tensors.
+Skipped, with the reason, where no CUDA device is present; a CUDA machine without the built
+library fails (the tests never pass vacuously).
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU (tests/gpu)", allow_module_level=True)
+
+from metrale_export.ops import cuda as mcuda  # noqa: E402
+from metrale_export.ops import w4a4, w4a16, w8a8  # noqa: E402
+from metrale_export.ops.numerics import FP8_BLOCK, bf16_round, e4m3_from_bits  # noqa: E402
+
+DEV = torch.device("cuda")
+M_VALUES = (1, 2, 3, 7, 8, 16, 31, 64, 127, 128, 1000, 4096)
+DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+# (op, options, N, K): awkward N (odd, not a tile multiple) and K (a partial last 128-block).
+CASES = [
+    ("w4a16", dict(group_size=128, symmetric=True, bias=True), 200, 1056),
+    ("w4a16", dict(group_size=32, symmetric=False, bias=False), 197, 96),
+    ("w4a16", dict(group_size=64, symmetric=False, bias=True), 72, 1088),
+    ("w8a8", dict(gran="channel", act="fp8", agran="row", bias=True), 200, 1040),
+    ("w8a8", dict(gran="block128", act="fp8", agran="row", bias=False), 197, 272),
+    ("w8a8", dict(gran="channel", act="fp8", agran="row_block128", bias=False), 136, 1040),
+    ("w8a8", dict(gran="block128", act="fp8", agran="row_block128", bias=True), 300, 400),
+    ("w8a8", dict(gran="channel", act="bf16", agran="row", bias=True), 200, 1040),
+    ("w8a8", dict(gran="block128", act="bf16", agran="row", bias=False), 197, 272),
+    ("w4a4", dict(act="nvfp4", input_scale=False, bias=True), 200, 1056),
+    ("w4a4", dict(act="nvfp4", input_scale=True, bias=False), 197, 160),
+    ("w4a4", dict(act="bf16", input_scale=False, bias=True), 136, 1056),
+]
+
+
+def _case_id(c):
+    op, o, n, k = c
+    return f"{op}-" + "-".join(f"{v}" for key, v in o.items() if key != "bias") + f"-n{n}-k{k}"
+
+
+def _tolerance(op_fmt: str, dtype: torch.dtype) -> float:
+    if dtype == torch.float32:
+        return 1e-4 if op_fmt == "fp8" else 1e-5
+    return 8e-3 if dtype == torch.bfloat16 else 1e-3
+
+
+def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
+    y64, r64 = y.to(torch.float64), ref.to(torch.float64).to(y.device)
+    assert torch.isfinite(y64).all(), "non-finite output (an element was not written?)"
+    return ((y64 - r64).norm() / r64.norm()).item()
+
+
+class Layer:
+    """One quantized projection: its CPU weights, CUDA copies, and the three ways to run it."""
+
+    def __init__(self, op: str, o: dict, n: int, k: int, seed: int):
+        g = torch.Generator().manual_seed(seed)
+        self.op, self.o, self.n, self.k = op, o, n, k
+        w = torch.randn(n, k, generator=g) * 0.05
+        self.bias = torch.randn(n, generator=g) if o.get("bias") else None
+        if op == "w4a16":
+            q = w4a16.quantize(w, o["group_size"], o["symmetric"])
+            self.cpu = dict(weight=q.weight, weight_scale=q.weight_scale, zero_point=q.zero_point)
+            self.fmt = "bf16"
+        elif op == "w8a8":
+            q = w8a8.quantize(w, o["gran"])
+            self.cpu = dict(weight=q.weight, weight_scale=q.weight_scale)
+            self.fmt = o["act"]
+        else:
+            q = w4a4.quantize(w)
+            self.cpu = dict(weight=q.weight, weight_scale=q.weight_scale,
+                            weight_global_scale=q.weight_global_scale)
+            self.fmt = o["act"]
+        self.gpu = {key: (None if v is None else v.to(DEV)) for key, v in self.cpu.items()}
+        self.bias_gpu = None if self.bias is None else self.bias.to(DEV)
+        self.input_scale = None
+
+    def set_input_scale(self, x: torch.Tensor) -> None:
+        if self.op == "w4a4" and self.o.get("input_scale"):
+            amax = bf16_round(x.float()).abs().amax()
+            self.input_scale = (amax / 2688.0).reshape(1).to(torch.float32)
+
+    def launch(self, x2: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        n, k, o, gp = self.n, self.k, self.o, self.gpu
+        if self.op == "w4a16":
+            return mcuda.launch_w4a16(x2, gp["weight"], gp["weight_scale"], gp["zero_point"], self.bias_gpu,
+                                      y, n, k, o["group_size"])
+        if self.op == "w8a8":
+            return mcuda.launch_w8a8(x2, gp["weight"], gp["weight_scale"], self.bias_gpu, y, n, k, o["gran"],
+                                     o["act"], o["agran"])
+        si = None if self.input_scale is None else self.input_scale.to(DEV)
+        return mcuda.launch_w4a4(x2, gp["weight"], gp["weight_scale"], gp["weight_global_scale"], si,
+                                 self.bias_gpu, y, n, k, o["act"])
+
+    def run(self, x: torch.Tensor) -> torch.Tensor:
+        """The kernel on x (CUDA), into a NaN-poisoned output."""
+        y = torch.full((x.shape[0], self.n), float("nan"), dtype=x.dtype, device=DEV)
+        self.launch(x, y)
+        torch.cuda.synchronize()
+        return y
+
+    def cpu_reference(self, x: torch.Tensor) -> torch.Tensor:
+        c, o = self.cpu, self.o
+        if self.op == "w4a16":
+            return w4a16.proj(x, c["weight"], c["weight_scale"], c["zero_point"], self.bias, o["group_size"])
+        if self.op == "w8a8":
+            return w8a8.proj(x, c["weight"], c["weight_scale"], self.bias, o["gran"], o["act"], o["agran"])
+        return w4a4.proj(x, c["weight"], c["weight_scale"], c["weight_global_scale"], self.input_scale,
+                         self.bias, o["act"])
+
+    def float64_reference(self, x: torch.Tensor) -> torch.Tensor:
+        """docs/ops.md evaluated in float64 from the exactly quantized operands (on the GPU)."""
+        c, o, n, k = self.cpu, self.o, self.n, self.k
+        d = lambda t: t.to(torch.float64).to(DEV)  # noqa: E731
+        if self.op == "w4a16":
+            wb = bf16_round(w4a16.dequantize(c["weight"], c["weight_scale"], c["zero_point"], o["group_size"]))
+            acc = d(bf16_round(x.float())) @ d(wb).T
+        elif self.op == "w8a8" and o["act"] == "bf16":
+            wb = bf16_round(w8a8.dequantize(c["weight"], c["weight_scale"], o["gran"]))
+            acc = d(bf16_round(x.float())) @ d(wb).T
+        elif self.op == "w8a8":
+            xq, sx = w8a8.quantize_activation(x, o["agran"])
+            wq = d(e4m3_from_bits(c["weight"]))
+            sw = d(w8a8.expand_weight_scale(c["weight_scale"], o["gran"], n, k))
+            acc = torch.zeros(x.shape[0], n, dtype=torch.float64, device=DEV)
+            for b in range(-(-k // FP8_BLOCK)):
+                ks = slice(b * FP8_BLOCK, min(k, (b + 1) * FP8_BLOCK))
+                sxb = d(sx[:, :1] if o["agran"] == "row" else sx[:, b:b + 1])
+                acc += (d(xq[:, ks]) @ wq[:, ks].T) * sxb * sw[:, b * FP8_BLOCK][None, :]
+        elif o["act"] == "bf16":
+            gw = c["weight_global_scale"].float().reshape(())
+            wb = bf16_round(w4a4.dequantize_factors(c["weight"], c["weight_scale"]) * gw)
+            acc = d(bf16_round(x.float())) @ d(wb).T
+        else:
+            a, ga = w4a4.quantize_activation(x, self.input_scale)
+            wf = w4a4.dequantize_factors(c["weight"], c["weight_scale"])
+            acc = (d(a) @ d(wf).T) * (d(ga) * d(c["weight_global_scale"]).reshape(()))
+        if self.bias is not None:
+            acc = acc + d(self.bias)[None, :]
+        return acc
+
+
+def _inputs(m: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=g) * (0.5 + torch.rand(m, 1, generator=g) * 4)
+    x[x == 0] = 0.125  # non-zero inputs
+    return x.to(dtype)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def test_matches_float64_contract_and_cpu_reference(case):
+    op, o, n, k = case
+    layer = Layer(op, o, n, k, seed=zlib.crc32(_case_id(case).encode()) % 10_000)
+    fails = []
+    for i, m in enumerate(M_VALUES):
+        dtype = DTYPES[i % 3]
+        x = _inputs(m, k, dtype, seed=1000 + i)
+        layer.set_input_scale(x)
+        y = layer.run(x.to(DEV))
+        tol = _tolerance(layer.fmt, dtype)
+        e64 = _rel(y, layer.float64_reference(x))
+        ecpu = _rel(y, layer.cpu_reference(x))
+        if not (e64 <= tol and ecpu <= 2 * tol):
+            fails.append(f"m={m} {dtype}: vs float64 {e64:.3g}, vs CPU reference {ecpu:.3g} (tol {tol:g})")
+    assert not fails, f"{_case_id(case)}:\n" + "\n".join(fails)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def test_row_invariance_bitwise(case):
+    op, o, n, k = case
+    layer = Layer(op, o, n, k, seed=7)
+    x = _inputs(max(M_VALUES), k, torch.float32, seed=99).to(DEV)
+    layer.set_input_scale(x.cpu())
+    # Each row alone (the 1-row launch), batched with CUDA graphs off: one launch per row.
+    single = torch.full((x.shape[0], n), float("nan"), dtype=x.dtype, device=DEV)
+    for i in range(x.shape[0]):
+        layer.launch(x[i:i + 1], single[i:i + 1])
+    torch.cuda.synchronize()
+    bad = []
+    for m in M_VALUES:
+        y = layer.run(x[:m].contiguous())
+        diff = (y.view(torch.int32) != single[:m].view(torch.int32)).any(dim=1)
+        if diff.any():
+            rows = diff.nonzero().flatten().tolist()
+            bad.append(f"m={m}: rows {rows[:8]}{'...' if len(rows) > 8 else ''} differ from their 1-row launch")
+    perm = torch.randperm(1000, generator=torch.Generator().manual_seed(3)).to(DEV)
+    yp = layer.run(x[:1000][perm].contiguous())
+    if not torch.equal(yp.view(torch.int32), single[:1000][perm].view(torch.int32)):
+        bad.append("m=1000 permuted: a row's bits depend on its position")
+    assert not bad, f"{_case_id(case)}:\n" + "\n".join(bad)
+
+
+def test_custom_ops_dispatch_to_cuda():
+    layer = Layer("w4a16", dict(group_size=128, symmetric=True, bias=True), 256, 512, seed=5)
+    x = _inputs(5, 512, torch.bfloat16, seed=6)
+    c = layer.cpu
+    y = torch.ops.metrale.w4a16_proj(x.to(DEV), c["weight"].to(DEV), c["weight_scale"].to(DEV), None,
+                                     layer.bias_gpu, 256, 512, 128, "bf16", "ffn", "test.w4a16")
+    assert y.device.type == "cuda" and y.dtype == torch.bfloat16 and y.shape == (5, 256)
+    assert torch.equal(y, layer.run(x.to(DEV)))
+    ref = torch.ops.metrale.w4a16_proj(x, c["weight"], c["weight_scale"], None, layer.bias, 256, 512, 128,
+                                       "bf16", "ffn", "test.w4a16")
+    assert _rel(y, ref) <= 8e-3
+
+
+def test_unsupported_k_is_a_clear_error():
+    layer = Layer("w8a8", dict(gran="channel", act="fp8", agran="row", bias=False), 64, 136, seed=1)
+    x = _inputs(2, 136, torch.float32, seed=2).to(DEV)
+    with pytest.raises(mcuda.KernelLibraryError, match="multiple of 16"):
+        layer.run(x)
