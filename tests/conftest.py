@@ -1,0 +1,25 @@
+"""Shared fixtures: the demo checkpoint and its exports in every format, made once per session."""
+
+from __future__ import annotations
+
+import pytest
+
+from metrale_export.exporter import demo
+from metrale_export.exporter.export import ExportOptions, export
+from metrale_export.exporter.quantization import QuantRequest
+
+
+@pytest.fixture(scope="session")
+def demo_checkpoint(tmp_path_factory):
+    d = tmp_path_factory.mktemp("demo")
+    return demo.write_demo(d)
+
+
+@pytest.fixture(scope="session")
+def demo_exports(tmp_path_factory, demo_checkpoint):
+    """format -> export directory of the demo model (float32 graph)."""
+    out = {}
+    base = tmp_path_factory.mktemp("exports")
+    for fmt in ("none", "w4a16", "w8a8", "w4a4"):
+        out[fmt] = export(demo_checkpoint, base / fmt, ExportOptions(request=QuantRequest(weight=fmt))).out_dir
+    return out

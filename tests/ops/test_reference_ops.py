@@ -1,0 +1,138 @@
+"""The CPU reference of each op against an independent float64 evaluation of docs/ops.md.
+
+The oracle decodes formats with ml_dtypes (FP8 e4m3fn, FP4 e2m1) instead of the project's numerics
+module, and computes in float64; inputs are seeded, non-zero, with awkward sizes.
+"""
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from metrale_export.ops import tolerances, w4a4, w4a16, w8a8
+
+ROWS = (1, 3, 7, 31)
+
+
+def bf16(a):
+    return np.asarray(a, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float64)
+
+
+def e4m3(a):
+    return np.clip(np.asarray(a, np.float32), -448, 448).astype(ml_dtypes.float8_e4m3fn).astype(np.float64)
+
+
+def e2m1(a):
+    return np.clip(np.asarray(a, np.float32), -6, 6).astype(ml_dtypes.float4_e2m1fn).astype(np.float64)
+
+
+def codes_of(packed):
+    p = packed.view(torch.uint8).numpy().astype(np.int64)
+    return np.stack([p & 0xF, p >> 4], axis=-1).reshape(p.shape[0], -1)
+
+
+def rel(y, ref):
+    return float(np.linalg.norm(y.astype(np.float64) - ref) / np.linalg.norm(ref))
+
+
+def fp8_bits_to_f64(bits):
+    return bits.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("group,symmetric", [(128, True), (64, False), (32, True)])
+def test_w4a16_matches_float64(m, group, symmetric):
+    g = torch.Generator().manual_seed(m * 7 + group)
+    n, k = 72, 256
+    w = torch.randn(n, k, generator=g)
+    x = torch.randn(m, k, generator=g) * 3
+    q = w4a16.quantize(w, group, symmetric)
+    y = w4a16.proj(x, q.weight, q.weight_scale, q.zero_point, None, group).numpy()
+    codes = codes_of(q.weight)
+    z = 8.0 if q.zero_point is None else np.repeat(q.zero_point.numpy().astype(np.float64), group, 1)
+    s = np.repeat(q.weight_scale.numpy().astype(np.float64), group, 1)
+    ref = bf16(x.numpy()) @ bf16((codes - z) * s).T
+    assert rel(y, ref) < tolerances.OP_FP32["bf16"]
+    assert rel(y, x.numpy() @ w.numpy().T) < 0.2  # and it is still the product it quantizes
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("wgran,agran", [("channel", "row"), ("block128", "row_block128"),
+                                         ("channel", "row_block128"), ("block128", "row")])
+def test_w8a8_fp8_matches_float64(m, wgran, agran):
+    g = torch.Generator().manual_seed(m * 11 + len(wgran) + len(agran))
+    n, k = 200, 328  # neither a multiple of 128
+    w = torch.randn(n, k, generator=g)
+    x = torch.randn(m, k, generator=g) * 5
+    q = w8a8.quantize(w, wgran)
+    y = w8a8.proj(x, q.weight, q.weight_scale, None, wgran, "fp8", agran).numpy()
+    xb = bf16(x.numpy())
+    nb = -(-k // 128)
+    wq = fp8_bits_to_f64(q.weight)
+    ref = np.zeros((m, n))
+    for b in range(nb):
+        ks = slice(b * 128, min(k, (b + 1) * 128))
+        span = xb if agran == "row" else xb[:, ks]
+        amax = np.abs(span).max(axis=1, keepdims=True).astype(np.float32)
+        sx = np.where(amax > 0, amax / np.float32(448), np.float32(1)).astype(np.float32)
+        xq = e4m3(xb[:, ks].astype(np.float32) / sx)
+        sw = q.weight_scale.numpy()[:, None] if wgran == "channel" else \
+            np.repeat(q.weight_scale.numpy()[:, b], 128)[:n, None]
+        ref += (xq @ wq[:, ks].T) * sx.astype(np.float64) * sw.T.astype(np.float64)
+    assert rel(y, ref) < tolerances.OP_FP32["fp8"]
+
+
+@pytest.mark.parametrize("m", ROWS)
+def test_w8a8_bf16_activations(m):
+    g = torch.Generator().manual_seed(m)
+    w, x = torch.randn(96, 256, generator=g), torch.randn(m, 256, generator=g)
+    q = w8a8.quantize(w, "block128")
+    y = w8a8.proj(x, q.weight, q.weight_scale, None, "block128", "bf16").numpy()
+    s = np.repeat(np.repeat(q.weight_scale.numpy(), 128, 0), 128, 1)[:96, :256]
+    ref = bf16(x.numpy()) @ bf16(fp8_bits_to_f64(q.weight) * s).T
+    assert rel(y, ref) < tolerances.OP_FP32["bf16"]
+
+
+@pytest.mark.parametrize("m", ROWS)
+@pytest.mark.parametrize("static", [False, True])
+def test_w4a4_nvfp4_matches_float64(m, static):
+    g = torch.Generator().manual_seed(m * 3 + static)
+    n, k = 80, 208
+    w = torch.randn(n, k, generator=g)
+    x = torch.randn(m, k, generator=g) * 2
+    q = w4a4.quantize(w)
+    input_scale = torch.tensor([float(x.abs().max()) / 2688.0]) if static else None
+    y = w4a4.proj(x, q.weight, q.weight_scale, q.weight_global_scale, input_scale, None).numpy()
+    wv = codes_of(q.weight)
+    wf = e2m1(np.where(wv & 8, -1.0, 1.0) * np.array([0, .5, 1, 1.5, 2, 3, 4, 6])[wv & 7])
+    wf = wf * np.repeat(fp8_bits_to_f64(q.weight_scale), 16, 1)
+    gw = np.float32(q.weight_global_scale.item())
+    xb = bf16(x.numpy()).astype(np.float32)
+    if static:
+        ga = np.full((m, 1), np.float32(input_scale.item()))
+    else:
+        amax = np.abs(xb).max(axis=1, keepdims=True)
+        ga = np.where(amax > 0, amax / np.float32(2688), np.float32(1)).astype(np.float32)
+    blocks = xb.reshape(m, k // 16, 16)
+    sa = e4m3(np.abs(blocks).max(axis=2) / (np.float32(6) * ga)).astype(np.float32)
+    eff = sa * ga
+    xq = e2m1(blocks / np.where(eff == 0, 1, eff)[..., None]) * (eff != 0)[..., None]
+    a = (xq * sa[..., None]).reshape(m, k)
+    ref = (a @ wf.T) * (ga.astype(np.float32) * gw).astype(np.float64)
+    assert rel(y, ref) < tolerances.OP_FP32["nvfp4"]
+
+
+def test_output_dtype_follows_input():
+    w = torch.randn(64, 128)
+    q = w4a16.quantize(w)
+    for dt in (torch.float32, torch.float16, torch.bfloat16):
+        y = w4a16.proj(torch.randn(3, 128).to(dt), q.weight, q.weight_scale, None, None, 128)
+        assert y.dtype == dt
+
+
+def test_formats_refuse_activation_formats_outside_the_contract():
+    q = w4a16.quantize(torch.randn(8, 128))
+    with pytest.raises(ValueError, match="only bf16"):
+        w4a16.proj(torch.randn(1, 128), q.weight, q.weight_scale, None, None, 128, "fp8")
+    with pytest.raises(ValueError, match="divide"):
+        w4a16.quantize(torch.randn(8, 96), 64)
