@@ -242,15 +242,17 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
 
     # Plan every profile before building anything: refusals and shape errors surface at once.
     plans = []
-    refusals: list[str] = []
+    refused: dict = {}  # (op, reason) -> ranges: one line per op however many profiles refuse it
     for rows in options.profiles:
-        formats, refused = _policy.choose_formats(options.policy, ops, rows)
-        refusals += refused
+        formats, refusals = _policy.choose_formats(options.policy, ops, rows)
+        for op, reason in refusals:
+            refused.setdefault((op, reason), []).append(rows)
         plans.append((rows, formats, optimization_profiles(inputs, rows, options.max_context)))
-    if refusals:
-        shown = "\n  ".join(refusals[:8]) + (f"\n  ... and {len(refusals) - 8} more" if len(refusals) > 8 else "")
+    if refused:
+        lines = _policy.describe_refusals(refused, options.profiles)
+        shown = "\n  ".join(lines[:8]) + (f"\n  ... and {len(lines) - 8} more" if len(lines) > 8 else "")
         raise InputError(
-            f"--activation-quantization {options.policy.describe()}: {len(refusals)} projection(s) "
+            f"--activation-quantization {options.policy.describe()}: {len(lines)} projection(s) "
             f"cannot run the chosen format:\n  {shown}"
         )
 
@@ -275,7 +277,7 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
             "lowering_version": lowering.LOWERING_VERSION, "backend": backend.describe(),
             "targets": targets, "plugins": plugin_sha,
         })
-        engine_rel = f"engines/rows-{rows.label}.engine"
+        engine_rel = f"rows-{rows.label}.engine"
         engine_path = out_dir / engine_rel
         old = previous.get(key)
         details = {"file": str(engine_path), "formats": formats}

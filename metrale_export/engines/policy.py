@@ -153,19 +153,26 @@ def row_invariance(policy: Policy, lowering: str = "plugin") -> tuple[bool, str]
     return True, f"{policy.describe()}: every engine runs the same format per op"
 
 
-def choose_formats(
-    policy: Policy, ops, rows: RowRange
-) -> tuple[dict[str, str], list[str]]:
+def choose_formats(policy: Policy, ops, rows: RowRange) -> tuple[dict[str, str], list]:
     """Formats of all ops (``OpInfo``-like: key, op_type, family, activation_format) for one range.
 
-    Returns (key -> format, refusals); each refusal names the op.
+    Returns (key -> format, refusals as (op, reason)).
     """
     formats: dict[str, str] = {}
-    refusals: list[str] = []
+    refusals: list = []
     for op in ops:
         choice = choose_format(policy, op.op_type, op.family, op.activation_format, rows)
         if choice.ok:
             formats[op.key] = choice.format
         else:
-            refusals.append(f"{op.key} ({op.op_type}, family {op.family}, {rows}): {choice.reason}")
+            refusals.append((op, choice.reason))
     return formats, refusals
+
+
+def describe_refusals(refusals: dict, ranges) -> list[str]:
+    """One line per refused op and reason: ``{(op, reason): [RowRange, ...]}`` -> messages."""
+    lines = []
+    for (op, reason), where in refusals.items():
+        span = "every profile" if len(where) == len(ranges) else ", ".join(str(r) for r in where)
+        lines.append(f"{op.key} ({op.op_type}, family {op.family}; {span}): {reason}")
+    return lines

@@ -77,7 +77,7 @@ def test_one_engine_per_profile_then_rerun_skips(chain_path, tmp_path):
     log.clear()
     build_engines(chain_path, out, _options("1,2-8,9-64"), _events(log))
     assert log == [("skip", "1"), ("skip", "2-8"), ("build", "9-64"), ("built", "9-64")]
-    assert sorted(p.name for p in (out / "engines").iterdir()) == \
+    assert sorted(p.name for p in out.glob("*.engine")) == \
         ["rows-1.engine", "rows-2-8.engine", "rows-9-64.engine"]
 
 
@@ -136,7 +136,7 @@ def test_tensorrt_message_reaches_the_error(tmp_path):
     onnx.save(model, tmp_path / "fp4.onnx")
     with pytest.raises(BuildError, match=r"rows 1-4: tensorrt-rtx .* could not build(.|\n)*fp4"):
         build_engines(tmp_path / "fp4.onnx", tmp_path / "out", _options("1-4"))
-    assert not list((tmp_path / "out").glob("engines/*"))
+    assert not list((tmp_path / "out").glob("*.engine"))
 
 
 def test_bfloat16_graph_builds(tmp_path):

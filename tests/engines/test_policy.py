@@ -12,6 +12,7 @@ from metrale_export.engines.policy import (
     PolicyError,
     choose_format,
     choose_formats,
+    describe_refusals,
     parse_policy,
     row_invariance,
 )
@@ -105,5 +106,15 @@ def test_choose_formats_names_each_refused_op():
     ops = [OpInfo("a", "W4A16Proj", "attn", "bf16", 8, 8), OpInfo("b", "W8A8Proj", "ffn", "fp8", 8, 8)]
     formats, refusals = choose_formats(parse_policy("fp8"), ops, RowRange(2, 8))
     assert formats == {"b": "fp8"}
-    assert len(refusals) == 1 and refusals[0].startswith("a (W4A16Proj, family attn, rows 2-8)")
+    assert [(op.key, "int4 weights" in reason) for op, reason in refusals] == [("a", True)]
     assert set(FAMILIES) == {"attn", "ffn", "gdn", "moe", "head"}
+
+
+def test_refusals_are_described_once_per_op():
+    op = OpInfo("layers.0.mlp.down_proj", "W4A16Proj", "ffn", "bf16", 8, 8)
+    everywhere = {(op, "why"): list(RANGES)}
+    assert describe_refusals(everywhere, RANGES) == [
+        "layers.0.mlp.down_proj (W4A16Proj, family ffn; every profile): why"]
+    some = {(op, "why"): [RANGES[3], RANGES[4]]}
+    assert describe_refusals(some, RANGES) == [
+        "layers.0.mlp.down_proj (W4A16Proj, family ffn; rows 33-128, rows 129-4096): why"]
