@@ -35,7 +35,14 @@ def conformance(tmp_path_factory):
     manifest = driver.write_manifest(cases, out / "inputs")
     proc = driver.run_harness(BUILD, manifest, out / "outputs")
     results, reference = driver.compare(cases, out / "outputs", BUILD)
-    print(f"reference: {reference}\n" + driver.table(results))
+    report = f"reference: {reference}\n" + driver.table(results)
+    print(report)
+    # METRALE_CONFORMANCE_OUT keeps the harness log and the comparison (e.g. for a remote GPU run).
+    keep = os.environ.get("METRALE_CONFORMANCE_OUT")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        (Path(keep) / "harness.log").write_text(proc.stdout + proc.stderr)
+        (Path(keep) / "comparison.txt").write_text(report + "\n")
     return proc, {(r.case, r.m): r for r in results}
 
 
