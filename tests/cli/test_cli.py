@@ -1,0 +1,150 @@
+"""The CLI through click's CliRunner: exit codes, messages and the files written (or not)."""
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from safetensors.torch import load_file, save_file
+
+from metrale_export.cli.main import cli
+from metrale_export.exporter.demo import write_demo
+
+FAST = ["--skip-engines", "--skip-compare", "-q"]
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def leftovers(parent: Path, name: str):
+    return [p for p in parent.iterdir() if p.name == name or p.name.startswith(f".{name}.")]
+
+
+def test_main_job_exports_and_verifies(demo_checkpoint, tmp_path):
+    out = tmp_path / "job"
+    r = run(demo_checkpoint, "-o", out, "--weight-quantization", "w8a8", "--skip-engines", "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output)
+    assert summary["steps"]["compare"]["ok"] is True
+    assert summary["steps"]["engines"] == "skipped: --skip-engines"
+    assert (out / "model.onnx").exists() and (out / "manifest.json").exists()
+
+    r = run("inspect", out)
+    assert r.exit_code == 0
+    assert "W8A8Proj ffn fp8: 6" in r.output
+    assert "weight_scale_granularity=channel" in r.output and "activation_scale_granularity=row" in r.output
+
+    r = run("compare", out, "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["ok"] is True
+    # A bound no real run meets: the check fails with exit code 1, not an error.
+    r = run("compare", out, "--tolerance", "1e-15", "-q")
+    assert r.exit_code == 1 and "disagree beyond tolerance" in r.output
+
+
+def test_help_is_there():
+    r = run("--help")
+    assert r.exit_code == 0 and "MODEL" in r.output and "export" in r.output
+    assert run("export", "--help").exit_code == 0
+
+
+@pytest.fixture
+def broken(tmp_path, demo_checkpoint):
+    """A fresh copy of the demo checkpoint to break."""
+    d = tmp_path / "ckpt"
+    write_demo(d)
+    return d
+
+
+def _expect_usage_error(args, parent: Path, out_name: str, *needles):
+    r = run(*args)
+    assert r.exit_code == 2, r.output
+    for needle in needles:
+        assert needle in r.output, r.output
+    assert not leftovers(parent, out_name), "an output was left behind"
+
+
+def test_not_safetensors(tmp_path):
+    f = tmp_path / "model.bin"
+    f.write_bytes(b"hello")
+    _expect_usage_error(["export", f, "-o", tmp_path / "o"], tmp_path, "o", "model.bin", "expected a .safetensors")
+
+
+def test_truncated_header(broken, tmp_path):
+    path = broken / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[:8] + data[8:40])
+    _expect_usage_error(["export", path, "-o", tmp_path / "o"], tmp_path, "o", "model.safetensors", "header")
+
+
+def test_corrupt_header_length(broken, tmp_path):
+    path = broken / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(struct.pack("<Q", 1 << 40) + data[8:])
+    _expect_usage_error(["export", path, "-o", tmp_path / "o"], tmp_path, "o", "header")
+
+
+def test_missing_config(broken, tmp_path):
+    (broken / "config.json").unlink()
+    _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o", "config.json", "missing")
+
+
+def test_unsupported_architecture(broken, tmp_path):
+    cfg = json.loads((broken / "config.json").read_text())
+    cfg["architectures"] = ["LlamaForCausalLM"]
+    (broken / "config.json").write_text(json.dumps(cfg))
+    _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o", "LlamaForCausalLM", "not supported")
+
+
+def _rewrite(ckpt: Path, edit):
+    tensors = load_file(str(ckpt / "model.safetensors"))
+    edit(tensors)
+    save_file(tensors, str(ckpt / "model.safetensors"))
+
+
+def test_missing_tensor(broken, tmp_path):
+    _rewrite(broken, lambda t: t.pop("model.layers.1.mlp.up_proj.weight"))
+    _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o",
+                        "model.layers.1.mlp.up_proj.weight", "missing")
+
+
+def test_wrong_shape(broken, tmp_path):
+    def edit(t):
+        t["model.layers.0.mlp.down_proj.weight"] = t["model.layers.0.mlp.down_proj.weight"][:, :384].contiguous()
+    _rewrite(broken, edit)
+    _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o",
+                        "model.layers.0.mlp.down_proj.weight", "expected shape [256, 768]", "[256, 384]")
+
+
+def test_wrong_dtype(broken, tmp_path):
+    def edit(t):
+        t["model.norm.weight"] = t["model.norm.weight"].to(__import__("torch").int32)
+    _rewrite(broken, edit)
+    _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o", "model.norm.weight", "expected dtype")
+
+
+def test_group_size_must_divide_k(tmp_path):
+    d = tmp_path / "odd"
+    write_demo(d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["intermediate_size"] = 96 * 5  # 480: not a multiple of 128
+    (d / "config.json").write_text(json.dumps(cfg))
+    from metrale_export.exporter.demo import demo_tensors
+    save_file(demo_tensors(cfg), str(d / "model.safetensors"))
+    _expect_usage_error(["export", d, "-o", tmp_path / "o", "--group-size", "128"], tmp_path, "o",
+                        "--group-size 128 does not divide K=480")
+
+
+def test_existing_output_needs_force(demo_checkpoint, tmp_path):
+    out = tmp_path / "exists"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    r = run("export", demo_checkpoint, "-o", out, "-q")
+    assert r.exit_code == 2 and "--force" in r.output
+    assert (out / "keep.txt").read_text() == "mine"
+
+
+def test_bad_layers_option(demo_checkpoint, tmp_path):
+    _expect_usage_error(["export", demo_checkpoint, "-o", tmp_path / "o", "--layers", "7"], tmp_path, "o",
+                        "--layers", "layer 7 does not exist")
