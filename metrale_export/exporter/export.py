@@ -79,7 +79,20 @@ def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:
 
 
 def select_source(ckpt: Checkpoint, request: QuantRequest):
-    """The projection source for this checkpoint: float weights quantized as requested."""
+    """The projection source for this checkpoint: the reader of the quantization format it declares
+    (``formats.detect``; a request it cannot honour is refused there), else its float weights
+    quantized as requested."""
+    from .formats import declared_source
+
+    source = declared_source(ckpt, request)
+    if source is not None:
+        return source
+    if request.weight == "declared":
+        raise InputError(
+            f"{ckpt.root}: --weight-quantization declared: the checkpoint declares no quantization format "
+            "(no quantization_config in config.json, no hf_quant_config.json); it holds float weights: "
+            "choose none, w4a16, w8a8 or w4a4"
+        )
     return FloatSource(ckpt, request)
 
 

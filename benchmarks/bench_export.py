@@ -1,0 +1,366 @@
+"""Export benchmark: a Qwen3-8B-shaped random bf16 checkpoint exported to w4a16 and w8a8, beside the
+ONNX Runtime GenAI model builder's int4 CPU path on the same checkpoint.
+
+Each export runs in a child process; its wall time and peak RSS (``wait4``'s ``ru_maxrss``, which
+counts file-backed pages too) are measured by this script, and a watchdog kills a child whose
+resident memory passes ``--rss-limit-gib`` (the machine is shared: an out-of-memory peer must not
+take other processes with it). The table goes to ``benchmarks/results/export-<date>.md``.
+
+Invariants: the checkpoint is written shard by shard and tensor by tensor (never held in memory);
+everything is written under one temporary directory that is removed at the end, also on failure.
+
+    python benchmarks/bench_export.py                 # the full run (~16 GB on disk, long)
+    python benchmarks/bench_export.py --shape small   # a quick check of the script itself
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SHAPES = {
+    # Qwen/Qwen3-8B's config.json (dimensions only).
+    "qwen3-8b": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128),
+    "small": dict(vocab_size=4096, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=64),
+}
+SHARD_BYTES = 4 << 30
+
+
+def qwen3_config(dims: dict) -> dict:
+    return {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **dims,
+        "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 40960,
+        "tie_word_embeddings": False, "attention_bias": False, "torch_dtype": "bfloat16",
+        "hidden_act": "silu", "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 1,
+        "use_sliding_window": False, "attention_dropout": 0.0, "initializer_range": 0.02,
+    }
+
+
+def tensor_shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
+    """Names and shapes of a Qwen3 checkpoint, in the order Hugging Face shards them."""
+    h, i, v, hd = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["head_dim"]
+    qn, kvn = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    out = [("model.embed_tokens.weight", (v, h))]
+    for layer in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{layer}"
+        out += [(f"{p}.input_layernorm.weight", (h,)), (f"{p}.post_attention_layernorm.weight", (h,)),
+                (f"{p}.self_attn.q_proj.weight", (qn, h)), (f"{p}.self_attn.k_proj.weight", (kvn, h)),
+                (f"{p}.self_attn.v_proj.weight", (kvn, h)), (f"{p}.self_attn.o_proj.weight", (h, qn)),
+                (f"{p}.self_attn.q_norm.weight", (hd,)), (f"{p}.self_attn.k_norm.weight", (hd,)),
+                (f"{p}.mlp.gate_proj.weight", (i, h)), (f"{p}.mlp.up_proj.weight", (i, h)),
+                (f"{p}.mlp.down_proj.weight", (h, i))]
+    out += [("model.norm.weight", (h,)), ("lm_head.weight", (v, h))]
+    return out
+
+
+def _random_bf16(shape: tuple[int, ...], gen: torch.Generator, is_norm: bool, chunk_rows: int = 8192):
+    """Yield the bytes of a random bf16 tensor a block of rows at a time."""
+    if is_norm:
+        t = (1.0 + 0.05 * torch.randn(shape, generator=gen)).to(torch.bfloat16)
+        yield t.view(torch.int16).numpy().tobytes()
+        return
+    rows, cols = shape
+    for r in range(0, rows, chunk_rows):
+        n = min(chunk_rows, rows - r)
+        t = (torch.randn(n, cols, generator=gen) * 0.02).to(torch.bfloat16)
+        yield t.view(torch.int16).numpy().tobytes()
+
+
+def write_checkpoint(out: Path, cfg: dict, seed: int = 0) -> int:
+    """Write a sharded bf16 safetensors checkpoint tensor by tensor; returns its size in bytes."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
+    shards: list[list[tuple[str, tuple[int, ...]]]] = [[]]
+    size = 0
+    for name, shape in tensor_shapes(cfg):
+        nbytes = 2 * _numel(shape)
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, shape))
+        size += nbytes
+    gen = torch.Generator().manual_seed(seed)
+    weight_map, total = {}, 0
+    for s, tensors in enumerate(shards):
+        fname = f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors"
+        header, off = {"__metadata__": {"format": "pt"}}, 0
+        for name, shape in tensors:
+            n = 2 * _numel(shape)
+            header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + n]}
+            off += n
+            weight_map[name] = fname
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * ((-len(raw)) % 8)
+        with (out / fname).open("wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw)
+            for name, shape in tensors:
+                for block in _random_bf16(shape, gen, is_norm=len(shape) == 1):
+                    f.write(block)
+        total += off
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return total
+
+
+def _numel(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def write_tokenizer(out: Path) -> None:
+    """A minimal byte-level BPE tokenizer (the peer builder copies the tokenizer into its output)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    vocab = {f"<t{i}>": i for i in range(256)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[], unk_token="<t0>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.save(str(out / "tokenizer.json"))
+    (out / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<t0>", "eos_token": "<t1>",
+        "pad_token": "<t1>", "unk_token": "<t0>", "model_max_length": 40960}) + "\n")
+
+
+# --- measuring a child ------------------------------------------------------------------------
+
+def _rss_kib(pid: int) -> int:
+    """Resident memory of ``pid`` and its descendants, in KiB (0 once gone)."""
+    total = 0
+    pids = [pid]
+    try:
+        pids += [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def run_measured(cmd: list[str], log: Path, rss_limit_kib: int, timeout_s: float) -> dict:
+    """Run ``cmd``; wall time, peak RSS (ru_maxrss of the child), and why it stopped."""
+    t0 = time.time()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:  # if memory runs out, the kernel's OOM killer takes the measured child, not a neighbour
+        Path(f"/proc/{proc.pid}/oom_score_adj").write_text("1000")
+    except OSError:
+        pass
+    killed: list[str] = []
+    peak_polled = [0]
+
+    def watch():
+        while proc.poll() is None:
+            rss = _rss_kib(proc.pid)
+            peak_polled[0] = max(peak_polled[0], rss)
+            if rss > rss_limit_kib:
+                killed.append(f"killed by the benchmark at {rss / 2**20:.1f} GiB resident (limit {rss_limit_kib / 2**20:.0f} GiB)")
+                proc.kill()
+                return
+            if time.time() - t0 > timeout_s:
+                killed.append(f"killed by the benchmark after {timeout_s:.0f} s")
+                proc.kill()
+                return
+            time.sleep(0.5)
+
+    th = threading.Thread(target=watch, daemon=True)
+    th.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    th.join()
+    wall = time.time() - t0
+    return {"wall_s": wall, "peak_rss_gib": max(usage.ru_maxrss, peak_polled[0]) / 2**20,
+            "rc": proc.returncode, "note": "; ".join(killed), "log": log}
+
+
+EXPORT_CHILD = """
+import sys, time
+from metrale_export.exporter.export import ExportOptions, export
+from metrale_export.exporter.quantization import QuantRequest
+
+class Progress:
+    # export()'s progress protocol: note(text), start(total_bytes), update(n_bytes)
+    def __init__(self): self.done, self.total, self.next = 0, 1, 0.0
+    def note(self, text): print(f"{time.strftime('%H:%M:%S')} {text}", flush=True)
+    def start(self, total, *rest): self.total = max(total, 1); self.note("tracing done; writing weights")
+    def __getattr__(self, name): return lambda *a, **k: None  # steps added to the protocol later
+    def update(self, n):
+        self.done += n
+        if self.done / self.total >= self.next:
+            print(f"{time.strftime('%H:%M:%S')} {100 * self.done / self.total:5.1f}% of weights written", flush=True)
+            self.next += 0.1
+
+weight, ckpt, out = sys.argv[1:4]
+r = export(ckpt, out, ExportOptions(request=QuantRequest(weight=weight), dtype="bfloat16"), progress=Progress())
+print(f"done in {r.seconds:.1f} s", flush=True)
+"""
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "metrale_export"],
+                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        return head + (" (with uncommitted changes in metrale_export/)" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _peer_version() -> str | None:
+    try:
+        import onnxruntime_genai
+
+        return onnxruntime_genai.__version__
+    except ImportError:
+        return None
+
+
+def _tail(log: Path, n: int = 3) -> str:
+    try:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return " / ".join(lines[-n:])[-300:]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-8b")
+    ap.add_argument("--workdir", type=Path, default=None, help="where the temporary checkpoint goes (default: under /tmp's filesystem of the repo)")
+    ap.add_argument("--formats", default="w4a16,w8a8")
+    ap.add_argument("--no-peer", action="store_true", help="skip the onnxruntime-genai model builder")
+    ap.add_argument("--rss-limit-gib", type=float, default=16.0)
+    ap.add_argument("--timeout-s", type=float, default=1800.0, help="per export")
+    ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    ap.add_argument("--checkpoint", type=Path, default=None,
+                    help="use this existing checkpoint (made by an earlier --keep run) instead of writing one")
+    args = ap.parse_args(argv)
+
+    cfg = qwen3_config(SHAPES[args.shape])
+    need = sum(2 * _numel(s) for _, s in tensor_shapes(cfg))
+    base = args.workdir or Path(tempfile.gettempdir())
+    free = shutil.disk_usage(base).free
+    if args.checkpoint is not None:
+        need = 0.6 * need  # only the exports' outputs
+    if free < 2.5 * need:
+        print(f"{base}: {free / 2**30:.1f} GiB free, the benchmark needs about {2.5 * need / 2**30:.1f} GiB "
+              "(the checkpoint plus one export at a time); use --workdir", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="metrale-bench-", dir=base))
+    rows = []
+    try:
+        t0 = time.time()
+        if args.checkpoint is not None:
+            ckpt = args.checkpoint
+            size = json.loads((ckpt / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
+            cfg = json.loads((ckpt / "config.json").read_text())
+        else:
+            ckpt = work / "checkpoint"
+            size = write_checkpoint(ckpt, cfg)
+            write_tokenizer(ckpt)
+        gen_s = time.time() - t0
+        print(f"checkpoint: {size / 2**30:.2f} GiB in {gen_s:.0f} s at {ckpt}", flush=True)
+        limit = int(args.rss_limit_gib * 2**20)
+        for fmt in [f for f in args.formats.split(",") if f]:
+            out = work / f"export-{fmt}"
+            print(f"metrale-export {fmt} ...", flush=True)
+            r = run_measured([sys.executable, "-c", EXPORT_CHILD, fmt, str(ckpt), str(out)],
+                             work / f"{fmt}.log", limit, args.timeout_s)
+            r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
+            rows.append((f"metrale-export `{fmt}` (bf16 I/O)", r))
+            print(f"  {r['wall_s']:.0f} s, peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
+            if r["rc"] != 0:
+                print(_tail(r["log"], 20), flush=True)
+            shutil.rmtree(out, ignore_errors=True)
+        if not args.no_peer:
+            ver = _peer_version()
+            if ver is None:
+                rows.append(("onnxruntime-genai builder int4 cpu", {"note": "onnxruntime-genai is not installed"}))
+            else:
+                out = work / "export-peer"
+                print("onnxruntime-genai builder int4 cpu ...", flush=True)
+                r = run_measured([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt),
+                                  "-o", str(out), "-p", "int4", "-e", "cpu", "-c", str(work / "peer-cache")],
+                                 work / "peer.log", limit, args.timeout_s)
+                r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
+                rows.append((f"onnxruntime-genai {ver} builder `-p int4 -e cpu`", r))
+                print(f"  {r['wall_s']:.0f} s, peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
+                if r["rc"] != 0:
+                    print(_tail(r["log"], 20), flush=True)
+                shutil.rmtree(out, ignore_errors=True)
+        report = render(args.shape, cfg, size, gen_s, rows)
+        args.results.mkdir(parents=True, exist_ok=True)
+        dest = args.results / f"export-{datetime.date.today().isoformat()}{'' if args.shape == 'qwen3-8b' else '-' + args.shape}.md"
+        dest.write_text(report)
+        print(report)
+        print(f"written to {dest}")
+    finally:
+        if args.keep:
+            print(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def render(shape: str, cfg: dict, size: int, gen_s: float, rows) -> str:
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    lines = [
+        f"# Export benchmark, {datetime.date.today().isoformat()}",
+        "",
+        f"- commit: {_commit()}",
+        f"- machine: {os.cpu_count()} CPUs, {mem_gib:.0f} GiB memory, {platform.python_implementation()} "
+        f"{platform.python_version()}, torch {torch.__version__}",
+        f"- checkpoint: `{shape}`-shaped random bf16 ({cfg['num_hidden_layers']} layers, hidden "
+        f"{cfg['hidden_size']}, intermediate {cfg['intermediate_size']}, vocab {cfg['vocab_size']}), "
+        f"{size / 2**30:.2f} GiB in shards of at most {SHARD_BYTES >> 30} GiB"
+        + (f", written in {gen_s:.0f} s" if gen_s > 1 else " (written by an earlier run)"),
+        "- peak RSS: the child's `ru_maxrss` (from `wait4`, file-backed pages included) or the highest "
+        "polled VmRSS of it and its children, whichever is larger",
+        "",
+        "| exporter | wall time (s) | peak RSS (GiB) | output (GiB) | result |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for label, r in rows:
+        if "wall_s" not in r:
+            lines.append(f"| {label} | - | - | - | {r['note']} |")
+            continue
+        result = "ok" if r["rc"] == 0 else f"failed (exit {r['rc']}) {r['note']} {_tail(r['log'])}".strip()
+        lines.append(f"| {label} | {r['wall_s']:.0f} | {r['peak_rss_gib']:.2f} | {r['out_gib']:.2f} | "
+                     f"{result.replace('|', '/')} |")
+    lines += ["", "Reproduce: `make bench-export` (`python benchmarks/bench_export.py`).", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

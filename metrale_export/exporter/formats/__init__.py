@@ -1,0 +1,48 @@
+"""Readers of checkpoints that are already quantized: one module per checkpoint format, each a source
+with ``FloatSource``'s interface (``checkpoint``, ``spec``, ``load``) plus ``describe()``.
+
+``detect(ckpt)`` names the format a checkpoint declares (or None for a float checkpoint);
+``declared_source(ckpt, request)`` builds its source, refusing requests it cannot honour.
+docs/formats.md has every layout and mapping. Invariants: detection reads only config files and
+tensor names; the first matching reader wins, most specific first.
+"""
+
+from __future__ import annotations
+
+from ...errors import InputError
+from ..checkpoint import Checkpoint
+from ..quantization import QuantRequest
+from .awq import AwqSource
+from .base import DeclaredSource
+from .compressed_tensors import CompressedTensorsSource
+from .fp8_block import Fp8BlockSource
+from .gptq import GptqSource
+from .modelopt import ModelOptSource
+
+READERS: tuple[type[DeclaredSource], ...] = (
+    CompressedTensorsSource, ModelOptSource, Fp8BlockSource, GptqSource, AwqSource,
+)
+
+
+def detect(ckpt: Checkpoint) -> type[DeclaredSource] | None:
+    """The reader of the quantization format ``ckpt`` declares, or None when it declares none."""
+    for reader in READERS:
+        if reader.detect(ckpt):
+            return reader
+    q = ckpt.config.get("quantization_config")
+    if isinstance(q, dict) and q:
+        method = q.get("quant_method", "?")
+        raise InputError(
+            f"{ckpt.root / 'config.json'}: quantization_config declares quant_method {method!r}, which has "
+            f"no reader; supported: compressed-tensors, modelopt, fp8 (block, weight_scale_inv), gptq, awq"
+        )
+    return None
+
+
+def declared_source(ckpt: Checkpoint, request: QuantRequest) -> DeclaredSource | None:
+    """The source for a quantized checkpoint, or None for a float checkpoint."""
+    reader = detect(ckpt)
+    return None if reader is None else reader(ckpt, request)
+
+
+__all__ = ["READERS", "DeclaredSource", "declared_source", "detect"]

@@ -1,0 +1,163 @@
+"""What every declared-format source shares: the float fallback for layers a checkpoint left
+unquantized, the request check, and small header helpers.
+
+A declared-format source has the ``FloatSource`` interface (``checkpoint``, ``spec``, ``load``) plus
+``describe()``. Invariants: nothing is re-quantized: ``load`` only repacks, transposes, widens
+(bf16/fp16 -> float32, exact) or broadcasts the stored tensors; a projection is quantized exactly
+when its stored tensors say so (``is_quantized``), so ignore lists and an unquantized ``lm_head``
+are handled tensor by tensor; every stored tensor is checked against the header before it is read.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from ...errors import CheckpointError, InputError
+from ..checkpoint import Checkpoint
+from ..projection import ProjSpec
+from ..quantization import FLOAT_DTYPES, FloatSource, QuantRequest
+
+F32, I8 = torch.float32, torch.int8
+SCALE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+FP8_DTYPES = (torch.float8_e4m3fn, torch.uint8, torch.int8)
+
+
+class DeclaredSource:
+    """Base class of the sources in ``exporter/formats/``.
+
+    Subclasses set ``format_name`` and ``kind`` (the contract kind a quantized projection exports
+    as) and implement ``detect``, ``is_quantized``, ``quant_spec`` and ``quant_load``.
+    """
+
+    format_name = "declared"
+    kind = "none"
+
+    def __init__(self, checkpoint: Checkpoint, request: QuantRequest):
+        self.checkpoint = checkpoint
+        self.request = request
+        self.qconfig = self.read_qconfig(checkpoint)
+        self._float = FloatSource(checkpoint, QuantRequest(weight="none"))
+        self.check_request(request)
+
+    # --- to implement -----------------------------------------------------------------------
+    @classmethod
+    def detect(cls, ckpt: Checkpoint) -> bool:
+        raise NotImplementedError
+
+    @classmethod
+    def read_qconfig(cls, ckpt: Checkpoint) -> dict:
+        return dict(ckpt.config.get("quantization_config") or {})
+
+    def is_quantized(self, name: str, weight_name: str) -> bool:
+        raise NotImplementedError
+
+    def quant_spec(self, name: str, n: int, k: int, family: str, bias: bool) -> ProjSpec:
+        raise NotImplementedError
+
+    def quant_load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def summary(self) -> dict:
+        """Format-specific facts for ``describe``."""
+        return {}
+
+    # --- shared -----------------------------------------------------------------------------
+    def check_request(self, request: QuantRequest) -> None:
+        """Refuse a request the stored format cannot honour without re-quantizing."""
+        if request.weight in ("declared", self.kind):
+            return
+        what = self.describe()
+        raise InputError(
+            f"{self.checkpoint.root}: the checkpoint is already quantized ({what['format']}: "
+            f"{what['weight_format']} weights); --weight-quantization {request.weight} would re-quantize "
+            f"weights that were already rounded (their calibration would be lost). "
+            f"Use --weight-quantization declared to export what the checkpoint stores"
+            + (", or start from the unquantized checkpoint." if request.weight != "none"
+               else "; exporting it unquantized is not supported (dequantize it with the tool that made it).")
+        )
+
+    def describe(self) -> dict:
+        """The declared formats, for ``inspect`` and the manifest."""
+        return {"format": self.format_name, "weight_format": self.kind,
+                "activation_format": self.declared_activation(), **self.summary()}
+
+    def declared_activation(self) -> str:
+        return "bf16"
+
+    def spec(self, name: str, n: int, k: int, family: str, bias: bool = False,
+             weight_name: str | None = None) -> ProjSpec:
+        weight_name = weight_name or f"{name}.weight"
+        if weight_name == f"{name}.weight" and self.is_quantized(name, weight_name):
+            spec = self.quant_spec(name, n, k, family, bias)
+            if bias:
+                self.checkpoint.expect(f"{name}.bias", (n,), FLOAT_DTYPES)
+                spec.tensors["bias"] = ((n,), F32)
+            return spec
+        return self._float.spec(name, n, k, family, bias=bias, weight_name=weight_name)
+
+    def load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
+        if spec.kind == "none":
+            return self._float.load(spec)
+        out = self.quant_load(spec)
+        if "bias" in spec.tensors:
+            out["bias"] = self.checkpoint.get(f"{spec.name}.bias").to(F32)
+        for key, t in out.items():
+            if t.dtype.is_floating_point and not torch.isfinite(t).all():
+                raise CheckpointError(f"{self.checkpoint.root}: {spec.name}.{key} (from {spec.source}) holds NaN or infinite values")
+        try:
+            spec.check(out)
+        except ValueError as e:  # a bug in a format module, not the user's input
+            raise CheckpointError(f"{self.checkpoint.root}: {e}") from e
+        return out
+
+    # --- helpers ----------------------------------------------------------------------------
+    def scalar_or_vector(self, name: str, n: int | None = None) -> torch.Size:
+        """Header shape of a per-tensor ([] or [1]) or per-channel ([N] or [N, 1]) scale."""
+        info = self.checkpoint.info(name)
+        if info.dtype not in SCALE_DTYPES:
+            raise CheckpointError(f"{info.file}: tensor {name!r}: expected a float scale, found {info.dtype}")
+        shape = info.shape
+        if shape in ((), (1,)) or (n is not None and shape in ((n,), (n, 1))):
+            return torch.Size(shape)
+        want = "[] or [1]" + (f", [{n}] or [{n}, 1]" if n is not None else "")
+        raise CheckpointError(f"{info.file}: tensor {name!r}: expected shape {want}, found {list(shape)}")
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def to_channel_scale(t: torch.Tensor, n: int) -> torch.Tensor:
+    """A per-tensor ([] / [1]) or per-channel ([N] / [N, 1]) scale as float32 [N] (exact broadcast)."""
+    t = t.to(F32).reshape(-1)
+    return t.expand(n).contiguous() if t.numel() == 1 else t.contiguous()
+
+
+def to_scalar(t: torch.Tensor) -> torch.Tensor:
+    """A [] or [1] float tensor as float32 [1]."""
+    return t.to(F32).reshape(1).contiguous()
+
+
+def match_module(targets, name: str, class_name: str = "Linear") -> bool:
+    """compressed-tensors / ModelOpt target matching: ``re:<regex>`` (re.match on the module
+    name), a class name (``Linear``), or a module name (exact, or a suffix after a dot)."""
+    for t in targets or ():
+        if not isinstance(t, str):
+            continue
+        if t.startswith("re:"):
+            if re.match(t[3:], name):
+                return True
+        elif t == class_name or t == name or name.endswith("." + t):
+            return True
+        elif "*" in t and re.fullmatch(re.escape(t).replace(r"\*", ".*"), name):
+            return True  # ModelOpt's exclude_modules use glob patterns
+    return False
+
+
+def packed_int32_nibbles(t: torch.Tensor) -> torch.Tensor:
+    """int32 words holding 8 nibbles (nibble i at bits 4i) -> uint8 nibbles, 8 per word, in order."""
+    b = t.contiguous().view(torch.uint8)  # little-endian: byte j of a word holds nibbles 2j, 2j+1
+    out = torch.stack((b & 0xF, b >> 4), dim=-1)
+    return out.reshape(*t.shape[:-1], t.shape[-1] * 8)

@@ -1,0 +1,233 @@
+"""compressed-tensors checkpoints (what llm-compressor writes): ``quantization_config`` with
+``quant_method: compressed-tensors`` in config.json.
+
+Supported (docs/formats.md has the exact mappings):
+- ``pack-quantized`` int4 W4A16, symmetric or asymmetric, group 32/64/128 -> ``W4A16Proj``;
+- ``float-quantized`` FP8 weights, per-tensor / per-channel / 128x128 block scales, with dynamic
+  per-token, dynamic per-group-128, static per-tensor or no activation quantization -> ``W8A8Proj``;
+- ``nvfp4-pack-quantized`` NVFP4 weights (group 16, e4m3 scales, global scale), static activation
+  global scale or weights only -> ``W4A4Proj``.
+Invariants: one quantization scheme for all quantized Linear modules (the contract has one kind per
+export); a module is quantized when its compressed tensors are present and the config targets it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...errors import CheckpointError, InputError
+from ...ops.numerics import FP8_BLOCK, NVFP4_BLOCK
+from ..projection import DEFAULT_ACTIVATION, ProjSpec
+from .base import (F32, FP8_DTYPES, I8, SCALE_DTYPES, DeclaredSource, ceil_div, match_module,
+                   packed_int32_nibbles, to_channel_scale, to_scalar)
+
+FORMATS = {"pack-quantized": "w4a16", "float-quantized": "w8a8", "naive-quantized": "w8a8",
+           "nvfp4-pack-quantized": "w4a4"}
+
+
+class CompressedTensorsSource(DeclaredSource):
+    format_name = "compressed-tensors"
+
+    @classmethod
+    def detect(cls, ckpt) -> bool:
+        q = ckpt.config.get("quantization_config")
+        return isinstance(q, dict) and q.get("quant_method") == "compressed-tensors"
+
+    def __init__(self, checkpoint, request):
+        self.checkpoint = checkpoint
+        q = dict(checkpoint.config.get("quantization_config") or {})
+        where = f"{checkpoint.root / 'config.json'}: quantization_config"
+        groups = q.get("config_groups") or {}
+        if not isinstance(groups, dict) or not groups:
+            raise InputError(f"{where}: expected a non-empty 'config_groups' object")
+        formats = {str(g.get("format") or q.get("format")) for g in groups.values() if isinstance(g, dict)}
+        if len(groups) != 1 or len(formats) != 1:
+            raise InputError(
+                f"{where}: {len(groups)} config groups with formats {sorted(formats)}; one scheme for "
+                "every quantized Linear is supported (the export has one weight format)"
+            )
+        self.group = next(iter(groups.values()))
+        self.fmt = formats.pop()
+        if self.fmt not in FORMATS:
+            raise InputError(
+                f"{where}: format {self.fmt!r} is not supported; supported: {', '.join(sorted(FORMATS))} "
+                "(int8 'int-quantized', mxfp and sparse formats have no op in the metrale contract)"
+            )
+        self.kind = FORMATS[self.fmt]
+        self.targets = self.group.get("targets") or []
+        self.ignore = q.get("ignore") or []
+        self.w = self.group.get("weights") or {}
+        self.a = self.group.get("input_activations")
+        self._check_scheme(where)
+        super().__init__(checkpoint, request)
+
+    # --- the scheme -------------------------------------------------------------------------
+    def _check_scheme(self, where: str) -> None:
+        w, a = self.w, self.a
+        bits, wtype, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
+        self.w_strategy = strategy
+        if self.kind == "w4a16":
+            if bits != 4 or wtype != "int":
+                raise InputError(f"{where}: pack-quantized with {bits}-bit {wtype} weights; only 4-bit int is supported")
+            if strategy != "group" or w.get("group_size") not in (32, 64, 128):
+                raise InputError(
+                    f"{where}: int4 weights with strategy {strategy!r} and group size {w.get('group_size')}; "
+                    "W4A16Proj needs group quantization with group size 32, 64 or 128"
+                )
+            if w.get("actorder") not in (None, "static", False):
+                raise InputError(
+                    f"{where}: act-order {w.get('actorder')!r} stores a g_idx permutation; W4A16Proj needs "
+                    "contiguous groups (re-quantize with actorder 'static' or none)"
+                )
+            if a is not None:
+                raise InputError(
+                    f"{where}: int4 weights with {a.get('num_bits')}-bit {a.get('type')} activations (W4A8); "
+                    "the metrale contract runs int4 weights with bf16 activations only"
+                )
+            self.group_size = int(w["group_size"])
+            self.symmetric = bool(w.get("symmetric", True))
+        elif self.kind == "w8a8":
+            if bits != 8 or wtype != "float":
+                raise InputError(f"{where}: {bits}-bit {wtype} weights; only FP8 (8-bit float) is supported")
+            if strategy == "block":
+                if list(w.get("block_structure") or []) != [FP8_BLOCK, FP8_BLOCK]:
+                    raise InputError(f"{where}: FP8 block structure {w.get('block_structure')}; only [128, 128] is supported")
+                self.granularity = "block128"
+            elif strategy in ("channel", "tensor"):
+                self.granularity = "channel"
+            else:
+                raise InputError(f"{where}: FP8 weight strategy {strategy!r}; supported: tensor, channel, block")
+            self.act = self._fp8_activation(where)
+        else:
+            if bits != 4 or wtype != "float" or w.get("group_size") != NVFP4_BLOCK:
+                raise InputError(f"{where}: nvfp4-pack-quantized with {bits}-bit {wtype} group {w.get('group_size')}; expected NVFP4 (4-bit float, group 16)")
+            if a is None:
+                self.act_nvfp4, self.static_input = False, False
+            elif a.get("num_bits") == 4 and a.get("type") == "float":
+                self.act_nvfp4 = True
+                self.static_input = a.get("dynamic") in (False, "local")
+                if not self.static_input:
+                    raise InputError(f"{where}: fully dynamic NVFP4 activations (per-tensor global scale at run time) have no row-invariant equivalent; expected dynamic 'local' with a stored input_global_scale")
+            else:
+                raise InputError(f"{where}: NVFP4 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
+
+    def _fp8_activation(self, where: str) -> dict:
+        a = self.a
+        if a is None:
+            return {"activation_format": "bf16", "activation_scale_granularity": "row", "note": "weights only (W8A16)"}
+        if a.get("num_bits") != 8 or a.get("type") != "float":
+            raise InputError(f"{where}: FP8 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
+        strategy, dynamic = a.get("strategy"), a.get("dynamic")
+        if strategy == "token" and dynamic:
+            return {"activation_format": "fp8", "activation_scale_granularity": "row", "note": "dynamic per token"}
+        if strategy == "group" and dynamic and a.get("group_size") == FP8_BLOCK:
+            return {"activation_format": "fp8", "activation_scale_granularity": "row_block128",
+                    "note": "dynamic per token and group of 128"}
+        if strategy == "tensor" and not dynamic:
+            # The contract has no per-tensor activation scale (row invariance); a dynamic per-row
+            # scale replaces the static one (never coarser). docs/formats.md says so.
+            return {"activation_format": "fp8", "activation_scale_granularity": "row",
+                    "note": "static per-tensor input_scale replaced by dynamic per-row scales"}
+        raise InputError(f"{where}: FP8 activations with strategy {strategy!r} dynamic={dynamic!r} are not supported")
+
+    def declared_activation(self) -> str:
+        if self.kind == "w4a16":
+            return "bf16"
+        if self.kind == "w8a8":
+            return self.act["activation_format"]
+        return "nvfp4" if self.act_nvfp4 else "bf16"
+
+    def summary(self) -> dict:
+        out = {"scheme": self.fmt}
+        if self.kind == "w4a16":
+            out.update(group_size=self.group_size, symmetric=self.symmetric)
+        elif self.kind == "w8a8":
+            out.update(weight_scales=self.w_strategy, activation=self.act["note"])
+        else:
+            out.update(input_scale="static" if self.act_nvfp4 else "none (weights only)")
+        return out
+
+    # --- per projection ---------------------------------------------------------------------
+    def is_quantized(self, name: str, weight_name: str) -> bool:
+        targeted = match_module(self.targets, name) and not match_module(self.ignore, name)
+        stored = f"{name}.weight_packed" in self.checkpoint or (
+            self.kind == "w8a8" and f"{name}.weight_scale" in self.checkpoint)
+        if targeted != stored:
+            raise CheckpointError(
+                f"{self.checkpoint.root}: {name}: quantization_config {'targets' if targeted else 'does not target'} "
+                f"this module but the checkpoint {'does not store' if targeted else 'stores'} its compressed tensors"
+            )
+        return stored
+
+    def quant_spec(self, name: str, n: int, k: int, family: str, bias: bool) -> ProjSpec:
+        ck = self.checkpoint
+        attrs: dict[str, object] = {}
+        if self.kind == "w4a16":
+            g = self.group_size
+            if k % g or k % 8:
+                raise CheckpointError(f"{name}: K={k} is not a multiple of group size {g}")
+            ck.expect(f"{name}.weight_packed", (n, k // 8), (torch.int32,))
+            ck.expect(f"{name}.weight_scale", (n, k // g), SCALE_DTYPES, hint=f" for group size {g}")
+            ck.expect(f"{name}.weight_shape", (2,), (torch.int64, torch.int32))
+            tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // g), F32)}
+            if not self.symmetric:
+                ck.expect(f"{name}.weight_zero_point", (ceil_div(n, 8), k // g), (torch.int32,),
+                          hint=" (int4 zero points packed 8 a word along N)")
+                tensors["zero_point"] = ((n, k // g), I8)
+            attrs["group_size"] = g
+        elif self.kind == "w8a8":
+            ck.expect(f"{name}.weight", (n, k), FP8_DTYPES)
+            if self.granularity == "block128":
+                ck.expect(f"{name}.weight_scale", (ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK)), SCALE_DTYPES,
+                          hint=" (one scale per 128x128 block)")
+                ws = (ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK))
+            else:
+                self.scalar_or_vector(f"{name}.weight_scale", n)
+                ws = (n,)
+            tensors = {"weight": ((n, k), I8), "weight_scale": (ws, F32)}
+            attrs = {"weight_scale_granularity": self.granularity,
+                     "activation_scale_granularity": self.act["activation_scale_granularity"]}
+        else:
+            if k % NVFP4_BLOCK:
+                raise CheckpointError(f"{name}: NVFP4 needs K to be a multiple of 16, found K={k}")
+            ck.expect(f"{name}.weight_packed", (n, k // 2), (torch.uint8, torch.int8))
+            ck.expect(f"{name}.weight_scale", (n, k // NVFP4_BLOCK), FP8_DTYPES)
+            self.scalar_or_vector(f"{name}.weight_global_scale")
+            tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // NVFP4_BLOCK), I8),
+                       "weight_global_scale": ((1,), F32)}
+            if self.act_nvfp4:
+                self.scalar_or_vector(f"{name}.input_global_scale")
+                tensors["input_scale"] = ((1,), F32)
+        attrs["activation_format"] = self.declared_activation() if self.kind != "w4a16" else DEFAULT_ACTIVATION["w4a16"]
+        return ProjSpec(name=name, kind=self.kind, n=n, k=k, family=family, tensors=tensors,
+                        attrs=attrs, source=f"{name}.weight_packed" if self.kind != "w8a8" else f"{name}.weight")
+
+    def quant_load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
+        ck, name, n, k = self.checkpoint, spec.name, spec.n, spec.k
+        if self.kind == "w4a16":
+            shape = ck.get(f"{name}.weight_shape").tolist()
+            if shape != [n, k]:
+                raise CheckpointError(f"{ck.root}: {name}.weight_shape: expected [{n}, {k}], found {shape}")
+            # 8 codes a little-endian int32, element i at bits 4i: the bytes are already the
+            # contract's low-nibble-first pairs; codes are stored offset by +8 (unsigned).
+            out = {"weight": ck.get(f"{name}.weight_packed").view(torch.int8).reshape(n, k // 2),
+                   "weight_scale": ck.get(f"{name}.weight_scale").to(F32)}
+            if not self.symmetric:
+                zp = ck.get(f"{name}.weight_zero_point")  # [ceil(N/8), G], packed along N
+                codes = packed_int32_nibbles(zp.t().contiguous())[:, :n]  # [G, N], value + 8
+                out["zero_point"] = codes.t().contiguous().to(torch.int8)
+            return out
+        if self.kind == "w8a8":
+            w = ck.get(f"{name}.weight").view(torch.int8)
+            s = ck.get(f"{name}.weight_scale")
+            s = s.to(F32).contiguous() if self.granularity == "block128" else to_channel_scale(s, n)
+            return {"weight": w, "weight_scale": s}
+        # NVFP4: compressed-tensors stores the *divisor* global scale G (w = q * (s / G));
+        # the contract multiplies by gw, so gw = 1 / G (a float32 division, docs/formats.md).
+        out = {"weight": ck.get(f"{name}.weight_packed").view(torch.int8),
+               "weight_scale": ck.get(f"{name}.weight_scale").view(torch.int8),
+               "weight_global_scale": 1.0 / to_scalar(ck.get(f"{name}.weight_global_scale"))}
+        if self.act_nvfp4:
+            out["input_scale"] = 1.0 / to_scalar(ck.get(f"{name}.input_global_scale"))
+        return out
+
