@@ -76,11 +76,11 @@ def time_graph(calls, reps: int = REPS, replays: int = REPLAYS) -> float:
 
 def copy_bandwidth() -> float:
     """Device-to-device copy, TB/s counting bytes read plus bytes written."""
-    n = 1 << 30
-    src = torch.empty(n, dtype=torch.uint8, device="cuda").random_(0, 255)
+    n = 1 << 28  # float32 elements: 1 GiB
+    src = torch.randn(n, device="cuda")
     dst = torch.empty_like(src)
     t = time_graph(lambda i: dst.copy_(src), reps=5)
-    return 2 * n / t / 1e12
+    return 2 * 4 * n / t / 1e12
 
 
 def _weights(n: int, k: int, dev: torch.device):

@@ -7,9 +7,12 @@
  *
  * Invariants (row invariance, docs/ops.md):
  * - Every output element is accumulated by mma.sync m16n8k16 (fp32 accumulate) starting from zero,
- *   over the 128-k blocks b = 0, 1, ... in order, each block in steps s = 0..7; in step s quad lane t
+ *   over the 128-k blocks in ascending order, each block in steps s = 0..7; in step s quad lane t
  *   supplies k = 128*b + 32*t + 4*s + j (j = 0..3) at instruction positions 2t, 2t+1, 2t+8, 2t+9, for
- *   both operands. Nothing of this depends on M, on the tile configuration or on where the row sits.
+ *   both operands. Without per-block scales the even and the odd blocks go to two accumulators
+ *   (slices) added once at the end (acc_even + acc_odd), which halves the dependent mma chain and
+ *   lets two warps share the K loop of small-M tiles. Nothing of this depends on M, on the tile
+ *   configuration or on where the row sits.
  * - Blocks past K are never issued (no padding mma); zero-filled tails inside the last block multiply
  *   zero activations by finite weights.
  * - Per-block scaling (fp8 block scales) is `acc = acc + (partial * row_scale) * col_scale` per block,
@@ -20,6 +23,7 @@
 #define METRALE_PROJ_GEMM_CUH
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda_runtime.h>
 
 #include "metraleNumerics.cuh"
@@ -80,9 +84,10 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 /*
  * CTA shape. kA_TILES m16 tiles of rows (all warps share them; kA_ROWS = 8 uses only the top half of
  * a single tile), kB_TILES n8 tiles of weight rows per warp, kWARPS warps side by side along N,
- * kKBS 128-k blocks per pipeline stage, kSTAGES stages.
+ * kKBS 128-k blocks per pipeline stage, kSTAGES stages, kSPLITW warps along K (1 or 2: with 2, the
+ * even and odd blocks of the same outputs go to two warps; see "slices" below).
  */
-template <int kA_TILES_, int kA_ROWS_, int kB_TILES_, int kWARPS_, int kKBS_, int kSTAGES_>
+template <int kA_TILES_, int kA_ROWS_, int kB_TILES_, int kWARPS_, int kKBS_, int kSTAGES_, int kSPLITW_>
 struct TileConfig
 {
     static constexpr int kA_TILES = kA_TILES_;
@@ -91,11 +96,13 @@ struct TileConfig
     static constexpr int kWARPS = kWARPS_;
     static constexpr int kKBS = kKBS_;
     static constexpr int kSTAGES = kSTAGES_;
+    static constexpr int kSPLITW = kSPLITW_;
     static constexpr int kBM = kA_ROWS == 8 ? 8 : 16 * kA_TILES;
     static constexpr int kBN = 8 * kB_TILES * kWARPS;
-    static constexpr int kTHREADS = 32 * kWARPS;
+    static constexpr int kTHREADS = 32 * kWARPS * kSPLITW;
     static_assert(kA_ROWS == 16 || kA_TILES == 1, "8-row tiles come one at a time");
     static_assert(kKBS == 1 || kKBS == 2 || kKBS == 4, "blocks per stage: 1, 2 or 4");
+    static_assert(kSPLITW == 1 || (kSPLITW == 2 && kKBS % 2 == 0), "two K warps need an even kKBS");
 };
 
 /* Shared-memory layout of one configuration (bytes). */
@@ -133,6 +140,17 @@ struct GemmLayout
     }
 };
 
+template <int kV>
+using IntC = std::integral_constant<int, kV>;
+
+/*
+ * Slices. Policies without per-block scales accumulate each output in two slices, the even and the
+ * odd 128-k blocks, each from zero in ascending order, and add them once at the end:
+ * y = acc_even + acc_odd. A tier holds the two slices either in one warp (two accumulators) or in
+ * two warps (kSPLITW = 2, reduced through shared memory): the same operations in the same order,
+ * so the same bits. Per-block policies accumulate acc += (partial_b * rs) * cs over all blocks in one
+ * slice (their chain is broken per block already).
+ */
 template <class P, class C>
 __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename P::Params p,
     const uint16_t* __restrict__ X, void* __restrict__ Y, int M, int N, int K, int32_t yDtype)
@@ -141,11 +159,16 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
     constexpr int kA = C::kA_TILES;
     constexpr int kB = C::kB_TILES;
     constexpr int kWCH = P::kCB / 16;  // 16-byte code chunks per row per block
-    constexpr int kCW = P::kCB / 16;   // code words per thread per row per block (= kCB / 4 / 4)
+    constexpr int kCW = P::kCB / 16;   // code words per thread per row per block
+    constexpr int kSLICES = P::kPER_BLOCK ? 1 : 2;
+    constexpr int kSLOTS = (kSLICES == 2 && C::kSPLITW == 1) ? 2 : 1;  // accumulators per warp
+    static_assert(!(P::kPER_BLOCK && C::kSPLITW == 2), "per-block policies keep one slice per output");
     extern __shared__ __align__(128) uint8_t smem[];
 
     const int tid = threadIdx.x;
-    const int warp = tid >> 5;
+    const int warpId = tid >> 5;
+    const int warp = warpId % C::kWARPS;       // position along N
+    const int kslice = warpId / C::kWARPS;     // 0, or 1 for the odd-block warps when kSPLITW == 2
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int t = lane & 3;
@@ -209,14 +232,132 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
         }
     };
 
-    float acc[kA][kB][4];
+    float acc[kSLOTS][kA][kB][4];
 #pragma unroll
-    for (int i = 0; i < kA; ++i)
+    for (int u = 0; u < kSLOTS; ++u)
+#pragma unroll
+        for (int i = 0; i < kA; ++i)
+#pragma unroll
+            for (int j = 0; j < kB; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    acc[u][i][j][e] = 0.0f;
+
+    // One 128-k block into accumulator slot kSlot.
+    auto doBlock = [&](auto slotTag, const uint8_t* xs, const uint8_t* ws, const uint32_t* ms, int kbl, int kb) {
+        constexpr int kSlot = decltype(slotTag)::value;
+        uint32_t codes[kB][kCW];
+        typename P::BlockState bs[kB];
 #pragma unroll
         for (int j = 0; j < kB; ++j)
+        {
+            const int r = warp * (8 * kB) + 8 * j + g;
+            if constexpr (P::kCB == 64)
+            {
+                const uint4 v = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, t));
+                codes[j][0] = v.x;
+                codes[j][1] = v.y;
+                codes[j][2] = v.z;
+                codes[j][3] = v.w;
+            }
+            else
+            {
+                const uint4 v0 = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, 2 * t));
+                const uint4 v1 = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, 2 * t + 1));
+                codes[j][0] = v0.x;
+                codes[j][1] = v0.y;
+                codes[j][2] = v0.z;
+                codes[j][3] = v0.w;
+                codes[j][4] = v1.x;
+                codes[j][5] = v1.y;
+                codes[j][6] = v1.z;
+                codes[j][7] = v1.w;
+            }
+            bs[j] = P::blockState(p, ms + (r * C::kKBS + kbl) * P::kMW, t, kb, n0 + r);
+        }
+
+        float part[P::kPER_BLOCK ? kA : 1][P::kPER_BLOCK ? kB : 1][4];
+        if constexpr (P::kPER_BLOCK)
+        {
 #pragma unroll
-            for (int e = 0; e < 4; ++e)
-                acc[i][j][e] = 0.0f;
+            for (int i = 0; i < kA; ++i)
+#pragma unroll
+                for (int j = 0; j < kB; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        part[i][j][e] = 0.0f;
+        }
+
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+        {
+            uint32_t bf[kB][2][2];
+#pragma unroll
+            for (int j = 0; j < kB; ++j)
+            {
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                {
+                    P::dequant(codes[j], bs[j], 2 * q + h, table, lane, bf[j][h][0], bf[j][h][1]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < kA; ++i)
+            {
+                const int ra = 16 * i + g;
+                const uint4 xa = *reinterpret_cast<const uint4*>(xs + L::xOff(ra, kbl, 4 * t + q));
+                uint4 xb = make_uint4(0u, 0u, 0u, 0u);
+                if constexpr (C::kA_ROWS == 16)
+                {
+                    xb = *reinterpret_cast<const uint4*>(xs + L::xOff(ra + 8, kbl, 4 * t + q));
+                }
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                {
+                    const uint32_t a0 = h ? xa.z : xa.x;
+                    const uint32_t a2 = h ? xa.w : xa.y;
+                    const uint32_t a1 = h ? xb.z : xb.x;
+                    const uint32_t a3 = h ? xb.w : xb.y;
+#pragma unroll
+                    for (int j = 0; j < kB; ++j)
+                    {
+                        if constexpr (P::kPER_BLOCK)
+                        {
+                            mma16816<P::kF16>(part[i][j], a0, a1, a2, a3, bf[j][h][0], bf[j][h][1]);
+                        }
+                        else
+                        {
+                            mma16816<P::kF16>(acc[kSlot][i][j], a0, a1, a2, a3, bf[j][h][0], bf[j][h][1]);
+                        }
+                    }
+                }
+            }
+        }
+
+        if constexpr (P::kPER_BLOCK)
+        {
+#pragma unroll
+            for (int j = 0; j < kB; ++j)
+            {
+                const int n = n0 + warp * (8 * kB) + 8 * j + 2 * t;
+                const float c0 = n < N ? P::blockColScale(p, n, kb) : 0.0f;
+                const float c1 = n + 1 < N ? P::blockColScale(p, n + 1, kb) : 0.0f;
+#pragma unroll
+                for (int i = 0; i < kA; ++i)
+                {
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr)
+                    {
+                        const int m = m0 + 16 * i + g + 8 * hr;
+                        const float rs = m < M ? P::blockRowScale(p, m, kb) : 0.0f;
+                        float* a = acc[kSlot][i][j];
+                        a[2 * hr] = __fadd_rn(a[2 * hr], __fmul_rn(__fmul_rn(part[i][j][2 * hr], rs), c0));
+                        a[2 * hr + 1] = __fadd_rn(a[2 * hr + 1], __fmul_rn(__fmul_rn(part[i][j][2 * hr + 1], rs), c1));
+                    }
+                }
+            }
+        }
+    };
 
 #pragma unroll
     for (int s = 0; s < C::kSTAGES - 1; ++s)
@@ -253,120 +394,78 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
             {
                 break;
             }
-            uint32_t codes[kB][kCW];
-            typename P::BlockState bs[kB];
-#pragma unroll
-            for (int j = 0; j < kB; ++j)
+            if constexpr (C::kSPLITW == 2)
             {
-                const int r = warp * (8 * kB) + 8 * j + g;
-                if constexpr (P::kCB == 64)
+                if ((kbl & 1) == kslice)  // kKBS is even: the block's parity is kbl's
                 {
-                    const uint4 v = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, t));
-                    codes[j][0] = v.x;
-                    codes[j][1] = v.y;
-                    codes[j][2] = v.z;
-                    codes[j][3] = v.w;
+                    doBlock(IntC<0>{}, xs, ws, ms, kbl, kb);
+                }
+            }
+            else if constexpr (kSLOTS == 2)
+            {
+                if constexpr (C::kKBS % 2 == 0)
+                {
+                    if (kbl & 1)
+                        doBlock(IntC<1>{}, xs, ws, ms, kbl, kb);
+                    else
+                        doBlock(IntC<0>{}, xs, ws, ms, kbl, kb);
                 }
                 else
                 {
-                    const uint4 v0 = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, 2 * t));
-                    const uint4 v1 = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, 2 * t + 1));
-                    codes[j][0] = v0.x;
-                    codes[j][1] = v0.y;
-                    codes[j][2] = v0.z;
-                    codes[j][3] = v0.w;
-                    codes[j][4] = v1.x;
-                    codes[j][5] = v1.y;
-                    codes[j][6] = v1.z;
-                    codes[j][7] = v1.w;
-                }
-                bs[j] = P::blockState(p, ms + (r * C::kKBS + kbl) * P::kMW, t, kb, n0 + r);
-            }
-
-            float part[P::kPER_BLOCK ? kA : 1][P::kPER_BLOCK ? kB : 1][4];
-            if constexpr (P::kPER_BLOCK)
-            {
-#pragma unroll
-                for (int i = 0; i < kA; ++i)
-#pragma unroll
-                    for (int j = 0; j < kB; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e)
-                            part[i][j][e] = 0.0f;
-            }
-
-#pragma unroll
-            for (int q = 0; q < 4; ++q)
-            {
-                uint32_t bf[kB][2][2];
-#pragma unroll
-                for (int j = 0; j < kB; ++j)
-                {
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                    {
-                        P::dequant(codes[j], bs[j], 2 * q + h, table, lane, bf[j][h][0], bf[j][h][1]);
-                    }
-                }
-#pragma unroll
-                for (int i = 0; i < kA; ++i)
-                {
-                    const int ra = 16 * i + g;
-                    const uint4 xa = *reinterpret_cast<const uint4*>(xs + L::xOff(ra, kbl, 4 * t + q));
-                    uint4 xb = make_uint4(0u, 0u, 0u, 0u);
-                    if constexpr (C::kA_ROWS == 16)
-                    {
-                        xb = *reinterpret_cast<const uint4*>(xs + L::xOff(ra + 8, kbl, 4 * t + q));
-                    }
-#pragma unroll
-                    for (int h = 0; h < 2; ++h)
-                    {
-                        const uint32_t a0 = h ? xa.z : xa.x;
-                        const uint32_t a2 = h ? xa.w : xa.y;
-                        const uint32_t a1 = h ? xb.z : xb.x;
-                        const uint32_t a3 = h ? xb.w : xb.y;
-#pragma unroll
-                        for (int j = 0; j < kB; ++j)
-                        {
-                            if constexpr (P::kPER_BLOCK)
-                            {
-                                mma16816<P::kF16>(part[i][j], a0, a1, a2, a3, bf[j][h][0], bf[j][h][1]);
-                            }
-                            else
-                            {
-                                mma16816<P::kF16>(acc[i][j], a0, a1, a2, a3, bf[j][h][0], bf[j][h][1]);
-                            }
-                        }
-                    }
+                    if (kb & 1)
+                        doBlock(IntC<1>{}, xs, ws, ms, kbl, kb);
+                    else
+                        doBlock(IntC<0>{}, xs, ws, ms, kbl, kb);
                 }
             }
-
-            if constexpr (P::kPER_BLOCK)
+            else
             {
-#pragma unroll
-                for (int j = 0; j < kB; ++j)
-                {
-                    const int n = n0 + warp * (8 * kB) + 8 * j + 2 * t;
-                    const float c0 = n < N ? P::blockColScale(p, n, kb) : 0.0f;
-                    const float c1 = n + 1 < N ? P::blockColScale(p, n + 1, kb) : 0.0f;
-#pragma unroll
-                    for (int i = 0; i < kA; ++i)
-                    {
-#pragma unroll
-                        for (int hr = 0; hr < 2; ++hr)
-                        {
-                            const int m = m0 + 16 * i + g + 8 * hr;
-                            const float rs = m < M ? P::blockRowScale(p, m, kb) : 0.0f;
-                            acc[i][j][2 * hr] = __fadd_rn(acc[i][j][2 * hr], __fmul_rn(__fmul_rn(part[i][j][2 * hr], rs), c0));
-                            acc[i][j][2 * hr + 1]
-                                = __fadd_rn(acc[i][j][2 * hr + 1], __fmul_rn(__fmul_rn(part[i][j][2 * hr + 1], rs), c1));
-                        }
-                    }
-                }
+                doBlock(IntC<0>{}, xs, ws, ms, kbl, kb);
             }
         }
     }
     cpAsyncWait<0>();
+
+    // The two slices: acc_even + acc_odd, one float32 addition per element.
+    float out[kA][kB][4];
+    if constexpr (C::kSPLITW == 2)
+    {
+        __syncthreads();  // every warp is done with the pipeline buffers
+        float* red = reinterpret_cast<float*>(smem);
+        constexpr int kPER = kA * kB * 4;
+        if (kslice == 1)
+        {
+#pragma unroll
+            for (int i = 0; i < kA; ++i)
+#pragma unroll
+                for (int j = 0; j < kB; ++j)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        red[((warp * kPER) + (i * kB + j) * 4 + e) * 32 + lane] = acc[0][i][j][e];
+        }
+        __syncthreads();
+        if (kslice == 1)
+        {
+            return;
+        }
+#pragma unroll
+        for (int i = 0; i < kA; ++i)
+#pragma unroll
+            for (int j = 0; j < kB; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    out[i][j][e] = __fadd_rn(acc[0][i][j][e], red[((warp * kPER) + (i * kB + j) * 4 + e) * 32 + lane]);
+    }
+    else
+    {
+#pragma unroll
+        for (int i = 0; i < kA; ++i)
+#pragma unroll
+            for (int j = 0; j < kB; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    out[i][j][e] = kSLOTS == 2 ? __fadd_rn(acc[0][i][j][e], acc[kSLOTS - 1][i][j][e]) : acc[0][i][j][e];
+    }
 
     // Epilogue: per element, y = finish(acc) (+ bias), one rounding to the dtype of x.
 #pragma unroll
@@ -390,8 +489,8 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
                 {
                     continue;
                 }
-                float v0 = P::finish(p, acc[i][j][2 * hr], m, n);
-                float v1 = n + 1 < N ? P::finish(p, acc[i][j][2 * hr + 1], m, n + 1) : 0.0f;
+                float v0 = P::finish(p, out[i][j][2 * hr], m, n);
+                float v1 = n + 1 < N ? P::finish(p, out[i][j][2 * hr + 1], m, n + 1) : 0.0f;
                 if (p.bias != nullptr)
                 {
                     v0 = __fadd_rn(v0, bias0);
@@ -415,44 +514,18 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
     }
 }
 
-/* The tile configurations of the tiers (projTiers.h). kPerBlock policies keep a second accumulator
- * per block, so their large tier uses 64-row tiles to stay within the register file. */
+/* The tile configurations of the tiers (projTiers.h). The large tier holds two accumulators per
+ * output (two slices, or one slice plus the per-block partial), so it uses 64-row tiles to stay
+ * within the register file. */
 template <bool kPerBlock>
 struct Tiers
 {
-    using M8 = TileConfig<1, 8, 1, 4, 4, 4>;
-    using M16 = TileConfig<1, 16, 1, 4, 4, 3>;
-    using M64 = TileConfig<4, 16, 1, 4, 1, 4>;
-    using M128 = TileConfig<kPerBlock ? 4 : 8, 16, 4, 8, 1, 3>;
+    static constexpr int kSplit = kPerBlock ? 1 : 2;  // K warps of the small tiers (see "slices")
+    using M8 = TileConfig<1, 8, 1, 4, 4, 4, kSplit>;
+    using M16 = TileConfig<1, 16, 1, 4, 4, 3, kSplit>;
+    using M64 = TileConfig<4, 16, 1, 4, 2, 3, kSplit>;
+    using M128 = TileConfig<4, 16, 4, 8, 1, 3, 1>;
 };
-
-/* Raise the dynamic shared-memory limit of a kernel once per device. */
-template <class Kern>
-inline cudaError_t ensureSmem(Kern kern, int bytes)
-{
-    if (bytes <= 48 * 1024)
-    {
-        return cudaSuccess;
-    }
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
-    static unsigned long long done = 0;  // one bit per device; a race only repeats the call
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (done & bit)
-    {
-        return cudaSuccess;
-    }
-    e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    if (e == cudaSuccess)
-    {
-        done |= bit;
-    }
-    return e;
-}
 
 template <class P, class C>
 inline cudaError_t launchProjGemm(const typename P::Params& p, const uint16_t* X, void* y, int m, int n, int k,
@@ -460,10 +533,27 @@ inline cudaError_t launchProjGemm(const typename P::Params& p, const uint16_t* X
 {
     using L = GemmLayout<P, C>;
     auto kern = projGemmKernel<P, C>;
-    cudaError_t e = ensureSmem(kern, L::kSmem);
-    if (e != cudaSuccess)
+    if (L::kSmem > 48 * 1024)
     {
-        return e;
+        // Raise the dynamic shared-memory limit once per device for this instantiation (a race
+        // only repeats the call).
+        static unsigned long long done = 0;
+        int dev = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        const unsigned long long bit = 1ull << (dev & 63);
+        if (!(done & bit))
+        {
+            e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+            if (e != cudaSuccess)
+            {
+                return e;
+            }
+            done |= bit;
+        }
     }
     const dim3 grid((n + C::kBN - 1) / C::kBN, (m + C::kBM - 1) / C::kBM);
     kern<<<grid, C::kTHREADS, L::kSmem, stream>>>(p, X, y, m, n, k, yDtype);

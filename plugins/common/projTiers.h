@@ -4,7 +4,8 @@
  * Invariants: the tier changes only the tile shape (rows per CTA, weight rows per warp, pipeline
  * depth). Every tier issues the same mma instruction (m16n8k16, fp32 accumulate) over the same
  * 128-k blocks in ascending order, with the same assignment of k to instruction positions
- * (k = 128*b + 32*t + 4*s + j for quad lane t, step s, element j), starting from zero. So a row's
+ * (k = 128*b + 32*t + 4*s + j for quad lane t, step s, element j), starting from zero, and the same
+ * slices (even / odd blocks, added once at the end; projGemm.cuh). So a row's
  * output bits do not depend on the tier, on m, or on the row's position (tests/gpu checks this
  * bitwise).
  */
@@ -21,7 +22,7 @@ enum class ProjTier : int32_t
     kM8 = 0,   // m <= 8: one m16 tile, its top 8 rows; GEMV-like, weight-streaming
     kM16 = 1,  // m <= 16: one m16 tile
     kM64 = 2,  // m <= 256: 64-row tiles, 32 weight rows per CTA
-    kM128 = 3, // larger: 128-row tiles (64 where per-block fp8 scales need a second accumulator)
+    kM128 = 3, // larger: 64-row x 256-column tiles, the weight-reuse tier
 };
 
 inline constexpr ProjTier selectProjTier(int64_t m)

@@ -56,12 +56,12 @@ struct W4A16Policy : NoTable
         }
         else if (p.zeroPoint != nullptr)
         {
+            // Whole words only; a partial last word is read directly in blockState.
             const long long wordAddr = (first & ~3ll) + 4 * (w - 4);
-            if (wordAddr < p.totalGroups)
+            if (wordAddr + 4 <= p.totalGroups)
             {
                 src = p.zeroPoint + wordAddr;
-                const long long left = p.totalGroups - wordAddr;
-                bytes = left < 4 ? static_cast<int>(left) : 4;
+                bytes = 4;
             }
         }
     }
@@ -75,14 +75,17 @@ struct W4A16Policy : NoTable
         {
             const long long first = static_cast<long long>(n) * p.groups + static_cast<long long>(kb) * p.perBlock;
             const int off = static_cast<int>(first & 3) + gi;
-            z = static_cast<float>(reinterpret_cast<const uint8_t*>(mw + 4)[off] & 0xF);
+            const long long addr = first + gi;
+            const uint8_t zb = addr >= (p.totalGroups & ~3ll) ? p.zeroPoint[addr]
+                                                               : reinterpret_cast<const uint8_t*>(mw + 4)[off];
+            z = static_cast<float>(zb & 0xF);
         }
         BlockState b;
 #pragma unroll
         for (int q = 0; q < 4; ++q)
         {
             const float pw = static_cast<float>(1 << (4 * q));
-            b.s[q] = __fdiv_rn(s, pw);  // exact: a power of two
+            b.s[q] = __fmul_rn(s, 1.0f / static_cast<float>(1 << (4 * q)));  // exact: a power of two
             b.off[q] = __fadd_rn(8388608.0f, __fmul_rn(z, pw));
         }
         return b;

@@ -40,11 +40,10 @@ struct W4A4Meta
     {
         const long long first = static_cast<long long>(n) * p.scaleCols + 8ll * kb;
         const long long wordAddr = (first & ~3ll) + 4 * w;
-        if (wordAddr < p.totalScaleBytes)
+        if (wordAddr + 4 <= p.totalScaleBytes)  // whole words; a partial last word: scaleHalf
         {
             src = p.scale + wordAddr;
-            const long long left = p.totalScaleBytes - wordAddr;
-            bytes = left < 4 ? static_cast<int>(left) : 4;
+            bytes = 4;
         }
     }
     /* The e4m3 scale of 16-block e (0, 1) of quad lane t, as f16 bits; 0 past the end of the row. */
@@ -56,7 +55,10 @@ struct W4A4Meta
         {
             return 0;
         }
-        const uint8_t b = reinterpret_cast<const uint8_t*>(mw)[static_cast<int>(first & 3) + 2 * t + e];
+        const long long addr = first + 2 * t + e;
+        const uint8_t b = addr >= (p.totalScaleBytes & ~3ll)
+            ? p.scale[addr]
+            : reinterpret_cast<const uint8_t*>(mw)[static_cast<int>(first & 3) + 2 * t + e];
         return __half_raw(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)).x;
     }
 };
