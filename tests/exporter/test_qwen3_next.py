@@ -1,0 +1,199 @@
+"""Qwen3-Next (Gated DeltaNet + gated attention + shared-expert MoE): a tiny random
+``Qwen3NextForCausalLM`` saved by transformers exports, and ONNX Runtime matches transformers'
+float32 forward over prefill, decode steps and a continued prefill with every state carried; the
+quantized exports match the PyTorch reference of the same quantized model. The checkpoint layouts
+(interleaved or sequential QKVZ) give the same model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+from stateful import ort_steps, rel, torch_steps
+
+from metrale_export.exporter.checkpoint import Checkpoint
+from metrale_export.exporter.config import parse_config
+from metrale_export.exporter.export import ExportOptions, export
+from metrale_export.exporter.layers import gdn
+from metrale_export.exporter.layers.model import CausalLM
+from metrale_export.exporter.quantization import FloatSource, QuantRequest
+from metrale_export.ops.ort import reference_session
+
+transformers = pytest.importorskip("transformers")
+
+# docs/ops.md, "Tolerances": unquantized export vs transformers; ONNX Runtime vs the PyTorch
+# reference of the same quantized model.
+TRANSFORMERS = 1e-4
+QUANTIZED = 1e-3
+# Prefill 5, two decode steps, a 3-token prefill continued from the state, a decode step.
+CHUNKS = [5, 1, 1, 3, 1]
+
+
+def tiny_config(**overrides):
+    kw = dict(vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+              num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+              linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16,
+              linear_value_head_dim=16, linear_conv_kernel_dim=4, full_attention_interval=2,
+              num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+              shared_expert_intermediate_size=64, mlp_only_layers=[1], max_position_embeddings=256,
+              rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
+    kw.update(overrides)
+    return transformers.Qwen3NextConfig(**kw)
+
+
+def randomize(model: torch.nn.Module, seed: int = 0) -> None:
+    """Weights far from their init (zero norms, unit dt_bias) so a misplaced term shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if "norm" in name or "A_log" in name or "dt_bias" in name:
+                p.add_(0.2 * noise)
+            else:
+                p.copy_(0.1 * noise)
+
+
+@pytest.fixture(scope="module")
+def hf_next(tmp_path_factory):
+    torch.manual_seed(0)
+    model = transformers.Qwen3NextForCausalLM(tiny_config()).float().eval()
+    randomize(model)
+    path = tmp_path_factory.mktemp("qwen3_next") / "hf"
+    model.save_pretrained(path)
+    return model, path
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 96, (2, sum(CHUNKS)), generator=torch.Generator().manual_seed(1)).numpy()
+
+
+def reference_model(path, request: QuantRequest) -> CausalLM:
+    ckpt = Checkpoint.open(path)
+    source = FloatSource(ckpt, request)
+    return CausalLM(parse_config(ckpt.config), source).load_weights(source)
+
+
+def test_layer_kinds_and_states(hf_next, tmp_path):
+    model = reference_model(hf_next[1], QuantRequest())
+    assert model.input_names() == ["input_ids", "position_ids", "conv_state.0", "recurrent_state.0",
+                                   "past_key.1", "past_value.1"]
+    assert model.output_names() == ["logits", "present_conv_state.0", "present_recurrent_state.0",
+                                    "present_key.1", "present_value.1"]
+    specs = dict((f"{s.name}.{i}", s) for i, s in model.state_specs())
+    assert specs["conv_state.0"].shape == ("batch", 2 * 32 + 64, 3)
+    assert specs["recurrent_state.0"].shape == ("batch", 4, 16, 16)
+    assert specs["recurrent_state.0"].dtype == torch.float32
+    families = {name: proj.spec.family for name, proj in model.projections()}
+    assert families["model.layers.0.linear_attn.in_proj_qkvz"] == "gdn"
+    assert families["model.layers.0.linear_attn.out_proj"] == "gdn"
+    assert families["model.layers.0.mlp.experts.3.down_proj"] == "moe"
+    assert families["model.layers.0.mlp.shared_expert.up_proj"] == "moe"
+    assert families["model.layers.1.mlp.gate_proj"] == "ffn"
+    assert families["model.layers.1.self_attn.q_proj"] == "attn"
+
+
+def test_torch_reference_matches_transformers(hf_next, ids):
+    """The PyTorch model itself (no export), stepped with its states, against transformers."""
+    hf, path = hf_next
+    with torch.no_grad():
+        full = hf(torch.from_numpy(ids)).logits.numpy()
+    got = torch_steps(reference_model(path, QuantRequest()), ids, CHUNKS)
+    pos = 0
+    for n, logits in zip(CHUNKS, got):
+        assert rel(logits, full[:, pos:pos + n]) < TRANSFORMERS, (pos, n)
+        pos += n
+
+
+def test_unquantized_export_matches_transformers(hf_next, ids, tmp_path):
+    hf, path = hf_next
+    out = export(path, tmp_path / "onnx", ExportOptions(request=QuantRequest(weight="none"))).out_dir
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    assert [n.op_type for n in graph.node].count("Scan") == 1  # the delta rule of the one GDN layer
+    assert [o.name for o in graph.output][1:3] == ["present_conv_state.0", "present_recurrent_state.0"]
+    with torch.no_grad():
+        full = hf(torch.from_numpy(ids)).logits.numpy()
+    got = ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS)
+    pos = 0
+    for n, logits in zip(CHUNKS, got):
+        err = rel(logits, full[:, pos:pos + n])
+        assert err < TRANSFORMERS, f"tokens {pos}..{pos + n - 1}: relative error {err:.2e}"
+        pos += n
+
+
+def _quantized_case(path, ids, tmp_path, fmt):
+    request = QuantRequest(weight=fmt, group_size=32)
+    out = export(path, tmp_path / fmt, ExportOptions(request=request)).out_dir
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    families = {next(a.s.decode() for a in n.attribute if a.name == "family")
+                for n in graph.node if n.domain == "metrale"}
+    assert families == {"attn", "ffn", "gdn", "moe"}
+    got = ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS)
+    want = torch_steps(reference_model(path, request), ids, CHUNKS)
+    for n, a, b in zip(CHUNKS, got, want):
+        assert rel(a, b) < QUANTIZED, (fmt, n, rel(a, b))
+
+
+def test_quantized_w4a4_export_matches_torch_reference(hf_next, ids, tmp_path):
+    _quantized_case(hf_next[1], ids, tmp_path, "w4a4")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["w4a16", "w8a8"])
+def test_quantized_export_matches_torch_reference(hf_next, ids, tmp_path, fmt):
+    _quantized_case(hf_next[1], ids, tmp_path, fmt)
+
+
+def test_interleaved_permutation_matches_transformers_ordering():
+    """Our row permutation reproduces transformers' fix_query_key_value_ordering."""
+    cfg = tiny_config()
+    g = gdn.GdnConfig(64, 2, 4, 16, 16, 4, 1e-6)
+    layer = transformers.models.qwen3_next.modeling_qwen3_next.Qwen3NextGatedDeltaNet(cfg, 0)
+    x = torch.randn(1, 3, g.qkvz_dim)
+    xba = torch.randn(1, 3, 2 * g.num_v_heads)
+    q, k, v, z, b, a = layer.fix_query_key_value_ordering(x, xba)
+    seq = x[..., list(gdn.interleaved_qkvz_to_sequential(g))]
+    want = torch.cat([t.reshape(1, 3, -1) for t in (q, k, v, z)], dim=-1)
+    assert torch.equal(seq, want)
+    assert torch.equal(xba[..., list(gdn.interleaved_ba_to_sequential(g))], torch.cat((b, a), dim=-1))
+
+
+def test_sequential_checkpoint_layout_gives_the_same_model(hf_next, ids, tmp_path):
+    """A checkpoint with split in_proj_qkv/z/b/a (sequential) builds the same model as the
+    interleaved in_proj_qkvz/ba one: the exported tensor is the same."""
+    _, path = hf_next
+    tensors = load_file(str(path / "model.safetensors"))
+    g = gdn.GdnConfig(64, 2, 4, 16, 16, 4, 1e-6)
+    p = "model.layers.0.linear_attn"
+    qkvz = tensors.pop(f"{p}.in_proj_qkvz.weight")[list(gdn.interleaved_qkvz_to_sequential(g))]
+    ba = tensors.pop(f"{p}.in_proj_ba.weight")[list(gdn.interleaved_ba_to_sequential(g))]
+    tensors[f"{p}.in_proj_qkv.weight"], tensors[f"{p}.in_proj_z.weight"] = qkvz[:g.conv_dim], qkvz[g.conv_dim:]
+    tensors[f"{p}.in_proj_b.weight"], tensors[f"{p}.in_proj_a.weight"] = ba[:4], ba[4:]
+    split = tmp_path / "split"
+    split.mkdir()
+    save_file(tensors, str(split / "model.safetensors"))
+    (split / "config.json").write_text((path / "config.json").read_text())
+    a = reference_model(path, QuantRequest())
+    b = reference_model(split, QuantRequest())
+    wa, wb = dict(a.named_buffers()), dict(b.named_buffers())
+    assert torch.equal(wa[f"{p}.in_proj_qkvz.weight"], wb[f"{p}.in_proj_qkvz.weight"])
+    assert torch.equal(wa[f"{p}.in_proj_ba.weight"], wb[f"{p}.in_proj_ba.weight"])
+    for x, y in zip(torch_steps(a, ids, [4, 1]), torch_steps(b, ids, [4, 1])):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_missing_gdn_projection_is_refused_with_both_layouts_named(hf_next, tmp_path):
+    from metrale_export.errors import CheckpointError
+
+    _, path = hf_next
+    tensors = load_file(str(path / "model.safetensors"))
+    del tensors["model.layers.0.linear_attn.in_proj_qkvz.weight"]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    save_file(tensors, str(bad / "model.safetensors"))
+    (bad / "config.json").write_text((path / "config.json").read_text())
+    with pytest.raises(CheckpointError, match="interleaved per head.*sequential"):
+        reference_model(bad, QuantRequest())
