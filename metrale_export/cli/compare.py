@@ -41,10 +41,44 @@ def run_compare(export_dir: Path, checkpoint, tolerance, quiet: bool, as_json: b
               help="The checkpoint the export came from (default: the path in manifest.json).")
 @click.option("--tolerance", type=float, default=None,
               help="Relative error bound (default: docs/ops.md's, 1e-4 unquantized, 1e-3 quantized).")
+@click.option("--row-invariance", "invariance", is_flag=True,
+              help="Also feed decode rows alone and in batches (1, 2, 3, 8, 9, 32, 33) through the "
+                   "PyTorch model and report outputs whose bits differ; on a GPU it runs the CUDA ops "
+                   "(the plugins' arithmetic).")
+@click.option("--device", default=None, help="Device of the row-invariance run (default: cuda if available).")
 @opt.quiet_option
 @opt.json_option
-def command(export_dir, checkpoint, tolerance, quiet, as_json):
+def command(export_dir, checkpoint, tolerance, invariance, device, quiet, as_json):
     """Compare an export in ONNX Runtime (metrale ops by their reference implementation) against the
     PyTorch model built from the same checkpoint, on a prefill and a decode step with a KV cache.
-    Exit code 1 when any output is out of tolerance."""
+    Exit code 1 when any output is out of tolerance (or, with --row-invariance, when a row's
+    logits change with the batch)."""
     run_compare(export_dir, checkpoint, tolerance, quiet, as_json)
+    if invariance:
+        run_row_invariance(export_dir, checkpoint, device, quiet)
+
+
+def run_row_invariance(export_dir: Path, checkpoint, device, quiet: bool) -> None:
+    import torch
+
+    from ..compare.accuracy import load_manifest
+    from ..compare.row_invariance import row_invariance
+    from ..compare.runners import torch_model_factory
+
+    manifest = load_manifest(export_dir)
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        from ..ops import cuda  # noqa: F401  (the CUDA kernels of the metrale ops)
+    checkpoint = checkpoint or manifest["model"]["checkpoint_path"]
+    model = torch_model_factory(export_dir, Path(checkpoint), manifest)().to(device).eval()
+    rows = row_invariance(model, [1, 2, 3, 8, 9, 32, 33])
+    if not quiet:
+        click.echo(f"row invariance on {device} ({'CUDA ops' if device.startswith('cuda') else 'CPU reference ops'}):")
+        for r in rows:
+            if r.output == "logits" or not r.ok:
+                click.echo(f"  {r.output:<20} batch {r.batch:>3}: {r.identical_rows}/{r.rows} rows bitwise "
+                           f"identical (max |diff| {r.max_abs_diff:.2e})")
+    bad = [r for r in rows if r.output == "logits" and not r.ok]
+    if bad:
+        raise CheckFailed(f"{export_dir}: logits of some rows change with the batch size on {device} "
+                          f"(batches {sorted({r.batch for r in bad})})")

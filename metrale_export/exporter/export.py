@@ -33,7 +33,7 @@ from .config import parse_config
 from .layers.model import CausalLM
 from .manifest import build_manifest
 from .quantization import FloatSource, QuantRequest
-from .writer import DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory, sha256_file
+from .writer import DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OPSET = 20

@@ -20,7 +20,6 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..errors import OutputExistsError
@@ -89,8 +88,3 @@ def atomic_directory(dest: Path, force: bool) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def numpy_dtype(t: torch.dtype):
-    return {torch.float32: np.float32, torch.float16: np.float16, torch.int8: np.int8,
-            torch.int64: np.int64, torch.int32: np.int32, torch.uint8: np.uint8}.get(t)

@@ -1,0 +1,104 @@
+"""The demo model on the GPU through the CUDA ops (the plugins' arithmetic), against references
+computed on the CPU, plus the row-invariance report. Run by benchmarks/model_check.sh on the device.
+
+Usage: python -m benchmarks.model_check prepare DIR   (CPU: demo checkpoints + ONNX Runtime refs)
+       python -m benchmarks.model_check gpu DIR OUT   (GPU: compare and row invariance, tables)
+
+Invariants: the same seeded inputs on both machines; tolerances from metrale_export.ops.tolerances;
+every number printed comes from this run.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+FORMATS = ("w4a16", "w8a8", "w4a4")
+CASES = {"prefill": (2, 7, 0), "decode": (3, 1, 9)}
+
+
+def _build(ckpt_dir: Path, fmt: str, device: str):
+    from metrale_export.exporter.checkpoint import Checkpoint
+    from metrale_export.exporter.config import parse_config
+    from metrale_export.exporter.layers.model import CausalLM
+    from metrale_export.exporter.quantization import FloatSource, QuantRequest
+
+    ckpt = Checkpoint.open(ckpt_dir)
+    cfg = parse_config(ckpt.config)
+    src = FloatSource(ckpt, QuantRequest(weight=fmt, quantize_lm_head=True))
+    return CausalLM(cfg, src).load_weights(src).to(device).eval()
+
+
+def _inputs(cfg, case: str, n_layers: int):
+    b, s, p = CASES[case]
+    g = torch.Generator().manual_seed(hash(case) % 1000)
+    ids = torch.randint(0, cfg.vocab_size, (b, s), generator=g)
+    pos = torch.arange(p, p + s).expand(b, s).contiguous()
+    kv = [torch.rand(b, cfg.num_key_value_heads, p, cfg.head_dim, generator=g) * 2 - 1 for _ in range(2 * n_layers)]
+    return (ids, pos, *kv)
+
+
+def prepare(root: Path) -> None:
+    from metrale_export.exporter.demo import write_demo
+    from metrale_export.exporter.export import ExportOptions, export
+    from metrale_export.exporter.quantization import QuantRequest
+    from metrale_export.ops.ort import reference_session
+
+    ckpt = root / "demo"
+    write_demo(ckpt)
+    refs = {}
+    for fmt in FORMATS:
+        out = export(ckpt / "model.safetensors", root / f"onnx_{fmt}",
+                     ExportOptions(request=QuantRequest(weight=fmt, quantize_lm_head=True), force=True)).out_dir
+        sess = reference_session(out / "model.onnx")
+        model = _build(ckpt, fmt, "cpu")
+        for case in CASES:
+            inputs = _inputs(model.cfg, case, len(model.layer_ids))
+            feeds = dict(zip(model.input_names(), (t.numpy() for t in inputs)))
+            refs[f"{fmt}/{case}"] = sess.run(["logits"], feeds)[0]
+    np.savez(root / "ort_reference.npz", **refs)
+    print(f"wrote {root / 'ort_reference.npz'}: {sorted(refs)}")
+
+
+def gpu(root: Path, out: Path) -> int:
+    import metrale_export.ops.cuda  # noqa: F401  (registers the CUDA kernels)
+    from metrale_export.compare.row_invariance import row_invariance
+    from metrale_export.ops import tolerances
+
+    refs = np.load(root / "ort_reference.npz")
+    lines = ["| format | case | rel. error vs ONNX Runtime | bound | ok |", "|---|---|---|---|---|"]
+    inv_lines = ["| format | output | batch | identical rows | max abs diff |", "|---|---|---|---|---|"]
+    failures = 0
+    for fmt in FORMATS:
+        model = _build(root / "demo", fmt, "cuda")
+        for case in CASES:
+            inputs = [t.cuda() for t in _inputs(model.cfg, case, len(model.layer_ids))]
+            with torch.no_grad():
+                logits = model(*inputs)[0].float().cpu().numpy()
+            ref = refs[f"{fmt}/{case}"]
+            err = float(np.linalg.norm(logits - ref) / np.linalg.norm(ref))
+            ok = err < tolerances.MODEL_QUANTIZED
+            failures += not ok
+            lines.append(f"| {fmt} | {case} | {err:.3e} | {tolerances.MODEL_QUANTIZED:.0e} | {'yes' if ok else 'NO'} |")
+        for r in row_invariance(model, [1, 2, 3, 8, 9, 31, 32, 33]):
+            if r.output == "logits" or not r.ok:
+                inv_lines.append(f"| {fmt} | {r.output} | {r.batch} | {r.identical_rows}/{r.rows} | {r.max_abs_diff:.3e} |")
+            failures += (not r.ok) and r.output == "logits"
+    text = "\n".join(["## Demo model on the GPU through the CUDA ops", "", *lines, "",
+                      "## Row invariance (decode rows alone vs in a batch; logits, and any output that differs)",
+                      "", *inv_lines, ""])
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "model_check.md").write_text(text)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "prepare":
+        prepare(Path(sys.argv[2]))
+    else:
+        sys.exit(gpu(Path(sys.argv[2]), Path(sys.argv[3])))
