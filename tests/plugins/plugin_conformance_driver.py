@@ -210,10 +210,10 @@ def run_harness(build: Path, manifest: Path, out: Path, gpu: bool = True) -> sub
 def _torch_cuda_reference():
     """torch.ops.metrale.* with the CUDA implementation registered, or None (and why)."""
     try:
-        import metrale_export.ops.cuda  # noqa: F401  (registers the CUDA kernels)
-    except Exception as e:  # the kernel helper's module may be absent or unbuilt
+        from metrale_export.ops import cuda  # registers the CUDA kernels
+    except Exception as e:  # absent or broken on this machine
         return None, f"metrale_export.ops.cuda not importable: {e}"
-    return "torch.ops.metrale (metrale_export.ops.cuda)", ""
+    return f"torch.ops.metrale (metrale_export.ops.cuda, kernels from {cuda.library_path()})", ""
 
 
 def _call_op(c: Case, x: torch.Tensor, device: str) -> torch.Tensor:
