@@ -267,6 +267,26 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
     promised, promise_reason = _policy.row_invariance(options.policy, chosen)
     previous = _load_previous(out_dir)
 
+    def write_manifest(records: list, complete: bool) -> dict:
+        manifest = {
+            "manifest_version": MANIFEST_VERSION,
+            "tool": f"metrale-export {__version__}",
+            "complete": complete,  # False while building: a rerun still skips what is listed
+            "source": {"path": str(source.onnx_path), "sha256": source_sha,
+                       "files": [str(p) for p in source.files]},
+            "model": (source.export_manifest or {}).get("model"),
+            "backend": {"name": backend.name, "version": backend.version, "targets": targets},
+            "lowering": chosen,
+            "activation_quantization": options.policy.describe(),
+            "row_invariance": {"promised": promised, "reason": promise_reason},
+            "max_context": options.max_context,
+            "plugins": {"path": str(options.plugins), "sha256": plugin_sha} if plugin_sha else None,
+            "timing_cache": str(timing_cache) if timing_cache else None,
+            "engines": records,
+        }
+        _write_atomic(out_dir / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+        return manifest
+
     full_model = None
     lowered_paths: dict[str, Path] = {}
     records = []
@@ -325,27 +345,20 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
         }
         progress("built", rows, {**details, "seconds": seconds, "bytes": data.nbytes})
         records.append(record)
+        # Keep what is done if a later profile fails; and what the old manifest listed that is
+        # still to be checked, so it can still be skipped.
+        done = {r["file"] for r in records}
+        pending = [e for e in previous.values() if e.get("file") not in done]
+        write_manifest(records + pending, complete=False)
 
     # Files of ranges (or graphs) no longer asked for: the manifest stops listing them, so remove.
     kept = {r["file"] for r in records} | {r["onnx"] for r in records}
     for old in previous.values():
-        for rel in (old.get("file"), old.get("onnx")):
-            if rel and rel not in kept and (out_dir / rel).is_file():
-                (out_dir / rel).unlink()
-    manifest = {
-        "manifest_version": MANIFEST_VERSION,
-        "tool": f"metrale-export {__version__}",
-        "source": {"path": str(source.onnx_path), "sha256": source_sha,
-                   "files": [str(p) for p in source.files]},
-        "model": (source.export_manifest or {}).get("model"),
-        "backend": {"name": backend.name, "version": backend.version, "targets": targets},
-        "lowering": chosen,
-        "activation_quantization": options.policy.describe(),
-        "row_invariance": {"promised": promised, "reason": promise_reason},
-        "max_context": options.max_context,
-        "plugins": {"path": str(options.plugins), "sha256": plugin_sha} if plugin_sha else None,
-        "timing_cache": str(timing_cache) if timing_cache else None,
-        "engines": records,
-    }
-    _write_atomic(out_dir / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
-    return manifest
+        rel = old.get("file")
+        if rel and rel not in kept and (out_dir / rel).is_file():
+            (out_dir / rel).unlink()
+    for path in (out_dir / "onnx").glob("*") if (out_dir / "onnx").is_dir() else ():
+        rel = f"onnx/{path.name}"
+        if rel not in kept and f"onnx/{path.name.removesuffix('.data')}" not in kept:
+            path.unlink()  # lowered graphs of formats no engine uses now (or of a failed run)
+    return write_manifest(records, complete=True)

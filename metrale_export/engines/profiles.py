@@ -27,6 +27,9 @@ _TOKEN_INPUTS = ("input_ids", "position_ids")
 _CACHE_INPUT = re.compile(r"^past_(key|value)\.\d+$")
 
 
+_INT32_MAX = 2**31 - 1  # TensorRT dimensions are int32
+
+
 class ProfileError(InputError):
     """A ``--profiles`` spec or a row count that no profile covers."""
 
@@ -73,6 +76,10 @@ def parse_profiles(spec: str, max_rows: int | None = None) -> tuple[RowRange, ..
         if hi < lo:
             raise ProfileError(
                 f"--profiles: range {text!r} ends before it starts (expected LO <= HI) in {spec!r}"
+            )
+        if hi > _INT32_MAX:
+            raise ProfileError(
+                f"--profiles: range {text!r} goes past {_INT32_MAX} rows, TensorRT's largest dimension"
             )
         if max_rows is not None and hi > max_rows:
             raise ProfileError(

@@ -170,3 +170,22 @@ def test_demo_model_builds_every_default_profile(weights, tmp_path):
     assert (tmp_path / "export" / "engines" / "manifest.json").is_file()
     names = [p["name"] for p in manifest["engines"][-1]["optimization_profiles"]]
     assert names == ["decode", "prefill"]
+
+
+
+def test_an_interrupted_build_keeps_what_it_built(chain_path, tmp_path):
+    out = tmp_path / "engines"
+
+    def interrupt_at_second(event, rows, details):
+        if event == "build" and rows.label == "2-8":
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        build_engines(chain_path, out, _options("1,2-8,9-32"), interrupt_at_second)
+    partial = json.loads((out / "manifest.json").read_text())
+    assert partial["complete"] is False and [e["label"] for e in partial["engines"]] == ["1"]
+    log = []
+    manifest = build_engines(chain_path, out, _options("1,2-8,9-32"), _events(log))
+    assert log == [("skip", "1"), ("build", "2-8"), ("built", "2-8"), ("build", "9-32"), ("built", "9-32")]
+    assert manifest["complete"] is True
+    assert sorted(p.name for p in (out / "onnx").iterdir()) == [manifest["engines"][0]["onnx"][5:]]

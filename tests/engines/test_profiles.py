@@ -40,6 +40,7 @@ def test_default_spec_parses_and_round_trips():
         ("1,x", "'x'"),
         ("1,-3", "'-3'"),
         ("1,2-8,,9", "''"),
+        ("1,2-4000000000", "largest dimension"),
     ],
 )
 def test_bad_specs_say_what_and_where(spec, words):
