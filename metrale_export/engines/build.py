@@ -191,11 +191,34 @@ def _load_previous(out_dir: Path) -> dict:
     return {e.get("key"): e for e in old.get("engines", []) if isinstance(e, dict)}
 
 
+_loaded_libraries: dict[str, object] = {}
+
+
+def load_plugin_library(backend: backends.Backend, path: Path) -> None:
+    """Register the creators of a plugin library with TensorRT's plugin registry, once a process.
+
+    The metrale library registers nothing when opened; it exports ``getCreators`` for
+    ``IPluginRegistry::loadLibrary`` (as ``trtexec --dynamicPlugins`` loads it). Polygraphy's
+    ``LoadPlugins`` only opens a library (``ctypes.CDLL``), which would leave the creators
+    unregistered, hence this step in its place.
+    """
+    key = str(Path(path).resolve())
+    if key in _loaded_libraries:
+        return
+    handle = backend.module.get_plugin_registry().load_library(key)
+    if handle is None:
+        raise BuildError(
+            f"--plugins {path}: {backend.describe()} could not load it as a plugin library (expected "
+            f"the getCreators entry point of libmetrale_plugins.so)"
+        )
+    _loaded_libraries[key] = handle  # the registry keeps the creators while the handle lives
+
+
 def _build_one(backend: backends.Backend, onnx_path: Path, shapes: tuple[ProfileShapes, ...],
                options: BuildOptions, timing_cache: Path | None, use_plugins: bool):
     """The serialized engine of one lowered graph (Polygraphy's loaders)."""
     from polygraphy.backend.trt import (
-        CreateConfig, EngineBytesFromNetwork, LoadPlugins, NetworkFromOnnxPath, Profile,
+        CreateConfig, EngineBytesFromNetwork, NetworkFromOnnxPath, Profile,
     )
 
     trt_profiles = []
@@ -204,9 +227,9 @@ def _build_one(backend: backends.Backend, onnx_path: Path, shapes: tuple[Profile
         for name, (lo, opt, hi) in ps.shapes.items():
             p.add(name, min=lo, opt=opt, max=hi)
         trt_profiles.append(p)
-    network = NetworkFromOnnxPath(str(onnx_path), strongly_typed=True)
     if use_plugins:
-        network = LoadPlugins(plugins=[str(options.plugins)], obj=network)
+        load_plugin_library(backend, Path(options.plugins))
+    network = NetworkFromOnnxPath(str(onnx_path), strongly_typed=True)
     cache = str(timing_cache) if timing_cache else None
     if backend.is_rtx:
         from polygraphy.backend.tensorrt_rtx import CreateConfigRTX
