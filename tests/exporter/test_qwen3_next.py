@@ -197,3 +197,30 @@ def test_missing_gdn_projection_is_refused_with_both_layouts_named(hf_next, tmp_
     (bad / "config.json").write_text((path / "config.json").read_text())
     with pytest.raises(CheckpointError, match="interleaved per head.*sequential"):
         reference_model(bad, QuantRequest())
+
+
+def test_layer_subset_keeps_each_layers_states(hf_next):
+    ckpt = Checkpoint.open(hf_next[1])
+    source = FloatSource(ckpt, QuantRequest())
+    with torch.device("meta"):
+        model = CausalLM(parse_config(ckpt.config), source, layers=[0])
+    assert model.input_names() == ["input_ids", "position_ids", "conv_state.0", "recurrent_state.0"]
+    batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq")
+    shapes = model.dynamic_shapes({"batch": batch, "seq": seq, "past": torch.export.Dim("past", min=0)})
+    assert shapes[2] == ({0: batch}, {0: batch})
+
+
+def test_hybrid_demo_is_a_qwen3_next_checkpoint_transformers_agrees_with(tmp_path):
+    """The project's hybrid demo loads in transformers, and our model of it matches."""
+    from metrale_export.exporter.demo_hybrid import write_hybrid_demo
+
+    write_hybrid_demo(tmp_path)
+    hf = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    ids = torch.randint(0, 512, (2, 7), generator=torch.Generator().manual_seed(2)).numpy()
+    with torch.no_grad():
+        full = hf(torch.from_numpy(ids)).logits.numpy()
+    model = reference_model(tmp_path, QuantRequest())
+    kinds = [model.model.layers[str(i)].kind for i in range(4)]
+    assert kinds == ["linear_attention", "full_attention"] * 2
+    got = np.concatenate(torch_steps(model, ids, [5, 1, 1]), axis=1)
+    assert rel(got, full) < TRANSFORMERS
