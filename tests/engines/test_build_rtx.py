@@ -7,6 +7,7 @@ built, reruns skip unchanged engines, and failures carry TensorRT's own message.
 
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -189,3 +190,13 @@ def test_an_interrupted_build_keeps_what_it_built(chain_path, tmp_path):
     assert log == [("skip", "1"), ("build", "2-8"), ("built", "2-8"), ("build", "9-32"), ("built", "9-32")]
     assert manifest["complete"] is True
     assert sorted(p.name for p in (out / "onnx").iterdir()) == [manifest["engines"][0]["onnx"][5:]]
+
+
+def test_a_library_without_creators_is_refused(tmp_path):
+    import math  # any shared object without getCreators
+
+    from metrale_export.engines.build import load_plugin_library
+
+    backend = backends.activate("tensorrt-rtx")
+    with pytest.raises(BuildError, match="could not load it as a plugin library"):
+        load_plugin_library(backend, Path(math.__file__))
