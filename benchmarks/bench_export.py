@@ -194,7 +194,8 @@ def run_measured(cmd: list[str], log: Path, rss_limit_kib: int, timeout_s: float
     proc.returncode = os.waitstatus_to_exitcode(status)
     th.join()
     wall = time.time() - t0
-    return {"wall_s": wall, "peak_rss_gib": max(usage.ru_maxrss, peak_polled[0]) / 2**20,
+    return {"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+            "peak_rss_gib": max(usage.ru_maxrss, peak_polled[0]) / 2**20,
             "rc": proc.returncode, "note": "; ".join(killed), "log": log}
 
 
@@ -299,7 +300,7 @@ def main(argv=None) -> int:
                              work / f"{fmt}.log", limit, args.timeout_s)
             r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
             rows.append((f"metrale-export `{fmt}` (bf16 I/O)", r))
-            print(f"  {r['wall_s']:.0f} s, peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
+            print(f"  {r['wall_s']:.0f} s ({r['cpu_s']:.0f} s CPU), peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
             if r["rc"] != 0:
                 print(_tail(r["log"], 20), flush=True)
             shutil.rmtree(out, ignore_errors=True)
@@ -315,7 +316,7 @@ def main(argv=None) -> int:
                                  work / "peer.log", limit, args.timeout_s)
                 r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
                 rows.append((f"onnxruntime-genai {ver} builder `-p int4 -e cpu`", r))
-                print(f"  {r['wall_s']:.0f} s, peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
+                print(f"  {r['wall_s']:.0f} s ({r['cpu_s']:.0f} s CPU), peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
                 if r["rc"] != 0:
                     print(_tail(r["log"], 20), flush=True)
                 shutil.rmtree(out, ignore_errors=True)
@@ -346,17 +347,18 @@ def render(shape: str, cfg: dict, size: int, gen_s: float, rows) -> str:
         f"{size / 2**30:.2f} GiB in shards of at most {SHARD_BYTES >> 30} GiB"
         + (f", written in {gen_s:.0f} s" if gen_s > 1 else " (written by an earlier run)"),
         "- peak RSS: the child's `ru_maxrss` (from `wait4`, file-backed pages included) or the highest "
-        "polled VmRSS of it and its children, whichever is larger",
+        "polled VmRSS of it and its children, whichever is larger; CPU time: the child's user + system "
+        "time (the machine is shared, so wall time includes waiting for a core)",
         "",
-        "| exporter | wall time (s) | peak RSS (GiB) | output (GiB) | result |",
-        "|---|---:|---:|---:|---|",
+        "| exporter | wall time (s) | CPU time (s) | peak RSS (GiB) | output (GiB) | result |",
+        "|---|---:|---:|---:|---:|---|",
     ]
     for label, r in rows:
         if "wall_s" not in r:
-            lines.append(f"| {label} | - | - | - | {r['note']} |")
+            lines.append(f"| {label} | - | - | - | - | {r['note']} |")
             continue
         result = "ok" if r["rc"] == 0 else f"failed (exit {r['rc']}) {r['note']} {_tail(r['log'])}".strip()
-        lines.append(f"| {label} | {r['wall_s']:.0f} | {r['peak_rss_gib']:.2f} | {r['out_gib']:.2f} | "
+        lines.append(f"| {label} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_rss_gib']:.2f} | {r['out_gib']:.2f} | "
                      f"{result.replace('|', '/')} |")
     lines += ["", "Reproduce: `make bench-export` (`python benchmarks/bench_export.py`).", ""]
     return "\n".join(lines)

@@ -45,4 +45,5 @@ def declared_source(ckpt: Checkpoint, request: QuantRequest) -> DeclaredSource |
     return None if reader is None else reader(ckpt, request)
 
 
-__all__ = ["READERS", "DeclaredSource", "declared_source", "detect"]
+__all__ = ["READERS", "AwqSource", "CompressedTensorsSource", "DeclaredSource", "Fp8BlockSource", "GptqSource",
+           "ModelOptSource", "declared_source", "detect"]

@@ -21,7 +21,6 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from ...ops import w8a8
-from ...ops.numerics import pack_nibbles
 
 TINY = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096,
@@ -285,5 +284,44 @@ def write_awq(out: str | Path, group_size: int = 128, seed: int = 0) -> Path:
     return out
 
 
-__all__ = ["TINY", "ct_decompressed_weights", "pack_nibbles", "projection_names", "tiny_qwen3",
-           "write_awq", "write_compressed_tensors", "write_fp8_block", "write_gptq", "write_modelopt"]
+
+
+# --- the check every format's test makes ------------------------------------------------------------
+
+def export_and_compare(ckpt_dir: str | Path, out_dir: str | Path, layers: list[int] | None = None):
+    """Export ``ckpt_dir`` with ``--weight-quantization declared`` and compare ONNX Runtime (reference
+    ops) with the PyTorch model built from the same checkpoint (docs/ops.md: 1e-3 relative).
+
+    Returns (ExportResult, compare Report)."""
+    from ...compare.accuracy import Case, compare_export
+    from ..export import ExportOptions, export
+    from ..quantization import QuantRequest
+
+    result = export(ckpt_dir, out_dir, ExportOptions(request=QuantRequest(weight="declared"), layers=layers))
+    report = compare_export(result.out_dir, Path(ckpt_dir), cases=(Case("prefill", 2, 5, 0), Case("decode", 2, 1, 6)),
+                            tolerance=1e-3)
+    return result, report
+
+
+def source_for(ckpt_dir: str | Path, weight: str = "declared"):
+    """The declared-format source of a checkpoint directory (what export selects)."""
+    from ..checkpoint import Checkpoint
+    from ..export import select_source
+    from ..quantization import QuantRequest
+
+    return select_source(Checkpoint.open(ckpt_dir), QuantRequest(weight=weight))
+
+
+def contract_weight(source, name: str, n: int, k: int) -> torch.Tensor:
+    """The float32 weight [N, K] the contract computes from ``source``'s tensors for ``name``."""
+    from ...ops import w4a4, w4a16
+
+    spec = source.spec(name, n, k, "ffn")
+    t = source.load(spec)
+    if spec.kind == "w4a16":
+        return w4a16.dequantize(t["weight"], t["weight_scale"], t.get("zero_point"), int(spec.attrs["group_size"]))
+    if spec.kind == "w8a8":
+        return w8a8.dequantize(t["weight"], t["weight_scale"], str(spec.attrs["weight_scale_granularity"]))
+    if spec.kind == "w4a4":
+        return w4a4.dequantize(t["weight"], t["weight_scale"], t["weight_global_scale"])
+    return t["weight"]
