@@ -149,3 +149,36 @@ def test_half_precision_activations_keep_their_dtype(dtype):
     assert y.dtype == feed.dtype
     # docs/ops.md: 8e-3 for a bfloat16 output, 1e-3 for float16 (one final rounding).
     assert _rel(y.astype(np.float32), ref.float().numpy()) <= {"float16": 1e-3, "bfloat16": 8e-3}[dtype]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("weights", ["w4a16", "w8a8", "w4a4"])
+def test_lowered_demo_export_matches_the_reference_ops(weights, tmp_path):
+    """A real export: ONNX Runtime on the qdq graph vs on the metrale graph (reference ops)."""
+    try:
+        from metrale_export.exporter.demo import write_demo
+        from metrale_export.exporter.export import ExportOptions, export
+        from metrale_export.exporter.quantization import QuantRequest
+        from metrale_export.ops.ort import reference_session
+    except ImportError as e:
+        pytest.skip(f"the exporter or the ONNX Runtime reference ops do not import: {e}")
+    out = tmp_path / "export"
+    result = export(write_demo(tmp_path / "ckpt"), out, ExportOptions(request=QuantRequest(weights)))
+    lowered = lower_qdq(onnx.load(out / "model.onnx"))
+    reference, qdq = reference_session(out / "model.onnx"), _session(lowered)
+    rng = np.random.default_rng(0)
+    for batch, seq, past in ((2, 7, 0), (3, 1, 9)):
+        dims = {"batch": batch, "seq": seq, "past": past}
+        feeds = {}
+        for inp in result.manifest["inputs"]:
+            shape = [dims.get(d, d) for d in inp["shape"]]
+            if inp["name"] == "input_ids":
+                feeds[inp["name"]] = rng.integers(0, result.manifest["model"]["vocab_size"], shape)
+            elif inp["name"] == "position_ids":
+                feeds[inp["name"]] = np.broadcast_to(np.arange(past, past + seq), shape).copy()
+            else:
+                feeds[inp["name"]] = rng.uniform(-1, 1, shape).astype(inp["dtype"])
+        names = [o.name for o in reference.get_outputs()]
+        for name, a, b in zip(names, reference.run(None, feeds), qdq.run(names, feeds)):
+            # docs/ops.md: whole models within 1e-3 (a bf16/fp8/fp4 rounding may flip downstream).
+            assert _rel(b, a) <= 1e-3, f"{weights} {dims} {name}: {_rel(b, a):.2e}"
