@@ -2,8 +2,9 @@
  * The one GEMM skeleton behind every metrale projection: y[m, n] = finish(sum_k x[m, k] * w[n, k]).
  *
  * x is a 16-bit operand (bf16, or f16 for the fp8 / nvfp4 activation formats, where every value is
- * exact in f16) of shape [M, K], row-major; w comes as packed codes that a weight policy `P`
- * dequantizes in registers into the mma's B fragment. A tile configuration `C` fixes the CTA shape.
+ * exact in f16) of shape [M, K], row-major: the mma's B operand, one 16-byte shared-memory load per
+ * two steps. w comes as packed codes that a weight policy `P` dequantizes in registers straight into
+ * the mma's A fragment (16 weight rows). A tile configuration `C` fixes the CTA shape.
  *
  * Invariants (row invariance, docs/ops.md):
  * - Every output element is accumulated by mma.sync m16n8k16 (fp32 accumulate) starting from zero,
@@ -82,25 +83,24 @@ __device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1
 }
 
 /*
- * CTA shape. kA_TILES m16 tiles of rows (all warps share them; kA_ROWS = 8 uses only the top half of
- * a single tile), kB_TILES n8 tiles of weight rows per warp, kWARPS warps side by side along N,
- * kKBS 128-k blocks per pipeline stage, kSTAGES stages, kSPLITW warps along K (1 or 2: with 2, the
- * even and odd blocks of the same outputs go to two warps; see "slices" below).
+ * CTA shape. Weights are the mma's A operand (m16: 16 weight rows), activations the B operand
+ * (n8: 8 rows of x). kW_TILES m16 weight tiles per warp, kWARPS warps side by side along N, kX_TILES
+ * n8 activation tiles (all warps share them), kKBS 128-k blocks per pipeline stage, kSTAGES
+ * stages, kSPLITW warps along K (1 or 2: with 2, the even and odd blocks of the same outputs go to
+ * two warps; see "slices" below).
  */
-template <int kA_TILES_, int kA_ROWS_, int kB_TILES_, int kWARPS_, int kKBS_, int kSTAGES_, int kSPLITW_>
+template <int kW_TILES_, int kX_TILES_, int kWARPS_, int kKBS_, int kSTAGES_, int kSPLITW_>
 struct TileConfig
 {
-    static constexpr int kA_TILES = kA_TILES_;
-    static constexpr int kA_ROWS = kA_ROWS_;
-    static constexpr int kB_TILES = kB_TILES_;
+    static constexpr int kW_TILES = kW_TILES_;
+    static constexpr int kX_TILES = kX_TILES_;
     static constexpr int kWARPS = kWARPS_;
     static constexpr int kKBS = kKBS_;
     static constexpr int kSTAGES = kSTAGES_;
     static constexpr int kSPLITW = kSPLITW_;
-    static constexpr int kBM = kA_ROWS == 8 ? 8 : 16 * kA_TILES;
-    static constexpr int kBN = 8 * kB_TILES * kWARPS;
+    static constexpr int kBM = 8 * kX_TILES;
+    static constexpr int kBN = 16 * kW_TILES * kWARPS;
     static constexpr int kTHREADS = 32 * kWARPS * kSPLITW;
-    static_assert(kA_ROWS == 16 || kA_TILES == 1, "8-row tiles come one at a time");
     static_assert(kKBS == 1 || kKBS == 2 || kKBS == 4, "blocks per stage: 1, 2 or 4");
     static_assert(kSPLITW == 1 || (kSPLITW == 2 && kKBS % 2 == 0), "two K warps need an even kKBS");
 };
@@ -116,9 +116,10 @@ struct GemmLayout
     static constexpr int kMStage = C::kBN * C::kKBS * P::kMW * 4;
     static constexpr int kStage = kXStage + kWStage + kMStage;
     static constexpr int kSmem = C::kSTAGES * kStage + P::kTABLE_BYTES;
+    static constexpr int kWCH = P::kCB / 16;         // 16-byte code chunks per row per block
 
     /* 16-byte chunk c (0..15) of block kbl of x row r. The swizzle keeps the quarter-warp reads of
-     * the A fragments (rows g, g+1; chunks 4t+q) on eight distinct bank groups. */
+     * the B fragments (rows g, g+1; chunks 4t+q) on eight distinct bank groups. */
     __device__ static int xOff(int r, int kbl, int c)
     {
         const int p = c ^ ((c >> 2) & 2) ^ (r & 1);
@@ -156,9 +157,9 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
     const uint16_t* __restrict__ X, void* __restrict__ Y, int M, int N, int K, int32_t yDtype)
 {
     using L = GemmLayout<P, C>;
-    constexpr int kA = C::kA_TILES;
-    constexpr int kB = C::kB_TILES;
-    constexpr int kWCH = P::kCB / 16;  // 16-byte code chunks per row per block
+    constexpr int kW = C::kW_TILES;
+    constexpr int kX = C::kX_TILES;
+    constexpr int kWCH = L::kWCH;
     constexpr int kCW = P::kCB / 16;   // code words per thread per row per block
     constexpr int kSLICES = P::kPER_BLOCK ? 1 : 2;
     constexpr int kSLOTS = (kSLICES == 2 && C::kSPLITW == 1) ? 2 : 1;  // accumulators per warp
@@ -176,39 +177,60 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
     const int m0 = blockIdx.y * C::kBM;
     const int nkb = (K + 127) >> 7;
     const int nst = (nkb + C::kKBS - 1) / C::kKBS;
-    const long long rowBytes = static_cast<long long>(K) * P::kCODE_BITS / 8;
+    const int rowBytes = K * P::kCODE_BITS / 8;
     uint8_t* table = smem + C::kSTAGES * L::kStage;
     P::initTable(table, tid, C::kTHREADS);
+
+    // Each thread copies the same (block, chunk) column of rows r0, r0 + step, ... in every stage.
+    constexpr int kXCH = C::kBM * C::kKBS * 16;
+    constexpr int kXSTEP = C::kTHREADS / (C::kKBS * 16);       // rows between a thread's x chunks
+    constexpr int kXU = (kXCH + C::kTHREADS - 1) / C::kTHREADS;
+    constexpr int kWN = C::kBN * C::kKBS * kWCH;
+    constexpr int kWSTEP = C::kTHREADS / (C::kKBS * kWCH);
+    constexpr int kWU = (kWN + C::kTHREADS - 1) / C::kTHREADS;
+    static_assert(C::kTHREADS % (C::kKBS * 16) == 0 && C::kTHREADS % (C::kKBS * kWCH) == 0, "chunk columns");
+    static_assert(kXSTEP % 2 == 0 || kXU == 1, "x rows keep their swizzle parity");
+    static_assert(kWSTEP % 2 == 0 || kWU == 1, "weight rows keep their swizzle parity");
+    const int xr0 = tid / (C::kKBS * 16);
+    const int xkbl = (tid >> 4) % C::kKBS;
+    const int xc = tid & 15;
+    const int xIn = xkbl * 128 + xc * 8;  // k offset within a stage
+    const uint16_t* xSrc = X + static_cast<size_t>(m0 + xr0) * K + xIn;
+    const int xSmem = L::xOff(xr0, xkbl, xc);
+    const int wr0 = tid / (C::kKBS * kWCH);
+    const int wkbl = (tid / kWCH) % C::kKBS;
+    const int wc = tid % kWCH;
+    const int wIn = wkbl * P::kCB + wc * 16;  // byte offset within a stage's row segment
+    const uint8_t* wSrc = p.codes + static_cast<long long>(n0 + wr0) * rowBytes + wIn;
+    const int wSmem = L::wOff(wr0, wkbl, wc);
 
     auto loadStage = [&](int st, int slot) {
         uint8_t* xs = smem + slot * L::kStage;
         uint8_t* ws = xs + L::kXStage;
         uint32_t* ms = reinterpret_cast<uint32_t*>(ws + L::kWStage);
-        constexpr int kXCH = C::kBM * C::kKBS * 16;
-        for (int i = tid; i < kXCH; i += C::kTHREADS)
+        const int kStage0 = st * C::kKBS * 128;
+        const bool kOk = kStage0 + xIn < K;
+#pragma unroll
+        for (int u = 0; u < kXU; ++u)
         {
-            const int r = i / (C::kKBS * 16);
-            const int rem = i - r * (C::kKBS * 16);
-            const int kbl = rem >> 4;
-            const int c = rem & 15;
-            const int k = (st * C::kKBS + kbl) * 128 + c * 8;
-            const int m = m0 + r;
-            const bool ok = m < M && k < K;
-            const uint16_t* src = ok ? X + static_cast<size_t>(m) * K + k : X;
-            cpAsync16(xs + L::xOff(r, kbl, c), src, ok ? 16 : 0);
+            if (kXCH % C::kTHREADS == 0 || tid + u * C::kTHREADS < kXCH)
+            {
+                const bool ok = kOk && m0 + xr0 + u * kXSTEP < M;
+                const uint16_t* src = ok ? xSrc + static_cast<size_t>(u) * kXSTEP * K + kStage0 : X;
+                cpAsync16(xs + xSmem + u * kXSTEP * L::kXRow, src, ok ? 16 : 0);
+            }
         }
-        constexpr int kWN = C::kBN * C::kKBS * kWCH;
-        for (int i = tid; i < kWN; i += C::kTHREADS)
+        const int bStage0 = st * C::kKBS * P::kCB;
+        const bool bOk = bStage0 + wIn < rowBytes;
+#pragma unroll
+        for (int u = 0; u < kWU; ++u)
         {
-            const int r = i / (C::kKBS * kWCH);
-            const int rem = i - r * (C::kKBS * kWCH);
-            const int kbl = rem / kWCH;
-            const int c = rem - kbl * kWCH;
-            const long long off = static_cast<long long>(st * C::kKBS + kbl) * P::kCB + c * 16;
-            const int n = n0 + r;
-            const bool ok = n < N && off < rowBytes;
-            const uint8_t* src = ok ? p.codes + static_cast<long long>(n) * rowBytes + off : p.codes;
-            cpAsync16(ws + L::wOff(r, kbl, c), src, ok ? 16 : 0);
+            if (kWN % C::kTHREADS == 0 || tid + u * C::kTHREADS < kWN)
+            {
+                const bool ok = bOk && n0 + wr0 + u * kWSTEP < N;
+                const uint8_t* src = ok ? wSrc + static_cast<long long>(u) * kWSTEP * rowBytes + bStage0 : p.codes;
+                cpAsync16(ws + wSmem + u * kWSTEP * L::kWRow, src, ok ? 16 : 0);
+            }
         }
         if constexpr (P::kMW > 0)
         {
@@ -232,13 +254,13 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
         }
     };
 
-    float acc[kSLOTS][kA][kB][4];
+    float acc[kSLOTS][kW][kX][4];
 #pragma unroll
     for (int u = 0; u < kSLOTS; ++u)
 #pragma unroll
-        for (int i = 0; i < kA; ++i)
+        for (int i = 0; i < kW; ++i)
 #pragma unroll
-            for (int j = 0; j < kB; ++j)
+            for (int j = 0; j < kX; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     acc[u][i][j][e] = 0.0f;
@@ -246,43 +268,35 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
     // One 128-k block into accumulator slot kSlot.
     auto doBlock = [&](auto slotTag, const uint8_t* xs, const uint8_t* ws, const uint32_t* ms, int kbl, int kb) {
         constexpr int kSlot = decltype(slotTag)::value;
-        uint32_t codes[kB][kCW];
-        typename P::BlockState bs[kB];
+        uint32_t codes[kW][2][kCW];
+        typename P::BlockState bs[kW][2];
 #pragma unroll
-        for (int j = 0; j < kB; ++j)
+        for (int i = 0; i < kW; ++i)
         {
-            const int r = warp * (8 * kB) + 8 * j + g;
-            if constexpr (P::kCB == 64)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr)
             {
-                const uint4 v = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, t));
-                codes[j][0] = v.x;
-                codes[j][1] = v.y;
-                codes[j][2] = v.z;
-                codes[j][3] = v.w;
+                const int r = warp * (16 * kW) + 16 * i + g + 8 * hr;
+#pragma unroll
+                for (int v = 0; v < kCW / 4; ++v)
+                {
+                    const uint4 c4 = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, (kCW / 4) * t + v));
+                    codes[i][hr][4 * v + 0] = c4.x;
+                    codes[i][hr][4 * v + 1] = c4.y;
+                    codes[i][hr][4 * v + 2] = c4.z;
+                    codes[i][hr][4 * v + 3] = c4.w;
+                }
+                bs[i][hr] = P::blockState(p, ms + (r * C::kKBS + kbl) * P::kMW, t, kb, n0 + r);
             }
-            else
-            {
-                const uint4 v0 = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, 2 * t));
-                const uint4 v1 = *reinterpret_cast<const uint4*>(ws + L::wOff(r, kbl, 2 * t + 1));
-                codes[j][0] = v0.x;
-                codes[j][1] = v0.y;
-                codes[j][2] = v0.z;
-                codes[j][3] = v0.w;
-                codes[j][4] = v1.x;
-                codes[j][5] = v1.y;
-                codes[j][6] = v1.z;
-                codes[j][7] = v1.w;
-            }
-            bs[j] = P::blockState(p, ms + (r * C::kKBS + kbl) * P::kMW, t, kb, n0 + r);
         }
 
-        float part[P::kPER_BLOCK ? kA : 1][P::kPER_BLOCK ? kB : 1][4];
+        float part[P::kPER_BLOCK ? kW : 1][P::kPER_BLOCK ? kX : 1][4];
         if constexpr (P::kPER_BLOCK)
         {
 #pragma unroll
-            for (int i = 0; i < kA; ++i)
+            for (int i = 0; i < kW; ++i)
 #pragma unroll
-                for (int j = 0; j < kB; ++j)
+                for (int j = 0; j < kX; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         part[i][j][e] = 0.0f;
@@ -291,43 +305,34 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
 #pragma unroll
         for (int q = 0; q < 4; ++q)
         {
-            uint32_t bf[kB][2][2];
+            // B fragments of steps 2q, 2q+1 for every activation tile: one 16-byte load each.
+            uint4 xf[kX];
 #pragma unroll
-            for (int j = 0; j < kB; ++j)
+            for (int j = 0; j < kX; ++j)
             {
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                {
-                    P::dequant(codes[j], bs[j], 2 * q + h, table, lane, bf[j][h][0], bf[j][h][1]);
-                }
+                xf[j] = *reinterpret_cast<const uint4*>(xs + L::xOff(8 * j + g, kbl, 4 * t + q));
             }
 #pragma unroll
-            for (int i = 0; i < kA; ++i)
+            for (int h = 0; h < 2; ++h)
             {
-                const int ra = 16 * i + g;
-                const uint4 xa = *reinterpret_cast<const uint4*>(xs + L::xOff(ra, kbl, 4 * t + q));
-                uint4 xb = make_uint4(0u, 0u, 0u, 0u);
-                if constexpr (C::kA_ROWS == 16)
-                {
-                    xb = *reinterpret_cast<const uint4*>(xs + L::xOff(ra + 8, kbl, 4 * t + q));
-                }
 #pragma unroll
-                for (int h = 0; h < 2; ++h)
+                for (int i = 0; i < kW; ++i)
                 {
-                    const uint32_t a0 = h ? xa.z : xa.x;
-                    const uint32_t a2 = h ? xa.w : xa.y;
-                    const uint32_t a1 = h ? xb.z : xb.x;
-                    const uint32_t a3 = h ? xb.w : xb.y;
+                    uint32_t a0, a1, a2, a3;
+                    P::dequant(codes[i][0], bs[i][0], 2 * q + h, table, lane, a0, a2);
+                    P::dequant(codes[i][1], bs[i][1], 2 * q + h, table, lane, a1, a3);
 #pragma unroll
-                    for (int j = 0; j < kB; ++j)
+                    for (int j = 0; j < kX; ++j)
                     {
+                        const uint32_t b0 = h ? xf[j].z : xf[j].x;
+                        const uint32_t b1 = h ? xf[j].w : xf[j].y;
                         if constexpr (P::kPER_BLOCK)
                         {
-                            mma16816<P::kF16>(part[i][j], a0, a1, a2, a3, bf[j][h][0], bf[j][h][1]);
+                            mma16816<P::kF16>(part[i][j], a0, a1, a2, a3, b0, b1);
                         }
                         else
                         {
-                            mma16816<P::kF16>(acc[kSlot][i][j], a0, a1, a2, a3, bf[j][h][0], bf[j][h][1]);
+                            mma16816<P::kF16>(acc[kSlot][i][j], a0, a1, a2, a3, b0, b1);
                         }
                     }
                 }
@@ -337,22 +342,24 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
         if constexpr (P::kPER_BLOCK)
         {
 #pragma unroll
-            for (int j = 0; j < kB; ++j)
+            for (int i = 0; i < kW; ++i)
             {
-                const int n = n0 + warp * (8 * kB) + 8 * j + 2 * t;
-                const float c0 = n < N ? P::blockColScale(p, n, kb) : 0.0f;
-                const float c1 = n + 1 < N ? P::blockColScale(p, n + 1, kb) : 0.0f;
 #pragma unroll
-                for (int i = 0; i < kA; ++i)
+                for (int hr = 0; hr < 2; ++hr)
                 {
+                    const int n = n0 + warp * (16 * kW) + 16 * i + g + 8 * hr;
+                    const float cs = n < N ? P::blockColScale(p, n, kb) : 0.0f;
 #pragma unroll
-                    for (int hr = 0; hr < 2; ++hr)
+                    for (int j = 0; j < kX; ++j)
                     {
-                        const int m = m0 + 16 * i + g + 8 * hr;
-                        const float rs = m < M ? P::blockRowScale(p, m, kb) : 0.0f;
-                        float* a = acc[kSlot][i][j];
-                        a[2 * hr] = __fadd_rn(a[2 * hr], __fmul_rn(__fmul_rn(part[i][j][2 * hr], rs), c0));
-                        a[2 * hr + 1] = __fadd_rn(a[2 * hr + 1], __fmul_rn(__fmul_rn(part[i][j][2 * hr + 1], rs), c1));
+#pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                        {
+                            const int m = m0 + 8 * j + 2 * t + e;
+                            const float rs = m < M ? P::blockRowScale(p, m, kb) : 0.0f;
+                            float& a = acc[kSlot][i][j][2 * hr + e];
+                            a = __fadd_rn(a, __fmul_rn(__fmul_rn(part[i][j][2 * hr + e], rs), cs));
+                        }
                     }
                 }
             }
@@ -427,21 +434,21 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
     cpAsyncWait<0>();
 
     // The two slices: acc_even + acc_odd, one float32 addition per element.
-    float out[kA][kB][4];
+    float out[kW][kX][4];
     if constexpr (C::kSPLITW == 2)
     {
         __syncthreads();  // every warp is done with the pipeline buffers
         float* red = reinterpret_cast<float*>(smem);
-        constexpr int kPER = kA * kB * 4;
+        constexpr int kPER = kW * kX * 4;
         if (kslice == 1)
         {
 #pragma unroll
-            for (int i = 0; i < kA; ++i)
+            for (int i = 0; i < kW; ++i)
 #pragma unroll
-                for (int j = 0; j < kB; ++j)
+                for (int j = 0; j < kX; ++j)
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
-                        red[((warp * kPER) + (i * kB + j) * 4 + e) * 32 + lane] = acc[0][i][j][e];
+                        red[((warp * kPER) + (i * kX + j) * 4 + e) * 32 + lane] = acc[0][i][j][e];
         }
         __syncthreads();
         if (kslice == 1)
@@ -449,64 +456,53 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
             return;
         }
 #pragma unroll
-        for (int i = 0; i < kA; ++i)
+        for (int i = 0; i < kW; ++i)
 #pragma unroll
-            for (int j = 0; j < kB; ++j)
+            for (int j = 0; j < kX; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
-                    out[i][j][e] = __fadd_rn(acc[0][i][j][e], red[((warp * kPER) + (i * kB + j) * 4 + e) * 32 + lane]);
+                    out[i][j][e] = __fadd_rn(acc[0][i][j][e], red[((warp * kPER) + (i * kX + j) * 4 + e) * 32 + lane]);
     }
     else
     {
 #pragma unroll
-        for (int i = 0; i < kA; ++i)
+        for (int i = 0; i < kW; ++i)
 #pragma unroll
-            for (int j = 0; j < kB; ++j)
+            for (int j = 0; j < kX; ++j)
 #pragma unroll
                 for (int e = 0; e < 4; ++e)
                     out[i][j][e] = kSLOTS == 2 ? __fadd_rn(acc[0][i][j][e], acc[kSLOTS - 1][i][j][e]) : acc[0][i][j][e];
     }
 
-    // Epilogue: per element, y = finish(acc) (+ bias), one rounding to the dtype of x.
+    // Epilogue: per element, y = finish(acc) (+ bias), one rounding to the dtype of x. The thread
+    // holds weight rows n, n+8 for activation rows m, m+1 of each tile pair.
 #pragma unroll
-    for (int j = 0; j < kB; ++j)
+    for (int i = 0; i < kW; ++i)
     {
-        const int n = n0 + warp * (8 * kB) + 8 * j + 2 * t;
-        const float bias0 = (p.bias != nullptr && n < N) ? p.bias[n] : 0.0f;
-        const float bias1 = (p.bias != nullptr && n + 1 < N) ? p.bias[n + 1] : 0.0f;
 #pragma unroll
-        for (int i = 0; i < kA; ++i)
+        for (int hr = 0; hr < 2; ++hr)
         {
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr)
+            const int n = n0 + warp * (16 * kW) + 16 * i + g + 8 * hr;
+            if (n >= N)
             {
-                if (C::kA_ROWS == 8 && hr == 1)
+                continue;
+            }
+            const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
+#pragma unroll
+            for (int j = 0; j < kX; ++j)
+            {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
                 {
-                    continue;
-                }
-                const int m = m0 + 16 * i + g + 8 * hr;
-                if (m >= M || n >= N)
-                {
-                    continue;
-                }
-                float v0 = P::finish(p, out[i][j][2 * hr], m, n);
-                float v1 = n + 1 < N ? P::finish(p, out[i][j][2 * hr + 1], m, n + 1) : 0.0f;
-                if (p.bias != nullptr)
-                {
-                    v0 = __fadd_rn(v0, bias0);
-                    v1 = __fadd_rn(v1, bias1);
-                }
-                const size_t idx = static_cast<size_t>(m) * N + n;
-                if (n + 1 < N && (N & 1) == 0)
-                {
-                    storeY2(Y, yDtype, idx, v0, v1);
-                }
-                else
-                {
-                    storeY(Y, yDtype, idx, v0);
-                    if (n + 1 < N)
+                    const int m = m0 + 8 * j + 2 * t + e;
+                    if (m < M)
                     {
-                        storeY(Y, yDtype, idx + 1, v1);
+                        float v = P::finish(p, out[i][j][2 * hr + e], m, n);
+                        if (p.bias != nullptr)
+                        {
+                            v = __fadd_rn(v, bias);
+                        }
+                        storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
                     }
                 }
             }
@@ -515,16 +511,16 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
 }
 
 /* The tile configurations of the tiers (projTiers.h). The large tier holds two accumulators per
- * output (two slices, or one slice plus the per-block partial), so it uses 64-row tiles to stay
- * within the register file. */
+ * output (two slices, or one slice plus the per-block partial). */
 template <bool kPerBlock>
 struct Tiers
 {
     static constexpr int kSplit = kPerBlock ? 1 : 2;  // K warps of the small tiers (see "slices")
-    using M8 = TileConfig<1, 8, 1, 4, 4, 4, kSplit>;
-    using M16 = TileConfig<1, 16, 1, 4, 4, 3, kSplit>;
-    using M64 = TileConfig<4, 16, 1, 4, 2, 3, kSplit>;
-    using M128 = TileConfig<4, 16, 4, 8, 1, 3, 1>;
+    static constexpr int kNWarps = kPerBlock ? 4 : 2;  // 128 threads either way
+    using M8 = TileConfig<1, 1, kNWarps, 4, 3, kSplit>;
+    using M16 = TileConfig<1, 2, kNWarps, 4, 3, kSplit>;
+    using M64 = TileConfig<1, 4, kNWarps, 2, 3, kSplit>;
+    using M128 = TileConfig<2, 8, 8, 1, 3, 1>;
 };
 
 template <class P, class C>

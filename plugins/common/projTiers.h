@@ -19,10 +19,10 @@ namespace metrale
 
 enum class ProjTier : int32_t
 {
-    kM8 = 0,   // m <= 8: one m16 tile, its top 8 rows; GEMV-like, weight-streaming
-    kM16 = 1,  // m <= 16: one m16 tile
-    kM64 = 2,  // m <= 256: 64-row tiles, 32 weight rows per CTA
-    kM128 = 3, // larger: 64-row x 256-column tiles, the weight-reuse tier
+    kM8 = 0,   // m <= 8: one n8 tile of rows; GEMV-like, weight-streaming, two K warps
+    kM16 = 1,  // m <= 16: two n8 tiles
+    kM64 = 2,  // m <= 256: 32-row tiles, 32 weight rows per CTA
+    kM128 = 3, // larger: 64-row x 256-weight-row tiles, the weight-reuse tier
 };
 
 inline constexpr ProjTier selectProjTier(int64_t m)

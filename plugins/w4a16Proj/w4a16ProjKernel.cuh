@@ -76,8 +76,9 @@ struct W4A16Policy : NoTable
             const long long first = static_cast<long long>(n) * p.groups + static_cast<long long>(kb) * p.perBlock;
             const int off = static_cast<int>(first & 3) + gi;
             const long long addr = first + gi;
-            const uint8_t zb = addr >= (p.totalGroups & ~3ll) ? p.zeroPoint[addr]
-                                                               : reinterpret_cast<const uint8_t*>(mw + 4)[off];
+            const uint8_t zb = addr < (p.totalGroups & ~3ll) ? reinterpret_cast<const uint8_t*>(mw + 4)[off]
+                : addr < p.totalGroups                          ? p.zeroPoint[addr]
+                                                                : 0;
             z = static_cast<float>(zb & 0xF);
         }
         BlockState b;

@@ -52,7 +52,7 @@ extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const i
         return cudaSuccess;
     }
     if (x == nullptr || weight == nullptr || weight_scale == nullptr || weight_global_scale == nullptr || y == nullptr
-        || !aligned(weight, 16) || !aligned(weight_scale, 4) || !aligned(y, 8))
+        || !aligned(weight, 16) || !aligned(weight_scale, 4) || !aligned(y, x_dtype == kMETRALE_FLOAT32 ? 4 : 2))
     {
         return cudaErrorInvalidValue;
     }

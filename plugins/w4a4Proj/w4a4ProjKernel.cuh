@@ -56,9 +56,9 @@ struct W4A4Meta
             return 0;
         }
         const long long addr = first + 2 * t + e;
-        const uint8_t b = addr >= (p.totalScaleBytes & ~3ll)
-            ? p.scale[addr]
-            : reinterpret_cast<const uint8_t*>(mw)[static_cast<int>(first & 3) + 2 * t + e];
+        const uint8_t b = addr < (p.totalScaleBytes & ~3ll)
+            ? reinterpret_cast<const uint8_t*>(mw)[static_cast<int>(first & 3) + 2 * t + e]
+            : addr < p.totalScaleBytes ? p.scale[addr] : 0;
         return __half_raw(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)).x;
     }
 };

@@ -69,7 +69,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         return cudaSuccess;
     }
     if (x == nullptr || weight == nullptr || weight_scale == nullptr || y == nullptr || !aligned(weight, 16)
-        || !aligned(weight_scale, 4) || !aligned(y, 8))
+        || !aligned(weight_scale, 4) || !aligned(y, x_dtype == kMETRALE_FLOAT32 ? 4 : 2))
     {
         return cudaErrorInvalidValue;
     }
