@@ -262,6 +262,13 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
         raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
     backend = backends.activate(backend_name)
     inputs = _input_shapes(model)
+    model_max = ((source.export_manifest or {}).get("model") or {}).get("max_position_embeddings")
+    if model_max and options.max_context > int(model_max):
+        raise UsageConflict(
+            f"{options.max_context} tokens is more than the model's max_position_embeddings "
+            f"({model_max}, {source.onnx_path.parent / 'manifest.json'}); lower --max-context",
+            "--max-context",
+        )
 
     # Plan every profile before building anything: refusals and shape errors surface at once.
     plans = []

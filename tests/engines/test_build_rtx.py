@@ -200,3 +200,15 @@ def test_a_library_without_creators_is_refused(tmp_path):
     backend = backends.activate("tensorrt-rtx")
     with pytest.raises(BuildError, match="could not load it as a plugin library"):
         load_plugin_library(backend, Path(math.__file__))
+
+
+def test_max_context_within_the_models_positions(tmp_path):
+    export = tmp_path / "export"
+    export.mkdir()
+    onnx.save(model_graph(), export / "model.onnx")
+    (export / "manifest.json").write_text(json.dumps({"model": {"max_position_embeddings": 1024}}))
+    with pytest.raises(InputError, match="max_position_embeddings \\(1024"):
+        build_engines(export, None, _options("1,2-8", max_context=4096))
+    manifest = build_engines(export, None, _options("1", max_context=1024))
+    assert manifest["model"] == {"max_position_embeddings": 1024}
+    assert (export / "engines" / "rows-1.engine").is_file()
