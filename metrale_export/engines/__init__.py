@@ -1,6 +1,8 @@
 """ONNX -> TensorRT engines: row-count profiles, the activation-format policy, graph lowering, builds.
 
-``profiles`` (which engine serves M rows, its optimization profiles), ``policy`` (which activation
-format an op runs), ``lowering`` (qdq rewrite, per-engine formats), ``backends`` (TensorRT or
-TensorRT-RTX through Polygraphy), ``build`` (engines, manifest, skip-if-unchanged).
+``profiles`` (the ranges, which engine serves M rows, its optimization profiles), ``policy`` (which
+activation format an op runs, and whether row invariance is promised), ``lowering`` (the qdq
+rewrite and the plugin path's per-engine formats), ``backends`` (TensorRT or TensorRT-RTX behind
+Polygraphy), ``build`` (engines, manifest, skip-if-unchanged), ``select`` (the engine and profile
+of a batch, for runners), ``testing`` (small synthetic graphs). See docs/engines.md.
 """
