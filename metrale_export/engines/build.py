@@ -2,7 +2,8 @@
 
 Steps per profile: the policy picks each op's activation format (``policy``), the graph is lowered
 (``lowering``: qdq, or the plugin path's attribute rewrite), and Polygraphy's loaders build it
-(``NetworkFromOnnxPath`` -> ``LoadPlugins`` -> ``CreateConfig``/``CreateConfigRTX`` with the
+(the plugin library through TensorRT's registry -> ``NetworkFromOnnxPath`` ->
+``CreateConfig``/``CreateConfigRTX`` with the
 profile's ``Profile`` objects -> ``EngineBytesFromNetwork``).
 
 Invariants:
