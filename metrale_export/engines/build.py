@@ -3,8 +3,8 @@
 Steps per profile: the policy picks each op's activation format (``policy``), the graph is lowered
 (``lowering``: qdq, or the plugin path's attribute rewrite), and Polygraphy's loaders build it
 (the plugin library through TensorRT's registry -> ``NetworkFromOnnxPath`` ->
-``CreateConfig``/``CreateConfigRTX`` with the
-profile's ``Profile`` objects -> ``EngineBytesFromNetwork``).
+``CreateConfig``/``CreateConfigRTX`` with the profile's ``Profile`` objects ->
+``EngineBytesFromNetwork``).
 
 Invariants:
 - engines and ``manifest.json`` are written to a temporary file in the output directory and
