@@ -123,3 +123,26 @@ def test_activation_declared_static_fp8_maps_to_dynamic_rows(ct_checkpoints):
     bf16_src = T.source_for(ct_checkpoints["FP8_BLOCK_A16"])
     assert bf16_src.describe()["activation_format"] == "bf16"
 
+
+
+def test_ignore_list_keeps_projections_float_tensor_by_tensor(tmp_path):
+    d = T.write_compressed_tensors(tmp_path / "mixed", "W4A16", ignore=("lm_head", "re:.*mlp.down_proj"))
+    src = T.source_for(d)
+    assert src.spec("model.layers.0.mlp.down_proj", 256, 512, "ffn").kind == "none"
+    assert src.spec("model.layers.0.mlp.up_proj", 512, 256, "ffn").kind == "w4a16"
+    t = src.load(src.spec("model.layers.1.mlp.down_proj", 256, 512, "ffn"))
+    assert t["weight"].dtype == torch.float32 and t["weight"].shape == (256, 512)
+
+
+def test_config_and_tensors_disagreeing_is_a_checkpoint_error(tmp_path):
+    import json
+
+    from metrale_export.errors import CheckpointError
+
+    d = T.write_compressed_tensors(tmp_path / "ct", "W4A16")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["quantization_config"]["ignore"] = ["lm_head", "re:.*q_proj"]
+    (d / "config.json").write_text(json.dumps(cfg))
+    src = T.source_for(d)
+    with pytest.raises(CheckpointError, match=r"q_proj: quantization_config does not target this module but the checkpoint stores"):
+        src.spec("model.layers.0.self_attn.q_proj", 256, 256, "attn")
