@@ -38,6 +38,12 @@ def tensor_bytes(t: torch.Tensor) -> bytes:
     return t.numpy().tobytes()
 
 
+def _byte_array(t: torch.Tensor):
+    """The tensor's bytes as a flat uint8 numpy view (a copy only if it is not contiguous)."""
+    t = t.detach().cpu().contiguous()
+    return t.reshape(-1).view(torch.uint8).numpy()
+
+
 class DataWriter:
     """Appends tensors to one external-data file and remembers where each landed."""
 
@@ -52,9 +58,10 @@ class DataWriter:
         if pad:
             self._f.write(b"\0" * pad)
             pos += pad
-        data = tensor_bytes(t)
+        # Written from a view of the tensor's memory: no bytes copy of the largest tensor.
+        data = memoryview(_byte_array(t))
         self._f.write(data)
-        self.offsets[name] = (pos, len(data))
+        self.offsets[name] = (pos, data.nbytes)
 
     def close(self) -> None:
         self._f.close()
