@@ -14,14 +14,23 @@ from . import options as opt
 from .progress import ByteProgress
 
 
+def resolve_weight_format(weight: str, ckpt: Checkpoint) -> str:
+    """``auto``: declared for a checkpoint that declares a quantization format, else w4a16."""
+    if weight != "auto":
+        return weight
+    from ..exporter.formats import detect
+
+    return "declared" if detect(ckpt) is not None else "w4a16"
+
+
 def export_options(ctx_params: dict, force: bool) -> tuple[ExportOptions, Checkpoint]:
     """ExportOptions from the shared quantization options (validated against the model)."""
+    ckpt = Checkpoint.open(ctx_params["model"])
     request = QuantRequest(
-        weight=ctx_params["weight"], group_size=int(ctx_params["group_size"]),
+        weight=resolve_weight_format(ctx_params["weight"], ckpt), group_size=int(ctx_params["group_size"]),
         symmetric=not ctx_params["asymmetric"], w8a8_weight_scales=ctx_params["w8a8_weight_scales"],
         w8a8_activation_scales=ctx_params["w8a8_activation_scales"],
         quantize_lm_head=ctx_params["quantize_lm_head"])
-    ckpt = Checkpoint.open(ctx_params["model"])
     cfg = parse_config(ckpt.config, ckpt.root / "config.json")
     layers = parse_layers(ctx_params["layers"], cfg.num_hidden_layers)
     return ExportOptions(request=request, layers=layers, dtype=ctx_params["dtype"], force=force), ckpt

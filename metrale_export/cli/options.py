@@ -24,8 +24,10 @@ model_argument = click.argument(
 )
 
 quantization_options = _compose(
-    click.option("--weight-quantization", "weight", type=click.Choice(WEIGHT_FORMATS), default="w4a16",
-                  show_default=True, help="Format of every quantized linear projection (none: keep float)."),
+    click.option("--weight-quantization", "weight", type=click.Choice(("auto", *WEIGHT_FORMATS)), default="auto",
+                  show_default=True,
+                  help="Format of every quantized linear projection. auto: what a quantized checkpoint "
+                       "declares, else w4a16; declared: only what the checkpoint declares; none: keep float."),
     click.option("--group-size", type=click.Choice(["32", "64", "128"]), default="128", show_default=True,
                  help="W4A16 group size along K."),
     click.option("--asymmetric", is_flag=True, help="W4A16 with zero points (default: symmetric)."),

@@ -148,3 +148,21 @@ def test_existing_output_needs_force(demo_checkpoint, tmp_path):
 def test_bad_layers_option(demo_checkpoint, tmp_path):
     _expect_usage_error(["export", demo_checkpoint, "-o", tmp_path / "o", "--layers", "7"], tmp_path, "o",
                         "--layers", "layer 7 does not exist")
+
+
+def test_auto_weight_format_is_w4a16_for_float_checkpoints(demo_checkpoint):
+    from metrale_export.cli.export import resolve_weight_format
+    from metrale_export.exporter.checkpoint import Checkpoint
+
+    ckpt = Checkpoint.open(demo_checkpoint)
+    assert resolve_weight_format("auto", ckpt) == "w4a16"
+    assert resolve_weight_format("w8a8", ckpt) == "w8a8"
+
+
+def test_auto_weight_format_keeps_what_a_quantized_checkpoint_declares(tmp_path):
+    from metrale_export.cli.export import resolve_weight_format
+    from metrale_export.exporter.checkpoint import Checkpoint
+    from metrale_export.exporter.formats.testing import write_fp8_block
+
+    write_fp8_block(tmp_path / "fp8")
+    assert resolve_weight_format("auto", Checkpoint.open(tmp_path / "fp8")) == "declared"
