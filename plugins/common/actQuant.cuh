@@ -75,6 +75,7 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantFp8Kernel(const void
     if (nbx == 1)
     {
         float amax = 0.0f;
+#pragma unroll 8  // independent loads in flight: the row is read with one latency, not K/256
         for (int k = threadIdx.x; k < K; k += kACT_THREADS)
         {
             amax = fmaxf(amax, fabsf(loadXBf16(x, dtype, base + k)));
@@ -85,6 +86,7 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantFp8Kernel(const void
         {
             sx[m] = s;
         }
+#pragma unroll 8  // independent loads in flight: the row is read with one latency, not K/256
         for (int k = threadIdx.x; k < K; k += kACT_THREADS)
         {
             const uint8_t q = e4m3Encode(__fdiv_rn(loadXBf16(x, dtype, base + k), s));
@@ -139,6 +141,7 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantNvfp4Kernel(const vo
     else
     {
         float amax = 0.0f;
+#pragma unroll 8  // independent loads in flight: the row is read with one latency, not K/256
         for (int k = threadIdx.x; k < K; k += kACT_THREADS)
         {
             amax = fmaxf(amax, fabsf(loadXBf16(x, dtype, base + k)));

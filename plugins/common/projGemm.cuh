@@ -241,6 +241,10 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
                 const int rem = i - r * (C::kKBS * P::kMW);
                 const int kbl = rem / P::kMW;
                 const int w = rem - kbl * P::kMW;
+                if (!P::metaUsed(p, w))
+                {
+                    continue;  // a word this launch never reads
+                }
                 const int kb = st * C::kKBS + kbl;
                 const int n = n0 + r;
                 const void* src = p.codes;

@@ -37,6 +37,10 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     {
         return cudaErrorInvalidValue;
     }
+    if (n * (k / group_size) > kMAX_DIM || n * (k / 2) > kMAX_DIM)
+    {
+        return cudaErrorNotSupported;  // 32-bit indexing of the weight and its scales
+    }
     if (m == 0)
     {
         return cudaSuccess;
@@ -60,7 +64,7 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     p.groups = static_cast<int>(k / group_size);
     p.groupShift = group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
     p.perBlock = static_cast<int>(128 / group_size);
-    p.totalGroups = n * p.groups;
+    p.totalGroups = static_cast<int>(n * p.groups);
     return dispatchProjGemm<W4A16Policy>(p, X, y, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
         x_dtype, stream);
 }

@@ -17,6 +17,14 @@
 namespace metrale
 {
 
+/* (a & mask) | bits in one LOP3: the constants go in registers (ptxas keeps one immediate per LOP3). */
+__device__ __forceinline__ uint32_t maskOr(uint32_t a, uint32_t mask, uint32_t bits)
+{
+    uint32_t d;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(d) : "r"(a), "r"(mask), "r"(bits));
+    return d;
+}
+
 struct W4A16Policy : NoTable
 {
     static constexpr bool kF16 = false;
@@ -34,7 +42,7 @@ struct W4A16Policy : NoTable
         int groups;               // G = K / group_size
         int groupShift;           // log2(group_size)
         int perBlock;             // 128 / group_size
-        long long totalGroups;    // N * G
+        int totalGroups;          // N * G (< 2^31, launcher check)
     };
 
     struct BlockState
@@ -45,7 +53,9 @@ struct W4A16Policy : NoTable
 
     __device__ static void metaSrc(const Params& p, int n, int kb, int w, const void*& src, int& bytes)
     {
-        const long long first = static_cast<long long>(n) * p.groups + static_cast<long long>(kb) * p.perBlock;
+        // Only the words a block needs are copied: perBlock scales, and the zero-point words when
+        // there are zero points. Indices fit in 32 bits (launcher check).
+        const int first = n * p.groups + kb * p.perBlock;
         if (w < 4)
         {
             if (w < p.perBlock && kb * p.perBlock + w < p.groups)
@@ -56,14 +66,19 @@ struct W4A16Policy : NoTable
         }
         else if (p.zeroPoint != nullptr)
         {
-            // Whole words only; a partial last word is read directly in blockState.
-            const long long wordAddr = (first & ~3ll) + 4 * (w - 4);
+            const int wordAddr = (first & ~3) + 4 * (w - 4);
             if (wordAddr + 4 <= p.totalGroups)
             {
                 src = p.zeroPoint + wordAddr;
                 bytes = 4;
             }
         }
+    }
+
+    /* Whether meta word w is copied at all (uniform per launch): skips dead copies. */
+    __device__ static bool metaUsed(const Params& p, int w)
+    {
+        return w < 4 ? w < p.perBlock : p.zeroPoint != nullptr;
     }
 
     __device__ static BlockState blockState(const Params& p, const uint32_t* mw, int t, int kb, int n)
@@ -73,12 +88,12 @@ struct W4A16Policy : NoTable
         float z = 8.0f;
         if (p.zeroPoint != nullptr)
         {
-            const long long first = static_cast<long long>(n) * p.groups + static_cast<long long>(kb) * p.perBlock;
-            const int off = static_cast<int>(first & 3) + gi;
-            const long long addr = first + gi;
-            const uint8_t zb = addr < (p.totalGroups & ~3ll) ? reinterpret_cast<const uint8_t*>(mw + 4)[off]
-                : addr < p.totalGroups                          ? p.zeroPoint[addr]
-                                                                : 0;
+            const int first = n * p.groups + kb * p.perBlock;
+            const int off = (first & 3) + gi;
+            const int addr = first + gi;
+            const uint8_t zb = addr < (p.totalGroups & ~3) ? reinterpret_cast<const uint8_t*>(mw + 4)[off]
+                : addr < p.totalGroups                       ? p.zeroPoint[addr]
+                                                             : 0;
             z = static_cast<float>(zb & 0xF);
         }
         BlockState b;
@@ -102,7 +117,7 @@ struct W4A16Policy : NoTable
 #pragma unroll
         for (int q = 0; q < 4; ++q)
         {
-            const float f = __uint_as_float(0x4B000000u | (h & (0xFu << (4 * q))));
+            const float f = __uint_as_float(maskOr(h, 0xFu << (4 * q), 0x4B000000u));
             v[q] = __fmul_rn(__fsub_rn(f, b.off[q]), b.s[q]);
         }
         b0 = packBf16x2(v[0], v[1]);

@@ -46,6 +46,10 @@ struct W4A4Meta
             bytes = 4;
         }
     }
+    __device__ static bool metaUsed(const W4A4Params&, int)
+    {
+        return true;
+    }
     /* The e4m3 scale of 16-block e (0, 1) of quad lane t, as f16 bits; 0 past the end of the row. */
     __device__ static uint16_t scaleHalf(const W4A4Params& p, const uint32_t* mw, int t, int kb, int n, int e)
     {

@@ -53,6 +53,10 @@ struct W8A8Bf16Policy : NoTable
         src = p.blockScales ? p.scale + static_cast<long long>(n >> 7) * p.kBlocks + kb : p.scale + n;
         bytes = 4;
     }
+    __device__ static bool metaUsed(const Params&, int)
+    {
+        return true;
+    }
     __device__ static BlockState blockState(const Params&, const uint32_t* mw, int, int, int)
     {
         return BlockState{__uint_as_float(mw[0])};
@@ -100,6 +104,10 @@ struct W8A8Fp8Policy : NoTable
     };
 
     __device__ static void metaSrc(const Params&, int, int, int, const void*&, int&) {}
+    __device__ static bool metaUsed(const Params&, int)
+    {
+        return false;
+    }
     __device__ static BlockState blockState(const Params&, const uint32_t*, int, int, int)
     {
         return BlockState{};
