@@ -13,7 +13,7 @@ if [ ! -f build/plugins/libmetrale_kernels.so ]; then
   (time make -C plugins -j3) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
-  python3 -m pytest tests/gpu -m gpu -q -rs --confcutdir=tests/gpu -p no:cacheprovider ${kexpr:+-k "$kexpr"} \
+  python3 -m pytest tests/gpu -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider ${kexpr:+-k "$kexpr"} \
     2>&1 | tee "$OUT/tests.log" | tail -40
 fi
 if [ "$what" = bench ] || [ "$what" = all ] || [ "$what" = quick ]; then
