@@ -153,27 +153,24 @@ def test_half_precision_activations_keep_their_dtype(dtype):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("weights", ["w4a16", "w8a8", "w4a4"])
-def test_lowered_demo_export_matches_the_reference_ops(weights, tmp_path):
+def test_lowered_demo_export_matches_the_reference_ops(weights, demo_exports):
     """A real export: ONNX Runtime on the qdq graph vs on the metrale graph (reference ops)."""
-    try:
-        from metrale_export.exporter.demo import write_demo
-        from metrale_export.exporter.export import ExportOptions, export
-        from metrale_export.exporter.quantization import QuantRequest
-        from metrale_export.ops.ort import reference_session
-    except ImportError as e:
-        pytest.skip(f"the exporter or the ONNX Runtime reference ops do not import: {e}")
-    out = tmp_path / "export"
-    result = export(write_demo(tmp_path / "ckpt"), out, ExportOptions(request=QuantRequest(weights)))
-    lowered = lower_qdq(onnx.load(out / "model.onnx"))
-    reference, qdq = reference_session(out / "model.onnx"), _session(lowered)
+    import json
+
+    from metrale_export.ops.ort import reference_session
+
+    export_dir = demo_exports[weights]
+    manifest = json.loads((export_dir / "manifest.json").read_text())
+    lowered = lower_qdq(onnx.load(export_dir / "model.onnx"))
+    reference, qdq = reference_session(export_dir / "model.onnx"), _session(lowered)
     rng = np.random.default_rng(0)
     for batch, seq, past in ((2, 7, 0), (3, 1, 9)):
         dims = {"batch": batch, "seq": seq, "past": past}
         feeds = {}
-        for inp in result.manifest["inputs"]:
+        for inp in manifest["inputs"]:
             shape = [dims.get(d, d) for d in inp["shape"]]
             if inp["name"] == "input_ids":
-                feeds[inp["name"]] = rng.integers(0, result.manifest["model"]["vocab_size"], shape)
+                feeds[inp["name"]] = rng.integers(0, manifest["model"]["vocab_size"], shape)
             elif inp["name"] == "position_ids":
                 feeds[inp["name"]] = np.broadcast_to(np.arange(past, past + seq), shape).copy()
             else:
