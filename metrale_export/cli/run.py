@@ -12,7 +12,7 @@ import click
 from ..engines import backends
 from ..engines.build import BuildOptions, build_engines
 from ..engines.policy import PolicyError, parse_policy
-from ..engines.profiles import DEFAULT_PROFILES, ProfileError, parse_profiles
+from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
 from . import options as opt
 from .compare import run_compare
 from .export import run_export
@@ -80,7 +80,8 @@ def command(ctx, model, output, profiles, policy, plugins, skip_compare, skip_en
         say(msg)
         summary["steps"]["engines"] = "skipped: no TensorRT backend installed"
     else:
-        options = BuildOptions(profiles=profile_set, policy=policy_obj,
+        max_context = min(DEFAULT_MAX_CONTEXT, result.manifest["model"]["max_position_embeddings"])
+        options = BuildOptions(profiles=profile_set, policy=policy_obj, max_context=max_context,
                                plugins=None if plugins is None else Path(plugins))
         manifest = build_engines(out, None, options, None)
         promise = manifest["row_invariance"]

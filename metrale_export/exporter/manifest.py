@@ -55,6 +55,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
             "vocab_size": cfg.vocab_size,
             "num_key_value_heads": cfg.num_key_value_heads,
             "head_dim": cfg.head_dim,
+            "max_position_embeddings": cfg.max_position_embeddings,
         },
         "weight_quantization": {
             "format": req.weight,
