@@ -108,9 +108,15 @@ def test_torch_reference_matches_transformers(hf_next, ids):
         pos += n
 
 
-def test_unquantized_export_matches_transformers(hf_next, ids, tmp_path):
-    hf, path = hf_next
-    out = export(path, tmp_path / "onnx", ExportOptions(request=QuantRequest(weight="none"))).out_dir
+@pytest.fixture(scope="module")
+def unquantized_export(hf_next, tmp_path_factory):
+    out = tmp_path_factory.mktemp("qwen3_next_none") / "onnx"
+    return export(hf_next[1], out, ExportOptions(request=QuantRequest(weight="none"))).out_dir
+
+
+def test_unquantized_export_matches_transformers(hf_next, ids, unquantized_export):
+    hf, _ = hf_next
+    out = unquantized_export
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
     assert [n.op_type for n in graph.node].count("Scan") == 1  # the delta rule of the one GDN layer
     assert [o.name for o in graph.output][1:3] == ["present_conv_state.0", "present_recurrent_state.0"]
@@ -224,3 +230,16 @@ def test_hybrid_demo_is_a_qwen3_next_checkpoint_transformers_agrees_with(tmp_pat
     assert kinds == ["linear_attention", "full_attention"] * 2
     got = np.concatenate(torch_steps(model, ids, [5, 1, 1]), axis=1)
     assert rel(got, full) < TRANSFORMERS
+
+
+def test_tensorrt_rtx_parses_the_hybrid_export(unquantized_export):
+    """The GDN Scan, the router's TopK/ScatterElements and the grouped conv are TensorRT-parsable
+    (the unquantized export has no metrale node, so no plugin is needed)."""
+    trt = pytest.importorskip("tensorrt_rtx_bindings", reason="the TensorRT-RTX wheels are not installed")
+    logger = trt.Logger(trt.Logger.ERROR)
+    builder = trt.Builder(logger)
+    network = builder.create_network(0)
+    parser = trt.OnnxParser(network, logger)
+    ok = parser.parse_from_file(str(unquantized_export / "model.onnx"))
+    assert ok, [parser.get_error(i).desc() for i in range(parser.num_errors)]
+    assert [network.get_input(i).name for i in range(network.num_inputs)][2:4] == ["conv_state.0", "recurrent_state.0"]
