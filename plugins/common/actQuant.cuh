@@ -55,19 +55,9 @@ __device__ __forceinline__ float blockMax(float v)
     return r;
 }
 
-/* Let the projection kernel that follows start streaming its weights (it waits for this grid's
- * completion before it reads the workspace). */
-__device__ __forceinline__ void gridLaunchDependentsAct()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
-}
-
 /* bf16(x) for any x dtype, [total] elements. */
 static __global__ void toBf16Kernel(const void* __restrict__ x, int32_t dtype, __nv_bfloat16* __restrict__ out, size_t total)
 {
-    gridLaunchDependentsAct();
     for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<size_t>(gridDim.x) * blockDim.x)
     {
@@ -80,7 +70,6 @@ static __global__ void toBf16Kernel(const void* __restrict__ x, int32_t dtype, _
 static __global__ void __launch_bounds__(kACT_THREADS) quantFp8Kernel(const void* __restrict__ x, int32_t dtype,
     __half* __restrict__ xq, float* __restrict__ sx, int K, int nbx)
 {
-    gridLaunchDependentsAct();
     const int m = blockIdx.x;
     const size_t base = static_cast<size_t>(m) * K;
     if (nbx == 1)
@@ -142,7 +131,6 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantFp8Kernel(const void
 static __global__ void __launch_bounds__(kACT_THREADS) quantNvfp4Kernel(const void* __restrict__ x, int32_t dtype,
     const float* __restrict__ inputScale, __half* __restrict__ xf, float* __restrict__ ga, int K)
 {
-    gridLaunchDependentsAct();
     const int m = blockIdx.x;
     const size_t base = static_cast<size_t>(m) * K;
     float gScale;

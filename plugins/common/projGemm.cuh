@@ -18,9 +18,7 @@
  *   zero activations by finite weights.
  * - Per-block scaling (fp8 block scales) is `acc = acc + (partial * row_scale) * col_scale` per block,
  *   per element; the final scale and bias are per element.
- * - Pipeline: cp.async multistage (global -> shared), one __syncthreads per stage. Launched with
- *   programmatic stream serialization on sm_90: the first stages' weights load while the kernel
- *   that writes x finishes; x is read only after griddepcontrol.wait.
+ * - Pipeline: cp.async multistage (global -> shared), one __syncthreads per stage.
  */
 #ifndef METRALE_PROJ_GEMM_CUH
 #define METRALE_PROJ_GEMM_CUH
@@ -61,22 +59,6 @@ template <int N>
 __device__ __forceinline__ void cpAsyncWait()
 {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-
-/* Programmatic dependent launch (sm_90): wait for the previous kernel of the stream (and its
- * memory), or let the next one start its prologue. No-ops where the target has no PDL. */
-__device__ __forceinline__ void gridDependencyWait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void gridLaunchDependents()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
 }
 
 /* d += a * b, m16n8k16, fp32 accumulate; f16 or bf16 operands. */
@@ -222,9 +204,10 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
     const uint8_t* wSrc = p.codes + static_cast<long long>(n0 + wr0) * rowBytes + wIn;
     const int wSmem = L::wOff(wr0, wkbl, wc);
 
-    // Activations of a stage (they may come from the previous kernel: read after gridDependencyWait).
-    auto loadX = [&](int st, int slot) {
+    auto loadStage = [&](int st, int slot) {
         uint8_t* xs = smem + slot * L::kStage;
+        uint8_t* ws = xs + L::kXStage;
+        uint32_t* ms = reinterpret_cast<uint32_t*>(ws + L::kWStage);
         const int kStage0 = st * C::kKBS * 128;
         const bool kOk = kStage0 + xIn < K;
 #pragma unroll
@@ -237,12 +220,6 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
                 cpAsync16(xs + xSmem + u * kXSTEP * L::kXRow, src, ok ? 16 : 0);
             }
         }
-    };
-
-    // Weights and their scales of a stage (constants: may be read before gridDependencyWait).
-    auto loadW = [&](int st, int slot) {
-        uint8_t* ws = smem + slot * L::kStage + L::kXStage;
-        uint32_t* ms = reinterpret_cast<uint32_t*>(ws + L::kWStage);
         const int bStage0 = st * C::kKBS * P::kCB;
         const bool bOk = bStage0 + wIn < rowBytes;
 #pragma unroll
@@ -393,25 +370,12 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
         }
     };
 
-    // Prologue: the first stages' weights stream in while the producer of x (the activation
-    // pre-pass or the previous layer) finishes; then x. Group s holds x of stage s (group 0 also
-    // every prologue weight), so the per-stage waits below stay exact.
-    gridLaunchDependents();
 #pragma unroll
     for (int s = 0; s < C::kSTAGES - 1; ++s)
     {
         if (s < nst)
         {
-            loadW(s, s);
-        }
-    }
-    gridDependencyWait();
-#pragma unroll
-    for (int s = 0; s < C::kSTAGES - 1; ++s)
-    {
-        if (s < nst)
-        {
-            loadX(s, s);
+            loadStage(s, s);
         }
         cpAsyncCommit();
     }
@@ -424,8 +388,7 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
             const int nx = st + C::kSTAGES - 1;
             if (nx < nst)
             {
-                loadW(nx, nx % C::kSTAGES);
-                loadX(nx, nx % C::kSTAGES);
+                loadStage(nx, nx % C::kSTAGES);
             }
             cpAsyncCommit();
         }
@@ -564,25 +527,6 @@ struct Tiers
     using M128 = TileConfig<2, 8, 8, 1, 3, 1>;
 };
 
-/* Programmatic dependent launch needs compute capability 9.0 (cached per device). */
-inline bool programmaticLaunchSupported()
-{
-    static int cached[64] = {};  // 0 unknown, 1 no, 2 yes; a race only repeats the query
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-    {
-        return false;
-    }
-    if (cached[dev] == 0)
-    {
-        int major = 0;
-        cached[dev] = (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9)
-            ? 2
-            : 1;
-    }
-    return cached[dev] == 2;
-}
-
 template <class P, class C>
 inline cudaError_t launchProjGemm(const typename P::Params& p, const uint16_t* X, void* y, int m, int n, int k,
     int32_t yDtype, cudaStream_t stream)
@@ -611,17 +555,9 @@ inline cudaError_t launchProjGemm(const typename P::Params& p, const uint16_t* X
             done |= bit;
         }
     }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((n + C::kBN - 1) / C::kBN, (m + C::kBM - 1) / C::kBM);
-    cfg.blockDim = dim3(C::kTHREADS);
-    cfg.dynamicSmemBytes = L::kSmem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = programmaticLaunchSupported() ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, kern, p, X, y, m, n, k, yDtype);
+    const dim3 grid((n + C::kBN - 1) / C::kBN, (m + C::kBM - 1) / C::kBM);
+    kern<<<grid, C::kTHREADS, L::kSmem, stream>>>(p, X, y, m, n, k, yDtype);
+    return cudaGetLastError();
 }
 
 /* Launch the tier that serves m rows. */
