@@ -202,7 +202,7 @@ class Checkpoint:
     def get(self, name: str) -> torch.Tensor:
         """Read one tensor from disk (a positioned read into a fresh buffer of the header's size)."""
         info = self.info(name)
-        t = torch.empty(info.shape, dtype=info.dtype)
+        t = torch.empty(info.shape, dtype=info.dtype, device="cpu")  # also under a meta device context
         if info.nbytes == 0:
             return t
         raw = t.reshape(-1).view(torch.uint8).numpy()

@@ -165,7 +165,7 @@ class GptqSource(Int4KNSource):
         ck.expect(gname, (k,), (torch.int32, torch.int64))
         # K integers: read now, so an act-order checkpoint is refused before anything is traced.
         g_idx = ck.get(gname).to(torch.int64)
-        want = torch.arange(k) // self.group_size
+        want = torch.arange(k, device="cpu") // self.group_size  # spec() runs under a meta device context
         if not torch.equal(g_idx, want):
             raise InputError(
                 f"{ck.root}: {gname}: act-order (desc_act) groups: g_idx is not k // {self.group_size}, so "
