@@ -122,7 +122,7 @@ class CheckpointView:
             # own reads are whole tensors; a fused expert tensor can be gigabytes).
             info = self._ckpt.info(part.name)
             shape = info.shape[1:]
-            t = torch.empty(shape, dtype=info.dtype)
+            t = torch.empty(shape, dtype=info.dtype, device="cpu")  # also under a meta device context
             nbytes = t.numel() * t.element_size()
             offset = info.offset + part.index * nbytes
             try:
