@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 FORMATS = ("w4a16", "w8a8", "w4a4")
+MODELS = ("demo", "hybrid")
 CASES = {"prefill": (2, 7, 0), "decode": (3, 1, 9)}
 SEEDS = {"prefill": 11, "decode": 12}
 
@@ -34,36 +35,41 @@ def _build(ckpt_dir: Path, fmt: str, device: str):
     return CausalLM(cfg, src).load_weights(src).to(device).eval()
 
 
-def _inputs(cfg, case: str, n_layers: int):
+def _inputs(model, case: str):
     b, s, p = CASES[case]
     g = torch.Generator().manual_seed(SEEDS[case])
-    ids = torch.randint(0, cfg.vocab_size, (b, s), generator=g)
+    ids = torch.randint(0, model.cfg.vocab_size, (b, s), generator=g)
     pos = torch.arange(p, p + s).expand(b, s).contiguous()
-    kv = [torch.rand(b, cfg.num_key_value_heads, p, cfg.head_dim, generator=g) * 2 - 1 for _ in range(2 * n_layers)]
-    return (ids, pos, *kv)
+    states = []
+    for _, spec in model.state_specs():
+        like = spec.example(b, p, model.dtype, "cpu")
+        states.append((torch.rand(like.shape, generator=g) * 2 - 1).to(like.dtype))
+    return (ids, pos, *states)
 
 
 def prepare(root: Path) -> None:
     from metrale_export.exporter.demo import write_demo
+    from metrale_export.exporter.demo_hybrid import write_hybrid_demo
     from metrale_export.exporter.export import ExportOptions, export
     from metrale_export.exporter.quantization import QuantRequest
     from metrale_export.ops.ort import reference_session
 
-    ckpt = root / "demo"
-    if not (ckpt / "model.safetensors").exists():
-        write_demo(ckpt)
     refs = {}
-    for fmt in FORMATS:
-        out = root / f"onnx_{fmt}"
-        if not (out / "model.onnx").exists():
-            export(ckpt / "model.safetensors", out,
-                   ExportOptions(request=QuantRequest(weight=fmt, quantize_lm_head=True), force=True))
-        sess = reference_session(out / "model.onnx")
-        model = _build(ckpt, fmt, "cpu")
-        for case in CASES:
-            inputs = _inputs(model.cfg, case, len(model.layer_ids))
-            feeds = dict(zip(model.input_names(), (t.numpy() for t in inputs)))
-            refs[f"{fmt}/{case}"] = sess.run(["logits"], feeds)[0]
+    for name, writer in (("demo", write_demo), ("hybrid", write_hybrid_demo)):
+        ckpt = root / name
+        if not (ckpt / "model.safetensors").exists():
+            writer(ckpt)
+        for fmt in FORMATS:
+            out = root / f"onnx_{name}_{fmt}"
+            if not (out / "model.onnx").exists():
+                export(ckpt / "model.safetensors", out,
+                       ExportOptions(request=QuantRequest(weight=fmt, quantize_lm_head=True), force=True))
+            sess = reference_session(out / "model.onnx")
+            model = _build(ckpt, fmt, "cpu")
+            for case in CASES:
+                inputs = _inputs(model, case)
+                feeds = dict(zip(model.input_names(), (t.numpy() for t in inputs)))
+                refs[f"{name}/{fmt}/{case}"] = sess.run(["logits"], feeds)[0]
     np.savez(root / "ort_reference.npz", **refs)
     print(f"wrote {root / 'ort_reference.npz'}: {sorted(refs)}")
 
@@ -74,21 +80,21 @@ def gpu(root: Path, out: Path) -> int:
     from metrale_export.ops import tolerances
 
     refs = np.load(root / "ort_reference.npz")
-    lines = ["| format | case | rel. error vs ONNX Runtime | bound | ok |", "|---|---|---|---|---|"]
-    inv_lines = ["| format | output | batch | identical rows | max abs diff |", "|---|---|---|---|---|"]
+    lines = ["| model | format | case | rel. error vs ONNX Runtime | bound | ok |", "|---|---|---|---|---|---|"]
+    inv_lines = ["| model | format | output | batch | identical rows | max abs diff |", "|---|---|---|---|---|---|"]
     failures = 0
-    for fmt in FORMATS:
-        model = _build(root / "demo", fmt, "cuda")
+    for name, fmt in ((n, f) for n in MODELS for f in FORMATS):
+        model = _build(root / name, fmt, "cuda")
         for case in CASES:
-            inputs = [t.cuda() for t in _inputs(model.cfg, case, len(model.layer_ids))]
+            inputs = [t.cuda() for t in _inputs(model, case)]
             with torch.no_grad():
                 logits = model(*inputs)[0].float().cpu().numpy()
-            ref = refs[f"{fmt}/{case}"]
+            ref = refs[f"{name}/{fmt}/{case}"]
             err = float(np.linalg.norm(logits - ref) / np.linalg.norm(ref))
             ok = err < tolerances.MODEL_QUANTIZED
             failures += not ok
-            lines.append(f"| {fmt} | {case} | {err:.3e} | {tolerances.MODEL_QUANTIZED:.0e} | {'yes' if ok else 'NO'} |")
-        for name, proj in model.projections():
+            lines.append(f"| {name} | {fmt} | {case} | {err:.3e} | {tolerances.MODEL_QUANTIZED:.0e} | {'yes' if ok else 'NO'} |")
+        for pname, proj in model.projections():
             # Each projection alone: rows of one 33-row launch vs the same rows launched alone.
             g = torch.Generator().manual_seed(3)
             x = (torch.randn(33, proj.spec.k, generator=g)).cuda()
@@ -97,14 +103,14 @@ def gpu(root: Path, out: Path) -> int:
                 bad = [i for i in range(33) if not torch.equal(proj(x[i:i + 1])[0].view(torch.int8),
                                                                 together[i].view(torch.int8))]
             if bad:
-                inv_lines.append(f"| {fmt} | projection {name} (n={proj.spec.n}, k={proj.spec.k}) | 33 | "
+                inv_lines.append(f"| {name} | {fmt} | projection {pname} (n={proj.spec.n}, k={proj.spec.k}) | 33 | "
                                  f"rows differing: {bad[:8]} | - |")
                 failures += 1
         for r in row_invariance(model, [1, 2, 3, 8, 9, 31, 32, 33]):
             if r.output == "logits" or not r.ok:
-                inv_lines.append(f"| {fmt} | {r.output} | {r.batch} | {r.identical_rows}/{r.rows} | {r.max_abs_diff:.3e} |")
+                inv_lines.append(f"| {name} | {fmt} | {r.output} | {r.batch} | {r.identical_rows}/{r.rows} | {r.max_abs_diff:.3e} |")
             failures += (not r.ok) and r.output == "logits"
-    text = "\n".join(["## Demo model on the GPU through the CUDA ops", "", *lines, "",
+    text = "\n".join(["## Demo models (dense; hybrid GDN + attention + MoE) on the GPU through the CUDA ops", "", *lines, "",
                       "## Row invariance (decode rows alone vs in a batch; logits, and any output that differs)",
                       "", *inv_lines, ""])
     print(text)

@@ -12,7 +12,15 @@ from ..exporter.demo import write_demo
 @click.command("demo-model")
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", default=0, show_default=True, help="Seed of the random weights.")
-def command(out_dir, seed):
+@click.option("--hybrid", is_flag=True,
+              help="A Qwen3-Next-shaped model instead: Gated DeltaNet and attention layers, MoE with a "
+                   "shared expert.")
+def command(out_dir, seed, hybrid):
     """Write a tiny random Qwen3 checkpoint (model.safetensors + config.json) into DIR."""
-    path = write_demo(out_dir, seed)
+    if hybrid:
+        from ..exporter.demo_hybrid import write_hybrid_demo
+
+        path = write_hybrid_demo(out_dir, seed)
+    else:
+        path = write_demo(out_dir, seed)
     click.echo(f"wrote {path} and {path.parent / 'config.json'}")

@@ -31,17 +31,16 @@ class InvarianceRow:
 def decode_inputs(model, sequences: int, past: int, seed: int, device) -> list[tuple]:
     """One (input_ids, position_ids, *past) tuple per sequence, batch 1, seq 1."""
     g = torch.Generator().manual_seed(seed)
-    cfg = model.cfg
     out = []
     for _ in range(sequences):
-        ids = torch.randint(0, cfg.vocab_size, (1, 1), generator=g)
+        ids = torch.randint(0, model.cfg.vocab_size, (1, 1), generator=g)
         pos = torch.full((1, 1), past)
+        # Every layer's state (KV cache, GDN conv and recurrent state), random, in its own dtype.
         state = []
-        for _ in model.layer_ids:
-            for _ in range(2):
-                state.append(torch.randn(1, cfg.num_key_value_heads, past, cfg.head_dim, generator=g))
-        out.append(tuple(t.to(device=device, dtype=model.dtype if t.is_floating_point() else t.dtype)
-                         for t in (ids, pos, *state)))
+        for _, spec in model.state_specs():
+            like = spec.example(1, past, model.dtype, "cpu")
+            state.append((torch.randn(like.shape, generator=g) * 0.5).to(like.dtype))
+        out.append(tuple(t.to(device) for t in (ids, pos, *state)))
     return out
 
 
