@@ -15,7 +15,7 @@ import torch
 from ..errors import CheckpointError, InputError
 from ..ops import w4a4, w4a16, w8a8
 from ..ops.numerics import FP8_BLOCK, NVFP4_BLOCK
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, all_finite
 from .projection import DEFAULT_ACTIVATION, ProjSpec
 
 # "declared": keep the format a quantized checkpoint stores (exporter/formats/, docs/formats.md).
@@ -110,7 +110,7 @@ class FloatSource:
         """Read the float weight of ``spec`` and quantize it to the spec's tensors."""
         weight_name = spec.source
         w = self.checkpoint.get(weight_name).to(torch.float32)
-        if not torch.isfinite(w).all():
+        if not all_finite(w):
             raise CheckpointError(f"{self.checkpoint.root}: tensor {weight_name!r} holds NaN or infinite values")
         out: dict[str, torch.Tensor]
         if spec.kind == "none":

@@ -15,7 +15,7 @@ import re
 import torch
 
 from ...errors import CheckpointError, InputError
-from ..checkpoint import Checkpoint
+from ..checkpoint import Checkpoint, all_finite
 from ..projection import ProjSpec
 from ..quantization import FLOAT_DTYPES, FloatSource, QuantRequest
 
@@ -104,7 +104,7 @@ class DeclaredSource:
         if "bias" in spec.tensors:
             out["bias"] = self.checkpoint.get(f"{spec.name}.bias").to(F32)
         for key, t in out.items():
-            if t.dtype.is_floating_point and not torch.isfinite(t).all():
+            if not all_finite(t):
                 raise CheckpointError(f"{self.checkpoint.root}: {spec.name}.{key} (from {spec.source}) holds NaN or infinite values")
         try:
             spec.check(out)
