@@ -16,6 +16,42 @@ from .norm import RMSNorm
 from .rope import apply_rotary
 
 
+def attention_plan(cfg, source, prefix: str) -> dict:
+    """The q/k/v/o projection specs of one attention layer (headers checked, nothing read)."""
+    h, hd = cfg.hidden_size, cfg.head_dim
+    qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    bias = cfg.attention_bias
+    return {
+        "q_proj": source.spec(f"{prefix}.self_attn.q_proj", qn, h, "attn", bias=bias),
+        "k_proj": source.spec(f"{prefix}.self_attn.k_proj", kvn, h, "attn", bias=bias),
+        "v_proj": source.spec(f"{prefix}.self_attn.v_proj", kvn, h, "attn", bias=bias),
+        "o_proj": source.spec(f"{prefix}.self_attn.o_proj", h, qn, "attn"),
+    }
+
+
+def cached_attention(q, k, v, past_k, past_v, scaling: float):
+    """Grouped-query causal attention over a KV cache.
+
+    q: [B, heads, S, D]; k, v: [B, kv_heads, S, D]; past_k/v: [B, kv_heads, past, D].
+    Returns (out [B, S, heads * D], keys [B, kv_heads, past + S, D], values likewise).
+    """
+    b, heads, s, d = q.shape
+    kv_heads = k.shape[1]
+    k_all = torch.cat((past_k, k), dim=2)
+    v_all = torch.cat((past_v, v), dim=2)
+    total = k_all.shape[2]
+    rep = heads // kv_heads
+    kr = k_all[:, :, None].expand(b, kv_heads, rep, total, d).reshape(b, heads, total, d)
+    vr = v_all[:, :, None].expand(b, kv_heads, rep, total, d).reshape(b, heads, total, d)
+    scores = torch.matmul(q, kr.transpose(2, 3)) * scaling
+    past = total - s
+    allowed = torch.arange(total, device=q.device)[None, :] <= (torch.arange(s, device=q.device) + past)[:, None]
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    probs = torch.softmax(scores.to(torch.float32), dim=-1).to(q.dtype)
+    out = torch.matmul(probs, vr).transpose(1, 2).reshape(b, s, heads * d)
+    return out, k_all, v_all
+
+
 class Attention(nn.Module):
     def __init__(self, cfg, specs: dict, dtype: torch.dtype):
         super().__init__()
@@ -32,16 +68,5 @@ class Attention(nn.Module):
         k = self.k_norm(self.k_proj(x).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        k_all = torch.cat((past_k, k), dim=2)
-        v_all = torch.cat((past_v, v), dim=2)
-        total = k_all.shape[2]
-        rep = self.heads // self.kv_heads
-        kr = k_all[:, :, None].expand(b, self.kv_heads, rep, total, self.head_dim).reshape(b, self.heads, total, self.head_dim)
-        vr = v_all[:, :, None].expand(b, self.kv_heads, rep, total, self.head_dim).reshape(b, self.heads, total, self.head_dim)
-        scores = torch.matmul(q, kr.transpose(2, 3)) * self.scaling
-        past = total - s
-        allowed = torch.arange(total, device=x.device)[None, :] <= (torch.arange(s, device=x.device) + past)[:, None]
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores.to(torch.float32), dim=-1).to(q.dtype)
-        out = torch.matmul(probs, vr).transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
+        out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.scaling)
         return self.o_proj(out), k_all, v_all

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from ...errors import CheckpointError
-from ..projection import Projection, ProjSpec
-from .attention import Attention
+from ..projection import Projection
+from .attention import Attention, attention_plan
 from .ffn import SwiGLU
 from .norm import RMSNorm
 from .rope import Rotary, inv_freq
@@ -88,15 +88,8 @@ class DecoderLayer(nn.Module):
     @staticmethod
     def plan(cfg, source, prefix: str) -> dict:
         """The projection specs of one layer (headers checked, nothing read)."""
-        h, hd = cfg.hidden_size, cfg.head_dim
-        qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
-        bias = cfg.attention_bias
-        attn = {
-            "q_proj": source.spec(f"{prefix}.self_attn.q_proj", qn, h, "attn", bias=bias),
-            "k_proj": source.spec(f"{prefix}.self_attn.k_proj", kvn, h, "attn", bias=bias),
-            "v_proj": source.spec(f"{prefix}.self_attn.v_proj", kvn, h, "attn", bias=bias),
-            "o_proj": source.spec(f"{prefix}.self_attn.o_proj", h, qn, "attn"),
-        }
+        h = cfg.hidden_size
+        attn = attention_plan(cfg, source, prefix)
         i = cfg.intermediate_size
         mlp = {
             "gate_proj": source.spec(f"{prefix}.mlp.gate_proj", i, h, "ffn"),

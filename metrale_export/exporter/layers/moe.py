@@ -27,8 +27,7 @@ import torch
 from torch import nn
 
 from ...errors import ConfigError
-from ..projection import Projection
-from .attention import Attention
+from .attention import Attention, attention_plan
 from .ffn import SwiGLU
 from .model import LAYER_BUILDERS, DecoderLayer
 from .norm import RMSNorm
@@ -216,16 +215,7 @@ class Qwen3MoeDecoderLayer(DecoderLayer):
 
     @staticmethod
     def plan(cfg, source, prefix: str) -> dict:
-        h, hd = cfg.hidden_size, cfg.head_dim
-        qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
-        bias = cfg.attention_bias
-        attn = {
-            "q_proj": source.spec(f"{prefix}.self_attn.q_proj", qn, h, "attn", bias=bias),
-            "k_proj": source.spec(f"{prefix}.self_attn.k_proj", kvn, h, "attn", bias=bias),
-            "v_proj": source.spec(f"{prefix}.self_attn.v_proj", kvn, h, "attn", bias=bias),
-            "o_proj": source.spec(f"{prefix}.self_attn.o_proj", h, qn, "attn"),
-        }
-        return {"self_attn": attn, "mlp": mlp_plan(cfg, moe_config(cfg), source, prefix)}
+        return {"self_attn": attention_plan(cfg, source, prefix), "mlp": mlp_plan(cfg, moe_config(cfg), source, prefix)}
 
     @staticmethod
     def plain_tensors(cfg, prefix: str) -> dict[str, tuple[int, ...]]:

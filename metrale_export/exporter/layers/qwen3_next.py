@@ -21,6 +21,7 @@ from torch import nn
 
 from ...errors import ConfigError
 from ..projection import Projection
+from .attention import cached_attention
 from .gdn import GatedDeltaNet, gdn_config, gdn_plain_tensors, gdn_plan, gdn_recipes
 from .model import LAYER_BUILDERS, StateSpec
 from .moe import build_mlp, expert_recipes, layer_index, mlp_plain_tensors, mlp_plan, moe_config
@@ -100,18 +101,7 @@ class GatedAttention(nn.Module):
         k = self.k_norm(self.k_proj(x).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_partial_rotary(q, cos, sin), apply_partial_rotary(k, cos, sin)
-        k_all = torch.cat((past_k, k), dim=2)
-        v_all = torch.cat((past_v, v), dim=2)
-        total = k_all.shape[2]
-        rep = self.heads // self.kv_heads
-        kr = k_all[:, :, None].expand(b, self.kv_heads, rep, total, self.head_dim).reshape(b, self.heads, total, self.head_dim)
-        vr = v_all[:, :, None].expand(b, self.kv_heads, rep, total, self.head_dim).reshape(b, self.heads, total, self.head_dim)
-        scores = torch.matmul(q, kr.transpose(2, 3)) * self.scaling
-        past = total - s
-        allowed = torch.arange(total, device=x.device)[None, :] <= (torch.arange(s, device=x.device) + past)[:, None]
-        scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-        probs = torch.softmax(scores.to(torch.float32), dim=-1).to(q.dtype)
-        out = torch.matmul(probs, vr).transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
+        out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.scaling)
         out = out * torch.sigmoid(gate)
         return self.o_proj(out), k_all, v_all
 
