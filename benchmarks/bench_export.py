@@ -216,6 +216,28 @@ class Progress:
             print(f"{time.strftime('%H:%M:%S')} {100 * self.done / self.total:5.1f}% of weights written", flush=True)
             self.next += 0.1
 
+# Stage timings and memory in the log (diagnostics only: the wrapped functions run unchanged).
+import functools, onnx
+import metrale_export.exporter.export as E
+
+def _vm():
+    return {k: int(v.split()[0]) >> 10 for k, v in (l.split(":", 1) for l in open("/proc/self/status"))
+            if k in ("VmRSS", "VmHWM")}
+
+def _timed(mod, name):
+    f = getattr(mod, name)
+    @functools.wraps(f)
+    def g(*a, **k):
+        t = time.time(); r = f(*a, **k)
+        print(f"{time.strftime('%H:%M:%S')} stage {name}: {time.time() - t:.1f} s, MiB {_vm()}", flush=True)
+        return r
+    setattr(mod, name, g)
+
+for _n in ("trace", "_optimize", "_cleanup", "build_manifest"):
+    if hasattr(E, _n):
+        _timed(E, _n)
+_timed(onnx, "save_model"); _timed(onnx.checker, "check_model")
+
 weight, ckpt, out = sys.argv[1:4]
 r = export(ckpt, out, ExportOptions(request=QuantRequest(weight=weight), dtype="bfloat16"), progress=Progress())
 print(f"done in {r.seconds:.1f} s", flush=True)
@@ -293,6 +315,12 @@ def main(argv=None) -> int:
         gen_s = time.time() - t0
         print(f"checkpoint: {size / 2**30:.2f} GiB in {gen_s:.0f} s at {ckpt}", flush=True)
         limit = int(args.rss_limit_gib * 2**20)
+        args.results.mkdir(parents=True, exist_ok=True)
+        suffix = "" if args.shape == "qwen3-8b" else "-" + args.shape
+        dest = args.results / f"export-{datetime.date.today().isoformat()}{suffix}.md"
+
+        def save_table():  # after every row: an interrupted run still leaves what it measured
+            dest.write_text(render(args.shape, cfg, size, gen_s, rows))
         for fmt in [f for f in args.formats.split(",") if f]:
             out = work / f"export-{fmt}"
             print(f"metrale-export {fmt} ...", flush=True)
@@ -300,6 +328,7 @@ def main(argv=None) -> int:
                              work / f"{fmt}.log", limit, args.timeout_s)
             r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
             rows.append((f"metrale-export `{fmt}` (bf16 I/O)", r))
+            save_table()
             print(f"  {r['wall_s']:.0f} s ({r['cpu_s']:.0f} s CPU), peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
             if r["rc"] != 0:
                 print(_tail(r["log"], 20), flush=True)
@@ -316,15 +345,13 @@ def main(argv=None) -> int:
                                  work / "peer.log", limit, args.timeout_s)
                 r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
                 rows.append((f"onnxruntime-genai {ver} builder `-p int4 -e cpu`", r))
+                save_table()
                 print(f"  {r['wall_s']:.0f} s ({r['cpu_s']:.0f} s CPU), peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
                 if r["rc"] != 0:
                     print(_tail(r["log"], 20), flush=True)
                 shutil.rmtree(out, ignore_errors=True)
-        report = render(args.shape, cfg, size, gen_s, rows)
-        args.results.mkdir(parents=True, exist_ok=True)
-        dest = args.results / f"export-{datetime.date.today().isoformat()}{'' if args.shape == 'qwen3-8b' else '-' + args.shape}.md"
-        dest.write_text(report)
-        print(report)
+        save_table()
+        print(dest.read_text())
         print(f"written to {dest}")
     finally:
         if args.keep:
