@@ -149,7 +149,6 @@ def test_bfloat16_graph_builds(tmp_path):
     assert manifest["row_invariance"]["promised"] is False
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("weights", ["w4a16", "w8a8", "w4a4"])
 def test_demo_model_builds_every_default_profile(weights, demo_exports, tmp_path):
     """The acceptance check: the demo model's qdq engines for every default profile (SM 8.9)."""

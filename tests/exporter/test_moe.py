@@ -126,7 +126,6 @@ def test_unquantized_export_matches_transformers(hf_moe, ids, tmp_path):
     check_against(hf, ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS), ids, CHUNKS)
 
 
-@pytest.mark.slow  # the moe family's quantized ops are also checked in test_qwen3_next (w4a4)
 def test_quantized_export_matches_torch_reference(hf_moe, ids, tmp_path):
     _, path = hf_moe
     request = QuantRequest(weight="w8a8")

@@ -147,7 +147,6 @@ def test_quantized_w4a4_export_matches_torch_reference(hf_next, ids, tmp_path):
     _quantized_case(hf_next[1], ids, tmp_path, "w4a4")
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["w4a16", "w8a8"])
 def test_quantized_export_matches_torch_reference(hf_next, ids, tmp_path, fmt):
     _quantized_case(hf_next[1], ids, tmp_path, fmt)
