@@ -18,6 +18,18 @@ import numpy as np
 import torch
 
 FORMATS = ("w4a16", "w8a8", "w4a4")
+# The logits of two correct evaluations of a W4A16 model (float32 sums in different orders) differ
+# by the bf16 rounding of the activations, not by float32 noise: one ulp of one projection output
+# that moves one activation across a bf16 rounding boundary changes it by 2^-9 relative, and that
+# change spreads to every later position and layer. On the demo model (prefill 2 x 7), the CPU
+# reference with its projection outputs moved by +-1 float32 ulp at random is 4e-6 .. 1.2e-3 from
+# ONNX Runtime (benchmarks/debug_w4a16.py, 2026-11-29), so MODEL_QUANTIZED (1e-3) cannot hold on
+# another device's summation order; the bound below does, and the projection check (each
+# projection against the CPU reference op on the GPU's own inputs) is what checks the kernels.
+BF16_CASCADE = 5e-3
+# |gpu - cpu| of a projection, in units of 2^-24 * sum_k |x_k| |w_nk| (float32 accumulation noise;
+# measured <= 3.1 on the H200, a wrong weight, scale or index gives 1e4 and more).
+NOISE_UNITS = 64.0
 MODELS = ("demo", "hybrid")
 CASES = {"prefill": (2, 7, 0), "decode": (3, 1, 9)}
 SEEDS = {"prefill": 11, "decode": 12}
@@ -74,13 +86,48 @@ def prepare(root: Path) -> None:
     print(f"wrote {root / 'ort_reference.npz'}: {sorted(refs)}")
 
 
+def projection_noise(model, inputs) -> tuple[float, str]:
+    """Largest |gpu - cpu| over the model's projections in NOISE_UNITS units, and where: each
+    projection's GPU output against its CPU reference op on the input the GPU model gave it."""
+    import copy
+
+    from metrale_export.exporter.projection import Projection
+
+    seen = []
+    hooks = [m.register_forward_hook(lambda m, i, o, n=n: seen.append((n, m, i[0].detach(), o.detach())))
+             for n, m in model.named_modules() if isinstance(m, Projection)]
+    with torch.no_grad():
+        model(*inputs)
+    for h in hooks:
+        h.remove()
+    worst, where = 0.0, ""
+    cpu = {}
+    for pname, mod, x, y in seen:
+        if pname not in cpu:
+            c = copy.deepcopy(mod).cpu()
+            k = mod.spec.k
+            with torch.no_grad():  # |W|^T from the reference op itself: rows of the identity
+                w = (c(torch.eye(k)) - c(torch.zeros(1, k))).abs().double()
+            cpu[pname] = (c, w)
+        c, w = cpu[pname]
+        x2 = x.reshape(-1, mod.spec.k).float().cpu()
+        with torch.no_grad():
+            ref = c(x2).double()
+        unit = (x2.double().abs() @ w) * 2.0 ** -24
+        ratio = float(((y.reshape(ref.shape).double().cpu() - ref).abs() / unit.clamp_min(1e-30)).max())
+        if ratio > worst:
+            worst, where = ratio, pname
+    return worst, where
+
+
 def gpu(root: Path, out: Path) -> int:
     import metrale_export.ops.cuda  # noqa: F401  (registers the CUDA kernels)
     from metrale_export.compare.row_invariance import row_invariance
     from metrale_export.ops import tolerances
 
     refs = np.load(root / "ort_reference.npz")
-    lines = ["| model | format | case | rel. error vs ONNX Runtime | bound | ok |", "|---|---|---|---|---|---|"]
+    lines = ["| model | format | case | rel. error vs ONNX Runtime | bound | projections vs CPU reference op "
+             f"on the GPU's inputs, noise units (bound {NOISE_UNITS:g}; worst) | ok |", "|---|---|---|---|---|---|---|"]
     inv_lines = ["| model | format | output | batch | identical rows | max abs diff |", "|---|---|---|---|---|---|"]
     failures = 0
     for name, fmt in ((n, f) for n in MODELS for f in FORMATS):
@@ -91,9 +138,12 @@ def gpu(root: Path, out: Path) -> int:
                 logits = model(*inputs)[0].float().cpu().numpy()
             ref = refs[f"{name}/{fmt}/{case}"]
             err = float(np.linalg.norm(logits - ref) / np.linalg.norm(ref))
-            ok = err < tolerances.MODEL_QUANTIZED
+            bound = BF16_CASCADE if fmt == "w4a16" else tolerances.MODEL_QUANTIZED
+            noise, where = projection_noise(model, inputs)
+            ok = err < bound and noise <= NOISE_UNITS
             failures += not ok
-            lines.append(f"| {name} | {fmt} | {case} | {err:.3e} | {tolerances.MODEL_QUANTIZED:.0e} | {'yes' if ok else 'NO'} |")
+            lines.append(f"| {name} | {fmt} | {case} | {err:.3e} | {bound:.0e} | {noise:.2f} ({where}) | "
+                         f"{'yes' if ok else 'NO'} |")
         for pname, proj in model.projections():
             # Each projection alone: rows of one 33-row launch vs the same rows launched alone.
             g = torch.Generator().manual_seed(3)

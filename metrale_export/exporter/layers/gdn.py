@@ -35,6 +35,7 @@ from torch._higher_order_ops.scan import scan
 
 from ...errors import CheckpointError, ConfigError
 from ..projection import Projection
+from .norm import mean_square
 from .views import Part, RowRecipe
 
 
@@ -211,7 +212,7 @@ class GatedRMSNorm(nn.Module):
     def forward(self, x, z):
         dtype = x.dtype
         h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = h * torch.rsqrt(mean_square(h) + self.eps)
         h = self.weight * h.to(dtype)
         h = h * torch.nn.functional.silu(z.to(torch.float32))
         return h.to(dtype)

@@ -25,6 +25,7 @@ from .attention import cached_attention
 from .gdn import GatedDeltaNet, gdn_config, gdn_plain_tensors, gdn_plan, gdn_recipes
 from .model import LAYER_BUILDERS, StateSpec
 from .moe import build_mlp, expert_recipes, layer_index, mlp_plain_tensors, mlp_plan, moe_config
+from .norm import mean_square
 from .rope import apply_rotary
 
 LAYER_KINDS = ("linear_attention", "full_attention")
@@ -68,7 +69,7 @@ class OffsetRMSNorm(nn.Module):
 
     def forward(self, x):
         h = x.to(torch.float32)
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        h = h * torch.rsqrt(mean_square(h) + self.eps)
         return (h * (1.0 + self.weight.to(torch.float32))).to(x.dtype)
 
 
