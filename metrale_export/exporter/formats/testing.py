@@ -58,7 +58,6 @@ def projection_names(cfg: dict | None = None) -> list[str]:
 
 def ct_scheme(name: str, group_size: int = 128):
     """compressed-tensors QuantizationScheme kwargs for our test schemes (its presets where one exists)."""
-    from compressed_tensors.quantization import QuantizationArgs
     from compressed_tensors.quantization.quant_scheme import PRESET_SCHEMES
 
     if name in ("W4A16", "W4A16_ASYM"):
@@ -71,7 +70,6 @@ def ct_scheme(name: str, group_size: int = 128):
         s = dict(PRESET_SCHEMES["FP8_DYNAMIC"])
         return {"weights": s["weights"].model_copy(update={"strategy": "tensor"}),
                 "input_activations": s["input_activations"]}
-    _ = QuantizationArgs
     return dict(PRESET_SCHEMES[name])
 
 
@@ -106,7 +104,8 @@ def _calibrate(module, scheme) -> None:
     if hasattr(module, "weight_zero_point"):
         module.weight_zero_point.data.copy_(zp.reshape(module.weight_zero_point.shape).to(module.weight_zero_point.dtype))
     a = scheme.input_activations
-    if a is not None and not a.dynamic or (a is not None and str(getattr(a.dynamic, "value", a.dynamic)) == "local"):
+    # static (False) or NVFP4's "local" (static global scale): a stored activation scale to calibrate
+    if a is not None and str(getattr(a.dynamic, "value", a.dynamic)) in ("False", "local"):
         amax = torch.tensor([4.0])
         if hasattr(module, "input_global_scale"):
             module.input_global_scale.data.copy_(generate_gparam(-amax, amax).to(module.input_global_scale.dtype))
