@@ -6,8 +6,8 @@ the batched attention matmuls pick their kernels by the tensor's shape, so a dec
 inside a batch of 33 differed in the last float32 bit (RMSNorm: 5 of 33 rows; probs @ v: every
 row), and W4A16's bf16 activation rounding sometimes carried such a bit to the logits. Here:
 - RMSNorm and cached_attention give every row the same bits alone and in a batch, on CUDA;
-- the W4A16 demo model: every module's output row (forward hooks) is bitwise the row run alone, for
-  33 decode sequences;
+- the W4A16 demo models (dense, and hybrid GDN + attention + MoE): every module's output row
+  (forward hooks) is bitwise the row run alone, for 33 decode sequences;
 - every projection of the model, on the inputs the GPU model gives it (prefill and decode), is
   within float32 accumulation noise of the CPU reference op (benchmarks.model_check.NOISE_UNITS).
 Skipped where no CUDA device is present.
@@ -62,25 +62,27 @@ def test_cached_attention_rows_alone_equal_batched(heads, kv_heads, d, past, s):
     assert not bad, f"attention rows {bad} differ alone vs in a batch of {ROWS}"
 
 
-@pytest.fixture(scope="module")
-def demo_w4a16(tmp_path_factory):
+@pytest.fixture(scope="module", params=["demo", "hybrid"])
+def demo_w4a16(request, tmp_path_factory):
     from benchmarks.model_check import _build
     from metrale_export.exporter.demo import write_demo
+    from metrale_export.exporter.demo_hybrid import write_hybrid_demo
 
-    root = tmp_path_factory.mktemp("demo")
-    write_demo(root)
+    root = tmp_path_factory.mktemp(request.param)
+    (write_demo if request.param == "demo" else write_hybrid_demo)(root)
     return _build(root, "w4a16", "cuda")
 
 
-def _record(model, inputs):
-    recs = []
+def _record(model, inputs) -> dict[str, list[torch.Tensor]]:
+    """Every module's tensor outputs by name, one entry per call, in call order."""
+    recs: dict[str, list[torch.Tensor]] = {}
     hooks = []
     for name, mod in model.named_modules():
         if name:
             def hook(m, i, o, name=name):
                 o = o[0] if isinstance(o, (tuple, list)) else o
                 if torch.is_tensor(o):
-                    recs.append((name, o.detach().clone()))
+                    recs.setdefault(name, []).append(o.detach().clone())
             hooks.append(mod.register_forward_hook(hook))
     with torch.no_grad():
         model(*inputs)
@@ -95,10 +97,21 @@ def test_demo_w4a16_every_module_row_invariant(demo_w4a16):
     alone = [_record(model, s) for s in seqs]
     batched = _record(model, [torch.cat([s[j] for s in seqs], dim=0) for j in range(len(seqs[0]))])
     bad = []
-    for idx, (name, out) in enumerate(batched):
-        rows = [i for i in range(ROWS) if not _same(out[i], alone[i][idx][1][0])]
-        if rows:
-            bad.append(f"{name}: rows {rows[:8]}")
+    for name, calls in batched.items():
+        ones = alone[0][name]
+        for c, one in enumerate(ones):
+            if len(calls) == len(ones):  # one call for the whole batch
+                out = calls[c]
+                if out.numel() != ROWS * one.numel():
+                    continue  # not per row (rotary tables)
+                # Batch-major: [B, ...] or rows flattened as [B * S * heads, ...] (GDN's gated norm).
+                got = list(out.reshape(ROWS, -1))
+            else:  # called once per sequence (the CUDA loops of the GDN core)
+                assert len(calls) == ROWS * len(ones), f"{name}: {len(calls)} calls batched, {len(ones)} alone"
+                got = [calls[i * len(ones) + c].reshape(-1) for i in range(ROWS)]
+            rows = [i for i in range(ROWS) if not _same(got[i], alone[i][name][c].reshape(-1))]
+            if rows:
+                bad.append(f"{name}: rows {rows[:8]}")
     assert not bad, "module outputs differ alone vs batched: " + "; ".join(bad[:6])
 
 

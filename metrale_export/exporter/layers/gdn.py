@@ -241,9 +241,23 @@ class GatedDeltaNet(nn.Module):
         self.out_proj = Projection(specs["out_proj"], dtype)
 
     def forward(self, x, conv_state, recurrent_state):
+        qkvz = self.in_proj_qkvz(x)
+        if x.is_cuda and x.shape[0] > 1 and not torch.compiler.is_compiling():
+            # One sequence at a time between the two metrale projections: torch's GPU conv1d,
+            # matmul and reductions pick their kernels by shape, so a row alone and inside a batch
+            # could differ in the last bit (measured on the H200: the recurrent state, every batch).
+            parts = [self._core(x[i:i + 1], qkvz[i:i + 1], conv_state[i:i + 1], recurrent_state[i:i + 1])
+                     for i in range(x.shape[0])]
+            core, conv_state, recurrent_state = (torch.cat(t, dim=0) for t in zip(*parts))
+        else:
+            core, conv_state, recurrent_state = self._core(x, qkvz, conv_state, recurrent_state)
+        return self.out_proj(core), conv_state, recurrent_state
+
+    def _core(self, x, qkvz, conv_state, recurrent_state):
+        """Everything between in_proj_qkvz and out_proj: (core [B, S, value_dim], conv state,
+        recurrent state)."""
         g = self.g
         b, s, _ = x.shape
-        qkvz = self.in_proj_qkvz(x)
         mixed, z = qkvz[..., :g.conv_dim], qkvz[..., g.conv_dim:]
         ba = torch.nn.functional.linear(x, self.in_proj_ba.weight)
         beta_in, a = ba[..., :g.num_v_heads], ba[..., g.num_v_heads:]
@@ -268,4 +282,4 @@ class GatedDeltaNet(nn.Module):
         core = core.to(x.dtype)
 
         core = self.norm(core.reshape(-1, g.head_v_dim), z.reshape(-1, g.head_v_dim))
-        return self.out_proj(core.reshape(b, s, g.value_dim)), conv_state, recurrent_state
+        return core.reshape(b, s, g.value_dim), conv_state, recurrent_state
