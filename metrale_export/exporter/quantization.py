@@ -109,25 +109,35 @@ class FloatSource:
     def load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
         """Read the float weight of ``spec`` and quantize it to the spec's tensors."""
         weight_name = spec.source
-        w = self.checkpoint.get(weight_name).to(torch.float32)
-        if not all_finite(w):
+        w = self.checkpoint.get(weight_name)
+        if not all_finite(w):  # sliced: no float32 copy of a large tensor
             raise CheckpointError(f"{self.checkpoint.root}: tensor {weight_name!r} holds NaN or infinite values")
         out: dict[str, torch.Tensor]
         if spec.kind == "none":
+            # Kept in the stored float dtype: the model converts it once, to the export dtype (no
+            # float32 round trip of a large unquantized lm_head).
             out = {"weight": w}
         elif spec.kind == "w4a16":
+            w = w.to(torch.float32)
             q = w4a16.quantize(w, int(spec.attrs["group_size"]), symmetric="zero_point" not in spec.tensors)
             out = {"weight": q.weight, "weight_scale": q.weight_scale}
             if q.zero_point is not None:
                 out["zero_point"] = q.zero_point
         elif spec.kind == "w8a8":
+            w = w.to(torch.float32)
             q = w8a8.quantize(w, str(spec.attrs["weight_scale_granularity"]))
             out = {"weight": q.weight, "weight_scale": q.weight_scale}
         else:
-            q = w4a4.quantize(w)
+            q = w4a4.quantize(w.to(torch.float32))
             out = {"weight": q.weight, "weight_scale": q.weight_scale,
                    "weight_global_scale": q.weight_global_scale}
         if "bias" in spec.tensors:
             out["bias"] = self.checkpoint.get(f"{spec.name}.bias").to(torch.float32)
-        spec.check(out)
+        if spec.kind == "none":  # the stored float dtype, so only the shape is the spec's
+            want = spec.tensors["weight"][0]
+            if tuple(w.shape) != tuple(want) or not w.dtype.is_floating_point:
+                raise CheckpointError(f"{weight_name}: expected a float tensor of shape {list(want)}, "
+                                      f"found {w.dtype} {list(w.shape)}")
+        else:
+            spec.check(out)
         return out

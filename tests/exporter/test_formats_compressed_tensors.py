@@ -131,7 +131,7 @@ def test_ignore_list_keeps_projections_float_tensor_by_tensor(tmp_path):
     assert src.spec("model.layers.0.mlp.down_proj", 256, 512, "ffn").kind == "none"
     assert src.spec("model.layers.0.mlp.up_proj", 512, 256, "ffn").kind == "w4a16"
     t = src.load(src.spec("model.layers.1.mlp.down_proj", 256, 512, "ffn"))
-    assert t["weight"].dtype == torch.float32 and t["weight"].shape == (256, 512)
+    assert t["weight"].dtype.is_floating_point and t["weight"].shape == (256, 512)
 
 
 def test_config_and_tensors_disagreeing_is_a_checkpoint_error(tmp_path):

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ...errors import CheckpointError
+from ..checkpoint import all_finite
 from ..projection import Projection
 from .attention import Attention, attention_plan
 from .ffn import SwiGLU
@@ -109,12 +110,6 @@ class DecoderLayer(nn.Module):
         }
 
 
-def _all_finite(t: torch.Tensor) -> bool:
-    from ..checkpoint import all_finite
-
-    return all_finite(t)
-
-
 # Decoder layer classes by config family; other families (MoE, GDN) register theirs.
 LAYER_BUILDERS: dict[str, type] = {"qwen3": DecoderLayer}
 # The module that registers a family, imported on first use (it builds on this module).
@@ -190,7 +185,7 @@ class CausalLM(nn.Module):
             yield fqn, make()
         for fqn, name in self.plain.items():
             t = ckpt.get(name)
-            if not _all_finite(t):  # sliced: no float32 copy of the embedding
+            if not all_finite(t):  # sliced: no float32 copy of the embedding
                 raise CheckpointError(f"{ckpt.root}: tensor {name!r} holds NaN or infinite values")
             yield fqn, t.to(self.dtype)
         for prefix, proj in self.projections():
