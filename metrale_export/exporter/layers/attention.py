@@ -63,14 +63,17 @@ def cached_attention(q, k, v, past_k, past_v, scaling: float):
 
 
 class Attention(nn.Module):
+    # The per-head q/k norm; variants (Qwen3-Next's offset norm) override it.
+    norm_cls: type[nn.Module] = RMSNorm
+
     def __init__(self, cfg, specs: dict, dtype: torch.dtype):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.scaling = self.head_dim ** -0.5
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             setattr(self, name, Projection(specs[name], dtype))
-        self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, dtype)
-        self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps, dtype)
+        self.q_norm = self.norm_cls(self.head_dim, cfg.rms_norm_eps, dtype)
+        self.k_norm = self.norm_cls(self.head_dim, cfg.rms_norm_eps, dtype)
 
     def forward(self, x, cos, sin, past_k, past_v):
         b, s, _ = x.shape

@@ -223,14 +223,7 @@ class Qwen3MoeDecoderLayer(DecoderLayer):
 
     @staticmethod
     def plain_tensors(cfg, prefix: str) -> dict[str, tuple[int, ...]]:
-        h, hd = cfg.hidden_size, cfg.head_dim
-        return {
-            f"{prefix}.input_layernorm.weight": (h,),
-            f"{prefix}.post_attention_layernorm.weight": (h,),
-            f"{prefix}.self_attn.q_norm.weight": (hd,),
-            f"{prefix}.self_attn.k_norm.weight": (hd,),
-            **mlp_plain_tensors(cfg, moe_config(cfg), prefix),
-        }
+        return {**DecoderLayer.plain_tensors(cfg, prefix), **mlp_plain_tensors(cfg, moe_config(cfg), prefix)}
 
     @staticmethod
     def recipes(cfg, ckpt, prefix: str) -> dict[str, RowRecipe]:

@@ -20,8 +20,7 @@ import torch
 from torch import nn
 
 from ...errors import ConfigError
-from ..projection import Projection
-from .attention import cached_attention
+from .attention import Attention, cached_attention
 from .gdn import GatedDeltaNet, gdn_config, gdn_plain_tensors, gdn_plan, gdn_recipes
 from .model import LAYER_BUILDERS, StateSpec
 from .moe import build_mlp, expert_recipes, layer_index, mlp_plain_tensors, mlp_plan, moe_config
@@ -81,17 +80,10 @@ def apply_partial_rotary(x, cos, sin):
     return torch.cat((apply_rotary(x[..., :rot], cos, sin), x[..., rot:]), dim=-1)
 
 
-class GatedAttention(nn.Module):
+class GatedAttention(Attention):
     """Qwen3-Next full attention (see the module docstring); KV cache as Qwen3's."""
 
-    def __init__(self, cfg, specs: dict, dtype: torch.dtype):
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
-        self.scaling = self.head_dim ** -0.5
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            setattr(self, name, Projection(specs[name], dtype))
-        self.q_norm = OffsetRMSNorm(self.head_dim, cfg.rms_norm_eps, dtype)
-        self.k_norm = OffsetRMSNorm(self.head_dim, cfg.rms_norm_eps, dtype)
+    norm_cls = OffsetRMSNorm
 
     def forward(self, x, cos, sin, past_k, past_v):
         b, s, _ = x.shape
