@@ -35,8 +35,12 @@ plugins:
 bench:
 	$(BIN)/python -m benchmarks.bench_kernels
 
+# Export benchmark on the CPU: installs the peer exporter (the bench extra) first. SHAPES picks
+# the checkpoint shapes (one results file), e.g. make bench-export SHAPES=qwen3-8b.
+SHAPES ?= qwen3-1.7b,qwen3-8b
 bench-export:
-	$(BIN)/python -m benchmarks.bench_export
+	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python -m benchmarks.bench_export --shape $(SHAPES)
 
 clean:
 	rm -rf build

@@ -1,16 +1,20 @@
-"""Export benchmark: a Qwen3-8B-shaped random bf16 checkpoint exported to w4a16 and w8a8, beside the
-ONNX Runtime GenAI model builder's int4 CPU path on the same checkpoint.
+"""Export benchmark: Qwen3-shaped random bf16 checkpoints exported to w4a16 and w8a8, beside the ONNX
+Runtime GenAI model builder's int4 CPU path on the same checkpoint.
 
 Each export runs in a child process; its wall time and peak RSS (``wait4``'s ``ru_maxrss``, which
 counts file-backed pages too) are measured by this script, and a watchdog kills a child whose
 resident memory passes ``--rss-limit-gib`` (the machine is shared: an out-of-memory peer must not
-take other processes with it). The table goes to ``benchmarks/results/export-<date>.md``.
+take other processes with it). One invocation may run several shapes (``--shape
+qwen3-1.7b,qwen3-8b``); their tables go to one file, ``benchmarks/results/export-<date>[-<shapes>].md``
+(no suffix for the default ``qwen3-8b`` alone), rewritten after every row.
 
 Invariants: the checkpoint is written shard by shard and tensor by tensor (never held in memory);
-everything is written under one temporary directory that is removed at the end, also on failure.
+everything is written under one temporary directory that is removed at the end, also on failure;
+one shape's checkpoint is deleted before the next shape's is written (disk).
 
-    python benchmarks/bench_export.py                 # the full run (~16 GB on disk, long)
-    python benchmarks/bench_export.py --shape small   # a quick check of the script itself
+    python benchmarks/bench_export.py                                # Qwen3-8B (~16 GB on disk, long)
+    python benchmarks/bench_export.py --shape qwen3-1.7b,qwen3-8b    # a shape the peer fits, and 8B
+    python benchmarks/bench_export.py --shape small                  # a quick check of the script
 """
 
 from __future__ import annotations
@@ -36,18 +40,21 @@ ROOT = Path(__file__).resolve().parents[1]
 SHAPES = {
     # Qwen/Qwen3-8B's config.json (dimensions only).
     "qwen3-8b": dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-                     num_attention_heads=32, num_key_value_heads=8, head_dim=128),
+                     num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
+    # Qwen/Qwen3-1.7B's: small enough for the peer builder to finish on a 24 GiB machine.
+    "qwen3-1.7b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
     "small": dict(vocab_size=4096, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
-                  num_attention_heads=8, num_key_value_heads=4, head_dim=64),
+                  num_attention_heads=8, num_key_value_heads=4, head_dim=64, tie_word_embeddings=False),
 }
 SHARD_BYTES = 4 << 30
 
 
 def qwen3_config(dims: dict) -> dict:
     return {
-        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", **dims,
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "tie_word_embeddings": False, **dims,
         "rms_norm_eps": 1e-6, "rope_theta": 1000000.0, "max_position_embeddings": 40960,
-        "tie_word_embeddings": False, "attention_bias": False, "torch_dtype": "bfloat16",
+        "attention_bias": False, "torch_dtype": "bfloat16",
         "hidden_act": "silu", "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": 1,
         "use_sliding_window": False, "attention_dropout": 0.0, "initializer_range": 0.02,
     }
@@ -66,7 +73,9 @@ def tensor_shapes(cfg: dict) -> list[tuple[str, tuple[int, ...]]]:
                 (f"{p}.self_attn.q_norm.weight", (hd,)), (f"{p}.self_attn.k_norm.weight", (hd,)),
                 (f"{p}.mlp.gate_proj.weight", (i, h)), (f"{p}.mlp.up_proj.weight", (i, h)),
                 (f"{p}.mlp.down_proj.weight", (h, i))]
-    out += [("model.norm.weight", (h,)), ("lm_head.weight", (v, h))]
+    out.append(("model.norm.weight", (h,)))
+    if not cfg.get("tie_word_embeddings"):
+        out.append(("lm_head.weight", (v, h)))
     return out
 
 
@@ -276,10 +285,75 @@ def _tail(log: Path, n: int = 3) -> str:
     return " / ".join(lines[-n:])[-300:]
 
 
+def _shapes(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in SHAPES]
+    if not names or bad or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(
+            f"expected one or more of {', '.join(sorted(SHAPES))}, comma-separated and each once; found {text!r}")
+    return names
+
+
+def _print_result(r: dict) -> None:
+    print(f"  {r['wall_s']:.0f} s ({r['cpu_s']:.0f} s CPU), peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}",
+          flush=True)
+    if r["rc"] != 0:
+        print(_tail(r["log"], 20), flush=True)
+
+
+def run_shape(shape: str, args, work: Path, section: dict, save_table) -> None:
+    """Write (or reuse) one shape's checkpoint, export it in every format, then run the peer."""
+    cfg = qwen3_config(SHAPES[shape])
+    t0 = time.time()
+    if args.checkpoint is not None:
+        ckpt = args.checkpoint
+        size = json.loads((ckpt / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
+        cfg = json.loads((ckpt / "config.json").read_text())
+    else:
+        ckpt = work / f"checkpoint-{shape}"
+        size = write_checkpoint(ckpt, cfg)
+        write_tokenizer(ckpt)
+    section.update(cfg=cfg, size=size, gen_s=time.time() - t0, reused=args.checkpoint is not None)
+    print(f"{shape}: checkpoint {size / 2**30:.2f} GiB in {section['gen_s']:.0f} s at {ckpt}", flush=True)
+    limit = int(args.rss_limit_gib * 2**20)
+    rows = section["rows"]
+    for fmt in [f for f in args.formats.split(",") if f]:
+        out = work / f"export-{shape}-{fmt}"
+        print(f"{shape}: metrale-export {fmt} ...", flush=True)
+        r = run_measured([sys.executable, "-c", EXPORT_CHILD, fmt, str(ckpt), str(out)],
+                         work / f"{shape}-{fmt}.log", limit, args.timeout_s)
+        r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
+        rows.append((f"metrale-export `{fmt}` (bf16 I/O)", r))
+        save_table()
+        _print_result(r)
+        shutil.rmtree(out, ignore_errors=True)
+    if not args.no_peer:
+        ver = _peer_version()
+        if ver is None:
+            rows.append(("onnxruntime-genai builder int4 cpu",
+                         {"note": "onnxruntime-genai is not installed (make bench-export installs the bench extra)"}))
+        else:
+            out = work / f"export-{shape}-peer"
+            print(f"{shape}: onnxruntime-genai builder int4 cpu ...", flush=True)
+            r = run_measured([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt),
+                              "-o", str(out), "-p", "int4", "-e", "cpu", "-c", str(work / f"peer-cache-{shape}")],
+                             work / f"{shape}-peer.log", limit, args.timeout_s)
+            r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
+            rows.append((f"onnxruntime-genai {ver} builder `-p int4 -e cpu`", r))
+            save_table()
+            _print_result(r)
+            shutil.rmtree(out, ignore_errors=True)
+            shutil.rmtree(work / f"peer-cache-{shape}", ignore_errors=True)
+    save_table()
+    if args.checkpoint is None and not args.keep:
+        shutil.rmtree(ckpt, ignore_errors=True)  # the next shape's checkpoint needs the disk
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen3-8b")
-    ap.add_argument("--workdir", type=Path, default=None, help="where the temporary checkpoint goes (default: under /tmp's filesystem of the repo)")
+    ap.add_argument("--shape", type=_shapes, default=["qwen3-8b"],
+                    help=f"one or more of {', '.join(sorted(SHAPES))}, comma-separated, run in that order")
+    ap.add_argument("--workdir", type=Path, default=None, help="where the temporary checkpoint goes (default: the temporary directory)")
     ap.add_argument("--formats", default="w4a16,w8a8")
     ap.add_argument("--no-peer", action="store_true", help="skip the onnxruntime-genai model builder")
     ap.add_argument("--rss-limit-gib", type=float, default=16.0)
@@ -287,11 +361,16 @@ def main(argv=None) -> int:
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     ap.add_argument("--checkpoint", type=Path, default=None,
-                    help="use this existing checkpoint (made by an earlier --keep run) instead of writing one")
+                    help="use this existing checkpoint (made by an earlier --keep run) instead of writing one "
+                         "(one shape only)")
     args = ap.parse_args(argv)
+    shapes = args.shape
+    if args.checkpoint is not None and len(shapes) != 1:
+        ap.error("--checkpoint goes with a single --shape")
 
-    cfg = qwen3_config(SHAPES[args.shape])
-    need = sum(2 * _numel(s) for _, s in tensor_shapes(cfg))
+    # Disk: the largest shape's checkpoint plus one export at a time (checkpoints are deleted
+    # shape by shape).
+    need = max(sum(2 * _numel(s) for _, s in tensor_shapes(qwen3_config(SHAPES[n]))) for n in shapes)
     base = args.workdir or Path(tempfile.gettempdir())
     free = shutil.disk_usage(base).free
     if args.checkpoint is not None:
@@ -300,57 +379,18 @@ def main(argv=None) -> int:
         print(f"{base}: {free / 2**30:.1f} GiB free, the benchmark needs about {2.5 * need / 2**30:.1f} GiB "
               "(the checkpoint plus one export at a time); use --workdir", file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="metrale-bench-", dir=base))
-    rows = []
-    try:
-        t0 = time.time()
-        if args.checkpoint is not None:
-            ckpt = args.checkpoint
-            size = json.loads((ckpt / "model.safetensors.index.json").read_text())["metadata"]["total_size"]
-            cfg = json.loads((ckpt / "config.json").read_text())
-        else:
-            ckpt = work / "checkpoint"
-            size = write_checkpoint(ckpt, cfg)
-            write_tokenizer(ckpt)
-        gen_s = time.time() - t0
-        print(f"checkpoint: {size / 2**30:.2f} GiB in {gen_s:.0f} s at {ckpt}", flush=True)
-        limit = int(args.rss_limit_gib * 2**20)
-        args.results.mkdir(parents=True, exist_ok=True)
-        suffix = "" if args.shape == "qwen3-8b" else "-" + args.shape
-        dest = args.results / f"export-{datetime.date.today().isoformat()}{suffix}.md"
+    args.results.mkdir(parents=True, exist_ok=True)
+    suffix = "" if shapes == ["qwen3-8b"] else "-" + "-".join(shapes)
+    dest = args.results / f"export-{datetime.date.today().isoformat()}{suffix}.md"
+    sections = [{"shape": n, "cfg": qwen3_config(SHAPES[n]), "size": 0, "gen_s": 0.0, "rows": []} for n in shapes]
 
-        def save_table():  # after every row: an interrupted run still leaves what it measured
-            dest.write_text(render(args.shape, cfg, size, gen_s, rows))
-        for fmt in [f for f in args.formats.split(",") if f]:
-            out = work / f"export-{fmt}"
-            print(f"metrale-export {fmt} ...", flush=True)
-            r = run_measured([sys.executable, "-c", EXPORT_CHILD, fmt, str(ckpt), str(out)],
-                             work / f"{fmt}.log", limit, args.timeout_s)
-            r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
-            rows.append((f"metrale-export `{fmt}` (bf16 I/O)", r))
-            save_table()
-            print(f"  {r['wall_s']:.0f} s ({r['cpu_s']:.0f} s CPU), peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
-            if r["rc"] != 0:
-                print(_tail(r["log"], 20), flush=True)
-            shutil.rmtree(out, ignore_errors=True)
-        if not args.no_peer:
-            ver = _peer_version()
-            if ver is None:
-                rows.append(("onnxruntime-genai builder int4 cpu", {"note": "onnxruntime-genai is not installed"}))
-            else:
-                out = work / "export-peer"
-                print("onnxruntime-genai builder int4 cpu ...", flush=True)
-                r = run_measured([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt),
-                                  "-o", str(out), "-p", "int4", "-e", "cpu", "-c", str(work / "peer-cache")],
-                                 work / "peer.log", limit, args.timeout_s)
-                r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
-                rows.append((f"onnxruntime-genai {ver} builder `-p int4 -e cpu`", r))
-                save_table()
-                print(f"  {r['wall_s']:.0f} s ({r['cpu_s']:.0f} s CPU), peak RSS {r['peak_rss_gib']:.2f} GiB, rc {r['rc']} {r['note']}", flush=True)
-                if r["rc"] != 0:
-                    print(_tail(r["log"], 20), flush=True)
-                shutil.rmtree(out, ignore_errors=True)
-        save_table()
+    def save_table():  # after every row: an interrupted run still leaves what it measured
+        dest.write_text(render([sec for sec in sections if sec["size"]]))
+
+    work = Path(tempfile.mkdtemp(prefix="metrale-bench-", dir=base))
+    try:
+        for section in sections:
+            run_shape(section["shape"], args, work, section, save_table)
         print(dest.read_text())
         print(f"written to {dest}")
     finally:
@@ -361,7 +401,15 @@ def main(argv=None) -> int:
     return 0
 
 
-def render(shape: str, cfg: dict, size: int, gen_s: float, rows) -> str:
+def _row_cells(r: dict) -> str:
+    if "wall_s" not in r:
+        return "- | - | - | - | " + r["note"]
+    result = "ok" if r["rc"] == 0 else f"failed (exit {r['rc']}) {r['note']} {_tail(r['log'])}".strip()
+    return (f"{r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_rss_gib']:.2f} | {r['out_gib']:.2f} | "
+            f"{result.replace('|', '/')}")
+
+
+def render(sections: list[dict]) -> str:
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     lines = [
         f"# Export benchmark, {datetime.date.today().isoformat()}",
@@ -369,24 +417,26 @@ def render(shape: str, cfg: dict, size: int, gen_s: float, rows) -> str:
         f"- commit: {_commit()}",
         f"- machine: {os.cpu_count()} CPUs, {mem_gib:.0f} GiB memory, {platform.python_implementation()} "
         f"{platform.python_version()}, torch {torch.__version__}",
-        f"- checkpoint: `{shape}`-shaped random bf16 ({cfg['num_hidden_layers']} layers, hidden "
-        f"{cfg['hidden_size']}, intermediate {cfg['intermediate_size']}, vocab {cfg['vocab_size']}), "
-        f"{size / 2**30:.2f} GiB in shards of at most {SHARD_BYTES >> 30} GiB"
-        + (f", written in {gen_s:.0f} s" if gen_s > 1 else " (written by an earlier run)"),
         "- peak RSS: the child's `ru_maxrss` (from `wait4`, file-backed pages included) or the highest "
         "polled VmRSS of it and its children, whichever is larger; CPU time: the child's user + system "
-        "time (the machine is shared, so wall time includes waiting for a core)",
-        "",
-        "| exporter | wall time (s) | CPU time (s) | peak RSS (GiB) | output (GiB) | result |",
-        "|---|---:|---:|---:|---:|---|",
+        "time (on a shared machine wall time includes waiting for a core)",
     ]
-    for label, r in rows:
-        if "wall_s" not in r:
-            lines.append(f"| {label} | - | - | - | - | {r['note']} |")
-            continue
-        result = "ok" if r["rc"] == 0 else f"failed (exit {r['rc']}) {r['note']} {_tail(r['log'])}".strip()
-        lines.append(f"| {label} | {r['wall_s']:.0f} | {r['cpu_s']:.0f} | {r['peak_rss_gib']:.2f} | {r['out_gib']:.2f} | "
-                     f"{result.replace('|', '/')} |")
+    for sec in sections:
+        cfg, size, gen_s = sec["cfg"], sec["size"], sec["gen_s"]
+        lines += [
+            "",
+            f"## `{sec['shape']}`",
+            "",
+            f"Random bf16 checkpoint: {cfg['num_hidden_layers']} layers, hidden {cfg['hidden_size']}, "
+            f"intermediate {cfg['intermediate_size']}, vocab {cfg['vocab_size']}, "
+            f"{'tied' if cfg.get('tie_word_embeddings') else 'untied'} embeddings; "
+            f"{size / 2**30:.2f} GiB in shards of at most {SHARD_BYTES >> 30} GiB"
+            + (" (written by an earlier run)" if sec.get("reused") else f", written in {gen_s:.0f} s") + ".",
+            "",
+            "| exporter | wall time (s) | CPU time (s) | peak RSS (GiB) | output (GiB) | result |",
+            "|---|---:|---:|---:|---:|---|",
+        ]
+        lines += [f"| {label} | {_row_cells(r)} |" for label, r in sec["rows"]]
     lines += ["", "Reproduce: `make bench-export` (`python benchmarks/bench_export.py`).", ""]
     return "\n".join(lines)
 
