@@ -7,12 +7,13 @@ DEMO    := build/demo
 .PHONY: setup test test-all demo plugins bench bench-export clean
 
 # A virtual environment with the CPU build of torch (from this machine's disk when present), the
-# package in editable mode, the test tools and TensorRT-RTX (CPU-only engine building).
+# package in editable mode, the test tools and TensorRT-RTX (CPU-only engine building). torch is
+# named again beside the extras so that no dependency can replace the CPU build.
 setup:
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[test,tensorrt-rtx]'
+	$(BIN)/python -m pip install -q -e '.[test,tensorrt-rtx]' torch==2.13.0
 
 # The default suite: export, reference ops, CLI, engine building (TensorRT-RTX), plugin compile
 # checks. GPU tests (-m gpu) run on a CUDA machine; slow ones with 'make test-all'.
