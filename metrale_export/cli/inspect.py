@@ -1,4 +1,11 @@
-"""``metrale-export inspect DIR_OR_ONNX``: ops, formats, shapes and sizes of an export at a glance."""
+"""``metrale-export inspect PATH``: an export (ops, formats, shapes and sizes) or a checkpoint (its
+model and the quantization format it declares) at a glance.
+
+An export directory or ``.onnx`` file shows what ``summarize`` reads from the graph and the manifest,
+including the checkpoint's declared format the manifest recorded; anything else is opened as a
+checkpoint (a ``.safetensors`` file, a directory, an index). Both print the declared format with
+``formats.describe_text``, the one line made from a reader's ``describe()``.
+"""
 
 from __future__ import annotations
 
@@ -10,8 +17,14 @@ import click
 import onnx
 
 from ..errors import InputError
+from ..exporter.checkpoint import Checkpoint
+from ..exporter.formats import describe_checkpoint, describe_text
 from ..exporter.manifest import metrale_ops
 from . import options as opt
+
+
+def is_export(path: Path) -> bool:
+    return path.suffix == ".onnx" or (path.is_dir() and (path / "model.onnx").exists())
 
 
 def summarize(path: Path) -> dict:
@@ -53,20 +66,46 @@ def summarize(path: Path) -> dict:
     return summary
 
 
-@click.command("inspect")
-@click.argument("path", metavar="DIR_OR_ONNX", type=click.Path(exists=True, path_type=Path))
-@click.option("--ops/--no-ops", "show_ops", default=True, help="List every metrale op with its attributes.")
-@opt.json_option
-def command(path, show_ops, as_json):
-    """Show the metrale ops (per family and activation format, with attributes), the graph's inputs
-    and outputs and the weight sizes of an export directory or ONNX file."""
-    s = summarize(path)
-    if as_json:
-        click.echo(json.dumps(s, indent=2))
-        return
+def summarize_checkpoint(path: Path) -> dict:
+    """The model and the declared quantization format of a checkpoint (headers and configs only)."""
+    ckpt = Checkpoint.open(path)
+    cfg = ckpt.config
+    dtypes = Counter()
+    for name in ckpt.names():
+        info = ckpt.info(name)
+        dtypes[str(info.dtype).removeprefix("torch.")] += info.nbytes
+    return {
+        "checkpoint": str(ckpt.root),
+        "files": [f.name for f in ckpt.files],
+        "tensors": len(ckpt.names()),
+        "bytes": ckpt.total_bytes(),
+        "bytes_by_dtype": dict(sorted(dtypes.items())),
+        "model": {k: cfg.get(k) for k in ("architectures", "num_hidden_layers", "hidden_size",
+                                          "intermediate_size", "vocab_size", "tie_word_embeddings")},
+        "declared": describe_checkpoint(ckpt),
+    }
+
+
+def _echo_checkpoint(s: dict) -> None:
+    m = s["model"]
+    arch = ",".join(m["architectures"] or ["?"])
+    click.echo(f"{s['checkpoint']}: checkpoint, {len(s['files'])} file(s), {s['tensors']} tensors, "
+               f"{s['bytes'] / 2**20:.2f} MiB ("
+               + ", ".join(f"{k} {v / 2**20:.2f} MiB" for k, v in s["bytes_by_dtype"].items()) + ")")
+    click.echo(f"model: {arch}, {m['num_hidden_layers']} layers, hidden {m['hidden_size']}, "
+               f"intermediate {m['intermediate_size']}, vocab {m['vocab_size']}"
+               + (", tied embeddings" if m["tie_word_embeddings"] else ""))
+    click.echo(f"declared format: {describe_text(s['declared'])}")
+
+
+def _echo_export(s: dict, show_ops: bool) -> None:
     click.echo(f"{s['file']}: {s['nodes']} nodes, {s['weights_bytes'] / 2**20:.2f} MiB of weights")
     if "model" in s:
-        click.echo(f"model: {s['model']}, weights: {json.dumps(s['weight_quantization'])}")
+        wq = dict(s["weight_quantization"] or {})
+        declared = wq.pop("declared", "absent")
+        click.echo(f"model: {s['model']}, weights: {json.dumps(wq)}")
+        if declared != "absent":  # manifests written before the declared format was recorded lack it
+            click.echo(f"declared format: {describe_text(declared)}")
     click.echo("inputs:  " + ", ".join(f"{k}{v}" for k, v in s["inputs"].items()))
     click.echo("outputs: " + ", ".join(f"{k}{v}" for k, v in s["outputs"].items()))
     click.echo("metrale ops (type family activation_format: count):")
@@ -78,3 +117,30 @@ def command(path, show_ops, as_json):
         for o in s["ops"]:
             attrs = " ".join(f"{k}={v}" for k, v in o.items() if k not in ("op_type", "name"))
             click.echo(f"  {o['name']}: {o['op_type']} {attrs}")
+
+
+@click.command("inspect")
+@click.argument("path", metavar="PATH", type=click.Path(exists=True, path_type=Path))
+@click.option("--ops/--no-ops", "show_ops", default=True, help="List every metrale op with its attributes.")
+@opt.json_option
+def command(path, show_ops, as_json):
+    """Show an export or a checkpoint.
+
+    \b
+    An export directory or ONNX file: the metrale ops (per family and activation format, with
+    attributes), the graph's inputs and outputs, the weight sizes and the checkpoint's declared
+    quantization format. A checkpoint (.safetensors file, directory or index): its model, tensor
+    sizes and the quantization format it declares (bits, group size, symmetry, weight scales,
+    activation format).
+    """
+    export = is_export(path)
+    if path.is_dir() and not export and not any(path.glob("*.safetensors")) and not any(path.glob("*.index.json")):
+        raise InputError(f"{path}: neither an export (no model.onnx) nor a checkpoint (no *.safetensors "
+                         "or index); expected an export directory, an .onnx file or a checkpoint")
+    s = summarize(path) if export else summarize_checkpoint(path)
+    if as_json:
+        click.echo(json.dumps(s, indent=2))
+    elif export:
+        _echo_export(s, show_ops)
+    else:
+        _echo_checkpoint(s)

@@ -228,6 +228,6 @@ def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions |
             onnx.checker.check_model(str(onnx_path))
         except onnx.checker.ValidationError as e:
             raise ExportError(f"{onnx_path}: onnx.checker rejected the exported graph: {e}") from e
-        manifest = build_manifest(ckpt, cfg, model, options, tmp, proto)
+        manifest = build_manifest(ckpt, cfg, model, options, tmp, proto, source)
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return ExportResult(Path(out_dir), manifest, time.time() - t0)

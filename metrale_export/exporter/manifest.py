@@ -1,5 +1,6 @@
-"""``manifest.json`` of an export: the model, the formats, the layers, every metrale op, the graph's
-inputs and outputs, and the hash of every file.
+"""``manifest.json`` of an export: the model, the formats (requested, and the checkpoint's declared
+format as its reader's ``describe()`` gives it), the layers, every metrale op, the graph's inputs and
+outputs, and the hash of every file.
 
 Invariants: deterministic (no timestamps, sorted keys), so identical exports have identical
 manifests; ``ops`` lists each metrale node with its attributes as written in the graph.
@@ -35,7 +36,9 @@ def _value_info(v: onnx.ValueInfoProto) -> dict:
     return {"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": dims}
 
 
-def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto) -> dict:
+def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto, source=None) -> dict:
+    """``source``: the projection source the export read; a declared-format source's ``describe()``
+    goes under ``weight_quantization.declared`` (None for a float checkpoint)."""
     from .. import __version__
 
     ops = metrale_ops(proto.graph)
@@ -64,6 +67,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
             "w8a8_weight_scales": req.w8a8_weight_scales if req.weight == "w8a8" else None,
             "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
             "lm_head": req.quantize_lm_head,
+            "declared": source.describe() if hasattr(source, "describe") else None,
         },
         "dtype": options.dtype,
         "layers": model.layer_ids,

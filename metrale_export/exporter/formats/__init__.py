@@ -2,7 +2,9 @@
 with ``FloatSource``'s interface (``checkpoint``, ``spec``, ``load``) plus ``describe()``.
 
 ``detect(ckpt)`` names the format a checkpoint declares (or None for a float checkpoint);
-``declared_source(ckpt, request)`` builds its source, refusing requests it cannot honour.
+``declared_source(ckpt, request)`` builds its source, refusing requests it cannot honour;
+``describe_checkpoint(ckpt)`` is that source's ``describe()`` (what ``inspect`` shows and the
+manifest records), ``describe_text`` its one-line form.
 docs/formats.md has every layout and mapping. Invariants: detection reads only config files and
 tensor names; the first matching reader wins, most specific first.
 """
@@ -13,7 +15,7 @@ from ...errors import InputError
 from ..checkpoint import Checkpoint
 from ..quantization import QuantRequest
 from .awq import AwqSource
-from .base import DeclaredSource
+from .base import DeclaredSource, describe_text
 from .compressed_tensors import CompressedTensorsSource
 from .fp8_block import Fp8BlockSource
 from .gptq import GptqSource
@@ -45,5 +47,14 @@ def declared_source(ckpt: Checkpoint, request: QuantRequest) -> DeclaredSource |
     return None if reader is None else reader(ckpt, request)
 
 
+def describe_checkpoint(ckpt: Checkpoint) -> dict | None:
+    """The declared format of ``ckpt`` (``DeclaredSource.describe``), or None for a float checkpoint.
+
+    A declaration the readers refuse raises the same ``InputError`` the export would.
+    """
+    source = declared_source(ckpt, QuantRequest(weight="declared"))
+    return None if source is None else source.describe()
+
+
 __all__ = ["READERS", "AwqSource", "CompressedTensorsSource", "DeclaredSource", "Fp8BlockSource", "GptqSource",
-           "ModelOptSource", "declared_source", "detect"]
+           "ModelOptSource", "declared_source", "describe_checkpoint", "describe_text", "detect"]

@@ -43,6 +43,9 @@ class AwqSource(Int4KNSource):
             raise InputError(f"{self.where}: zero_point false is not supported (AutoAWQ writes zero points)")
         self.symmetric = False
 
+    def summary(self) -> dict:
+        return {**super().summary(), "scheme": "gemm"}
+
     def qweight_shape(self, n: int, k: int) -> tuple[int, int]:
         return (k, n // 8)
 

@@ -2,7 +2,8 @@
 unquantized, the request check, and small header helpers.
 
 A declared-format source has the ``FloatSource`` interface (``checkpoint``, ``spec``, ``load``) plus
-``describe()``. Invariants: nothing is re-quantized: ``load`` only repacks, transposes, widens
+``describe()``: the declared format as plain data (``DESCRIBE_KEYS``), which ``inspect`` prints and
+the export manifest records, and ``describe_text`` puts into one line for both. Invariants: nothing is re-quantized: ``load`` only repacks, transposes, widens
 (bf16/fp16 -> float32, exact) or broadcasts the stored tensors; a projection is quantized exactly
 when its stored tensors say so (``is_quantized``), so ignore lists and an unquantized ``lm_head``
 are handled tensor by tensor; every stored tensor is checked against the header before it is read.
@@ -22,6 +23,35 @@ from ..quantization import FLOAT_DTYPES, FloatSource, QuantRequest
 F32, I8 = torch.float32, torch.int8
 SCALE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 FP8_DTYPES = (torch.float8_e4m3fn, torch.uint8, torch.int8)
+
+# What ``describe()`` returns for every format (format-specific facts may follow):
+# format: the tool's format family; scheme: the variant within it (compressed-tensors' format,
+# ModelOpt's quant_algo, GPTQ's checkpoint_format, ...); weight_format: the contract kind it
+# exports as; weights / bits / group_size / symmetric / weight_scales: the stored weights;
+# activation: what the checkpoint declares for activations; activation_format: the op attribute
+# that declaration becomes (the engine builder's ``--activation-quantization declared``).
+DESCRIBE_KEYS = ("format", "scheme", "weight_format", "weights", "bits", "group_size", "symmetric",
+                 "weight_scales", "activation", "activation_format")
+OP_TYPES = {"w4a16": "W4A16Proj", "w8a8": "W8A8Proj", "w4a4": "W4A4Proj"}
+
+
+def describe_text(d: dict | None) -> str:
+    """One line for a ``describe()`` dict (None: a float checkpoint)."""
+    if not d:
+        return "none: float weights (the export quantizes them as requested)"
+    weights = [f"{d.get('weights', '?')} weights"]
+    if d.get("group_size"):
+        weights.append(f"group {d['group_size']}")
+    if d.get("symmetric") is not None:
+        weights.append("symmetric" if d["symmetric"] else "asymmetric (zero points)")
+    if d.get("weight_scales"):
+        weights.append(f"scales {d['weight_scales']}")
+    extra = [f"{k}={d[k]}" for k in sorted(d) if k not in DESCRIBE_KEYS and d[k] is not None]
+    scheme = f" {d['scheme']}" if d.get("scheme") else ""
+    return (f"{d['format']}{scheme}: {', '.join(weights)}; activations: "
+            f"{d.get('activation') or d.get('activation_format')}" + (f"; {', '.join(extra)}" if extra else "")
+            + f" -> {OP_TYPES.get(d['weight_format'], d['weight_format'])} with activation_format "
+            f"{d['activation_format']}")
 
 
 class DeclaredSource:
@@ -60,7 +90,7 @@ class DeclaredSource:
         raise NotImplementedError
 
     def summary(self) -> dict:
-        """Format-specific facts for ``describe``."""
+        """``describe``'s facts but format, weight_format and activation_format (DESCRIBE_KEYS)."""
         return {}
 
     # --- shared -----------------------------------------------------------------------------
@@ -79,9 +109,11 @@ class DeclaredSource:
         )
 
     def describe(self) -> dict:
-        """The declared formats, for ``inspect`` and the manifest."""
-        return {"format": self.format_name, "weight_format": self.kind,
-                "activation_format": self.declared_activation(), **self.summary()}
+        """The declared formats, for ``inspect`` and the manifest (keys: ``DESCRIBE_KEYS``)."""
+        out = dict.fromkeys(DESCRIBE_KEYS)
+        out.update(self.summary())
+        out.update(format=self.format_name, weight_format=self.kind, activation_format=self.declared_activation())
+        return out
 
     def declared_activation(self) -> str:
         return "bf16"

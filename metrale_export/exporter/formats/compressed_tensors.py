@@ -21,6 +21,9 @@ from ..projection import DEFAULT_ACTIVATION, ProjSpec
 from .base import (F32, FP8_DTYPES, I8, SCALE_DTYPES, DeclaredSource, ceil_div, match_module,
                    packed_int32_nibbles, to_channel_scale, to_scalar)
 
+NO_ACTIVATION = "none (bf16, not quantized)"
+FP8_WEIGHT_SCALES = {"tensor": "per tensor (broadcast to per channel)", "channel": "per output channel",
+                     "block": "per 128x128 block"}
 FORMATS = {"pack-quantized": "w4a16", "float-quantized": "w8a8", "naive-quantized": "w8a8",
            "nvfp4-pack-quantized": "w4a4"}
 
@@ -138,13 +141,22 @@ class CompressedTensorsSource(DeclaredSource):
         return "nvfp4" if self.act_nvfp4 else "bf16"
 
     def summary(self) -> dict:
-        out = {"scheme": self.fmt}
+        w = self.w
+        out = {"scheme": self.fmt, "bits": w.get("num_bits")}
         if self.kind == "w4a16":
-            out.update(group_size=self.group_size, symmetric=self.symmetric)
+            g = self.group_size
+            out.update(weights="int4", group_size=g, symmetric=self.symmetric, weight_scales="per group along K",
+                       activation=NO_ACTIVATION)
         elif self.kind == "w8a8":
-            out.update(weight_scales=self.w_strategy, activation=self.act["note"])
+            out.update(weights="fp8 e4m3", weight_scales=FP8_WEIGHT_SCALES[self.w_strategy],
+                       activation=NO_ACTIVATION if self.a is None else f"fp8 {self.act['note']}")
+            if self.a is not None:
+                out["activation_scale_granularity"] = self.act["activation_scale_granularity"]
         else:
-            out.update(input_scale="static" if self.act_nvfp4 else "none (weights only)")
+            out.update(weights="nvfp4 (e2m1)", group_size=NVFP4_BLOCK,
+                       weight_scales="e4m3 per group x a global weight_global_scale",
+                       activation=("nvfp4, static global scale (input_global_scale), e4m3 per group of 16 "
+                                   "at run time" if self.act_nvfp4 else NO_ACTIVATION))
         return out
 
     # --- per projection ---------------------------------------------------------------------

@@ -47,7 +47,10 @@ class Fp8BlockSource(DeclaredSource):
         return "fp8"
 
     def summary(self) -> dict:
-        return {"weight_scales": "block 128x128", "activation": "dynamic per token and group of 128"}
+        return {"scheme": "quant_method fp8", "weights": "fp8 e4m3", "bits": 8,
+                "weight_scales": "per 128x128 block (weight_scale_inv, multiplies)",
+                "activation": "fp8 dynamic per token and group of 128 (activation_scheme: dynamic)",
+                "activation_scale_granularity": "row_block128"}
 
     def is_quantized(self, name: str, weight_name: str) -> bool:
         stored = f"{name}.weight_scale_inv" in self.checkpoint

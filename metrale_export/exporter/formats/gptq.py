@@ -77,7 +77,8 @@ class Int4KNSource(DeclaredSource):
         self.symmetric = False
 
     def summary(self) -> dict:
-        return {"group_size": self.group_size, "symmetric": self.symmetric}
+        return {"weights": "int4", "bits": 4, "group_size": self.group_size, "symmetric": self.symmetric,
+                "weight_scales": "per group along K", "activation": "none (bf16, not quantized)"}
 
     def is_quantized(self, name: str, weight_name: str) -> bool:
         stored = f"{name}.qweight" in self.checkpoint
@@ -150,8 +151,21 @@ class GptqSource(Int4KNSource):
         self.desc_act = bool(q.get("desc_act", False))
 
     def summary(self) -> dict:
-        return {**super().summary(), "checkpoint_format": "gptq" if self.v1 else "gptq_v2",
-                "desc_act": self.desc_act}
+        return {**super().summary(), "scheme": "v1 (checkpoint_format gptq, zero points stored minus one)" if self.v1
+                else "v2 (checkpoint_format gptq_v2)",
+                "desc_act": self.desc_act, "g_idx": self.g_idx_state()}
+
+    def g_idx_state(self) -> str | None:
+        """Whether the stored g_idx (if any) keeps groups contiguous, for ``describe`` (K integers a
+        projection are read)."""
+        ck = self.checkpoint
+        names = [n for n in ck.names() if n.endswith(".g_idx")]
+        for name in names:
+            g_idx = ck.get(name).to(torch.int64).reshape(-1)
+            if not torch.equal(g_idx, torch.arange(g_idx.numel(), device="cpu") // self.group_size):
+                return (f"act-order permutation ({name} is not k // {self.group_size}): the export refuses it, "
+                        "W4A16Proj's groups are contiguous")
+        return f"contiguous (k // {self.group_size})" if names else None
 
     def qweight_shape(self, n: int, k: int) -> tuple[int, int]:
         return (k // 8, n)

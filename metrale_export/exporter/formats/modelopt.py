@@ -71,10 +71,16 @@ class ModelOptSource(DeclaredSource):
 
     def summary(self) -> dict:
         if self.kind == "w4a4":
-            return {"quant_algo": self.algo, "input_scale": "static (input_scale)"}
-        note = ("static per-tensor input_scale replaced by dynamic per-row scales" if self.algo == "FP8"
-                else "dynamic per token")
-        return {"quant_algo": self.algo, "activation": note}
+            return {"scheme": self.algo, "weights": "nvfp4 (e2m1)", "bits": 4, "group_size": NVFP4_BLOCK,
+                    "weight_scales": "e4m3 per group x a global weight_scale_2",
+                    "activation": "nvfp4, static global scale (input_scale), e4m3 per group of 16 at run time"}
+        if self.algo == "FP8":
+            scales, act = ("per tensor (broadcast to per channel)",
+                           "fp8 static per-tensor input_scale replaced by dynamic per-row scales")
+        else:
+            scales, act = "per output channel", "fp8 dynamic per token"
+        return {"scheme": self.algo, "weights": "fp8 e4m3", "bits": 8,
+                "weight_scales": scales, "activation": act, "activation_scale_granularity": "row"}
 
     def is_quantized(self, name: str, weight_name: str) -> bool:
         stored = f"{name}.weight_scale" in self.checkpoint
