@@ -3,8 +3,10 @@ unquantized, the request check, and small header helpers.
 
 A declared-format source has the ``FloatSource`` interface (``checkpoint``, ``spec``, ``load``) plus
 ``describe()``: the declared format as plain data (``DESCRIBE_KEYS``), which ``inspect`` prints and
-the export manifest records, and ``describe_text`` puts into one line for both. Invariants: nothing is re-quantized: ``load`` only repacks, transposes, widens
-(bf16/fp16 -> float32, exact) or broadcasts the stored tensors; a projection is quantized exactly
+the export manifest records, and ``describe_text`` puts into one line for both.
+
+Invariants: nothing is re-quantized: ``load`` only repacks, transposes, widens (bf16/fp16 ->
+float32, exact) or broadcasts the stored tensors; a projection is quantized exactly
 when its stored tensors say so (``is_quantized``), so ignore lists and an unquantized ``lm_head``
 are handled tensor by tensor; every stored tensor is checked against the header before it is read.
 """

@@ -144,9 +144,8 @@ class CompressedTensorsSource(DeclaredSource):
         w = self.w
         out = {"scheme": self.fmt, "bits": w.get("num_bits")}
         if self.kind == "w4a16":
-            g = self.group_size
-            out.update(weights="int4", group_size=g, symmetric=self.symmetric, weight_scales="per group along K",
-                       activation=NO_ACTIVATION)
+            out.update(weights="int4", group_size=self.group_size, symmetric=self.symmetric,
+                       weight_scales="per group along K", activation=NO_ACTIVATION)
         elif self.kind == "w8a8":
             out.update(weights="fp8 e4m3", weight_scales=FP8_WEIGHT_SCALES[self.w_strategy],
                        activation=NO_ACTIVATION if self.a is None else f"fp8 {self.act['note']}")
