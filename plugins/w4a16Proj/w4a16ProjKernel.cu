@@ -6,6 +6,7 @@
  */
 #include "metrale/kernels.h"
 #include "projLaunch.cuh"
+#include "projStream.cuh"
 #include "w4a16ProjKernel.cuh"
 
 using namespace metrale;

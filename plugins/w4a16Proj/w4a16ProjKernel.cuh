@@ -81,6 +81,20 @@ struct W4A16Policy : NoTable
         return w < 4 ? w < p.perBlock : p.zeroPoint != nullptr;
     }
 
+    /* The exact power-of-two rescaling of the magic-number decode, from the group's s and z. */
+    __device__ static BlockState makeState(float s, float z)
+    {
+        BlockState b;
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+        {
+            const float pw = static_cast<float>(1 << (4 * q));
+            b.s[q] = __fmul_rn(s, 1.0f / static_cast<float>(1 << (4 * q)));  // exact: a power of two
+            b.off[q] = __fadd_rn(8388608.0f, __fmul_rn(z, pw));
+        }
+        return b;
+    }
+
     __device__ static BlockState blockState(const Params& p, const uint32_t* mw, int t, int kb, int n)
     {
         const int gi = (32 * t) >> p.groupShift;  // the thread's group within the block
@@ -96,15 +110,37 @@ struct W4A16Policy : NoTable
                                                              : 0;
             z = static_cast<float>(zb & 0xF);
         }
-        BlockState b;
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
+        return makeState(s, z);
+    }
+
+    /* The streaming tier's view of the same meta: the thread's group scale and zero point, read
+     * from global memory (zero where blockState's staged copy is zero-filled). */
+    struct StreamMeta
+    {
+        float s;
+        uint32_t z;
+    };
+    __device__ static StreamMeta loadStreamMeta(const Params& p, int t, int kb, int n, bool nOk)
+    {
+        StreamMeta r{0.0f, p.zeroPoint != nullptr ? 0u : 8u};
+        const int gcol = kb * p.perBlock + ((32 * t) >> p.groupShift);
+        if (nOk)
         {
-            const float pw = static_cast<float>(1 << (4 * q));
-            b.s[q] = __fmul_rn(s, 1.0f / static_cast<float>(1 << (4 * q)));  // exact: a power of two
-            b.off[q] = __fadd_rn(8388608.0f, __fmul_rn(z, pw));
+            const int addr = n * p.groups + gcol;
+            if (gcol < p.groups)
+            {
+                r.s = __ldg(p.scale + addr);
+            }
+            if (p.zeroPoint != nullptr && addr < p.totalGroups)
+            {
+                r.z = __ldg(p.zeroPoint + addr) & 0xFu;
+            }
         }
-        return b;
+        return r;
+    }
+    __device__ static BlockState streamState(const Params&, const StreamMeta& m)
+    {
+        return makeState(m.s, static_cast<float>(m.z));
     }
 
     template <int kCW>

@@ -8,6 +8,7 @@
  */
 #include "metrale/kernels.h"
 #include "projLaunch.cuh"
+#include "projStream.cuh"
 #include "w4a4ProjKernel.cuh"
 
 using namespace metrale;

@@ -65,6 +65,35 @@ struct W4A4Meta
             : addr < p.totalScaleBytes ? p.scale[addr] : 0;
         return __half_raw(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)).x;
     }
+
+    /* The streaming tier's view: the two e4m3 scale bytes of quad lane t (low byte: 16-block 0),
+     * read from global memory; 0 past the end of the row, as scaleHalf. */
+    struct StreamMeta
+    {
+        uint32_t bytes;
+    };
+    __device__ static StreamMeta loadStreamMeta(const W4A4Params& p, int t, int kb, int n, bool nOk)
+    {
+        uint32_t r = 0;
+        if (nOk)
+        {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+            {
+                const int col = 8 * kb + 2 * t + e;
+                const long long addr = static_cast<long long>(n) * p.scaleCols + col;
+                if (col < p.scaleCols && addr < p.totalScaleBytes)
+                {
+                    r |= static_cast<uint32_t>(__ldg(p.scale + addr)) << (8 * e);
+                }
+            }
+        }
+        return StreamMeta{r};
+    }
+    __device__ static uint16_t streamScaleHalf(const StreamMeta& m, int e)
+    {
+        return __half_raw(__nv_cvt_fp8_to_halfraw(static_cast<uint8_t>(m.bytes >> (8 * e)), __NV_E4M3)).x;
+    }
 };
 
 struct W4A4Nvfp4Policy : E2m1Table, W4A4Meta
@@ -86,6 +115,17 @@ struct W4A4Nvfp4Policy : E2m1Table, W4A4Meta
         for (int e = 0; e < 2; ++e)
         {
             const uint32_t h = scaleHalf(p, mw, t, kb, n, e);
+            b.s2[e] = h | (h << 16);
+        }
+        return b;
+    }
+    __device__ static BlockState streamState(const Params&, const StreamMeta& m)
+    {
+        BlockState b;
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+        {
+            const uint32_t h = streamScaleHalf(m, e);
             b.s2[e] = h | (h << 16);
         }
         return b;
@@ -138,6 +178,17 @@ struct W4A4Bf16Policy : E2m1Table, W4A4Meta
         for (int e = 0; e < 2; ++e)
         {
             b.s[e] = __half2float(__ushort_as_half(scaleHalf(p, mw, t, kb, n, e)));
+        }
+        b.gw = *p.globalScale;
+        return b;
+    }
+    __device__ static BlockState streamState(const Params& p, const StreamMeta& m)
+    {
+        BlockState b;
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+        {
+            b.s[e] = __half2float(__ushort_as_half(streamScaleHalf(m, e)));
         }
         b.gw = *p.globalScale;
         return b;

@@ -7,6 +7,7 @@
  */
 #include "metrale/kernels.h"
 #include "projLaunch.cuh"
+#include "projStream.cuh"
 #include "w8a8ProjKernel.cuh"
 
 using namespace metrale;

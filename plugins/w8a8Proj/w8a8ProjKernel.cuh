@@ -61,6 +61,19 @@ struct W8A8Bf16Policy : NoTable
     {
         return BlockState{__uint_as_float(mw[0])};
     }
+    struct StreamMeta
+    {
+        float s;
+    };
+    __device__ static StreamMeta loadStreamMeta(const Params& p, int, int kb, int n, bool nOk)
+    {
+        return StreamMeta{nOk ? __ldg(p.blockScales ? p.scale + static_cast<long long>(n >> 7) * p.kBlocks + kb : p.scale + n)
+                              : 0.0f};
+    }
+    __device__ static BlockState streamState(const Params&, const StreamMeta& m)
+    {
+        return BlockState{m.s};
+    }
     template <int kCW>
     __device__ static void dequant(const uint32_t (&codes)[kCW], const BlockState& b, int s, const uint8_t*, int,
         uint32_t& b0, uint32_t& b1)
@@ -109,6 +122,17 @@ struct W8A8Fp8Policy : NoTable
         return false;
     }
     __device__ static BlockState blockState(const Params&, const uint32_t*, int, int, int)
+    {
+        return BlockState{};
+    }
+    struct StreamMeta
+    {
+    };
+    __device__ static StreamMeta loadStreamMeta(const Params&, int, int, int, bool)
+    {
+        return StreamMeta{};
+    }
+    __device__ static BlockState streamState(const Params&, const StreamMeta&)
     {
         return BlockState{};
     }

@@ -31,7 +31,8 @@ DEV = torch.device("cuda")
 M_VALUES = (1, 2, 3, 7, 8, 16, 31, 64, 127, 128, 1000, 4096)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
-# (op, options, N, K): awkward N (odd, not a tile multiple) and K (a partial last 128-block).
+# (op, options, N, K): awkward N (odd, not a tile multiple) and K (a partial last 128-block); the
+# narrow ones sum in up to 8 slices (projSlices), the wide ones in 2.
 CASES = [
     ("w4a16", dict(group_size=128, symmetric=True, bias=True), 200, 1152),
     ("w4a16", dict(group_size=32, symmetric=False, bias=False), 197, 96),
@@ -45,6 +46,10 @@ CASES = [
     ("w4a4", dict(act="nvfp4", input_scale=False, bias=True), 200, 1056),
     ("w4a4", dict(act="nvfp4", input_scale=True, bias=False), 197, 160),
     ("w4a4", dict(act="bf16", input_scale=False, bias=True), 136, 1056),
+    # Wide weights: projSlices gives 2 slices of several blocks each (uneven: 3 + 2, 5 + 4), where the
+    # narrow cases above get up to 8 slices of one or two blocks.
+    ("w4a16", dict(group_size=128, symmetric=False, bias=False), 16400, 640),
+    ("w8a8", dict(gran="block128", act="fp8", agran="row_block128", bias=False), 16400, 1040),
 ]
 
 

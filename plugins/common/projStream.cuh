@@ -1,0 +1,336 @@
+/*
+ * The weight-streaming tier of the projection GEMM (m <= 16 rows), and the tier dispatch.
+ *
+ * At a few rows a projection reads every weight byte once and does little else: the kernel here
+ * streams the packed codes and their scales straight from global memory into registers (a ring of
+ * kD 128-k blocks per warp, no shared-memory staging, no __syncthreads in the loop) and reads the
+ * activation fragments through L1. One warp per slice and 16 weight rows gives even
+ * small N enough warps.
+ *
+ * Invariants (row invariance, projGemm.cuh): the arithmetic is that of projGemmKernel, operand for
+ * operand. Each slice (projSlices) is accumulated by its own warp with mma.sync m16n8k16 from zero
+ * over its 128-k blocks in ascending order (per-block policies: acc += (partial * rs) * cs per
+ * block), and slice 0's warp sums them from the left, ((0 + acc_0) + acc_1) + ..., with the same
+ * k -> instruction-position mapping, the same dequantized A fragments (the policies'
+ * loadStreamMeta / streamState read the same scale values that blockState reads from shared
+ * memory, zero where the staged copy is zero-filled) and zero activations past M and K. So a row's
+ * bits are those of every other tier (tests/gpu checks every M bitwise).
+ */
+#ifndef METRALE_PROJ_STREAM_CUH
+#define METRALE_PROJ_STREAM_CUH
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "projGemm.cuh"
+
+namespace metrale
+{
+
+/* 16 bytes of streamed weight codes: read once, not kept in L1. */
+__device__ __forceinline__ uint4 ldgStream(const void* ptr)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
+    return v;
+}
+
+/*
+ * kXT n8 activation tiles (m <= 8 * kXT), kD blocks in flight per warp. A CTA holds blockDim.x / 32
+ * warps: `slices` warps for each of its weight tiles (warp w serves tile w % nt and slice w / nt).
+ */
+constexpr int kSTREAM_THREADS = 256;  // at most: 8 slices, or 8 tiles x 1 slice
+
+template <class P, int kXT, int kD>
+__global__ void __launch_bounds__(kSTREAM_THREADS) projStreamKernel(const typename P::Params p,
+    const uint16_t* __restrict__ X, void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices)
+{
+    constexpr int kCW = P::kCB / 16;  // code words per thread per weight row per block
+    constexpr int kCV = kCW / 4;      // 16-byte loads of them
+    static_assert(kCW % 4 == 0, "whole 16-byte code chunks");
+    __shared__ float red[kSTREAM_THREADS / 32][kXT * 4][32];  // the slices > 0, for slice 0's warp
+    extern __shared__ __align__(16) uint8_t table[];  // P::kTABLE_BYTES
+
+    const int tid = threadIdx.x;
+    const int warpId = tid >> 5;
+    const int lane = tid & 31;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int nt = (blockDim.x >> 5) / slices;  // weight tiles per CTA
+    const int ntile = warpId % nt;
+    const int slice = warpId / nt;
+    if constexpr (P::kTABLE_BYTES > 0)
+    {
+        P::initTable(table, tid, blockDim.x);
+        __syncthreads();
+    }
+
+    const int nBase = (blockIdx.x * nt + ntile) * 16;
+    const int nkb = (K + 127) >> 7;
+    const int rowBytes = K * P::kCODE_BITS / 8;
+    const int nMine = (nkb - slice + slices - 1) / slices;  // blocks slice, slice + slices, ...
+    const int cEnd = rowBytes - t * (P::kCB / 4);             // code chunk offsets below this exist
+    int nRow[2];
+    bool nOk[2];
+    const uint8_t* cRow[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        nRow[hr] = nBase + g + 8 * hr;
+        nOk[hr] = nRow[hr] < N;
+        cRow[hr] = p.codes + static_cast<long long>(nOk[hr] ? nRow[hr] : 0) * rowBytes + t * (P::kCB / 4);
+    }
+    const uint16_t* xRow[kXT];  // activation row 8j + g from quad lane t's k offset
+    bool xOk[kXT];
+#pragma unroll
+    for (int j = 0; j < kXT; ++j)
+    {
+        xOk[j] = 8 * j + g < M;
+        xRow[j] = X + static_cast<size_t>(xOk[j] ? 8 * j + g : 0) * K + 32 * t;
+    }
+    const int xEnd = K - 32 * t;  // activation chunk offsets below this exist
+
+    struct Slot
+    {
+        uint4 c[2][kCV];
+        typename P::StreamMeta m[2];
+    };
+    auto load = [&](Slot& s, int kb) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+#pragma unroll
+            for (int v = 0; v < kCV; ++v)
+            {
+                const int off = kb * P::kCB + 16 * v;
+                s.c[hr][v] = (nOk[hr] && off < cEnd) ? ldgStream(cRow[hr] + off) : make_uint4(0u, 0u, 0u, 0u);
+            }
+            s.m[hr] = P::loadStreamMeta(p, t, kb, nRow[hr], nOk[hr]);
+        }
+    };
+    // The activation fragments of a block (B operand, steps 2q and 2q+1 in xf[j][q]); zero past M, K.
+    auto loadX = [&](uint4 (&xf)[kXT][4], int kb) {
+#pragma unroll
+        for (int j = 0; j < kXT; ++j)
+        {
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+            {
+                const int k = 128 * kb + 8 * q;
+                xf[j][q] = (xOk[j] && k < xEnd) ? __ldg(reinterpret_cast<const uint4*>(xRow[j] + k))
+                                                : make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+    };
+
+    float acc[kXT][4];
+#pragma unroll
+    for (int j = 0; j < kXT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            acc[j][e] = 0.0f;
+
+    // One block: the same steps, operands and mma order as projGemmKernel's doBlock.
+    auto doBlock = [&](const Slot& s, int kb) {
+        uint4 xf[kXT][4];
+        loadX(xf, kb);
+        uint32_t codes[2][kCW];
+        typename P::BlockState bs[2];
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+#pragma unroll
+            for (int v = 0; v < kCV; ++v)
+            {
+                codes[hr][4 * v + 0] = s.c[hr][v].x;
+                codes[hr][4 * v + 1] = s.c[hr][v].y;
+                codes[hr][4 * v + 2] = s.c[hr][v].z;
+                codes[hr][4 * v + 3] = s.c[hr][v].w;
+            }
+            bs[hr] = P::streamState(p, s.m[hr]);
+        }
+        float part[P::kPER_BLOCK ? kXT : 1][4];
+        if constexpr (P::kPER_BLOCK)
+        {
+#pragma unroll
+            for (int j = 0; j < kXT; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    part[j][e] = 0.0f;
+        }
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+        {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+            {
+                uint32_t a0, a1, a2, a3;
+                P::dequant(codes[0], bs[0], 2 * q + h, table, lane, a0, a2);
+                P::dequant(codes[1], bs[1], 2 * q + h, table, lane, a1, a3);
+#pragma unroll
+                for (int j = 0; j < kXT; ++j)
+                {
+                    const uint32_t b0 = h ? xf[j][q].z : xf[j][q].x;
+                    const uint32_t b1 = h ? xf[j][q].w : xf[j][q].y;
+                    if constexpr (P::kPER_BLOCK)
+                    {
+                        mma16816<P::kF16>(part[j], a0, a1, a2, a3, b0, b1);
+                    }
+                    else
+                    {
+                        mma16816<P::kF16>(acc[j], a0, a1, a2, a3, b0, b1);
+                    }
+                }
+            }
+        }
+        if constexpr (P::kPER_BLOCK)
+        {
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr)
+            {
+                const float cs = nOk[hr] ? P::blockColScale(p, nRow[hr], kb) : 0.0f;
+#pragma unroll
+                for (int j = 0; j < kXT; ++j)
+                {
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                    {
+                        const int m = 8 * j + 2 * t + e;
+                        const float rs = m < M ? P::blockRowScale(p, m, kb) : 0.0f;
+                        float& a = acc[j][2 * hr + e];
+                        a = __fadd_rn(a, __fmul_rn(__fmul_rn(part[j][2 * hr + e], rs), cs));
+                    }
+                }
+            }
+        }
+    };
+
+    // Weights kD - 1 blocks ahead: a slot is refilled right after its block is consumed (in place,
+    // no register copies). The activations come from L1 / L2 at the start of each block (a ring of
+    // them measured slower: registers).
+    Slot ring[kD];
+#pragma unroll
+    for (int d = 0; d < kD; ++d)
+    {
+        if (d < nMine)
+        {
+            load(ring[d], slice + slices * d);
+        }
+    }
+    for (int base = 0; base < nMine; base += kD)
+    {
+#pragma unroll
+        for (int d = 0; d < kD; ++d)
+        {
+            const int i = base + d;
+            if (i < nMine)
+            {
+                doBlock(ring[d], slice + slices * i);
+                if (i + kD < nMine)
+                {
+                    load(ring[d], slice + slices * (i + kD));
+                }
+            }
+        }
+    }
+
+    // The slices, summed from the left: ((0 + acc_0) + acc_1) + ...
+    if (slice > 0)
+    {
+#pragma unroll
+        for (int j = 0; j < kXT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                red[warpId - nt][j * 4 + e][lane] = acc[j][e];
+    }
+    __syncthreads();
+    if (slice > 0)
+    {
+        return;
+    }
+#pragma unroll
+    for (int j = 0; j < kXT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            acc[j][e] = __fadd_rn(0.0f, acc[j][e]);  // as projGemmKernel's fold, from tot = +0
+    for (int sl = 1; sl < slices; ++sl)
+    {
+#pragma unroll
+        for (int j = 0; j < kXT; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                acc[j][e] = __fadd_rn(acc[j][e], red[(sl - 1) * nt + ntile][j * 4 + e][lane]);
+    }
+
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        if (!nOk[hr])
+        {
+            continue;
+        }
+        const int n = nRow[hr];
+        const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kXT; ++j)
+        {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+            {
+                const int m = 8 * j + 2 * t + e;
+                if (m < M)
+                {
+                    float v = P::finish(p, acc[j][2 * hr + e], m, n);
+                    if (p.bias != nullptr)
+                    {
+                        v = __fadd_rn(v, bias);
+                    }
+                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+                }
+            }
+        }
+    }
+}
+
+/*
+ * The streaming tier at kXT activation tiles: one CTA per weight tile (slices warps), or, for
+ * policies with a shared-memory table (built once per CTA), 8 warps over 8 / slices tiles. The ring
+ * depth only changes how many loads are in flight, never the arithmetic.
+ */
+template <class P, int kXT>
+inline cudaError_t launchProjStream(const typename P::Params& p, const uint16_t* X, void* y, int m, int n, int k,
+    int32_t yDtype, int slices, cudaStream_t stream)
+{
+    if (slices < 1 || slices > kSTREAM_THREADS / 32)
+    {
+        return cudaErrorInvalidValue;
+    }
+    const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
+    // Two blocks per warp's ring: measured on the H200 (benchmarks/results/kernels-20261129-*), a
+    // deeper ring costs more in occupancy (registers) than it gains in loads in flight.
+    auto kern = projStreamKernel<P, kXT, 2>;
+    const dim3 grid((n + 16 * nt - 1) / (16 * nt));
+    kern<<<grid, 32 * nt * slices, P::kTABLE_BYTES, stream>>>(p, X, y, m, n, k, yDtype, slices);
+    return cudaGetLastError();
+}
+
+/* Launch the tier that serves m rows (projTiers.h), with the weight shape's slices. */
+template <class P>
+inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t* X, void* y, int m, int n, int k,
+    int32_t yDtype, cudaStream_t stream)
+{
+    const int slices = projSlices(n, k);
+    switch (selectProjTier(m))
+    {
+    case ProjTier::kM8: return launchProjStream<P, 1>(p, X, y, m, n, k, yDtype, slices, stream);
+    case ProjTier::kM16: return launchProjStream<P, 2>(p, X, y, m, n, k, yDtype, slices, stream);
+    case ProjTier::kM64: return launchProjGemm<P, typename Tiers<P>::M64>(p, X, y, m, n, k, yDtype, slices, stream);
+    default: return launchProjGemm<P, typename Tiers<P>::M128>(p, X, y, m, n, k, yDtype, slices, stream);
+    }
+}
+
+} // namespace metrale
+
+#endif // METRALE_PROJ_STREAM_CUH
