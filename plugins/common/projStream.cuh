@@ -322,6 +322,22 @@ inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t*
     int32_t yDtype, cudaStream_t stream)
 {
     const int slices = projSlices(n, k);
+    if constexpr (P::kCODE_BITS == 8)
+    {
+        // FP8 codes dequantize cheaply, so they are bound by loads in flight: the shared-memory
+        // pipeline (deep cp.async prefetch, no registers) streams them faster than the register
+        // ring, except for narrow weights (8 slices) at m <= 8, where one warp per slice wins
+        // (both measured on the H200, benchmarks/results/kernels-20261129-2035.md). Same bits.
+        const bool ring = m <= 8 && slices == 8;
+        if (m <= 8 && !ring)
+        {
+            return launchProjGemm<P, TileConfig<1, 1, 2, 2, 4>>(p, X, y, m, n, k, yDtype, slices, stream);
+        }
+        if (m > 8 && m <= 16)
+        {
+            return launchProjGemm<P, TileConfig<1, 2, 2, 2, 4>>(p, X, y, m, n, k, yDtype, slices, stream);
+        }
+    }
     switch (selectProjTier(m))
     {
     case ProjTier::kM8: return launchProjStream<P, 1>(p, X, y, m, n, k, yDtype, slices, stream);

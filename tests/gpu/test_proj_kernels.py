@@ -46,9 +46,10 @@ CASES = [
     ("w4a4", dict(act="nvfp4", input_scale=False, bias=True), 200, 1056),
     ("w4a4", dict(act="nvfp4", input_scale=True, bias=False), 197, 160),
     ("w4a4", dict(act="bf16", input_scale=False, bias=True), 136, 1056),
-    # Wide weights: projSlices gives 2 slices of several blocks each (uneven: 3 + 2, 5 + 4), where the
-    # narrow cases above get up to 8 slices of one or two blocks.
+    # Wide weights: projSlices gives 2 or 4 slices of several blocks each (uneven: 3 + 2, 5 + 4), where
+    # the narrow cases above get up to 8 slices of one or two blocks.
     ("w4a16", dict(group_size=128, symmetric=False, bias=False), 16400, 640),
+    ("w4a16", dict(group_size=64, symmetric=True, bias=True), 8200, 1024),  # 4 slices
     ("w8a8", dict(gran="block128", act="fp8", agran="row_block128", bias=False), 16400, 1040),
 ]
 
