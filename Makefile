@@ -40,7 +40,7 @@ bench:
 # the checkpoint shapes (one results file), e.g. make bench-export SHAPES=qwen3-8b.
 SHAPES ?= qwen3-1.7b,qwen3-8b
 bench-export:
-	$(BIN)/python -m pip install -q -e '.[bench]'
+	$(BIN)/python -m pip install -q -e '.[bench]' torch==2.13.0
 	$(BIN)/python -m benchmarks.bench_export --shape $(SHAPES)
 
 clean:
