@@ -1,7 +1,8 @@
 """Export a checkpoint to an ONNX directory with metrale projection ops.
 
 Steps: open the checkpoint, plan every projection from headers alone, build the model on the
-``meta`` device, trace it with ``torch.onnx.export(dynamo=True)`` (no weight read), compact the
+``meta`` device, trace it with ``torch.onnx.export(dynamo=True)`` (no weight read; one decoder
+layer per layer kind, replicated for the others: ``replicate.py``), compact the
 metrale nodes, clean up with onnx-graphsurgeon, then stream the weights into external data and
 attach them, check with ``onnx.checker`` and write ``manifest.json``.
 
@@ -30,6 +31,7 @@ from ..errors import ExportError, InputError
 from ..ops import onnx_translation
 from .checkpoint import Checkpoint
 from .config import parse_config
+from . import replicate
 from .layers.model import CausalLM
 from .manifest import build_manifest
 from .quantization import FloatSource, QuantRequest
@@ -37,6 +39,7 @@ from .writer import DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_direc
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OPSET = 20
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -45,6 +48,8 @@ class ExportOptions:
     layers: list[int] | None = None
     dtype: str = "float32"
     force: bool = False
+    # Trace one decoder layer per kind and replicate it (replicate.py); False traces every layer.
+    replicate_layers: bool = True
     model_path: str | None = None  # recorded in the manifest (filled in by export())
 
 
@@ -200,7 +205,17 @@ def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions |
         n_proj = len(model.projections())
         progress.note(f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "
                       f"{model.weight_nbytes() / 2**20:.1f} MiB of weights to write; tracing ...")
-    traced = trace(model)
+    traced = None
+    if options.replicate_layers:
+        def make_model(layer_ids):
+            with torch.device("meta"):
+                return CausalLM(cfg, source, dtype, layer_ids)
+        try:
+            traced = replicate.trace_replicated(model, make_model, trace)
+        except replicate.NotReplicable as e:
+            log.warning("tracing every layer: the per-kind trace could not be replicated (%s)", e)
+    if traced is None:
+        traced = trace(model)
     if progress is not None:
         progress.start(model.weight_nbytes())
 

@@ -1,0 +1,273 @@
+"""Trace one decoder layer per layer kind and replicate its nodes for the other layers of that kind.
+
+``torch.onnx.export(dynamo=True)`` costs a few seconds per decoder layer (symbolic-shape work in
+torch.export and its decompositions), so the full trace of a 28-layer model takes minutes. Layers
+of one kind (same class, states and projection specs up to the layer index) trace to the same nodes,
+so ``trace_replicated`` traces a model holding only the first layer of each kind and builds every
+other layer by cloning its representative's nodes: values are renamed, the clone reads its own
+layer's initializers (``model.layers.{i}.*``, so the weights streamed afterwards land in the right
+layer), takes its own state inputs ``{state}.{i}`` and writes its own outputs ``{output}.{i}``, and
+the residual stream is rewired layer to layer.
+
+Invariants: the replicated graph has the inputs, outputs (names, order, types, shapes) and
+initializer names of the full trace, and each layer computes with the same nodes as in the full
+trace (bitwise-equal results in ONNX Runtime). Whatever the replication cannot recognise (no
+single residual input or output, nodes not attributed to a layer) raises ``NotReplicable`` with the
+reason; ``export`` then traces the whole model.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+
+import onnx_ir as ir
+from onnx_ir._cloner import Cloner
+
+from .layers.model import CausalLM
+
+LAYER_SCOPE = re.compile(r"^model\.layers\.(\d+)$")
+
+
+class NotReplicable(Exception):
+    """The traced graph does not have the shape replication needs; the message says why."""
+
+
+def layer_signature(model: CausalLM, i: int) -> tuple:
+    """What makes two decoder layers trace to the same nodes: class, states, and every buffer and
+    projection spec with the layer's own prefix taken out."""
+    layer = model.model.layers[str(i)]
+    prefix = f"model.layers.{i}."
+    buffers = tuple((n, tuple(b.shape), b.dtype) for n, b in layer.named_buffers())
+    specs = []
+    for name, m in layer.named_modules():
+        spec = getattr(m, "spec", None)
+        if spec is not None:
+            specs.append((name, spec.kind, spec.n, spec.k, spec.family, spec.name.replace(prefix, "", 1),
+                          tuple((k, tuple(s), d) for k, (s, d) in spec.tensors.items()),
+                          tuple(sorted((k, repr(v)) for k, v in spec.attrs.items()))))
+    return (type(layer).__qualname__, layer.state_specs(), buffers, tuple(specs))
+
+
+def representatives(model: CausalLM) -> dict[int, int]:
+    """Layer id -> the first layer id of its kind."""
+    first: dict[tuple, int] = {}
+    return {i: first.setdefault(layer_signature(model, i), i) for i in model.layer_ids}
+
+
+def _layer_of(node: ir.Node) -> int | None:
+    scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
+    if not scopes:
+        return None
+    for scope in eval_list(scopes):
+        m = LAYER_SCOPE.match(scope)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def eval_list(text: str) -> list[str]:
+    """The exporter writes name scopes as a Python list literal of strings."""
+    value = ast.literal_eval(text)
+    if not isinstance(value, list):
+        raise NotReplicable(f"node name scopes: expected a list, found {text[:80]!r}")
+    return [str(v) for v in value]
+
+
+def _with_subgraph_nodes(nodes: list[ir.Node]) -> list[ir.Node]:
+    out = []
+    for node in nodes:
+        out.append(node)
+        for attr in node.attributes.values():
+            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+                subs = attr.as_graphs() if attr.type == ir.AttributeType.GRAPHS else [attr.as_graph()]
+                for sub in subs:
+                    out.extend(ir.traversal.RecursiveGraphIterator(sub))
+    return out
+
+
+def _residual(values, hidden_shape: str, dtype, where: str) -> ir.Value:
+    found = [v for v in values if v.dtype == dtype and str(v.shape) == hidden_shape]
+    if len(found) != 1:
+        raise NotReplicable(f"{where}: expected one residual value of shape {hidden_shape}, "
+                            f"found {[v.name for v in found]}")
+    return found[0]
+
+
+def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
+              new_initializer: Callable[[str, ir.Value], ir.Value]) -> ir.Model:
+    """Expand ``traced`` (a trace of the representative layers, ``sorted(set(reps.values()))``) into
+    the graph of every layer of ``model``; ``new_initializer(name, like)`` makes the initializer
+    ``name`` of a cloned layer (typed like its representative's ``like``)."""
+    graph = traced.graph
+    rep_ids = sorted(set(reps.values()))
+    nodes_of: dict[int, list[ir.Node]] = {r: [] for r in rep_ids}
+    for node in graph:
+        layer = _layer_of(node)
+        if layer is not None:
+            if layer not in nodes_of:
+                raise NotReplicable(f"node {node.name} belongs to layer {layer}, which was not traced")
+            nodes_of[layer].append(node)
+    if any(not ns for ns in nodes_of.values()):
+        raise NotReplicable("a traced layer has no nodes attributed to it")
+    layer_node_ids = {id(n) for ns in nodes_of.values() for n in ns}
+    for node in graph:  # a node between layers without a layer scope would not be cloned
+        if id(node) in layer_node_ids:
+            continue
+        reads_layer = any(v is not None and v.producer() is not None and id(v.producer()) in layer_node_ids
+                          for v in node.inputs)
+        feeds_layer = any(id(u.node) in layer_node_ids for o in node.outputs for u in o.uses())
+        if reads_layer and feeds_layer:
+            raise NotReplicable(f"node {node.name} reads a layer's value and feeds a layer, "
+                                "but belongs to no layer")
+    for node in graph:
+        for attr in node.attributes.values():
+            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+                for sub in (attr.as_graphs() if attr.type == ir.AttributeType.GRAPHS else [attr.as_graph()]):
+                    for inner in ir.traversal.RecursiveGraphIterator(sub):
+                        if _layer_of(inner) not in (None, _layer_of(node)):
+                            raise NotReplicable(f"subgraph of {node.name} holds nodes of another layer")
+
+    outputs = {v.name: v for v in graph.outputs}
+    inputs = {v.name: v for v in graph.inputs}
+    embed = next((n for n in graph if n.op_type == "Gather"
+                  and any(v is not None and v.name == "model.embed_tokens.weight" for v in n.inputs)), None)
+    if embed is None:
+        raise NotReplicable("no Gather reading model.embed_tokens.weight (the residual's start)")
+    x0 = embed.outputs[0]
+    hidden_shape, dtype = str(x0.shape), x0.dtype
+
+    # The residual stream of each traced layer: the value it reads from before it and the one it
+    # hands on (the graph outputs are its states).
+    x_in, x_out = {}, {}
+    for r in rep_ids:
+        own = {id(n) for n in _with_subgraph_nodes(nodes_of[r])}
+        produced = [o for n in nodes_of[r] for o in n.outputs]
+        external = []
+        for n in nodes_of[r]:
+            for v in n.inputs:
+                if v is not None and v.producer() is not None and id(v.producer()) not in own and v not in external:
+                    external.append(v)
+        x_in[r] = _residual(external, hidden_shape, dtype, f"layer {r} input")
+        handed = [v for v in produced if v.name not in outputs
+                  and any(id(u.node) not in own for u in v.uses())]
+        x_out[r] = _residual(handed, hidden_shape, dtype, f"layer {r} output")
+    for a, b in zip(rep_ids, rep_ids[1:]):
+        if x_in[b] is not x_out[a]:
+            raise NotReplicable(f"layer {b} does not read layer {a}'s residual output")
+    if x_in[rep_ids[0]] is not x0:
+        raise NotReplicable(f"layer {rep_ids[0]} does not read the embedding")
+    last = x_out[rep_ids[-1]]
+    last_own = {id(n) for n in _with_subgraph_nodes(nodes_of[rep_ids[-1]])}
+    tail_uses = [(u.node, u.idx) for u in last.uses() if id(u.node) not in last_own]
+
+    # Build every layer in order: representatives keep their nodes (rewired), others are clones.
+    new_inputs = [inputs["input_ids"], inputs["position_ids"]]
+    new_outputs = [outputs["logits"]]
+    layer_nodes: dict[int, list[ir.Node]] = {}
+    prev = x0
+    for i in model.layer_ids:
+        r = reps[i]
+        states = model.states[i]
+        if i == r:
+            for node in nodes_of[r]:
+                for idx, v in enumerate(node.inputs):
+                    if v is x_in[r]:
+                        node.replace_input_with(idx, prev)
+            layer_nodes[i] = nodes_of[r]
+            new_inputs += [inputs[f"{s.name}.{i}"] for s in states]
+            new_outputs += [outputs[f"{s.output}.{i}"] for s in states]
+            prev = x_out[r]
+            continue
+        value_map: dict[ir.Value, ir.Value] = {x_in[r]: prev}
+        for s in states:
+            old = inputs[f"{s.name}.{r}"]
+            new = ir.Value(name=f"{s.name}.{i}", type=old.type, shape=old.shape.copy())
+            value_map[old] = new
+            new_inputs.append(new)
+        src_prefix, dst_prefix = f"model.layers.{r}.", f"model.layers.{i}."
+        for node in nodes_of[r]:
+            for v in node.inputs:
+                if v is not None and v.is_initializer() and v not in value_map:
+                    if not v.name.startswith(src_prefix):
+                        continue  # shared (a constant the tracer lifted)
+                    new = new_initializer(dst_prefix + v.name[len(src_prefix):], v)
+                    graph.register_initializer(new)
+                    value_map[v] = new
+
+        def rename(node: ir.Node, i=i, r=r, src_prefix=src_prefix, dst_prefix=dst_prefix) -> None:
+            node.name = f"{node.name}.layer{i}" if node.name else None
+            for o in node.outputs:
+                o.name = f"{o.name}.layer{i}"
+            for key, attr in list(node.attributes.items()):
+                if attr.type == ir.AttributeType.STRING and attr.as_string().startswith(src_prefix):
+                    node.attributes[key] = ir.AttrString(key, dst_prefix + attr.as_string()[len(src_prefix):])
+            scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
+            if scopes:
+                node.metadata_props["pkg.torch.onnx.name_scopes"] = scopes.replace(
+                    f"'model.layers.{r}", f"'model.layers.{i}")
+
+        cloner = Cloner(attr_map={}, value_map=value_map, metadata_props={}, post_process=rename,
+                        allow_outer_scope_values=True)
+        clones = [cloner.clone_node(n) for n in nodes_of[r]]
+        for clone in clones:  # subgraph inputs keep their names: make them unique too
+            for attr in clone.attributes.values():
+                if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
+                    subs = attr.as_graphs() if attr.type == ir.AttributeType.GRAPHS else [attr.as_graph()]
+                    for sub in subs:
+                        for v in sub.inputs:
+                            v.name = f"{v.name}.layer{i}"
+        layer_nodes[i] = clones
+        for s in states:
+            out = value_map[outputs[f"{s.output}.{r}"]]
+            out.name = f"{s.output}.{i}"
+            new_outputs.append(out)
+        prev = value_map[x_out[r]]
+
+    for node, idx in tail_uses:
+        node.replace_input_with(idx, prev)
+
+    # Node order: what precedes the first traced layer, the layers in order, then the rest.
+    layered = {id(n) for ns in nodes_of.values() for n in ns}
+    all_nodes = list(graph)
+    first = next(k for k, n in enumerate(all_nodes) if id(n) in layered)
+    head = [n for n in all_nodes[:first]]
+    rest = [n for n in all_nodes[first:] if id(n) not in layered]
+    order = head + [n for i in model.layer_ids for n in layer_nodes[i]] + rest
+    graph.remove(all_nodes)
+    graph.extend(order)
+    graph.sort()
+    graph.inputs.clear()
+    graph.inputs.extend(new_inputs)
+    graph.outputs.clear()
+    graph.outputs.extend(new_outputs)
+    return traced
+
+
+def trace_replicated(model: CausalLM, make_model: Callable[[list[int]], CausalLM],
+                     trace: Callable[[CausalLM], ir.Model]) -> ir.Model:
+    """The graph of ``model`` from a trace of one layer per kind (``make_model(layer_ids)`` builds
+    the smaller model on the meta device, ``trace`` traces it)."""
+    reps = representatives(model)
+    rep_ids = sorted(set(reps.values()))
+    if rep_ids == list(model.layer_ids):
+        return trace(model)
+    small = make_model(rep_ids)
+    traced = trace(small)
+    buffers = dict(model.named_buffers())
+
+    def new_initializer(name: str, like: ir.Value) -> ir.Value:
+        if name not in buffers:
+            raise NotReplicable(f"initializer {name}: no such buffer in the model")
+        b = buffers[name]
+        if tuple(b.shape) != tuple(like.shape) or like.const_value is None:
+            raise NotReplicable(f"initializer {name}: shape {list(b.shape)} differs from its representative's")
+
+        def unread():
+            raise RuntimeError(f"{name}: a weight is attached after tracing, never read from the graph")
+
+        tensor = ir.LazyTensor(unread, dtype=like.const_value.dtype, shape=ir.Shape(list(b.shape)), name=name)
+        return ir.Value(name=name, type=like.type, shape=like.shape.copy(), const_value=tensor)
+
+    return replicate(traced, model, reps, new_initializer)
