@@ -35,7 +35,7 @@ from . import replicate
 from .layers.model import CausalLM
 from .manifest import build_manifest
 from .quantization import FloatSource, QuantRequest
-from .writer import DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory
+from .writer import DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory, tensor_digest
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 OPSET = 20
@@ -135,6 +135,25 @@ def _attach_weights(model: ir.Model, offsets: dict[str, tuple[int, int]], base_d
             name=name, base_dir=base_dir)
 
 
+EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
+
+
+def _tied_unquantized_head(model: CausalLM) -> bool:
+    """lm_head reads the embedding's checkpoint tensor and stays float: it may share its initializer."""
+    return model.cfg.tie_word_embeddings and model.lm_head.spec.kind == "none"
+
+
+def _share_initializer(model: ir.Model, name: str, with_name: str) -> None:
+    """Point every use of initializer ``name`` at ``with_name`` and drop ``name``."""
+    graph = model.graph
+    value, target = graph.initializers[name], graph.initializers[with_name]
+    if value.type != target.type or list(value.shape) != list(target.shape):
+        raise ExportError(f"initializer {name} ({value.type} {value.shape}) cannot share {with_name} "
+                          f"({target.type} {target.shape})")
+    value.replace_all_uses_with(target)
+    del graph.initializers[name]
+
+
 def _optimize(model: ir.Model) -> None:
     """Fold the shape arithmetic the tracer leaves (TensorRT's parser needs constant axes, for
     example ReduceMean's), drop what folding left unused, and lift constants to initializers.
@@ -221,13 +240,23 @@ def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions |
 
     with atomic_directory(Path(out_dir), options.force) as tmp:
         writer = DataWriter(tmp / DATA_NAME)
+        # Tied embeddings with a float lm_head: one initializer for both when the bytes agree.
+        tied = _tied_unquantized_head(model) and EMBEDDING in traced.graph.initializers \
+            and HEAD in traced.graph.initializers
+        digests, shared = {}, False
         try:
             for name, tensor in model.iter_weights(source):
-                writer.write(name, tensor)
+                if tied and name in (EMBEDDING, HEAD):
+                    digests[name] = tensor_digest(tensor)
+                    shared = name == HEAD and digests[HEAD] == digests.get(EMBEDDING)
+                if not shared or name != HEAD:
+                    writer.write(name, tensor)
                 if progress is not None:
                     progress.update(tensor.numel() * tensor.element_size())
         finally:
             writer.close()
+        if shared:
+            _share_initializer(traced, HEAD, EMBEDDING)
         _attach_weights(traced, writer.offsets, tmp)
         _optimize(traced)
         proto = _cleanup(ir.serde.serialize_model(traced))

@@ -91,3 +91,27 @@ def test_layer_subset_and_external_data(demo_checkpoint, tmp_path, monkeypatch):
              "past_key.1": np.zeros((1, 2, 0, 64), np.float32), "past_value.1": np.zeros((1, 2, 0, 64), np.float32)}
     logits = sess.run(["logits"], feeds)[0]
     assert logits.shape == (1, 3, 512) and np.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("fmt", ("none", "w4a16"))
+def test_tied_embeddings_share_one_initializer_with_a_float_lm_head(tmp_path, fmt):
+    from safetensors.torch import save_file
+
+    from metrale_export.exporter import demo
+
+    cfg = dict(demo.DEMO_CONFIG, tie_word_embeddings=True)
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text(json.dumps(cfg))
+    save_file(demo.demo_tensors(cfg), str(tmp_path / "ckpt" / "model.safetensors"), metadata={"format": "pt"})
+    out = export(tmp_path / "ckpt", tmp_path / "out", ExportOptions(request=QuantRequest(weight=fmt))).out_dir
+    model = onnx.load(str(out / "model.onnx"))
+    names = [i.name for i in model.graph.initializer]
+    assert "lm_head.weight" not in names and names.count("model.embed_tokens.weight") == 1
+    readers = [n.op_type for n in model.graph.node if "model.embed_tokens.weight" in n.input]
+    assert len(readers) == 2, readers  # the embedding's Gather and lm_head's matmul
+    report = compare_export(out, cases=(Case("prefill", 2, 5, 0), Case("decode", 3, 1, 6)))
+    assert report.ok, [(r.case, r.output, r.rel_error) for r in report.rows if not r.ok]
+
+    quantized = export(tmp_path / "ckpt", tmp_path / "q", ExportOptions(
+        request=QuantRequest(weight="w4a16", quantize_lm_head=True))).out_dir
+    assert "lm_head.weight" in {i.name for i in onnx.load(str(quantized / "model.onnx")).graph.initializer}
