@@ -317,16 +317,21 @@ def run_shape(shape: str, args, work: Path, section: dict, save_table) -> None:
     print(f"{shape}: checkpoint {size / 2**30:.2f} GiB in {section['gen_s']:.0f} s at {ckpt}", flush=True)
     limit = int(args.rss_limit_gib * 2**20)
     rows = section["rows"]
-    for fmt in [f for f in args.formats.split(",") if f]:
-        out = work / f"export-{shape}-{fmt}"
-        print(f"{shape}: metrale-export {fmt} ...", flush=True)
-        r = run_measured([sys.executable, "-c", EXPORT_CHILD, fmt, str(ckpt), str(out)],
-                         work / f"{shape}-{fmt}.log", limit, args.timeout_s)
+
+    def measure(label: str, cmd: list[str], out: Path, log: Path) -> None:
+        """One exporter run: time, memory and output size into a row; the output is then removed."""
+        r = run_measured(cmd, log, limit, args.timeout_s)
         r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
-        rows.append((f"metrale-export `{fmt}` (bf16 I/O)", r))
+        rows.append((label, r))
         save_table()
         _print_result(r)
         shutil.rmtree(out, ignore_errors=True)
+
+    for fmt in [f for f in args.formats.split(",") if f]:
+        out = work / f"export-{shape}-{fmt}"
+        print(f"{shape}: metrale-export {fmt} ...", flush=True)
+        measure(f"metrale-export `{fmt}` (bf16 I/O)", [sys.executable, "-c", EXPORT_CHILD, fmt, str(ckpt), str(out)],
+                out, work / f"{shape}-{fmt}.log")
     if not args.no_peer:
         ver = _peer_version()
         if ver is None:
@@ -335,14 +340,10 @@ def run_shape(shape: str, args, work: Path, section: dict, save_table) -> None:
         else:
             out = work / f"export-{shape}-peer"
             print(f"{shape}: onnxruntime-genai builder int4 cpu ...", flush=True)
-            r = run_measured([sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt),
-                              "-o", str(out), "-p", "int4", "-e", "cpu", "-c", str(work / f"peer-cache-{shape}")],
-                             work / f"{shape}-peer.log", limit, args.timeout_s)
-            r["out_gib"] = dir_bytes(out) / 2**30 if out.exists() else 0.0
-            rows.append((f"onnxruntime-genai {ver} builder `-p int4 -e cpu`", r))
-            save_table()
-            _print_result(r)
-            shutil.rmtree(out, ignore_errors=True)
+            measure(f"onnxruntime-genai {ver} builder `-p int4 -e cpu`",
+                    [sys.executable, "-m", "onnxruntime_genai.models.builder", "-i", str(ckpt), "-o", str(out),
+                     "-p", "int4", "-e", "cpu", "-c", str(work / f"peer-cache-{shape}")],
+                    out, work / f"{shape}-peer.log")
             shutil.rmtree(work / f"peer-cache-{shape}", ignore_errors=True)
     save_table()
     if args.checkpoint is None and not args.keep:
