@@ -75,15 +75,21 @@ def eval_list(text: str) -> list[str]:
     return [str(v) for v in value]
 
 
+def _subgraphs(node: ir.Node):
+    """The graphs held in a node's attributes (a Scan or If body)."""
+    for attr in node.attributes.values():
+        if attr.type == ir.AttributeType.GRAPH:
+            yield attr.as_graph()
+        elif attr.type == ir.AttributeType.GRAPHS:
+            yield from attr.as_graphs()
+
+
 def _with_subgraph_nodes(nodes: list[ir.Node]) -> list[ir.Node]:
     out = []
     for node in nodes:
         out.append(node)
-        for attr in node.attributes.values():
-            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-                subs = attr.as_graphs() if attr.type == ir.AttributeType.GRAPHS else [attr.as_graph()]
-                for sub in subs:
-                    out.extend(ir.traversal.RecursiveGraphIterator(sub))
+        for sub in _subgraphs(node):
+            out.extend(ir.traversal.RecursiveGraphIterator(sub))
     return out
 
 
@@ -122,12 +128,10 @@ def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
             raise NotReplicable(f"node {node.name} reads a layer's value and feeds a layer, "
                                 "but belongs to no layer")
     for node in graph:
-        for attr in node.attributes.values():
-            if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-                for sub in (attr.as_graphs() if attr.type == ir.AttributeType.GRAPHS else [attr.as_graph()]):
-                    for inner in ir.traversal.RecursiveGraphIterator(sub):
-                        if _layer_of(inner) not in (None, _layer_of(node)):
-                            raise NotReplicable(f"subgraph of {node.name} holds nodes of another layer")
+        for sub in _subgraphs(node):
+            for inner in ir.traversal.RecursiveGraphIterator(sub):
+                if _layer_of(inner) not in (None, _layer_of(node)):
+                    raise NotReplicable(f"subgraph of {node.name} holds nodes of another layer")
 
     outputs = {v.name: v for v in graph.outputs}
     inputs = {v.name: v for v in graph.inputs}
@@ -212,12 +216,9 @@ def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
                         allow_outer_scope_values=True)
         clones = [cloner.clone_node(n) for n in nodes_of[r]]
         for clone in clones:  # subgraph inputs keep their names: make them unique too
-            for attr in clone.attributes.values():
-                if attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS):
-                    subs = attr.as_graphs() if attr.type == ir.AttributeType.GRAPHS else [attr.as_graph()]
-                    for sub in subs:
-                        for v in sub.inputs:
-                            v.name = f"{v.name}.layer{i}"
+            for sub in _subgraphs(clone):
+                for v in sub.inputs:
+                    v.name = f"{v.name}.layer{i}"
         layer_nodes[i] = clones
         for s in states:
             out = value_map[outputs[f"{s.output}.{r}"]]
@@ -232,7 +233,7 @@ def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
     layered = {id(n) for ns in nodes_of.values() for n in ns}
     all_nodes = list(graph)
     first = next(k for k, n in enumerate(all_nodes) if id(n) in layered)
-    head = [n for n in all_nodes[:first]]
+    head = all_nodes[:first]
     rest = [n for n in all_nodes[first:] if id(n) not in layered]
     order = head + [n for i in model.layer_ids for n in layer_nodes[i]] + rest
     graph.remove(all_nodes)

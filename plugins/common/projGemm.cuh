@@ -180,11 +180,8 @@ struct GemmLayout
     }
 };
 
-template <int kV>
-using IntC = std::integral_constant<int, kV>;
-
 /*
- * The shared-memory tiers: the pipeline walks the blocks in slice order (SliceOrder), each warp
+ * The shared-memory tiers: the pipeline walks the blocks in slice order (SliceCursor), each warp
  * accumulates the running slice in `cur` and folds it into `tot` (tot = tot + cur, from tot = +0)
  * after the slice's last block.
  */
@@ -550,9 +547,9 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
     }
 }
 
-/* The tile configurations of the shared-memory tiers (projTiers.h; m <= 16 streams, projStream.cuh).
- * The large tier holds two accumulators per output (two slices, or one slice plus the per-block
- * partial). */
+/* The tile configurations of the shared-memory tiers (projTiers.h; m <= 16 streams, projStream.cuh,
+ * except FP8 codes there). Every warp holds two accumulator sets per output (the running slice and
+ * the sum), per-block policies a third (the block's partial). */
 template <class P>
 struct Tiers
 {
