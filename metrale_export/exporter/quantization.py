@@ -1,7 +1,7 @@
 """Weight quantization requested on the command line, applied to float checkpoint weights.
 
 ``FloatSource`` turns a projection of a bf16/fp16/fp32 checkpoint into a ``ProjSpec`` (before any
-data is read) and, when asked, into the contract's tensors (round-to-nearest quantization). Sources
+data is read) and, when asked, into the contract's tensors (ops/w4a16.py, w8a8.py, w4a4.py quantize). Sources
 for checkpoints that are already quantized live in ``exporter/formats/`` and follow the same two
 methods. Invariants: the spec alone fixes shapes and dtypes; ``load`` returns exactly the spec.
 """
@@ -33,6 +33,7 @@ class QuantRequest:
     w8a8_weight_scales: str = "channel"
     w8a8_activation_scales: str = "row"
     quantize_lm_head: bool = False
+    scale_search: bool = True  # W4A16: search each group's scale (ops/w4a16.py); False: round to nearest
 
     def __post_init__(self):
         if self.weight not in WEIGHT_FORMATS:
@@ -117,9 +118,9 @@ class FloatSource:
             # Kept in the stored float dtype: the model converts it once, to the export dtype (no
             # float32 round trip of a large unquantized lm_head).
             out = {"weight": w}
-        elif spec.kind == "w4a16":
-            w = w.to(torch.float32)
-            q = w4a16.quantize(w, int(spec.attrs["group_size"]), symmetric="zero_point" not in spec.tensors)
+        elif spec.kind == "w4a16":  # converted to float32 chunk by chunk
+            q = w4a16.quantize(w, int(spec.attrs["group_size"]), symmetric="zero_point" not in spec.tensors,
+                               search=self.request.scale_search)
             out = {"weight": q.weight, "weight_scale": q.weight_scale}
             if q.zero_point is not None:
                 out["zero_point"] = q.zero_point
