@@ -565,16 +565,20 @@ inline int wgTokenTile(int64_t m, int64_t n)
 }
 
 /*
- * Whether the slices go to CTAs of their own (grid.z = slices), where the tile grid alone would leave
- * SMs idle (under two waves of 132): each CTA sums its slice from +0 and writes it to the float32
- * buffer `part` [slices, m, n]; wgReduceKernel then folds them per element in slice order, from +0, as
- * the single-CTA walk does, so the bits are the same. A layout choice of (m, n, k) only.
+ * Whether the slices go to CTAs of their own (grid.z = slices), where the tile grid alone would fill
+ * its waves of 132 CTAs (one per SM) less than 70%: each CTA sums its slice from +0 and writes it to
+ * the float32 buffer `part` [slices, m, n]; wgReduceKernel then folds them per element in slice order,
+ * from +0, as the single-CTA walk does, so the bits are the same. A layout choice of (m, n, k) only.
+ * Measured on the H200 (benchmarks/results/kernels-20261201-0905-wgmma-split.md): the split wins
+ * 1.4-2.7x on 24-61% full grids (8B-down / 8B-qkv / 32B-down at M = 64, 32B-down at M = 256) and loses
+ * up to 1.4x on nearly full ones (the buffer's traffic and the per-CTA prologue).
  */
 inline bool wgSplit(int64_t m, int64_t n, int64_t k)
 {
     const int64_t tn = wgTokenTile(m, n);
     const int64_t ctas = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + tn - 1) / tn);
-    return projSlices(n, k) > 1 && ctas < 2 * 132;
+    const int64_t waves = (ctas + 131) / 132;
+    return projSlices(n, k) > 1 && ctas * 10 < waves * 132 * 7;
 }
 
 /* Workspace bytes of the split's slice sums (0 where the tier does not split). */
