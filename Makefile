@@ -36,11 +36,13 @@ plugins:
 bench:
 	$(BIN)/python -m benchmarks.bench_kernels
 
-# Export benchmark on the CPU: installs the peer exporter (the bench extra) first. SHAPES picks
+# Export benchmark on the CPU: installs the peer exporter (the bench extra) first; the quantizer's
+# weight error against the peer's int4 (bench_quant) comes first. SHAPES picks
 # the checkpoint shapes (one results file), e.g. make bench-export SHAPES=qwen3-8b.
 SHAPES ?= qwen3-1.7b,qwen3-8b
 bench-export:
 	$(BIN)/python -m pip install -q -e '.[bench]' torch==2.13.0
+	$(BIN)/python -m benchmarks.bench_quant
 	$(BIN)/python -m benchmarks.bench_export --shape $(SHAPES)
 
 clean:
