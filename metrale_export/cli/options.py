@@ -35,8 +35,8 @@ quantization_options = _compose(
                  help="W4A16 group size along K."),
     click.option("--asymmetric", is_flag=True, help="W4A16 with zero points (default: symmetric)."),
     click.option("--no-scale-search", is_flag=True,
-                 help="W4A16: plain round-to-nearest scales (default: search each group's scale for the "
-                      "lowest squared error)."),
+                 help="Plain round-to-nearest W4A16 group scales and NVFP4 block scales (default: search "
+                      "each for the lowest squared error)."),
     click.option("--w8a8-weight-scales", type=click.Choice(["channel", "block128"]), default="channel",
                  show_default=True, help="W8A8 weight scales: per output channel or 128x128 blocks."),
     click.option("--w8a8-activation-scales", type=click.Choice(["row", "row_block128"]), default="row",

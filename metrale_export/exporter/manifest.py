@@ -64,7 +64,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
             "format": req.weight,
             "group_size": req.group_size if req.weight == "w4a16" else None,
             "asymmetric": (not req.symmetric) if req.weight == "w4a16" else None,
-            "scale_search": req.scale_search if req.weight == "w4a16" else None,
+            "scale_search": req.scale_search if req.weight in ("w4a16", "w4a4") else None,
             "w8a8_weight_scales": req.w8a8_weight_scales if req.weight == "w8a8" else None,
             "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
             "lm_head": req.quantize_lm_head,

@@ -33,7 +33,8 @@ class QuantRequest:
     w8a8_weight_scales: str = "channel"
     w8a8_activation_scales: str = "row"
     quantize_lm_head: bool = False
-    scale_search: bool = True  # W4A16: search each group's scale (ops/w4a16.py); False: round to nearest
+    # Search each W4A16 group's scale and each NVFP4 block's e4m3 scale (ops/); False: round to nearest.
+    scale_search: bool = True
     # Quantized MoE experts: "grouped" (the grouped-expert ops) or "dense" (one W*Proj per expert).
     moe_experts: str = "grouped"
 
@@ -133,7 +134,7 @@ class FloatSource:
             q = w8a8.quantize(w, str(spec.attrs["weight_scale_granularity"]))
             out = {"weight": q.weight, "weight_scale": q.weight_scale}
         else:
-            q = w4a4.quantize(w.to(torch.float32))
+            q = w4a4.quantize(w.to(torch.float32), search=self.request.scale_search)
             out = {"weight": q.weight, "weight_scale": q.weight_scale,
                    "weight_global_scale": q.weight_global_scale}
         if "bias" in spec.tensors:

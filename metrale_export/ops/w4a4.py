@@ -1,6 +1,7 @@
 """W4A4Proj: NVFP4 weights (e2m1, e4m3 per-16 scales, float32 global scale), NVFP4 or bf16 activations.
 
-Quantizer (ModelOpt's scheme: global scale amax / (6 * 448)), dequantizer, the in-op activation
+Quantizer (ModelOpt's scheme: global scale amax / (6 * 448); each block's e4m3 scale searched among
+the rounded one and its two e4m3 neighbours for the lowest squared error), dequantizer, the in-op activation
 quantizer and the CPU reference, following docs/ops.md. Invariants: the activation global scale is
 static or per row, never per tensor; (code * e4m3 scale) is exact in bf16, so the reference's
 float32 matmul of those factors is the NVFP4 product up to accumulation order.
@@ -50,8 +51,11 @@ def _block_quantize(x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, tor
     return codes.reshape(r, k), s
 
 
-def quantize(w: torch.Tensor) -> W4A4Weight:
-    """NVFP4 quantization of a float [N, K] weight (K a multiple of 16)."""
+def quantize(w: torch.Tensor, search: bool = True) -> W4A4Weight:
+    """NVFP4 quantization of a float [N, K] weight (K a multiple of 16).
+
+    With ``search``, each block's e4m3 scale is the one of lowest squared error among the rounded
+    ``bmax / (6 * gw)`` (the round-to-nearest scale, kept on a tie) and its two e4m3 neighbours."""
     w = w.to(torch.float32)
     n, k = w.shape
     if k % NVFP4_BLOCK:
@@ -59,8 +63,36 @@ def quantize(w: torch.Tensor) -> W4A4Weight:
     amax = w.abs().amax()
     gw = (amax / _GLOBAL_DIV) if amax > 0 else torch.tensor(1.0)
     gw = gw.reshape(1).to(torch.float32)
-    codes, s = _block_quantize(w, gw.reshape(1, 1).expand(n, 1))
+    g = gw.reshape(1, 1).expand(n, 1)
+    codes, s = _block_quantize(w, g)
+    if search:
+        codes, s = _search_block_scales(w, g, codes, s)
     return W4A4Weight(pack_nibbles(codes), e4m3_to_bits(s).contiguous(), gw)
+
+
+def _search_block_scales(x, g, codes, s):
+    """Per block, the e4m3 scale among s and its neighbours (by bit pattern) of lowest squared error."""
+    r, k = x.shape
+    blocks = x.reshape(r, k // NVFP4_BLOCK, NVFP4_BLOCK)
+
+    def err(c, sc):
+        v = e2m1_decode(c).reshape(blocks.shape) * (sc.to(torch.float32) * g)[..., None]
+        return (v - blocks).square_().sum(dim=-1)
+
+    bits = e4m3_to_bits(s).to(torch.int16)
+    best_e, best_c, best_s = err(codes, s), codes, s
+    for step in (-1, 1):
+        cand = e4m3_from_bits(torch.clamp(bits + step, 0, 0x7E).to(torch.int8)).to(torch.float8_e4m3fn)
+        eff = cand.to(torch.float32) * g
+        safe = torch.where(eff == 0, torch.ones_like(eff), eff)
+        c = e2m1_encode(blocks / safe[..., None])
+        c = torch.where((eff == 0)[..., None], torch.zeros_like(c), c).reshape(r, k)
+        e = err(c, cand)
+        better = e < best_e
+        best_e = torch.where(better, e, best_e)
+        best_s = torch.where(better, cand, best_s)
+        best_c = torch.where(better.repeat_interleave(NVFP4_BLOCK, 1), c, best_c)
+    return best_c, best_s
 
 
 def dequantize_factors(weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:

@@ -120,3 +120,19 @@ def test_quantize_is_deterministic_and_chunking_does_not_change_bytes(monkeypatc
     for x, y in ((a, b), (a, c)):
         assert torch.equal(x.weight, y.weight) and torch.equal(x.weight_scale, y.weight_scale)
         assert (x.zero_point is None) == symmetric and (symmetric or torch.equal(x.zero_point, y.zero_point))
+
+
+def test_nvfp4_block_scale_search_lowers_the_error_and_stays_next_to_round_to_nearest():
+    from metrale_export.ops import w4a4
+
+    w = _outlier_weight(64, 512, seed=21).float()
+    wf = w.double().numpy()
+    q = {s: w4a4.quantize(w, search=s) for s in (False, True)}
+    err = {s: np.linalg.norm(wf - w4a4.dequantize(v.weight, v.weight_scale, v.weight_global_scale).double().numpy())
+           for s, v in q.items()}
+    assert err[True] < 0.97 * err[False]
+    assert torch.equal(q[True].weight_global_scale, q[False].weight_global_scale)
+    step = (q[True].weight_scale.to(torch.int16) - q[False].weight_scale.to(torch.int16)).abs()
+    assert int(step.max()) == 1 and bool((step == 0).any())  # a neighbour of the RNE scale, or it
+    again = w4a4.quantize(w.clone())
+    assert torch.equal(again.weight, q[True].weight) and torch.equal(again.weight_scale, q[True].weight_scale)
