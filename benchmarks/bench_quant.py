@@ -186,7 +186,7 @@ def _commit() -> str:
         return "unknown"
 
 
-def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: dict | None) -> str:
+def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: dict | None, args) -> str:
     import onnxruntime
 
     lines = [f"# Quantizer benchmark, {datetime.date.today().isoformat()}", "",
@@ -197,11 +197,13 @@ def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: d
              f"- held-out weights: Gaussian (std 0.02) bf16, {OUTLIER_FRACTION:.1%} of the input channels x10, "
              f"seeds from {SEED_BASE}; W4A16 scales stored as {str(w4a16.SCALE_DTYPE).replace('torch.', '')}; "
              f"search grid: divisors {w4a16.SYMMETRIC_DIVISORS} (symmetric), range shrink "
-             f"{w4a16.ASYMMETRIC_SHRINK} (asymmetric)"]
+             f"{w4a16.ASYMMETRIC_SHRINK} (asymmetric)",
+             f"- run: `python benchmarks/bench_quant.py --layers {args.layers} --all-methods-layers "
+             f"{args.all_methods_layers} --logits-layers {args.logits_layers}`"]
     for shape, errs, count in sections:
         lines += ["", f"## Weight error, `{shape}` ({count} projections)", "",
-                  "Rounding-to-nearest and asymmetric rows on `qwen3-0.6b`: the first four layers' 28 projections "
-                  "(time); peer medians beside them over the same projections.", "",
+                  f"Rounding-to-nearest and asymmetric rows on `qwen3-0.6b`: the first {args.all_methods_layers} "
+                  "layers' projections (time); the peer's median beside them is over the same projections.", "",
                   "| pair | ours (median) | peer (median) | ours / peer | projections where ours < peer |",
                   "|---|---:|---:|---:|---:|"]
         for name, a, b in PAIRS:
@@ -210,7 +212,8 @@ def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: d
             ma, mb = statistics.median(ea), statistics.median(eb)  # over the same projections
             lines.append(f"| {name} | {ma:.4f} | {mb:.4f} | {ma / mb:.3f} | {wins} / {len(ea)} |")
     if logits:
-        lines += ["", "## Logits error against transformers (float32), `qwen3-0.6b`, lm_head float", "",
+        lines += ["", f"## Logits error against transformers (float32), `qwen3-0.6b` widths, {args.logits_layers} "
+                  "layers, lm_head float", "",
                   "| weights | relative logits error |", "|---|---:|"]
         lines += [f"| {k} | {v:.4f} |" for k, v in logits.items()]
         lines += ["", f"ours / peer: g32 {logits['ours g32'] / logits['peer b32']:.3f}, "
@@ -230,15 +233,20 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="two layers of qwen3-0.6b only (a smoke check)")
     ap.add_argument("--results", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--layers", type=int, default=28, help="qwen3-0.6b decoder layers whose projections are measured")
+    ap.add_argument("--all-methods-layers", type=int, default=4,
+                    help="of those, the layers the secondary rows (no search, asymmetric) also run on")
+    ap.add_argument("--logits-layers", type=int, default=28, help="depth of the logits model (0.6B widths)")
     args = ap.parse_args(argv)
-    small = SHAPES["qwen3-0.6b"]["num_hidden_layers"]
-    sections = [("qwen3-0.6b", weight_errors("qwen3-0.6b", list(range(2 if args.quick else small)), 4),
-                 7 * (2 if args.quick else small))]
+    if args.quick:
+        args.layers, args.all_methods_layers, args.logits_layers = 2, 2, 2
+    sections = [("qwen3-0.6b", weight_errors("qwen3-0.6b", list(range(args.layers)), args.all_methods_layers),
+                 7 * args.layers)]
     if not args.quick:
         sections.append(("qwen3-8b", weight_errors("qwen3-8b", [0], 1), 7))
-    logits = logits_errors("qwen3-0.6b", 2 if args.quick else None)
+    logits = logits_errors("qwen3-0.6b", args.logits_layers)
     timing = None if args.quick else quantizer_seconds("qwen3-8b")
-    text = render(sections, logits, timing)
+    text = render(sections, logits, timing, args)
     print(text)
     if not args.quick:
         args.results.mkdir(parents=True, exist_ok=True)
