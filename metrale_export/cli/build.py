@@ -11,9 +11,12 @@ from pathlib import Path
 import click
 
 from ..engines import backends
-from ..engines.build import LOWERINGS, BuildOptions, UsageConflict, build_engines
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
+
+
+# engines.build.LOWERINGS (a test keeps them equal): importing engines.build here would import onnx.
+LOWERINGS = ("plugin", "qdq")
 
 
 def _profiles(ctx, param, value):
@@ -74,6 +77,8 @@ def command(source, output, profiles, policy, plugins, backend, lowering, timing
       metrale-export build out/model --backend tensorrt-rtx --lowering qdq \\
           --profiles 1,2-8,9-32,33-128,129-4096 --activation-quantization declared
     """
+    from ..engines.build import BuildOptions, UsageConflict, build_engines
+
     options = BuildOptions(
         profiles=profiles, policy=policy, backend=backend, lowering=lowering, plugins=plugins,
         timing_cache=timing_cache, max_context=max_context, rtx_targets=rtx_targets, verbose=verbose,

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from ..compare.accuracy import compare_export
 from ..errors import CheckFailed
 from . import options as opt
 
@@ -25,6 +24,8 @@ def print_report(report, as_json: bool) -> None:
 def run_compare(export_dir: Path, checkpoint, tolerance, quiet: bool, as_json: bool):
     from polygraphy.logger import G_LOGGER
 
+    from ..compare.accuracy import compare_export
+
     G_LOGGER.module_severity = G_LOGGER.ERROR
     report = compare_export(export_dir, checkpoint, tolerance=tolerance)
     if not quiet:
@@ -39,7 +40,7 @@ def run_compare(export_dir: Path, checkpoint, tolerance, quiet: bool, as_json: b
 @click.argument("export_dir", metavar="DIR", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--checkpoint", type=click.Path(exists=True, path_type=Path),
               help="The checkpoint the export came from (default: the path in manifest.json).")
-@click.option("--tolerance", type=float, default=None,
+@click.option("--tolerance", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Relative error bound (default: docs/ops.md's, 1e-4 unquantized, 1e-3 quantized).")
 @click.option("--row-invariance", "invariance", is_flag=True,
               help="Also feed decode rows alone and in batches (1, 2, 3, 8, 9, 32, 33) through the "

@@ -14,12 +14,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import click
-import onnx
 
 from ..errors import InputError
-from ..exporter.checkpoint import Checkpoint
-from ..exporter.formats import describe_checkpoint, describe_text
-from ..exporter.manifest import metrale_ops
 from . import options as opt
 
 
@@ -28,6 +24,10 @@ def is_export(path: Path) -> bool:
 
 
 def summarize(path: Path) -> dict:
+    import onnx
+
+    from ..exporter.manifest import metrale_ops
+
     onnx_path = path / "model.onnx" if path.is_dir() else path
     if not onnx_path.exists():
         raise InputError(f"{path}: no model.onnx here; expected an export directory or an .onnx file")
@@ -68,6 +68,9 @@ def summarize(path: Path) -> dict:
 
 def summarize_checkpoint(path: Path) -> dict:
     """The model and the declared quantization format of a checkpoint (headers and configs only)."""
+    from ..exporter.checkpoint import Checkpoint
+    from ..exporter.formats import describe_checkpoint
+
     ckpt = Checkpoint.open(path)
     cfg = ckpt.config
     dtypes = Counter()
@@ -87,6 +90,8 @@ def summarize_checkpoint(path: Path) -> dict:
 
 
 def _echo_checkpoint(s: dict) -> None:
+    from ..exporter.formats import describe_text
+
     m = s["model"]
     arch = ",".join(m["architectures"] or ["?"])
     click.echo(f"{s['checkpoint']}: checkpoint, {len(s['files'])} file(s), {s['tensors']} tensors, "
@@ -99,6 +104,8 @@ def _echo_checkpoint(s: dict) -> None:
 
 
 def _echo_export(s: dict, show_ops: bool) -> None:
+    from ..exporter.formats import describe_text
+
     click.echo(f"{s['file']}: {s['nodes']} nodes, {s['weights_bytes'] / 2**20:.2f} MiB of weights")
     if "model" in s:
         wq = dict(s["weight_quantization"] or {})

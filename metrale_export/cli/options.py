@@ -1,4 +1,7 @@
-"""Options shared by several commands, as decorators (the pip-tools ``options.py`` pattern)."""
+"""Options shared by several commands, as decorators (the pip-tools ``options.py`` pattern).
+
+Torch-free: the choices come from ``exporter.names``, so ``--help`` imports no heavy module.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,7 @@ from pathlib import Path
 
 import click
 
-from ..exporter.export import DTYPES
-from ..exporter.quantization import WEIGHT_FORMATS
+from ..exporter.names import DTYPE_NAMES, WEIGHT_FORMATS
 
 
 def _compose(*decorators):
@@ -38,7 +40,7 @@ quantization_options = _compose(
     click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
     click.option("--layers", default=None, metavar="SPEC",
                  help="Export only these decoder layers, e.g. '0' or '0,2' or '1-3' (debugging)."),
-    click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="float32", show_default=True,
+    click.option("--dtype", type=click.Choice(sorted(DTYPE_NAMES)), default="float32", show_default=True,
                  help="Dtype of activations and float weights in the graph (float32 runs in the "
                       "ONNX Runtime reference; the quantized ops round activations to bf16 anyway)."),
 )

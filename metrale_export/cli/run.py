@@ -10,12 +10,48 @@ from pathlib import Path
 import click
 
 from ..engines import backends
-from ..engines.build import BuildOptions, build_engines
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
 from . import options as opt
 from .compare import run_compare
 from .export import run_export
+
+
+def reference_dtypes() -> list[str]:
+    """The --dtype names the ONNX Runtime reference (step 2) runs: the activation types of ops.ort."""
+    import onnx
+
+    from ..ops import ort
+
+    return sorted(onnx.helper.tensor_dtype_to_np_dtype(t).name for t in ort._DT)
+
+
+def preflight(model: Path, out: Path, profiles: str, policy: str, dtype: str, force: bool,
+              skip_compare: bool):
+    """Every check of the options that needs no export, run before the export is written: the
+    output (exists without --force, or is not a previous output), the profiles against the model's
+    context, the policy, and a --dtype the comparison cannot run. Returns (profiles, policy,
+    max_context)."""
+    from ..exporter.checkpoint import Checkpoint
+    from ..exporter.writer import check_replaceable
+
+    check_replaceable(Path(out), force)
+    if not skip_compare and dtype not in (allowed := reference_dtypes()):
+        raise click.BadParameter(
+            f"--dtype {dtype}: the ONNX Runtime reference of step 2 (compare) runs {' or '.join(allowed)} "
+            f"activations; use --dtype float32, or --skip-compare to export {dtype} without verifying it",
+            param_hint="--dtype")
+    model_max = Checkpoint.open(model).config.get("max_position_embeddings") or DEFAULT_MAX_CONTEXT
+    max_context = min(DEFAULT_MAX_CONTEXT, int(model_max))
+    try:
+        profile_set = parse_profiles(profiles, max_rows=max_context)
+    except ProfileError as e:
+        raise click.BadParameter(str(e), param_hint="--profiles") from e
+    try:
+        policy_obj = parse_policy(policy)
+    except PolicyError as e:
+        raise click.BadParameter(str(e), param_hint="--activation-quantization") from e
+    return profile_set, policy_obj, max_context
 
 
 @click.command("run")
@@ -42,16 +78,10 @@ def command(ctx, model, output, profiles, policy, plugins, skip_compare, skip_en
     model.safetensors.index.json. Output goes to DIR (default: MODEL's name + '.metrale'):
     model.onnx, manifest.json, and engines/ when a TensorRT backend is installed.
     """
-    try:
-        profile_set = parse_profiles(profiles)
-    except ProfileError as e:
-        raise click.BadParameter(str(e), param_hint="--profiles") from e
-    try:
-        policy_obj = parse_policy(policy)
-    except PolicyError as e:
-        raise click.BadParameter(str(e), param_hint="--activation-quantization") from e
-    say = (lambda msg: None) if (quiet or as_json) else (lambda msg: click.echo(msg, err=True))
     out = output or opt.default_output(model)
+    profile_set, policy_obj, max_context = preflight(model, out, profiles, policy, ctx.params["dtype"],
+                                                     force, skip_compare)
+    say = (lambda msg: None) if (quiet or as_json) else (lambda msg: click.echo(msg, err=True))
     summary: dict = {"output": str(out), "steps": {}}
 
     result = run_export(ctx.params, out, force, quiet or as_json)
@@ -80,7 +110,8 @@ def command(ctx, model, output, profiles, policy, plugins, skip_compare, skip_en
         say(msg)
         summary["steps"]["engines"] = "skipped: no TensorRT backend installed"
     else:
-        max_context = min(DEFAULT_MAX_CONTEXT, result.manifest["model"]["max_position_embeddings"])
+        from ..engines.build import BuildOptions, build_engines
+
         options = BuildOptions(profiles=profile_set, policy=policy_obj, max_context=max_context,
                                plugins=None if plugins is None else Path(plugins))
         manifest = build_engines(out, None, options, None)
