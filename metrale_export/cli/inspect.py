@@ -26,7 +26,8 @@ def is_export(path: Path) -> bool:
 def summarize(path: Path) -> dict:
     import onnx
 
-    from ..exporter.manifest import metrale_ops
+    from ..exporter.manifest import ROW_INVARIANCE_SCOPE, metrale_ops
+    from ..invariance import audit
 
     onnx_path = path / "model.onnx" if path.is_dir() else path
     if not onnx_path.exists():
@@ -58,6 +59,7 @@ def summarize(path: Path) -> dict:
         "inputs": {v.name: shape(v) for v in model.graph.input},
         "outputs": {v.name: shape(v) for v in model.graph.output},
     }
+    summary["row_invariance"] = {"applies_to": ROW_INVARIANCE_SCOPE, **audit(model.graph)}
     manifest = (path / "manifest.json") if path.is_dir() else onnx_path.parent / "manifest.json"
     if manifest.exists():
         m = json.loads(manifest.read_text())
@@ -124,6 +126,19 @@ def _echo_export(s: dict, show_ops: bool) -> None:
         for o in s["ops"]:
             attrs = " ".join(f"{k}={v}" for k, v in o.items() if k not in ("op_type", "name"))
             click.echo(f"  {o['name']}: {o['op_type']} {attrs}")
+    _echo_row_invariance(s["row_invariance"], show_ops)
+
+
+def _echo_row_invariance(ri: dict, show_ops: bool) -> None:
+    from ..invariance import describe_left
+
+    click.echo(f"row invariance (plugin lowering, fixed --activation-quantization): covers the outputs of "
+               f"{len(ri['covers'])} metrale projections; not covered, left to TensorRT with tactics "
+               f"chosen per profile: {describe_left(ri)}")
+    if show_ops:
+        for e in ri["left_to_tensorrt"]:
+            extra = f", weight {e['weight']}" if "weight" in e else ""
+            click.echo(f"  {e['node']}: {e['op_type']} ({e['kind']}, {e['where']}{extra})")
 
 
 @click.command("inspect")

@@ -31,6 +31,7 @@ import onnx
 
 from .. import __version__
 from ..errors import BuildError, InputError
+from ..invariance import audit, engine_promise
 from . import backends, lowering, policy as _policy
 from .profiles import DEFAULT_MAX_CONTEXT, ProfileShapes, RowRange, optimization_profiles
 
@@ -296,6 +297,7 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
         timing_cache = Path(options.timing_cache) if options.timing_cache else out_dir / "timing.cache"
     targets = [f"{a}.{b}" for a, b in options.rtx_targets] if backend.is_rtx else ["build machine"]
     promised, promise_reason = _policy.row_invariance(options.policy, chosen)
+    row_invariance = engine_promise(audit(model.graph), promised, promise_reason)  # ..invariance
     previous = _load_previous(out_dir)
 
     def write_manifest(records: list, complete: bool) -> dict:
@@ -309,7 +311,7 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
             "backend": {"name": backend.name, "version": backend.version, "targets": targets},
             "lowering": chosen,
             "activation_quantization": options.policy.describe(),
-            "row_invariance": {"promised": promised, "reason": promise_reason},
+            "row_invariance": row_invariance,
             "max_context": options.max_context,
             "plugins": {"path": str(options.plugins), "sha256": plugin_sha} if plugin_sha else None,
             "timing_cache": str(timing_cache) if timing_cache else None,

@@ -220,3 +220,25 @@ def test_ctrl_c_at_start_exits_130_in_one_line(demo_checkpoint, tmp_path, after)
     assert p.returncode == 130, (p.returncode, stdout, stderr)
     assert "Traceback" not in stderr and "interrupted" in stderr, stderr
     assert not out.exists() and not [q for q in tmp_path.iterdir() if q.name.startswith(".o.")]
+
+
+def test_ctrl_c_during_a_tensorrt_rtx_build_exits_130_without_the_engine(demo_exports, tmp_path):
+    from metrale_export.engines import backends
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    out = tmp_path / "engines"
+    p = cli_process("build", demo_exports["w4a16"], "-o", out, "--backend", "tensorrt-rtx", "--lowering", "qdq",
+                    "--profiles", "1,2-8", "--max-context", "256")
+    seen = []
+    for line in p.stderr:  # wait until the first engine's build has started
+        seen.append(line)
+        if "building rows 1" in line:
+            break
+    time.sleep(1.0)
+    p.send_signal(signal.SIGINT)
+    stdout, rest = p.communicate(timeout=120)
+    stderr = "".join(seen) + rest
+    assert p.returncode == 130, (p.returncode, stderr)
+    assert "Traceback" not in stderr and "interrupted" in stderr, stderr
+    assert not list(out.glob("*.engine")) and not list(out.glob(".*.tmp-*")), sorted(out.iterdir())
