@@ -32,7 +32,7 @@ import onnx
 from .. import __version__
 from ..errors import BuildError, InputError
 from ..invariance import audit, engine_promise
-from . import backends, lowering, policy as _policy
+from . import backends, cancel, lowering, policy as _policy
 from .profiles import DEFAULT_MAX_CONTEXT, ProfileShapes, RowRange, optimization_profiles
 
 MANIFEST = "manifest.json"
@@ -217,8 +217,9 @@ def load_plugin_library(backend: backends.Backend, path: Path) -> None:
 
 
 def _build_one(backend: backends.Backend, onnx_path: Path, shapes: tuple[ProfileShapes, ...],
-               options: BuildOptions, timing_cache: Path | None, use_plugins: bool):
-    """The serialized engine of one lowered graph (Polygraphy's loaders)."""
+               options: BuildOptions, timing_cache: Path | None, use_plugins: bool, monitor=None):
+    """The serialized engine of one lowered graph (Polygraphy's loaders); ``monitor``: the
+    builder's IProgressMonitor (``cancel.monitor``: Ctrl-C cancels the build)."""
     from polygraphy.backend.trt import (
         CreateConfig, EngineBytesFromNetwork, NetworkFromOnnxPath, Profile,
     )
@@ -236,9 +237,10 @@ def _build_one(backend: backends.Backend, onnx_path: Path, shapes: tuple[Profile
     if backend.is_rtx:
         from polygraphy.backend.tensorrt_rtx import CreateConfigRTX
 
-        config = CreateConfigRTX(profiles=trt_profiles, compute_capabilities=list(options.rtx_targets))
+        config = CreateConfigRTX(profiles=trt_profiles, compute_capabilities=list(options.rtx_targets),
+                                 progress_monitor=monitor)
     else:
-        config = CreateConfig(profiles=trt_profiles, load_timing_cache=cache)
+        config = CreateConfig(profiles=trt_profiles, load_timing_cache=cache, progress_monitor=monitor)
     with warnings.catch_warnings():
         # Polygraphy sets a timing cache even without one; TensorRT-RTX deprecates the call.
         warnings.simplefilter("ignore", DeprecationWarning)
@@ -354,16 +356,18 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
             lowering.save_model(rewritten, path)
             lowered_paths[graph_key] = path
         started = time.perf_counter()
-        with backends.captured_polygraphy_log(echo=options.verbose) as log:
+        with backends.captured_polygraphy_log(echo=options.verbose) as log, cancel.sigint_cancels() as stop:
             try:
                 engine = _build_one(backend, lowered_paths[graph_key], shapes, options,
-                                    timing_cache, chosen == "plugin")
+                                    timing_cache, chosen == "plugin", cancel.monitor(backend.module, stop))
             except Exception as e:  # noqa: BLE001 - Polygraphy raises its own exception type
+                stop.raise_if_set()  # Ctrl-C: the builder was cancelled, no engine written
                 errors = [m for level, m in log if level in ("ERROR", "CRITICAL")]
                 detail = "\n  ".join(errors[-6:]) or str(e)
                 raise BuildError(
                     f"{rows}: {backend.describe()} could not build {lowered_paths[graph_key]}:\n  {detail}"
                 ) from e
+            stop.raise_if_set()
         seconds = time.perf_counter() - started
         data = memoryview(engine)
         _write_atomic(engine_path, data)
