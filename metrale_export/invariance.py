@@ -112,8 +112,8 @@ def audit(graph) -> dict:
 def describe_left(audit_: dict) -> str:
     """'4 attention (MatMul, Softmax), 5 norm (ReduceMean), 1 float projection (Gemm lm_head.weight)'."""
     parts = []
-    for kind, count in audit_["left_by_kind"].items():
-        entries = [e for e in audit_["left_to_tensorrt"] if e["kind"] == kind]
+    for kind, count in audit_.get("left_by_kind", {}).items():
+        entries = [e for e in audit_.get("left_to_tensorrt", []) if e["kind"] == kind]
         ops = sorted({e["op_type"] for e in entries})
         weights = sorted({e["weight"] for e in entries if "weight" in e})
         parts.append(f"{count} {kind} ({', '.join(ops)}{' ' + ', '.join(weights) if weights else ''})")
@@ -123,8 +123,8 @@ def describe_left(audit_: dict) -> str:
 def engine_promise(audit_: dict, policy_promised: bool, policy_reason: str) -> dict:
     """The engine manifest's ``row_invariance``: ``promised`` only when the policy and lowering allow
     it and no row-sensitive op is left to TensorRT; otherwise ``scope`` says what still holds."""
-    left = audit_["left_to_tensorrt"]
-    covered = [c["name"] for c in audit_["covers"]]
+    left = audit_.get("left_to_tensorrt", [])
+    covered = [c["name"] for c in audit_.get("covers", [])]
     if not policy_promised:
         promised, scope, reason = False, "none", policy_reason
     elif left:
@@ -136,4 +136,4 @@ def engine_promise(audit_: dict, policy_promised: bool, policy_reason: str) -> d
         promised, scope, reason = True, "whole graph", policy_reason
     return {"promised": promised, "scope": scope, "reason": reason,
             "covers": covered if policy_promised else [],
-            "left_to_tensorrt": left, "left_by_kind": audit_["left_by_kind"]}
+            "left_to_tensorrt": left, "left_by_kind": audit_.get("left_by_kind", {})}

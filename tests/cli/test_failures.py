@@ -242,3 +242,29 @@ def test_ctrl_c_during_a_tensorrt_rtx_build_exits_130_without_the_engine(demo_ex
     assert p.returncode == 130, (p.returncode, stderr)
     assert "Traceback" not in stderr and "interrupted" in stderr, stderr
     assert not list(out.glob("*.engine")) and not list(out.glob(".*.tmp-*")), sorted(out.iterdir())
+
+
+def test_main_job_shows_progress_ends_naming_everything_and_a_rebuild_names_what_it_removes(
+        small_checkpoint, tmp_path):
+    from metrale_export.engines import backends
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    out = tmp_path / "job"
+    r = run(small_checkpoint, "-o", out, "--backend", "tensorrt-rtx", "--profiles", "1,2-4", "--max-context", "64")
+    assert r.exit_code == 0, r.output
+    text = r.output
+    for line in ("[2/3] comparing the export", "[3/3] building 2 engine(s)", "building rows 1 ...",
+                 "building rows 2-4 ...", "row invariance NOT promised"):
+        assert line in text, text
+    last = text.strip().splitlines()[-1]
+    assert last == (f"done: {out}/ holds model.onnx, manifest.json, and {out / 'engines'}/ with 2 engine(s) "
+                    "and their manifest.json"), last
+    assert sorted(p.name for p in (out / "engines").glob("*.engine")) == ["rows-1.engine", "rows-2-4.engine"]
+
+    # Fewer profiles: the engine of the range no longer asked for is removed, and named.
+    r = run("build", out, "--backend", "tensorrt-rtx", "--profiles", "1", "--max-context", "64")
+    assert r.exit_code == 0, r.output
+    assert f"unchanged rows 1: {out / 'engines' / 'rows-1.engine'}" in r.output
+    assert f"removed {out / 'engines' / 'rows-2-4.engine'} (its range is no longer asked for)" in r.output
+    assert sorted(p.name for p in (out / "engines").glob("*.engine")) == ["rows-1.engine"]
