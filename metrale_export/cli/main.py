@@ -42,7 +42,6 @@ import click  # noqa: E402
 
 from ..errors import MetraleError  # noqa: E402
 
-_on_sigint(_previous_sigint or signal.default_int_handler)
 
 # Subcommand modules, each defining a Click command ``command``.
 _COMMAND_MODULES = ("run", "export", "inspect", "compare", "build", "demo")
@@ -136,6 +135,9 @@ def cli() -> None:
 for _name in _COMMAND_MODULES:
     _module = importlib.import_module(f"{__package__}.{_name}")
     cli.add_command(_module.command)
+
+# From here on the group turns KeyboardInterrupt into its one line and exit code 130.
+_on_sigint(_previous_sigint or signal.default_int_handler)
 
 
 def main() -> None:
