@@ -25,11 +25,13 @@ $(STAMP): pyproject.toml
 
 # The default suite: export, reference ops, CLI, engine building (TensorRT-RTX), plugin compile
 # checks. GPU tests (-m gpu) run on a CUDA machine; slow ones with 'make test-all'.
+# Two workers (pytest-xdist), one test file each at a time so module fixtures are made once.
+TEST_JOBS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -m 'not gpu'
+	$(BIN)/python -m pytest -n $(TEST_JOBS) --dist loadfile -m 'not gpu'
 
 # The main job on the built-in demo model.
 demo: $(STAMP)
