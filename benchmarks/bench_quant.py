@@ -199,7 +199,8 @@ def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: d
              f"search grid: divisors {w4a16.SYMMETRIC_DIVISORS} (symmetric), range shrink "
              f"{w4a16.ASYMMETRIC_SHRINK} (asymmetric)",
              f"- run: `python benchmarks/bench_quant.py --layers {args.layers} --all-methods-layers "
-             f"{args.all_methods_layers} --logits-layers {args.logits_layers}`"]
+             f"{args.all_methods_layers} --all-methods-layers-8b {args.all_methods_layers_8b} --logits-layers "
+             f"{args.logits_layers}`"]
     for shape, errs, count in sections:
         lines += ["", f"## Weight error, `{shape}` ({count} projections)", "",
                   f"Rounding-to-nearest and asymmetric rows on `qwen3-0.6b`: the first {args.all_methods_layers} "
@@ -208,6 +209,8 @@ def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: d
                   "|---|---:|---:|---:|---:|"]
         for name, a, b in PAIRS:
             ea, eb = errs[a], errs[b][: len(errs[a])]
+            if not ea:
+                continue
             wins = sum(x < y for x, y in zip(ea, eb))
             ma, mb = statistics.median(ea), statistics.median(eb)  # over the same projections
             lines.append(f"| {name} | {ma:.4f} | {mb:.4f} | {ma / mb:.3f} | {wins} / {len(ea)} |")
@@ -236,6 +239,7 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=28, help="qwen3-0.6b decoder layers whose projections are measured")
     ap.add_argument("--all-methods-layers", type=int, default=4,
                     help="of those, the layers the secondary rows (no search, asymmetric) also run on")
+    ap.add_argument("--all-methods-layers-8b", type=int, default=1, help="the same for qwen3-8b (0 or 1)")
     ap.add_argument("--logits-layers", type=int, default=28, help="depth of the logits model (0.6B widths)")
     args = ap.parse_args(argv)
     if args.quick:
@@ -243,7 +247,7 @@ def main(argv=None) -> int:
     sections = [("qwen3-0.6b", weight_errors("qwen3-0.6b", list(range(args.layers)), args.all_methods_layers),
                  7 * args.layers)]
     if not args.quick:
-        sections.append(("qwen3-8b", weight_errors("qwen3-8b", [0], 1), 7))
+        sections.append(("qwen3-8b", weight_errors("qwen3-8b", [0], args.all_methods_layers_8b), 7))
     logits = logits_errors("qwen3-0.6b", args.logits_layers)
     timing = None if args.quick else quantizer_seconds("qwen3-8b")
     text = render(sections, logits, timing, args)
