@@ -283,3 +283,12 @@ def test_disk_full_during_a_build_names_the_path_and_leaves_no_partial_file(demo
         assert str(full / "engines") in line and "No space left on device" in line, line
         files = [p for p in full.rglob("*") if p.is_file()]
         assert files == [], files
+
+
+def test_row_invariance_on_the_cpu_says_what_it_checks(demo_exports):
+    r = run("compare", demo_exports["w4a16"], "--row-invariance", "--device", "cpu")
+    assert r.exit_code in (0, 1), r.output
+    assert "row invariance on the CPU checks the PyTorch model with the metrale reference ops" in r.output
+    assert "says nothing about the engines" in r.output and "--device cuda" in r.output
+    if r.exit_code == 1:  # rows differ on the CPU: the failure says why that is expected
+        assert "on the CPU this is expected" in one_line_error(r.output)
