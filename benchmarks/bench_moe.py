@@ -145,8 +145,10 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bw = copy_bandwidth()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = os.environ.get("METRALE_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     rows = []
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     for shape, (h, inter, e, top_k) in SHAPES.items():
         for fmt in FORMATS:
             gate, up, down = Proj(fmt, e, inter, h, 1), Proj(fmt, e, inter, h, 2), Proj(fmt, e, h, inter, 3)
@@ -183,8 +185,13 @@ def main() -> None:
                     print(json.dumps(row), flush=True)
             del gate, up, down
             torch.cuda.empty_cache()
+            write_tables(out, rows, bw, commit, stamp)
+    print((out / f"moe-{stamp}.md").read_text())
+
+
+def write_tables(out: Path, rows: list, bw: float, commit: str, stamp: str) -> None:
+    """The results so far (rewritten after every shape and format: a run cut short keeps its rows)."""
     dev = torch.cuda.get_device_name()
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     lines = [f"# Grouped-expert kernels, {dev}, commit {commit}", "",
              f"copy bandwidth (read + write) measured in this run: {bw:.2f} TB/s. Decode target: time <= 1.25 x "
              "ideal (distinct experts' bytes / copy bandwidth). Prefill target: anchor / ours >= 0.8. dense: today's "
@@ -197,7 +204,6 @@ def main() -> None:
                      f"{r['ideal_us']:.1f} | {r['vs_ideal']:.2f} | {r['dense_us']:.0f} | {r['speedup']:.1f}x | "
                      f"{r.get('anchor', '')} | {r.get('anchor_us', 0):.0f} | {r.get('vs_anchor', 0):.2f} |")
     text = "\n".join(lines) + "\n"
-    print(text)
     (out / f"moe-{stamp}.md").write_text(text)
     (out / f"moe-{stamp}.json").write_text(json.dumps(dict(device=dev, commit=commit, copy_tbs=bw, rows=rows), indent=1))
 
