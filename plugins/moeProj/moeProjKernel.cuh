@@ -3,8 +3,8 @@
  * format per (row, routed expert), with the combine over a row's experts for down_proj.
  *
  * Steps, all on the device in the caller's stream (no host synchronization, nothing allocated):
- *   1. count the rows of every expert (atomics), scan them into offsets and a tile schedule
- *      (expert, first row) of kBM-row tiles;
+ *   1. one CTA counts the rows of every expert (shared-memory atomics) and scans them into offsets
+ *      and a tile schedule (expert, first row) of kBM-row tiles;
  *   2. place every valid (row, slot) at offsets[e] + an atomic ticket and gather its x row there;
  *   3. the format's activation pre-pass over the gathered rows (row-wise: a row's scales come from
  *      the row alone);
@@ -37,6 +37,7 @@ namespace metrale
 
 constexpr int kMOE_MAX_TOP_K = 32;
 constexpr int kMOE_SCAN_THREADS = 1024;
+constexpr int kMOE_MAX_EXPERTS = 8192;  // the routing CTA counts in shared memory
 
 /* Per-expert element strides of the stacked weight tensors. */
 struct ExpertStrides
@@ -77,10 +78,29 @@ __device__ __forceinline__ int moeSlotExpert(const int32_t* ids, int slot, int t
     return id;
 }
 
-static __global__ void moeCountKernel(const int32_t* __restrict__ ids, int total, int topK, int E, int* counts)
+/* One CTA: each expert's rows (shared-memory atomics over every slot), then exclusive scans of the
+ * counts (row offsets) and of the kBM-row tiles per expert, the tile schedule, and fill = 0. One
+ * launch instead of a memset, a counting grid and a scan (decode is launch-bound). */
+static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(const int32_t* __restrict__ ids,
+    int total, int topK, MoeRouting r, int E, int bm)
 {
-    const int slot = blockIdx.x * blockDim.x + threadIdx.x;
-    if (slot < total)
+    extern __shared__ int counts[];  // [E]
+    __shared__ int rowSum[kMOE_SCAN_THREADS];
+    __shared__ int tileSum[kMOE_SCAN_THREADS];
+    __shared__ int carry[2];
+    const int tid = threadIdx.x;
+    for (int e = tid; e < E; e += kMOE_SCAN_THREADS)
+    {
+        counts[e] = 0;
+        r.fill[e] = 0;
+    }
+    if (tid == 0)
+    {
+        carry[0] = 0;
+        carry[1] = 0;
+    }
+    __syncthreads();
+    for (int slot = tid; slot < total; slot += kMOE_SCAN_THREADS)
     {
         const int e = moeSlotExpert(ids, slot, topK, E);
         if (e >= 0)
@@ -88,26 +108,11 @@ static __global__ void moeCountKernel(const int32_t* __restrict__ ids, int total
             atomicAdd(counts + e, 1);
         }
     }
-}
-
-/* One CTA: exclusive scans of the counts (row offsets) and of the kBM-row tiles per expert, then the
- * tile schedule. */
-static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(MoeRouting r, int E, int bm)
-{
-    __shared__ int rowSum[kMOE_SCAN_THREADS];
-    __shared__ int tileSum[kMOE_SCAN_THREADS];
-    __shared__ int carry[2];
-    const int tid = threadIdx.x;
-    if (tid == 0)
-    {
-        carry[0] = 0;
-        carry[1] = 0;
-    }
     __syncthreads();
     for (int base = 0; base < E; base += kMOE_SCAN_THREADS)
     {
         const int e = base + tid;
-        const int c = e < E ? r.counts[e] : 0;
+        const int c = e < E ? counts[e] : 0;
         const int tiles = (c + bm - 1) / bm;
         rowSum[tid] = c;
         tileSum[tid] = tiles;
@@ -125,6 +130,7 @@ static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(MoeRou
         const int tileStart = carry[1] + tileSum[tid] - tiles;
         if (e < E)
         {
+            r.counts[e] = c;
             r.offsets[e] = rowStart;
             for (int t = 0; t < tiles; ++t)
             {
@@ -166,6 +172,16 @@ static __global__ void moePlaceKernel(const int32_t* __restrict__ ids, int topK,
     }
     const size_t src = static_cast<size_t>(combine ? slot : slot / topK) * rowWords;
     const size_t dst = static_cast<size_t>(pos) * rowWords;
+    if (rowWords % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0)
+    {
+        const uint4* s4 = reinterpret_cast<const uint4*>(x + src);
+        uint4* d4 = reinterpret_cast<uint4*>(xs + dst);
+        for (int i = threadIdx.x; i < rowWords / 8; i += blockDim.x)
+        {
+            d4[i] = s4[i];
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < rowWords; i += blockDim.x)
     {
         xs[dst + i] = x[src + i];
@@ -192,6 +208,16 @@ static __global__ void moeScatterKernel(const int* __restrict__ posOf, const uin
     const int slot = blockIdx.x;
     const int pos = posOf[slot];
     const size_t dst = static_cast<size_t>(slot) * rowWords;
+    if (rowWords % 8 == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0)
+    {
+        const uint4* s4 = reinterpret_cast<const uint4*>(ys + static_cast<size_t>(pos < 0 ? 0 : pos) * rowWords);
+        uint4* d4 = reinterpret_cast<uint4*>(y + dst);
+        for (int i = threadIdx.x; i < rowWords / 8; i += blockDim.x)
+        {
+            d4[i] = pos >= 0 ? s4[i] : make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < rowWords; i += blockDim.x)
     {
         y[dst + i] = pos >= 0 ? ys[static_cast<size_t>(pos) * rowWords + i] : uint16_t(0);
@@ -268,7 +294,7 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) moeGemmKernel(const typename P
     __shared__ typename P::Params pe;
     if (threadIdx.x == 0)
     {
-        pe = view(p, e, r0);
+        pe = view(p, e, 0);
     }
     __syncthreads();
     // Rows [r0, r0 + rows) of the sorted operand and output: the tile's own row bound and origin, so
@@ -365,14 +391,8 @@ inline cudaError_t moeRoute(const int32_t* ids, const void* x, int32_t xDtype, i
     uint8_t* base = static_cast<uint8_t*>(ws);
     MoeRouting r = moeRouting(ws, E, w.maxTiles);
     const int total = static_cast<int>(m * topK);
-    cudaError_t e = cudaMemsetAsync(r.counts, 0, static_cast<size_t>(2 * E) * 4, stream);
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
-    moeCountKernel<<<(total + 255) / 256, 256, 0, stream>>>(ids, total, static_cast<int>(topK), static_cast<int>(E),
-        r.counts);
-    moeScanKernel<<<1, kMOE_SCAN_THREADS, 0, stream>>>(r, static_cast<int>(E), tileRows);
+    moeScanKernel<<<1, kMOE_SCAN_THREADS, static_cast<size_t>(E) * 4, stream>>>(ids, total, static_cast<int>(topK),
+        r, static_cast<int>(E), tileRows);
     const int rowWords = static_cast<int>(k * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
     moePlaceKernel<<<total, 128, 0, stream>>>(ids, static_cast<int>(topK), static_cast<int>(E), combine, r,
         static_cast<const uint16_t*>(x), rowWords, reinterpret_cast<uint16_t*>(base + w.xs));
@@ -395,10 +415,23 @@ inline cudaError_t moeGemm(const typename P::Params& p, const View& view, const 
         auto kern = moeGemmKernel<P, C, View>;
         if (L::kSmem > 48 * 1024)
         {
-            cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+            // Once per device and instantiation (a race only repeats the call), as launchProjGemm.
+            static unsigned long long done = 0;
+            int dev = 0;
+            cudaError_t e = cudaGetDevice(&dev);
             if (e != cudaSuccess)
             {
                 return e;
+            }
+            const unsigned long long bit = 1ull << (dev & 63);
+            if (!(done & bit))
+            {
+                e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+                if (e != cudaSuccess)
+                {
+                    return e;
+                }
+                done |= bit;
             }
         }
         const dim3 grid((n + C::kBN - 1) / C::kBN, maxTiles);
@@ -447,9 +480,9 @@ inline cudaError_t moeCheck(const void* x, int32_t xDtype, const int32_t* ids, c
     int64_t m, int64_t topK, int64_t E, int64_t n, int64_t k, int combine)
 {
     if (!validShape(m, n, k) || !validDtype(xDtype) || topK < 1 || topK > kMOE_MAX_TOP_K || E < 1
-        || m * topK > kMAX_DIM || (combine != 0 && combine != 1))
+        || E > kMOE_MAX_EXPERTS || m * topK > kMAX_DIM || (combine != 0 && combine != 1))
     {
-        return topK > kMOE_MAX_TOP_K ? cudaErrorNotSupported : cudaErrorInvalidValue;
+        return topK > kMOE_MAX_TOP_K || E > kMOE_MAX_EXPERTS ? cudaErrorNotSupported : cudaErrorInvalidValue;
     }
     if (m > 0 && (x == nullptr || ids == nullptr || y == nullptr || (combine && topkWeights == nullptr)))
     {
