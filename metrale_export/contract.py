@@ -22,9 +22,10 @@ Adding an op is adding an ``OpSpec`` to ``OPS`` (and its reference, kernels and 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 DOMAIN = "metrale"
@@ -45,8 +46,9 @@ GROUP_SIZES = (32, 64, 128)  # W4A16Proj group_size
 
 @dataclass(frozen=True)
 class Input:
-    """One positional input after x: ``dtype`` as ONNX names it ("int8", "float32", ...),
-    ``shape`` as expressions of the attributes, ``gate`` the has_* attribute of an optional one."""
+    """One positional input after x: ``dtype`` as ONNX names it ("int8", "float32", ...; "x": the
+    dtype of x), ``shape`` as expressions of the attributes, ``gate`` the attribute that says
+    whether an optional one is present (``has_<name>``, or one the op takes anyway, e.g. combine)."""
 
     name: str
     dtype: str
@@ -89,11 +91,20 @@ class OpSpec:
     activation_formats: tuple[str, ...]
     default_activation: str
     doc: str = ""
+    torch_op: str | None = None  # the torch custom op's name; None: "<kind>_proj"
+    torch_input_order: tuple[str, ...] | None = None  # the torch op's input order; None: ``inputs``'
+    grouped_of: str | None = None  # a grouped-expert op: the dense op each expert computes
+    has_plugin: bool = True  # False: no TensorRT plugin yet (the plugin check skips it, saying so)
 
     @property
     def torch_name(self) -> str:
         """The torch custom op ``metrale::<torch_name>``."""
-        return f"{self.kind}_proj"
+        return self.torch_op or f"{self.kind}_proj"
+
+    @property
+    def torch_inputs(self) -> tuple[str, ...]:
+        """The torch op's tensor arguments after x, in its order."""
+        return self.torch_input_order or tuple(i.name for i in self.inputs)
 
     def attribute(self, name: str) -> Attribute:
         for a in self.attributes:
@@ -120,8 +131,13 @@ class OpSpec:
 
     @property
     def torch_attributes(self) -> tuple[str, ...]:
-        """The attributes that are torch op arguments (after the inputs): all but the gates."""
+        """The attributes that are torch op arguments (after the inputs): all but the has_* gates."""
         return tuple(a.name for a in self.attributes if not a.is_gate)
+
+    @property
+    def derived_gates(self) -> dict[str, str]:
+        """has_* attribute -> the optional input whose presence sets it (not a torch argument)."""
+        return {i.gate: i.name for i in self.inputs if i.optional and i.gate not in self.torch_attributes}
 
     @property
     def optional_inputs(self) -> tuple[str, ...]:
@@ -205,7 +221,31 @@ W4A4 = OpSpec(
                 *_common_tail()),
     activation_formats=("bf16", "nvfp4"), default_activation="nvfp4", doc=_X_DOC)
 
+
+
+def grouped(dense: OpSpec) -> OpSpec:
+    """The grouped-expert op of ``dense`` (docs/ops.md, Grouped-expert ops): x, topk_ids, the dense
+    op's inputs stacked with a leading expert axis, topk_weights (combine=1 only, last: ONNX wants
+    optional inputs after the required ones); the dense attributes with the routing ones after k.
+    Each expert computes the dense op; the torch op takes the routing inputs first."""
+    stacked = tuple(dataclasses.replace(i, shape=("num_experts",) + (() if i.shape == ("1",) else i.shape))
+                    for i in dense.inputs)
+    inputs = (Input("topk_ids", "int32", ("m", "top_k"), doc="distinct expert ids in [0, num_experts) a row"),
+              *stacked,
+              Input("topk_weights", "x", ("m", "top_k"), "combine", "the routing weights of combine=1"))
+    routing = (Attribute("num_experts", "int", doc="E, the stacked experts"),
+               Attribute("top_k", "int", doc="experts a row"),
+               Attribute("combine", "int", (0, 1), doc="1: sum the slots' outputs weighted by topk_weights"))
+    return dataclasses.replace(
+        dense, op_type=dense.op_type.replace("Proj", "MoEProj"), inputs=inputs,
+        attributes=dense.attributes[:2] + routing + dense.attributes[2:],
+        doc="x: [M, K] (combine=0) or [M, top_k, K] (combine=1); y: [M, top_k, N] or [M, N]",
+        torch_op=f"{dense.kind}_moe_proj", torch_input_order=("topk_ids", "topk_weights", *(i.name for i in dense.inputs)),
+        grouped_of=dense.op_type, has_plugin=False)
+
+
 OPS: dict[str, OpSpec] = {op.op_type: op for op in (W4A16, W8A8, W4A4)}
+OPS.update({g.op_type: g for g in map(grouped, (W4A16, W8A8, W4A4))})
 
 
 def op_types() -> tuple[str, ...]:
@@ -221,8 +261,13 @@ def op(op_type: str) -> OpSpec:
 
 
 def by_kind() -> dict[str, OpSpec]:
-    """Weight format kind ("w4a16", ...) -> spec."""
-    return {o.kind: o for o in OPS.values()}
+    """Weight format kind ("w4a16", ...) -> its dense op's spec."""
+    return {o.kind: o for o in OPS.values() if o.grouped_of is None}
+
+
+def grouped_by_kind() -> dict[str, OpSpec]:
+    """Weight format kind -> its grouped-expert op's spec."""
+    return {o.kind: o for o in OPS.values() if o.grouped_of is not None}
 
 
 def op_type_of(kind: str) -> str | None:
@@ -261,6 +306,7 @@ def _op_dict(o: OpSpec) -> dict:
                        for a in o.attributes]
     d["activation_formats"] = list(o.activation_formats)
     d["torch_name"] = o.torch_name
+    d["torch_input_order"] = list(o.torch_inputs)
     return d
 
 

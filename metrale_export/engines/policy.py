@@ -22,6 +22,9 @@ from .profiles import RowRange
 FORMATS = contract.ACTIVATION_FORMATS
 FAMILIES = contract.FAMILIES
 OP_TYPES = contract.op_types()
+DENSE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is None)
+# The grouped-expert ops run the table of their weight format's dense op (docs/ops.md).
+MOE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is not None)
 
 # docs/ops.md, "Activation formats": the formats each op type (named by its weight format) runs.
 ALLOWED = {t: spec.activation_formats for t, spec in contract.OPS.items()}

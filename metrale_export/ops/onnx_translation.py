@@ -21,10 +21,16 @@ from .. import contract
 
 DOMAIN = contract.DOMAIN
 
+# "x": the input has x's dtype (type constraint T).
 _ONNX_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)", "bfloat16": "tensor(bfloat16)",
-               "int8": "tensor(int8)"}
+               "int8": "tensor(int8)", "int32": "tensor(int32)", "x": "T"}
 _ACT_TYPES = [_ONNX_TYPES[t] for t in contract.X_DTYPES]
 _ATTR_TYPES = {"int": OpSchema.AttrType.INT, "string": OpSchema.AttrType.STRING}
+
+
+def present_flag(op_type: str, name: str) -> str:
+    """The attribute that says whether optional input ``name`` of ``op_type`` is present."""
+    return contract.op(op_type).input(name).gate
 
 
 def attribute_names(op_type: str) -> tuple[str, ...]:
@@ -76,11 +82,12 @@ def _opset() -> onnxscript.values.Opset:
 
 
 def translation(spec: contract.OpSpec):
-    """The translation of ``metrale::<spec.torch_name>`` (arguments: x, the inputs, then the torch
-    attributes) into one ``metrale`` node with the has_* gates set from the present inputs."""
-    params = ["x", *(i.name for i in spec.inputs), *spec.torch_attributes]
+    """The translation of ``metrale::<spec.torch_name>`` (arguments: x, the inputs in the torch op's
+    order, then the torch attributes) into one ``metrale`` node (inputs in contract order) with the
+    has_* gates set from the present inputs."""
+    params = ["x", *spec.torch_inputs, *spec.torch_attributes]
     signature = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
-    gates = {i.gate: i.name for i in spec.inputs if i.optional}
+    gates = spec.derived_gates
 
     def translate(*args, **kwargs):
         values = signature.bind(*args, **kwargs).arguments

@@ -26,7 +26,7 @@ from . import torch_ops
 CONTRIB = "ai.onnx.contrib"
 _DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
        onnx.TensorProto.FLOAT16: ("float16", PyCustomOpDef.dt_float16)}
-_INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float}
+_INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32}
 _ATTR_DT = {"int": PyCustomOpDef.dt_int64, "string": PyCustomOpDef.dt_string}
 _registered: set[str] = set()
 
@@ -61,7 +61,7 @@ def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
     name = f"{op_type}__{_DT[x_type][0]}__{tag}"
     if name not in _registered:
         onnx_op(op_type=name, domain=CONTRIB,
-                inputs=[_DT[x_type][1]] + [_INPUT_DT[spec.input(p).dtype] for p in present],
+                inputs=[_DT[x_type][1]] + [{**_INPUT_DT, "x": _DT[x_type][1]}[spec.input(p).dtype] for p in present],
                 outputs=[_DT[x_type][1]], attrs=attribute_types(op_type))(_impl(op_type, present))
         _registered.add(name)
     return name

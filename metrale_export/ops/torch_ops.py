@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import contract
-from . import w4a4, w4a16, w8a8
+from . import moe, w4a4, w4a16, w8a8
 
 _TORCH_TYPES = {"int": "SymInt", "string": "str"}
 
@@ -30,6 +30,11 @@ _REFERENCES = {
     "W4A4Proj": lambda x, t, a: w4a4.proj(x, t["weight"], t["weight_scale"], t["weight_global_scale"],
                                           t.get("input_scale"), t.get("bias"), a["activation_format"]),
 }
+# The grouped-expert ops (docs/ops.md, "Grouped-expert ops"; reference in ops/moe.py).
+for _t, _spec in contract.OPS.items():
+    if _spec.grouped_of is not None:
+        _REFERENCES[_t] = (lambda op_type: lambda x, t, a: moe.moe_proj(
+            op_type, x, t.pop("topk_ids"), t.pop("topk_weights", None), t, a))(_t)
 
 
 def reference(op_type: str, x: Tensor, inputs: dict, attrs: dict) -> Tensor:
@@ -43,13 +48,13 @@ def reference(op_type: str, x: Tensor, inputs: dict, attrs: dict) -> Tensor:
 
 def schema(spec: contract.OpSpec) -> str:
     """The torch schema of ``metrale::<spec.torch_name>``."""
-    args = ["Tensor x"] + [f"Tensor{'?' if i.optional else ''} {i.name}" for i in spec.inputs]
+    args = ["Tensor x"] + [f"Tensor{'?' if spec.input(i).optional else ''} {i}" for i in spec.torch_inputs]
     args += [f"{_TORCH_TYPES[spec.attribute(a).type]} {a}" for a in spec.torch_attributes]
     return f"({', '.join(args)}) -> Tensor"
 
 
 def _define(spec: contract.OpSpec):
-    names = [i.name for i in spec.inputs]
+    names = list(spec.torch_inputs)
 
     def impl(x, *args):
         inputs = dict(zip(names, args))
@@ -57,8 +62,10 @@ def _define(spec: contract.OpSpec):
         return reference(spec.op_type, x, inputs, attrs)
 
     def fake(x, *args):
-        n = args[len(names) + spec.torch_attributes.index("n")]
-        return x.new_empty((x.shape[0], n))
+        a = dict(zip(spec.torch_attributes, args[len(names):]))
+        if spec.grouped_of is not None and not a["combine"]:
+            return x.new_empty((x.shape[0], a["top_k"], a["n"]))
+        return x.new_empty((x.shape[0], a["n"]))
 
     op = torch.library.custom_op(f"metrale::{spec.torch_name}", impl, mutates_args=(), schema=schema(spec))
     op.register_fake(fake)
@@ -69,3 +76,6 @@ OPS = {spec.op_type: _define(spec) for spec in contract.OPS.values()}
 w4a16_proj = OPS["W4A16Proj"]
 w8a8_proj = OPS["W8A8Proj"]
 w4a4_proj = OPS["W4A4Proj"]
+w4a16_moe_proj = OPS["W4A16MoEProj"]
+w8a8_moe_proj = OPS["W8A8MoEProj"]
+w4a4_moe_proj = OPS["W4A4MoEProj"]

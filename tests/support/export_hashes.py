@@ -7,7 +7,8 @@ attribute, ...) with one command from the repository root, and commit the JSON w
     python tests/support/export_hashes.py --write
 
 ``python tests/support/export_hashes.py`` (no flag) re-exports every case and reports the ones
-that differ from the record (exit 1), without writing. Invariants: a case is a pure function of
+that differ from the record (exit 1), without writing; case names after the flags (``demo-w4a16
+hybrid-w8a8``) limit either to those cases. Invariants: a case is a pure function of
 its name (seeded demo checkpoints, fixed options); the manifest is hashed with its only
 machine-dependent field, ``model.checkpoint_path``, blanked.
 """
@@ -94,10 +95,16 @@ def compute(names=None) -> dict[str, dict[str, str]]:
 
 def main(argv: list[str]) -> int:
     write = "--write" in argv
-    got = compute()
+    names = [a for a in argv if not a.startswith("--")]
+    unknown = sorted(set(names) - set(CASES))
+    if unknown:
+        print(f"unknown cases {unknown}; the cases are {', '.join(CASES)}", file=sys.stderr)
+        return 2
+    got = compute(names or None)
     if write:
-        RECORD.write_text(json.dumps(got, indent=2, sort_keys=True) + "\n")
-        print(f"wrote {RECORD} ({len(got)} exports)")
+        record = {**(read_record() if names and RECORD.exists() else {}), **got}
+        RECORD.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {RECORD} ({len(got)} of {len(record)} exports computed)")
         return 0
     record = read_record()
     differ = sorted(n for n in got if record.get(n) != got[n])

@@ -8,6 +8,7 @@ for each op in the contract, ``plugins/*/<op_type>Plugin.{h,cpp}``:
 - the activation formats and default given to ``parseCommonAttributes``,
 - the defaults of ``getString``, every allowed value of an enumerated field as a literal,
 - the plugin version (a ``kPLUGIN_VERSION`` in the op's header, else the common one) and namespace;
+an op the contract marks ``has_plugin=False`` (no plugin yet) is skipped, and reported if one exists;
 and, once: the families of ``projectionPlugin.cpp``, the C enums of ``include/metrale/kernels.h``
 and the numeric constants of ``common/metraleNumerics.cuh``.
 The reading is by regular expressions over TensorRT-style sources: a source that no longer matches
@@ -59,6 +60,9 @@ def _body(src: str, start: str) -> str | None:
 
 def _op_drift(c: dict, op_type: str, spec: dict, plugins: Path) -> list[str]:
     found = sorted(plugins.glob(f"*/{op_type}Plugin.cpp"))
+    if not spec.get("has_plugin", True):
+        # The contract says this op has no plugin yet: one that exists must be declared.
+        return [f"{found[0]}: a plugin exists, but the contract says {op_type} has_plugin=False"] if found else []
     if not found:
         return [f"{op_type}: no plugins/*/{op_type}Plugin.cpp for an op of the contract"]
     cpp_path = found[0]
