@@ -128,6 +128,17 @@ class Report:
             return f"end to end only (every op and layer within bounds): {worst}{more}"
         return None
 
+    def summary(self) -> str:
+        """One line for the main job's progress."""
+        logits = [r for r in self.rows if r.output == "logits"]
+        worst = max(logits, key=lambda r: r.rel_error / r.tolerance) if logits else None
+        text = (f"{len(self.ops)} op and {len(self.layers)} layer checks on ONNX Runtime's own inputs "
+                f"{'within' if all(r.ok for r in (*self.ops, *self.layers)) else 'NOT within'} bounds")
+        if worst is not None:
+            text += (f"; logits relative error {worst.rel_error:.2e} (bound {worst.tolerance:.1e}), "
+                     f"top-1 agreement {min(r.top1 for r in logits):.3f}")
+        return text
+
     def to_json(self) -> str:
         return json.dumps({"ok": self.ok, "first_failure": self.first_failure(), "notes": self.notes,
                            "rows": [r.as_dict() for r in self.rows],
