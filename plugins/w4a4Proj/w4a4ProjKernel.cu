@@ -22,9 +22,9 @@ extern "C" size_t metrale_w4a4_workspace_size(int64_t m, int64_t n, int64_t k, i
     }
     if (act_format == kMETRALE_ACT_NVFP4)
     {
-        return operandBytes(m, k) + alignUp(static_cast<size_t>(m) * 4, kWS_ALIGN);
+        return operandBytes(m, k) + alignUp(static_cast<size_t>(m) * 4, kWS_ALIGN) + wgExtraBytes(m, k);
     }
-    return operandBytes(m, k);
+    return bf16OperandBytes(m, k);
 }
 
 extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const int8_t* weight,
@@ -69,13 +69,14 @@ extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const i
     const int ki = static_cast<int>(k);
     if (act_format == kMETRALE_ACT_BF16)
     {
+        const bool wg = useWgmma<W4A4Bf16Policy>(m);
         const uint16_t* X = nullptr;
-        cudaError_t e = bf16Operand(x, x_dtype, m, k, workspace, workspace_bytes, stream, &X);
+        cudaError_t e = bf16OperandFor(wg, x, x_dtype, m, k, workspace, workspace_bytes, stream, &X);
         if (e != cudaSuccess)
         {
             return e;
         }
-        return dispatchProjGemm<W4A4Bf16Policy>(p, X, y, mi, ni, ki, x_dtype, stream);
+        return dispatchProjGemm<W4A4Bf16Policy>(p, X, wg, y, mi, ni, ki, x_dtype, stream);
     }
     if (workspace == nullptr || !aligned(workspace, 16)
         || workspace_bytes < metrale_w4a4_workspace_size(m, n, k, act_format))
@@ -91,5 +92,18 @@ extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const i
     {
         return e;
     }
-    return dispatchProjGemm<W4A4Nvfp4Policy>(p, reinterpret_cast<const uint16_t*>(xf), y, mi, ni, ki, x_dtype, stream);
+    const uint16_t* X = reinterpret_cast<const uint16_t*>(xf);
+    const bool wg = useWgmma<W4A4Nvfp4Policy>(m);
+    if (wg)
+    {
+        // The wgmma tier where it serves m, on the f16 factors laid out for it.
+        void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + alignUp(static_cast<size_t>(m) * 4, kWS_ALIGN);
+        e = wgOperand<true>(xf, kMETRALE_FLOAT16, m, k, xw, stream);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        X = static_cast<const uint16_t*>(xw);
+    }
+    return dispatchProjGemm<W4A4Nvfp4Policy>(p, X, wg, y, mi, ni, ki, x_dtype, stream);
 }
