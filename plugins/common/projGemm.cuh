@@ -135,6 +135,13 @@ struct SliceCursor
         , cnt(nkb / slices + (nkb % slices > 0 ? 1 : 0))
     {
     }
+    /* Start at slice z (the walk of its blocks alone: the wgmma tier's split, one CTA per slice). */
+    __device__ void seek(int z)
+    {
+        slice = z;
+        j = 0;
+        cnt = q + (z < r ? 1 : 0);
+    }
     __device__ int block() const
     {
         return slice + S * j;

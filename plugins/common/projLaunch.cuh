@@ -81,15 +81,16 @@ inline size_t wgExtraBytes(int64_t m, int64_t k)
 }
 
 /* The bf16 operand of the tier that serves m rows: the wgmma layout in the workspace (wg, from x of
- * any dtype in one pass), else bf16Operand's. */
-inline cudaError_t bf16OperandFor(bool wg, const void* x, int32_t xDtype, int64_t m, int64_t k, void* workspace,
-    size_t workspaceBytes, cudaStream_t stream, const uint16_t** out)
+ * any dtype in one pass; the workspace then also holds partBytes at bf16OperandBytes), else
+ * bf16Operand's. */
+inline cudaError_t bf16OperandFor(bool wg, const void* x, int32_t xDtype, int64_t m, int64_t k, size_t partBytes,
+    void* workspace, size_t workspaceBytes, cudaStream_t stream, const uint16_t** out)
 {
     if (!wg)
     {
         return bf16Operand(x, xDtype, m, k, workspace, workspaceBytes, stream, out);
     }
-    if (workspace == nullptr || workspaceBytes < wgOperandBytes(m, k) || !aligned(workspace, 16))
+    if (workspace == nullptr || workspaceBytes < bf16OperandBytes(m, k) + partBytes || !aligned(workspace, 16))
     {
         return cudaErrorInvalidValue;
     }

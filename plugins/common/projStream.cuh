@@ -308,17 +308,18 @@ inline cudaError_t launchProjStream(const typename P::Params& p, const uint16_t*
 }
 
 /* Launch the tier that serves m rows (projTiers.h), with the weight shape's slices. wg: X is the
- * wgmma operand (projWgmma.cuh's layout; the launcher asked useWgmma), else row-major [m, k]. */
+ * wgmma operand (projWgmma.cuh's layout; the launcher asked useWgmma), else row-major [m, k]; wgPart:
+ * the workspace for the wgmma tier's slice split (wgPartBytes). */
 template <class P>
-inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t* X, bool wg, void* y, int m, int n,
-    int k, int32_t yDtype, cudaStream_t stream)
+inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t* X, bool wg, void* wgPart, void* y,
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream)
 {
     const int slices = projSlices(n, k);
     if constexpr (!P::kPER_BLOCK)
     {
         if (wg)
         {
-            return launchProjWgmma<P>(p, X, y, m, n, k, yDtype, slices, stream);
+            return launchProjWgmma<P>(p, X, y, wgPart, m, n, k, yDtype, slices, stream);
         }
     }
     if constexpr (P::kCODE_BITS == 8)

@@ -259,8 +259,8 @@ struct WgLayout
  */
 template <class P, int kN, int kST>
 __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_t* smem, uint64_t* full,
-    uint64_t* empty, const uint8_t* table, void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices,
-    int nkb, int m0, int n0)
+    uint64_t* empty, const uint8_t* table, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
+    int32_t yDtype, int slices, int nkb, int m0, int n0)
 {
 #ifdef METRALE_SM90A
     using L = WgLayout<P, kN, kST>;
@@ -343,10 +343,17 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
     }
     SliceCursor ldCur(nkb, slices);  // the next block to load into the ring
     SliceCursor cmCur(nkb, slices);  // the next block to compute
+    int nWalk = nkb;                 // blocks this CTA walks: all, or its slice's (split)
+    if (part != nullptr)
+    {
+        ldCur.seek(blockIdx.z);
+        cmCur.seek(blockIdx.z);
+        nWalk = cmCur.cnt;
+    }
     Slot ring[2];                     // the codes of blocks i + 1 and i + 2 while block i runs
     int loaded = 0;
     auto loadNext = [&](Slot& s) {
-        if (loaded < nkb)
+        if (loaded < nWalk)
         {
             load(s, ldCur.block());
             ldCur.next();
@@ -372,7 +379,7 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
     int slot = 0;
     uint32_t phase = 0;
 #pragma unroll 1
-    for (int i = 0; i < nkb; ++i)
+    for (int i = 0; i < nWalk; ++i)
     {
         const bool last = cmCur.lastOfSlice();
         cmCur.next();
@@ -380,13 +387,13 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
         prepare(ring[0], d);
         mbarWait(&full[slot], phase);
         fenceRegs(cur);
-        const uint32_t base = stage0 + slot * L::kStage;
+        const uint64_t desc = wgDescB(stage0 + slot * L::kStage);
         // Step s's wgmma runs while step s - 1's fragment, now free, takes block i + 1's values.
 #pragma unroll
         for (int s = 0; s < 8; ++s)
         {
             wgFence();
-            WgmmaRS<P::kF16, kN>::run(cur, a[s], wgDescB(base + 256 * s));
+            WgmmaRS<P::kF16, kN>::run(cur, a[s], desc + static_cast<uint64_t>(16 * s));  // + 256 s bytes
             wgCommit();
             if (s > 0)
             {
@@ -421,6 +428,28 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
     // The walk's last block ends the last slice: tot holds the sum.
 
     // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
+    if (part != nullptr)
+    {
+        // Split: this slice's sum (0 + acc_z) for wgReduceKernel, which folds the slices in order.
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+            {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                {
+                    const int m = m0 + 8 * j + 2 * t + e;
+                    if (nOk[hr] && m < M)
+                    {
+                        part[(static_cast<size_t>(blockIdx.z) * M + m) * N + nRow[hr]] = tot[4 * j + 2 * hr + e];
+                    }
+                }
+            }
+        }
+        return;
+    }
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
     {
@@ -454,7 +483,8 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
 
 template <class P, int kN, int kST>
 __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename P::Params p,
-    const uint8_t* __restrict__ Xw, void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices)
+    const uint8_t* __restrict__ Xw, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
+    int32_t yDtype, int slices)
 {
 #ifdef METRALE_SM90A
     using L = WgLayout<P, kN, kST>;
@@ -490,9 +520,15 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
             const int rows = min(kN, 8 * mg - m0);
             const uint32_t bytes = static_cast<uint32_t>(rows) * 256u;
             SliceCursor cur(nkb, slices);
+            int nWalk = nkb;
+            if (part != nullptr)
+            {
+                cur.seek(blockIdx.z);
+                nWalk = cur.cnt;
+            }
             int slot = 0;
             uint32_t phase = 0;
-            for (int i = 0; i < nkb; ++i)
+            for (int i = 0; i < nWalk; ++i)
             {
                 if (i >= kST)
                 {
@@ -513,25 +549,76 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
     else
     {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
-        consumeWgmma<P, kN, kST>(p, smem, full, empty, table, Y, M, N, K, yDtype, slices, nkb, m0, n0);
+        consumeWgmma<P, kN, kST>(p, smem, full, empty, table, Y, part, M, N, K, yDtype, slices, nkb, m0, n0);
     }
 #else
     __trap();  // launched only where wgmmaAvailable() found sm_90a machine code
 #endif
 }
 
-/* Token tile and stage count: a function of m and the weight's shape (never of the bits). 128 rows
- * when that still gives a wave of CTAs, else 64. */
-template <class P>
-inline int wgTokenTile(int m, int n)
+/* Token tile: a function of m and the weight's shape (never of the bits). 128 rows when that still
+ * gives a wave of CTAs, else 64. */
+inline int wgTokenTile(int64_t m, int64_t n)
 {
-    const long long ctas128 = static_cast<long long>((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 127) / 128);
+    const int64_t ctas128 = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 127) / 128);
     return (m > 64 && ctas128 >= 132) ? 128 : 64;
 }
 
+/*
+ * Whether the slices go to CTAs of their own (grid.z = slices), where the tile grid alone would fill
+ * its waves of 132 CTAs (one per SM) less than 70%: each CTA sums its slice from +0 and writes it to
+ * the float32 buffer `part` [slices, m, n]; wgReduceKernel then folds them per element in slice order,
+ * from +0, as the single-CTA walk does, so the bits are the same. A layout choice of (m, n, k) only.
+ * Measured on the H200 (benchmarks/results/kernels-20261201-0905-wgmma-split.md): the split wins
+ * 1.4-2.7x on 24-61% full grids (8B-down / 8B-qkv / 32B-down at M = 64, 32B-down at M = 256) and loses
+ * up to 1.4x on nearly full ones (the buffer's traffic and the per-CTA prologue).
+ */
+inline bool wgSplit(int64_t m, int64_t n, int64_t k)
+{
+    const int64_t tn = wgTokenTile(m, n);
+    const int64_t ctas = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + tn - 1) / tn);
+    const int64_t waves = (ctas + 131) / 132;
+    return projSlices(n, k) > 1 && ctas * 10 < waves * 132 * 7;
+}
+
+/* Workspace bytes of the split's slice sums (0 where the tier does not split). */
+inline size_t wgPartBytes(int64_t m, int64_t n, int64_t k)
+{
+    if (!wgmmaTierFor(m) || !wgSplit(m, n, k))
+    {
+        return 0;
+    }
+    return (static_cast<size_t>(projSlices(n, k)) * m * n * 4 + 255) / 256 * 256;
+}
+
+/* y = finish(((0 + part_0) + part_1) + ...) (+ bias), per element, rounded to y's dtype. */
+template <class P>
+__global__ void __launch_bounds__(256) wgReduceKernel(const typename P::Params p, const float* __restrict__ part,
+    void* __restrict__ Y, int M, int N, int slices, int32_t yDtype)
+{
+    const size_t total = static_cast<size_t>(M) * N;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    {
+        float v = 0.0f;
+        for (int s = 0; s < slices; ++s)
+        {
+            v = __fadd_rn(v, part[s * total + i]);
+        }
+        const int m = static_cast<int>(i / N);
+        const int n = static_cast<int>(i - static_cast<size_t>(m) * N);
+        v = P::finish(p, v, m, n);
+        if (p.bias != nullptr)
+        {
+            v = __fadd_rn(v, p.bias[n]);
+        }
+        storeY(Y, yDtype, i, v);
+    }
+}
+
 template <class P, int kN, int kST>
-inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t* Xw, void* y, int m, int n, int k,
-    int32_t yDtype, int slices, cudaStream_t stream)
+inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t* Xw, void* y, float* part, int m,
+    int n, int k, int32_t yDtype, int slices, cudaStream_t stream)
 {
     using L = WgLayout<P, kN, kST>;
     auto kern = projWgmmaKernel<P, kN, kST>;
@@ -552,21 +639,36 @@ inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t*
         }
         done |= bit;
     }
-    const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN);
-    kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(p, reinterpret_cast<const uint8_t*>(Xw), y, m, n, k, yDtype, slices);
+    const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN, part != nullptr ? slices : 1);
+    kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(p, reinterpret_cast<const uint8_t*>(Xw), y, part, m, n, k, yDtype,
+        slices);
+    e = cudaGetLastError();
+    if (e != cudaSuccess || part == nullptr)
+    {
+        return e;
+    }
+    const size_t total = static_cast<size_t>(m) * n;
+    const unsigned blocks = static_cast<unsigned>((total + 255) / 256 < 132u * 16u ? (total + 255) / 256 : 132u * 16u);
+    wgReduceKernel<P><<<blocks, 256, 0, stream>>>(p, part, y, m, n, slices, yDtype);
     return cudaGetLastError();
 }
 
-/* The wgmma tier on the operand Xw (wgOperandOffset layout). */
+/* The wgmma tier on the operand Xw (wgOperandOffset layout); part: the split's buffer
+ * (wgPartBytes), used where wgSplit says so. */
 template <class P>
-inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* Xw, void* y, int m, int n, int k,
-    int32_t yDtype, int slices, cudaStream_t stream)
+inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* Xw, void* y, void* part, int m, int n,
+    int k, int32_t yDtype, int slices, cudaStream_t stream)
 {
-    if (wgTokenTile<P>(m, n) == 128)
+    float* pb = wgSplit(m, n, k) ? static_cast<float*>(part) : nullptr;
+    if (pb == nullptr && wgSplit(m, n, k))
     {
-        return launchProjWgmmaN<P, 128, 4>(p, Xw, y, m, n, k, yDtype, slices, stream);
+        return cudaErrorInvalidValue;
     }
-    return launchProjWgmmaN<P, 64, 6>(p, Xw, y, m, n, k, yDtype, slices, stream);
+    if (wgTokenTile(m, n) == 128)
+    {
+        return launchProjWgmmaN<P, 128, 4>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
+    }
+    return launchProjWgmmaN<P, 64, 6>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
 }
 
 /* Whether this device runs the wgmma tier: sm_90a machine code of the kernel was loaded for it (a
