@@ -44,14 +44,14 @@ def print_report(report, as_json: bool, verbose: bool = False) -> None:
         shown = groups if verbose else groups[:SHOWN]
         more = "" if len(shown) == len(groups) else f"; {len(shown)} of {len(groups)} shown, --verbose for all"
         echo(f"per layer, teacher-forced on ONNX Runtime's own inputs (worst first{more}):")
-        echo(f"  {'layer':<7}{'worst op':<28}{'error / bound':>20}  {'worst layer output':<28}"
+        echo(f"  {'layer':<7}{'worst op':<28}{'error / bound':>20}  {'worst layer output':<36}"
              f"{'error / bound':>20}  ok")
         for g in shown:
             op, out = g["op"], g["out"]
             name = "lm_head" if g["layer"] is None else str(g["layer"])
             op_txt = (op.projection.split(f"layers.{g['layer']}.", 1)[-1], _fmt(op)) if op else ("-", "")
             out_txt = (f"{out.output} ({out.case})", _fmt(out)) if out else ("-", "")
-            echo(f"  {name:<7}{op_txt[0]:<28}{op_txt[1]:>20}  {out_txt[0]:<28}{out_txt[1]:>20}  "
+            echo(f"  {name:<7}{op_txt[0]:<28}{op_txt[1]:>20}  {out_txt[0]:<36}{out_txt[1]:>20}  "
                  f"{'yes' if g['ok'] else 'NO'}")
     if verbose and report.ops:
         echo("every op (teacher-forced):")

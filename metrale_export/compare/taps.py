@@ -36,6 +36,9 @@ class OpTap:
     x: str
     y: str
     activation_format: str
+    # Every input that is not a weight, in node order: x, and for the grouped-expert ops the routing
+    # (topk_ids, topk_weights); the PyTorch module takes them in this order.
+    inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class GraphTaps:
 
     def values(self) -> list[str]:
         """Every value to expose as a graph output, once each."""
-        names = [v for t in self.ops for v in (t.x, t.y)]
+        names = [v for t in self.ops for v in (*t.inputs, t.y)]
         names += [v for t in self.layers.values() for v in (t.x_in, t.x_out)]
         return list(dict.fromkeys(names))
 
@@ -73,6 +76,7 @@ def _layer_of(projection: str) -> int | None:
 
 def find_taps(graph: onnx.GraphProto) -> GraphTaps:
     taps = GraphTaps()
+    weights = {t.name for t in graph.initializer}
     producer: dict[str, onnx.NodeProto] = {}
     consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
     for node in graph.node:
@@ -92,8 +96,9 @@ def find_taps(graph: onnx.GraphProto) -> GraphTaps:
             layer = _layer_of(proj)
             if layer is not None:
                 op_layer[id(node)] = (0, layer)
+            inputs = tuple(v for v in node.input if v and v not in weights)
             taps.ops.append(OpTap(node.name, node.op_type.split("__")[0], proj, layer, node.input[0],
-                                  node.output[0], _attr(node, "activation_format")))
+                                  node.output[0], _attr(node, "activation_format"), inputs))
     taps.layers, taps.reason = _residual_layers(graph, producer, consumers, op_layer)
     return taps
 

@@ -66,17 +66,21 @@ def layer_formats(taps: GraphTaps) -> dict[int | None, set[str]]:
 
 @torch.no_grad()
 def check_ops(model, taps: GraphTaps, values: dict, case: str) -> list[OpRow]:
-    modules = {m.spec.name: m for _, m in model.projections()}
+    # Projection and GroupedProjection modules by the checkpoint name their node carries.
+    modules = {m.spec.name: m for _, m in model.named_modules()
+               if isinstance(getattr(getattr(m, "spec", None), "name", None), str)}
     rows = []
     for t in taps.ops:
         bound = tolerances.op_bound(t.activation_format)
         module = modules.get(t.projection)
-        if module is None or t.x not in values or t.y not in values:
+        inputs = t.inputs or (t.x,)
+        if module is None or any(v not in values for v in (*inputs, t.y)):
             rows.append(OpRow(case, t.layer, t.projection or t.node, t.op_type, t.activation_format,
                               float("inf"), bound))
             continue
-        x = torch.from_numpy(np.ascontiguousarray(values[t.x])).to(model.dtype)
-        ref = module(x).float().numpy()
+        args = [torch.from_numpy(np.ascontiguousarray(values[v])) for v in inputs]
+        args = [a.to(model.dtype) if a.is_floating_point() else a for a in args]
+        ref = module(*args).float().numpy()
         rows.append(OpRow(case, t.layer, t.projection, t.op_type, t.activation_format,
                           rel_error(values[t.y], ref), bound))
     return rows
