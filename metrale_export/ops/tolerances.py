@@ -8,7 +8,8 @@ OP_FP32 = {"bf16": 1e-5, "nvfp4": 1e-5, "fp8": 1e-4}
 OP_BF16 = 8e-3
 OP_FP16 = 1e-3
 
-# A whole export: ONNX Runtime vs the PyTorch reference of the same model.
+# A whole export, ONNX Runtime vs the PyTorch reference of the same model: the floors of the
+# end-to-end bounds (end_to_end_bound below: deeper models get depth x LAYER).
 MODEL_UNQUANTIZED = 1e-4
 MODEL_QUANTIZED = 1e-3
 # The same quantized model on another device's summation order (the GPU through the CUDA ops) vs
