@@ -88,7 +88,7 @@ class FloatSource:
                     f"use a group size that divides {k}"
                 )
             g = k // req.group_size
-            tensors = {"weight": ((n, k // 2), i8), "weight_scale": ((n, g), f32)}
+            tensors = {"weight": ((n, k // 2), i8), "weight_scale": ((n, g), w4a16.SCALE_DTYPE)}
             if not req.symmetric:
                 tensors["zero_point"] = ((n, g), i8)
             attrs = {"group_size": req.group_size}

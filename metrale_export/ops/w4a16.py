@@ -14,16 +14,17 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import contract
 from .numerics import bf16_round, pack_nibbles, unpack_nibbles
 
-GROUP_SIZES = (32, 64, 128)
-# The stored dtype of weight_scale (docs/ops.md).
-SCALE_DTYPE = torch.float32
+GROUP_SIZES = contract.GROUP_SIZES
+# The stored dtype of weight_scale, from the contract (docs/ops.md): the search judges candidates in it.
+SCALE_DTYPE = getattr(torch, contract.W4A16.input("weight_scale").dtype)
 # Scale search. Candidates are evaluated with the scale as the op stores it (``stored_scale``), so the
 # chosen error is the exported one. Divisors of a group's signed largest-magnitude value m
 # (scale = m / d): d = -8 puts m on code 0 exactly (value -8 * scale = m, the full [-8, 7] grid:
 # the scale ONNX Runtime GenAI's int4 uses); the others shrink the step, clip m, and win only where
-# that lowers the group's squared error. Measured in benchmarks/bench_export.py (weight error).
+# that lowers the group's squared error. Measured in benchmarks/bench_quant.py (make bench-export).
 SYMMETRIC_DIVISORS = (-8.0, -8.5, -9.5)
 # Asymmetric groups: the clipping range [lo, hi] shrunk about its midpoint by these factors.
 ASYMMETRIC_SHRINK = (1.0, 0.93, 0.86)
