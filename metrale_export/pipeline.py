@@ -105,6 +105,7 @@ def _engines(out, options: JobOptions, events: Events):
                    f"then run: metrale-export build {out}")
         return "skipped: no TensorRT backend installed"
     from .engines.build import build_engines
+    from .engines.manifest import describe_size
 
     manifest = build_engines(Path(out), None, options.build, events.build_progress)
     promise = manifest["row_invariance"]
@@ -112,5 +113,7 @@ def _engines(out, options: JobOptions, events: Events):
     events.say(f"[3/3] built {len(manifest['engines'])} engine(s) with {manifest['backend']['name']} "
                f"{manifest['backend']['version']} (lowering {manifest['lowering']}) in {engine_dir}; "
                f"row invariance {'promised' if promise['promised'] else 'NOT promised'}: {promise['reason']}")
+    events.say(f"      {describe_size(manifest)}")
     return {"count": len(manifest["engines"]), "backend": manifest["backend"], "dir": str(engine_dir),
-            "max_context": manifest["max_context"]}
+            "max_context": manifest["max_context"], "float_weights": manifest["float_weights"],
+            "size": manifest["size"]}

@@ -29,7 +29,7 @@ from .progress import ByteProgress
 @opt.json_option
 @click.pass_context
 def command(ctx, model, output, profiles, policy, plugins, backend, max_context, rtx_targets,
-            skip_compare, skip_engines, force, quiet, as_json, **_):
+            float_weights, skip_compare, skip_engines, force, quiet, as_json, **_):
     """The main job: export MODEL to ONNX with metrale ops, verify it, and build engines.
 
     MODEL is a .safetensors file with config.json beside it, a checkpoint directory, or a
@@ -40,7 +40,7 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     out = output or opt.default_output(model)
     export, _ = export_options(ctx.params, force)
     build = BuildOptions(profiles=profiles, policy=policy, backend=backend, plugins=plugins,
-                         max_context=max_context, rtx_targets=rtx_targets)
+                         max_context=max_context, rtx_targets=rtx_targets, float_weights=float_weights)
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
     events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
     try:

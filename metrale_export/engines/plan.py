@@ -27,6 +27,7 @@ import onnx
 
 from ..errors import InputError
 from . import backends, lowering as _lowering, policy as _policy
+from .weights import FLOAT_WEIGHTS
 from .profiles import DEFAULT_MAX_CONTEXT, ProfileShapes, RowRange, optimization_profiles
 
 LOWERINGS = ("plugin", "qdq")
@@ -52,6 +53,9 @@ class BuildOptions:
     timing_cache: Path | None = None  # None: <out>/timing.cache (tensorrt only)
     max_context: int | None = None  # None: min(DEFAULT_MAX_CONTEXT, the model's positions)
     rtx_targets: tuple[tuple[int, int], ...] = (backends.DEFAULT_RTX_TARGET,)
+    # checkpoint: float weights exact in bfloat16 are stored (and the MatMuls on them run) in
+    # bfloat16 (engines/weights.py); float32: as the export has them.
+    float_weights: str = "checkpoint"
     verbose: bool = False
 
 
@@ -213,10 +217,10 @@ def digest(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def graph_file(lowering: str, formats: dict, source_sha: str) -> str:
+def graph_file(lowering: str, formats: dict, source_sha: str, float_weights: str = "checkpoint") -> str:
     """The lowered graph's file (relative to the engine directory): one per distinct formats."""
     key = digest({"lowering": lowering, "formats": formats, "v": _lowering.LOWERING_VERSION,
-                  "source": source_sha})[:16]
+                  "source": source_sha, "float_weights": float_weights})[:16]
     return f"onnx/{lowering}-{key}.onnx"
 
 
@@ -256,6 +260,7 @@ class BuildPlan:
     promised: bool
     promise_reason: str
     max_context: int
+    float_weights: str
     policy: str  # the policy as the user can write it again
     plugins: Path | None
     plugin_sha: str | None
@@ -304,6 +309,9 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     ``lowered_on_disk`` the files under ``onnx/`` now.
     """
     name, version = backend
+    if options.float_weights not in FLOAT_WEIGHTS:
+        raise UsageConflict(f"--float-weights {options.float_weights!r}: expected one of "
+                            f"{', '.join(FLOAT_WEIGHTS)}", "--float-weights")
     chosen, conflict = resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))
     if chosen is None:
         raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
@@ -330,17 +338,19 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
             "source": source.sha256, "rows": [rows.lo, rows.hi],
             "profiles": [s.as_json() for s in shapes], "formats": formats, "lowering": chosen,
             "lowering_version": _lowering.LOWERING_VERSION, "backend": f"{name} {version}",
-            "targets": list(targets), "plugins": plugin_sha,
+            "targets": list(targets), "plugins": plugin_sha, "float_weights": options.float_weights,
         })
         file = engine_file(rows)
         old = by_key.get(key)
         reuse = old if reusable(old, file, engine_sha(file) if old else None) else None
-        graph = reuse["onnx"] if reuse and reuse.get("onnx") else graph_file(chosen, formats, source.sha256)
+        graph = reuse["onnx"] if reuse and reuse.get("onnx") else \
+            graph_file(chosen, formats, source.sha256, options.float_weights)
         steps.append(EngineStep(rows, formats, shapes, key, file, graph, reuse))
     steps = tuple(steps)
     return BuildPlan(
         source=source, out_dir=Path(out_dir), backend=name, backend_version=version, lowering=chosen,
         targets=targets, promised=promised, promise_reason=reason, max_context=max_context,
+        float_weights=options.float_weights,
         policy=options.policy.describe(), plugins=options.plugins, plugin_sha=plugin_sha,
         timing_cache=timing_cache, steps=steps,
         removals=removals(list(previous), steps, list(lowered_on_disk)),
