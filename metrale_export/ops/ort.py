@@ -20,12 +20,13 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 
 from ..errors import InputError
 from . import onnx_translation as ot
-from . import w4a4, w4a16, w8a8
+from . import moe, w4a4, w4a16, w8a8
 
 CONTRIB = "ai.onnx.contrib"
 _DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
        onnx.TensorProto.FLOAT16: ("float16", PyCustomOpDef.dt_float16)}
-_INPUT_DT = {"tensor(int8)": PyCustomOpDef.dt_int8, "tensor(float)": PyCustomOpDef.dt_float}
+_INPUT_DT = {"tensor(int8)": PyCustomOpDef.dt_int8, "tensor(float)": PyCustomOpDef.dt_float,
+             "tensor(int32)": PyCustomOpDef.dt_int32}
 _registered: set[str] = set()
 
 
@@ -35,7 +36,9 @@ def _impl(op_type: str, present: list[str]):
     def run(x, *rest, **attrs):
         t = dict(zip(present, (torch.from_numpy(np.ascontiguousarray(a)) for a in rest)))
         xt = torch.from_numpy(np.ascontiguousarray(x))
-        if op_type == "W4A16Proj":
+        if op_type in moe.OP_TYPES:
+            y = moe.moe_proj(op_type, xt, t.pop("topk_ids"), t.pop("topk_weights", None), t, attrs)
+        elif op_type == "W4A16Proj":
             y = w4a16.proj(xt, t["weight"], t["weight_scale"], t.get("zero_point"), t.get("bias"),
                            int(attrs["group_size"]), attrs["activation_format"])
         elif op_type == "W8A8Proj":
@@ -64,8 +67,9 @@ def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
         types = dict((n, ty) for n, ty, _ in ot._INPUTS[op_type])
         attrs = {a: PyCustomOpDef.dt_int64 for a in ot._INT_ATTRS[op_type]}
         attrs.update({a: PyCustomOpDef.dt_string for a in ot._STR_ATTRS[op_type]})
+        dts = {**_INPUT_DT, "T": _DT[x_type][1]}  # "T": the dtype of x
         onnx_op(op_type=name, domain=CONTRIB,
-                inputs=[_DT[x_type][1]] + [_INPUT_DT[types[p]] for p in present],
+                inputs=[_DT[x_type][1]] + [dts[types[p]] for p in present],
                 outputs=[_DT[x_type][1]], attrs=attrs)(_impl(op_type, present))
         _registered.add(name)
     return name
@@ -109,7 +113,7 @@ def to_reference_graph(model: onnx.ModelProto) -> onnx.ModelProto:
         if node.domain != ot.DOMAIN:
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        flags = {name: bool(attrs.get(f"has_{name}", 0)) for name, _, opt in ot._INPUTS[node.op_type] if opt}
+        flags = {name: bool(attrs.get(ot.present_flag(name), 0)) for name, _, opt in ot._INPUTS[node.op_type] if opt}
         node.op_type = _variant(node.op_type, types.get(node.input[0], fallback), flags)
         node.domain = CONTRIB
     kept = [o for o in out.opset_import if o.domain != ot.DOMAIN]
