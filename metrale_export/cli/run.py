@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import click
+from click.core import ParameterSource
 
 from ..engines.build import BuildOptions
 from ..pipeline import Events, JobOptions, run_job
@@ -44,8 +45,10 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
     events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
     try:
+        experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
         result = run_job(model, out, JobOptions(export, build, compare=not skip_compare,
-                                                engines=not skip_engines), events)
+                                                engines=not skip_engines,
+                                                moe_experts_default=experts_default), events)
     finally:
         bar.close()
     if as_json:
