@@ -141,7 +141,7 @@ def document(plan, entries: list[dict], complete: bool) -> dict:
         "backend": _backend(plan),
         "lowering": plan.lowering,
         "activation_quantization": plan.policy,
-        "row_invariance": {"promised": plan.promised, "reason": plan.promise_reason},
+        "row_invariance": plan.row_invariance,
         "max_context": plan.max_context,
         "plugins": {"path": str(plan.plugins), "sha256": plan.plugin_sha} if plan.plugin_sha else None,
         "timing_cache": str(plan.timing_cache) if plan.timing_cache else None,

@@ -19,6 +19,9 @@ from ..errors import InputError
 from .profiles import RowRange
 
 FORMATS = ("bf16", "fp8", "nvfp4")
+# --float-weights: how an engine stores the export's float weights (engines/weights.py):
+# "checkpoint" in bfloat16 where every value is exact in it, "float32" as exported.
+FLOAT_WEIGHTS = ("checkpoint", "float32")
 FAMILIES = ("attn", "ffn", "gdn", "moe", "head")
 DENSE_OP_TYPES = ("W4A16Proj", "W8A8Proj", "W4A4Proj")
 # The grouped-expert ops run the table of their weight format's dense op (docs/ops.md).

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-FLOAT_WEIGHTS = ("checkpoint", "float32")  # --float-weights: bf16 where exact, or as exported
+from .policy import FLOAT_WEIGHTS  # noqa: F401 - --float-weights: bf16 where exact, or as exported
 
 _BITS = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4}
 
