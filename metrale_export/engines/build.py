@@ -80,7 +80,14 @@ class LoweredGraphFromOnnx(BaseLoader):
             rewritten, converted = _weights.float_weights_in_bf16(rewritten)
         numbers = {**_weights.numbers(rewritten), "bf16_float_weights": converted}
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        lowering.save_model(rewritten, self.path)
+        try:
+            lowering.save_model(rewritten, self.path)
+        except BaseException as e:  # a full disk or Ctrl-C: leave no half-written graph
+            for partial in (self.path, self.path.with_name(self.path.name + ".data")):
+                partial.unlink(missing_ok=True)
+            if isinstance(e, OSError) and e.filename is None:
+                raise OSError(e.errno, e.strerror, str(self.path)) from e
+            raise
         return numbers
 
 
