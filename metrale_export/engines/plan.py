@@ -196,6 +196,24 @@ def resolve_max_context(max_context: int | None, model_max: int | None, where: P
     return max_context
 
 
+# The qdq lowering stores these weights as FLOAT8E4M3FN (docs/engines.md, Lowerings).
+_FP8_STORED = ("W8A8Proj", "W4A4Proj")
+_FP8_MIN_TARGET = (8, 9)  # TensorRT-RTX: "Cannot compile for target(s) sm86 ... fp8_e4m3"
+
+
+def check_rtx_targets(backend: str, lowering: str, targets, ops) -> None:
+    """Refuse, before any build, TensorRT-RTX targets that cannot hold the qdq graph's FP8 weights."""
+    if backend != "tensorrt-rtx" or lowering != "qdq":
+        return
+    fp8 = sorted({op.op_type for op in ops if op.op_type in _FP8_STORED})
+    old = [f"{a}.{b}" for a, b in targets if (a, b) < _FP8_MIN_TARGET]
+    if fp8 and old:
+        raise UsageConflict(
+            f"--rtx-target {', '.join(old)}: the qdq lowering stores {' and '.join(fp8)} weights as FP8 "
+            f"(e4m3), which TensorRT-RTX compiles for SM 8.9 and later only; use --rtx-target 8.9 or 12.0",
+            "--rtx-target")
+
+
 def profile_formats(policy: _policy.Policy, ops, profiles) -> list[dict[str, str]]:
     """Each profile's formats (op key -> activation format); every refusal at once as InputError."""
     out = []
@@ -318,6 +336,7 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     chosen, conflict = resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))
     if chosen is None:
         raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
+    check_rtx_targets(name, chosen, options.rtx_targets, source.ops)
     max_context = resolve_max_context(options.max_context, source.model_max_positions,
                                       source.onnx_path.parent / "manifest.json")
     all_formats = profile_formats(options.policy, source.ops, options.profiles)

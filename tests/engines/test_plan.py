@@ -124,8 +124,8 @@ def test_removals_name_what_no_engine_keeps():
 
 
 def test_backend_specific_parts():
-    rtx = _plan(_options(rtx_targets=((8, 6), (12, 0))))
-    assert rtx.targets == ("8.6", "12.0") and rtx.timing_cache is None
+    rtx = _plan(_options(rtx_targets=((8, 9), (12, 0))))
+    assert rtx.targets == ("8.9", "12.0") and rtx.timing_cache is None
     assert rtx.lowering == "qdq" and rtx.promised is False
     trt = _plan(backend=("tensorrt", "10.9"))
     assert trt.targets == ("build machine",) and trt.timing_cache == Path("/out/timing.cache")
@@ -134,6 +134,17 @@ def test_backend_specific_parts():
     assert e.value.param == "--lowering"
     with pytest.raises(UsageConflict, match="--float-weights 'fp16': expected one of checkpoint, float32"):
         _plan(_options(float_weights="fp16"))
+
+
+def test_fp8_weights_need_sm89_with_tensorrt_rtx():
+    with pytest.raises(UsageConflict, match=r"--rtx-target 8\.6: the qdq lowering stores W4A4Proj and "
+                                            r"W8A8Proj weights as FP8") as e:
+        _plan(_options(rtx_targets=((8, 6), (12, 0))))
+    assert e.value.param == "--rtx-target"
+    w4a16_only = _source()
+    w4a16_only.ops = OPS[:1]
+    assert _plan(_options(rtx_targets=((8, 6),)), source=w4a16_only).targets == ("8.6",)
+    assert _plan(_options(rtx_targets=((8, 9),))).targets == ("8.9",)
 
 
 def test_manifest_document_round_trips_through_the_reader(tmp_path):
