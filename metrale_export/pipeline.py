@@ -60,9 +60,32 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
     return result
 
 
+def moe_layout_for_job(layout: str, engines: bool, lowering: str | None, plugins) -> tuple[str, str | None]:
+    """The MoE expert layout the main job exports (``--moe-experts``): ``auto`` is grouped, except
+    when this job builds its engines through the qdq lowering (no --plugins), which cannot express
+    the grouped-expert ops (docs/ops.md): then one projection per expert, and a note saying so."""
+    if layout != "auto":
+        return layout, None
+    qdq = lowering == "qdq" or (lowering is None and plugins is None)
+    if engines and qdq:
+        return "dense", ("MoE experts export one projection per expert (--moe-experts dense): the engines are "
+                         "built through the qdq lowering, which cannot express the grouped-expert ops; pass "
+                         "--plugins to keep them grouped")
+    return "grouped", None
+
+
 def _export(model, out, options: JobOptions, events: Events) -> dict:
+    import dataclasses
+
     from .exporter.export import export
 
+    request = options.export.request
+    layout, note = moe_layout_for_job(getattr(request, "moe_experts", "grouped"), options.engines,
+                                      getattr(options.build, "lowering", None), getattr(options.build, "plugins", None))
+    if layout != getattr(request, "moe_experts", layout):
+        options.export.request = dataclasses.replace(request, moe_experts=layout)
+    if note is not None:
+        events.say(f"[1/3] {note}")
     done = export(model, out, options.export, progress=events.export_progress)
     counts = done.manifest["op_counts"]
     text = ", ".join(f"{v} {k}" for k, v in counts.items()) or "no metrale ops"

@@ -42,9 +42,10 @@ quantization_options = _compose(
     click.option("--w8a8-activation-scales", type=click.Choice(["row", "row_block128"]), default="row",
                  show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
     click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
-    click.option("--moe-experts", type=click.Choice(("grouped", "dense")), default="grouped", show_default=True,
+    click.option("--moe-experts", type=click.Choice(("auto", "grouped", "dense")), default="auto", show_default=True,
                  help="Quantized MoE experts: grouped-expert ops reading only the routed experts, or one "
-                      "projection per expert run on every row (what the qdq lowering can express)."),
+                      "projection per expert run on every row (what the qdq lowering can express). auto: "
+                      "grouped, except dense when the main job builds engines without --plugins."),
     click.option("--layers", default=None, metavar="SPEC",
                  help="Export only these decoder layers, e.g. '0' or '0,2' or '1-3' (debugging)."),
     click.option("--dtype", type=click.Choice(sorted(DTYPE_NAMES)), default="float32", show_default=True,
