@@ -13,6 +13,7 @@ import click
 from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
+from ..engines.policy import FLOAT_WEIGHTS
 from ..exporter.names import DTYPE_NAMES, WEIGHT_FORMATS
 
 
@@ -42,10 +43,9 @@ quantization_options = _compose(
     click.option("--w8a8-activation-scales", type=click.Choice(["row", "row_block128"]), default="row",
                  show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
     click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
-    click.option("--moe-experts", type=click.Choice(("auto", "grouped", "dense")), default="auto", show_default=True,
+    click.option("--moe-experts", type=click.Choice(("grouped", "dense")), default="grouped", show_default=True,
                  help="Quantized MoE experts: grouped-expert ops reading only the routed experts, or one "
-                      "projection per expert run on every row (what the qdq lowering can express). auto: "
-                      "grouped, except dense when the main job builds engines without --plugins."),
+                      "projection per expert run on every row (what the qdq lowering can express)."),
     click.option("--layers", default=None, metavar="SPEC",
                  help="Export only these decoder layers, e.g. '0' or '0,2' or '1-3' (debugging)."),
     click.option("--dtype", type=click.Choice(sorted(DTYPE_NAMES)), default="float32", show_default=True,
@@ -106,4 +106,7 @@ engine_options = _compose(
                       f"[default: min({DEFAULT_MAX_CONTEXT}, the model's max_position_embeddings)]."),
     click.option("--rtx-target", "rtx_targets", multiple=True, callback=_targets, metavar="MAJOR.MINOR",
                  help="TensorRT-RTX compute capability to build for (repeatable; default 8.9)."),
+    click.option("--float-weights", type=click.Choice(FLOAT_WEIGHTS), default="checkpoint", show_default=True,
+                 help="Engines' float weights (embedding, lm_head, router): checkpoint = bfloat16 where "
+                      "the values are (the lm_head and router then run in bf16); float32 = as exported."),
 )

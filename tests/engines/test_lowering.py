@@ -203,14 +203,3 @@ def test_grouped_expert_ops_are_refused_with_the_reason():
         lower_qdq(model)
     msg = str(e.value)
     assert "model.layers.0.mlp.experts.up_proj (W8A8MoEProj)" in msg and "--moe-experts dense" in msg
-
-
-def test_main_job_exports_dense_experts_when_its_engines_use_the_qdq_lowering():
-    """--moe-experts auto: grouped, except when the job's engines go through the qdq lowering."""
-    from metrale_export.pipeline import moe_layout_for_job
-
-    layout, note = moe_layout_for_job("auto", engines=True, lowering=None, plugins=None)
-    assert layout == "dense" and "--plugins" in note
-    assert moe_layout_for_job("auto", engines=True, lowering=None, plugins="lib.so") == ("grouped", None)
-    assert moe_layout_for_job("auto", engines=False, lowering=None, plugins=None) == ("grouped", None)
-    assert moe_layout_for_job("grouped", engines=True, lowering="qdq", plugins=None) == ("grouped", None)

@@ -135,7 +135,7 @@ def mlp_plan(cfg, moe: MoeConfig, source, prefix: str) -> dict:
     if moe.shared_expert_intermediate_size:
         shared = swiglu_specs(source, f"{prefix}.mlp.shared_expert", h, moe.shared_expert_intermediate_size, "moe")
     grouped = None
-    if experts_layout(source) in ("grouped", "auto"):
+    if experts_layout(source) == "grouped":
         grouped = grouped_specs(f"{prefix}.mlp", experts, moe.top_k)
     return {"kind": "moe", "experts": experts, "grouped": grouped, "shared_expert": shared}
 
