@@ -24,15 +24,16 @@ import onnxruntime as ort
 import torch
 from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 
+from .. import contract
 from ..errors import InputError
-from . import onnx_translation as ot
-from . import moe, w4a4, w4a16, w8a8
+from . import onnx_translation  # noqa: F401  (registers the schemas shape inference reads)
+from . import torch_ops
 
 CONTRIB = "ai.onnx.contrib"
 _DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
        onnx.TensorProto.FLOAT16: ("float16", PyCustomOpDef.dt_float16)}
-_INPUT_DT = {"tensor(int8)": PyCustomOpDef.dt_int8, "tensor(float)": PyCustomOpDef.dt_float,
-             "tensor(int32)": PyCustomOpDef.dt_int32}
+_INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32}
+_ATTR_DT = {"int": PyCustomOpDef.dt_int64, "string": PyCustomOpDef.dt_string}
 _registered: set[str] = set()
 
 
@@ -42,21 +43,15 @@ def _impl(op_type: str, present: list[str]):
     def run(x, *rest, **attrs):
         t = dict(zip(present, (torch.from_numpy(np.ascontiguousarray(a)) for a in rest)))
         xt = torch.from_numpy(np.ascontiguousarray(x))
-        if op_type in moe.OP_TYPES:
-            y = moe.moe_proj(op_type, xt, t.pop("topk_ids"), t.pop("topk_weights", None), t, attrs)
-        elif op_type == "W4A16Proj":
-            y = w4a16.proj(xt, t["weight"], t["weight_scale"], t.get("zero_point"), t.get("bias"),
-                           int(attrs["group_size"]), attrs["activation_format"])
-        elif op_type == "W8A8Proj":
-            y = w8a8.proj(xt, t["weight"], t["weight_scale"], t.get("bias"),
-                          attrs["weight_scale_granularity"], attrs["activation_format"],
-                          attrs["activation_scale_granularity"])
-        else:
-            y = w4a4.proj(xt, t["weight"], t["weight_scale"], t["weight_global_scale"],
-                          t.get("input_scale"), t.get("bias"), attrs["activation_format"])
-        return y.numpy()
+        return torch_ops.reference(op_type, xt, t, attrs).numpy()
 
     return run
+
+
+def attribute_types(op_type: str) -> dict:
+    """The onnxruntime-extensions attribute types of ``op_type``'s variants (from the contract)."""
+    spec = contract.op(op_type)
+    return {a.name: _ATTR_DT[a.type] for a in spec.attributes}
 
 
 def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
@@ -66,17 +61,14 @@ def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
             f"{op_type}: the ONNX Runtime reference runs float32 or float16 activations, found {name}; "
             "export with --dtype float32 to verify on the CPU"
         )
-    present = [name for name, _, opt in ot._INPUTS[op_type] if not opt or has[name]]
+    spec = contract.op(op_type)
+    present = [i.name for i in spec.inputs if not i.optional or has[i.name]]
     tag = "_".join("".join(w[0] for w in p.split("_")) for p in present)
     name = f"{op_type}__{_DT[x_type][0]}__{tag}"
     if name not in _registered:
-        types = dict((n, ty) for n, ty, _ in ot._INPUTS[op_type])
-        attrs = {a: PyCustomOpDef.dt_int64 for a in ot._INT_ATTRS[op_type]}
-        attrs.update({a: PyCustomOpDef.dt_string for a in ot._STR_ATTRS[op_type]})
-        dts = {**_INPUT_DT, "T": _DT[x_type][1]}  # "T": the dtype of x
         onnx_op(op_type=name, domain=CONTRIB,
-                inputs=[_DT[x_type][1]] + [dts[types[p]] for p in present],
-                outputs=[_DT[x_type][1]], attrs=attrs)(_impl(op_type, present))
+                inputs=[_DT[x_type][1]] + [{**_INPUT_DT, "x": _DT[x_type][1]}[spec.input(p).dtype] for p in present],
+                outputs=[_DT[x_type][1]], attrs=attribute_types(op_type))(_impl(op_type, present))
         _registered.add(name)
     return name
 
@@ -86,8 +78,8 @@ def _register_all() -> None:
     the extensions library crashes the process (seen with onnxruntime-extensions 0.15.2)."""
     import itertools
 
-    for op_type in ot.OP_TYPES:
-        optional = [name for name, _, opt in ot._INPUTS[op_type] if opt]
+    for op_type, spec in contract.OPS.items():
+        optional = spec.optional_inputs
         for x_type in _DT:
             for bits in itertools.product((False, True), repeat=len(optional)):
                 _variant(op_type, x_type, dict(zip(optional, bits)))
@@ -134,13 +126,14 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
                     if v.type.tensor_type.elem_type in _DT]
     fallback = float_inputs[0] if float_inputs else onnx.TensorProto.FLOAT
     for node in out.graph.node:
-        if node.domain != ot.DOMAIN:
+        if node.domain != contract.DOMAIN:
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        flags = {name: bool(attrs.get(ot.present_flag(name), 0)) for name, _, opt in ot._INPUTS[node.op_type] if opt}
+        spec = contract.op(node.op_type)
+        flags = {i.name: bool(attrs.get(i.gate, 0)) for i in spec.inputs if i.optional}
         node.op_type = _variant(node.op_type, types.get(node.input[0], fallback), flags)
         node.domain = CONTRIB
-    kept = [o for o in out.opset_import if o.domain != ot.DOMAIN]
+    kept = [o for o in out.opset_import if o.domain != contract.DOMAIN]
     del out.opset_import[:]
     out.opset_import.extend(kept + [onnx.helper.make_opsetid(CONTRIB, 1)])
     return out
