@@ -15,7 +15,6 @@ import numpy as np
 from polygraphy.common import TensorMetadata
 from polygraphy.comparator import Comparator, DataLoader
 
-from ..errors import InputError
 from .runners import TorchRunner, onnxrt_runner, torch_model_factory
 
 # docs/ops.md: ONNX Runtime vs the PyTorch reference of the same model.
@@ -59,10 +58,10 @@ class Report:
 
 
 def load_manifest(export_dir: Path) -> dict:
-    path = Path(export_dir) / "manifest.json"
-    if not path.exists():
-        raise InputError(f"{export_dir}: not an export directory (no manifest.json); run 'metrale-export export' first")
-    return json.loads(path.read_text())
+    """The export's manifest (``exporter.session.read_manifest``: its format_version checked)."""
+    from ..exporter.session import read_manifest
+
+    return read_manifest(export_dir)
 
 
 def _metadata(manifest: dict, case: Case) -> TensorMetadata:
