@@ -72,7 +72,14 @@ class LoweredGraphFromOnnx(BaseLoader):
         else:
             rewritten = lowering.with_activation_formats(self.model(), self.formats)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        lowering.save_model(rewritten, self.path)
+        try:
+            lowering.save_model(rewritten, self.path)
+        except BaseException as e:  # a full disk or Ctrl-C: leave no half-written graph
+            for partial in (self.path, self.path.with_name(self.path.name + ".data")):
+                partial.unlink(missing_ok=True)
+            if isinstance(e, OSError) and e.filename is None:
+                raise OSError(e.errno, e.strerror, str(self.path)) from e
+            raise
         return self.path
 
 

@@ -34,6 +34,10 @@ def write_atomic(path: Path, data: bytes | memoryview) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is None:  # write() errors (a full disk) carry no path: name the file
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -6,6 +6,12 @@ fixed input list per op, so the session runs on a copy of the graph in which eve
 moved to that domain and renamed to a variant naming its activation dtype and present optional
 inputs (e.g. ``W4A16Proj__float__x_w_s_b``); each variant is registered once per process. The file
 on disk is never modified.
+
+Invariants: the weights are never loaded into the graph proto nor re-serialized: the graph is read
+with ``load_external_data=False``, shape inference sees only the weights' declared types and
+shapes, and ONNX Runtime reads the external data from the export directory by path
+(``session.model_external_initializers_file_folder_path``), so exports past protobuf's 2 GiB limit
+run as well.
 """
 
 from __future__ import annotations
@@ -82,7 +88,18 @@ def _register_all() -> None:
 _register_all()
 
 
-def _value_types(model: onnx.ModelProto) -> dict[str, int]:
+def load_graph(path: str | Path) -> onnx.ModelProto:
+    """The graph of an ONNX file with its external weights left on disk (references only)."""
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # protobuf DecodeError, OSError: an unreadable or truncated file
+        raise InputError(f"{path}: cannot read the ONNX graph: {e}") from e
+
+
+def value_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every value of ``model`` (inputs, outputs, inferred intermediates,
+    initializers). Shape inference runs on the proto as given: with external weights, only their
+    declared types and shapes are read, so no weight is loaded or re-serialized."""
     inferred = onnx.shape_inference.infer_shapes(model)
     types = {}
     for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
@@ -93,11 +110,18 @@ def _value_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def to_reference_graph(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose metrale nodes run as onnxruntime-extensions Python ops."""
+def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelProto:
+    """A copy of ``model`` whose metrale nodes run as onnxruntime-extensions Python ops, returning
+    also the intermediate values ``extra_outputs`` (for verification). External weights stay
+    references."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    types = _value_types(out)
+    types = value_types(out)
+    have = {o.name for o in out.graph.output}
+    for name in extra_outputs:
+        if name not in have:
+            out.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, 0), None))
+            have.add(name)
     float_inputs = [v.type.tensor_type.elem_type for v in out.graph.input
                     if v.type.tensor_type.elem_type in _DT]
     fallback = float_inputs[0] if float_inputs else onnx.TensorProto.FLOAT
@@ -115,11 +139,21 @@ def to_reference_graph(model: onnx.ModelProto) -> onnx.ModelProto:
     return out
 
 
-def reference_session(model: str | Path | onnx.ModelProto, threads: int | None = None) -> ort.InferenceSession:
-    """An ONNX Runtime CPU session of ``model`` with the metrale reference ops."""
-    proto = onnx.load(str(model)) if not isinstance(model, onnx.ModelProto) else model
-    ref = to_reference_graph(proto)
+def reference_session(model: str | Path | onnx.ModelProto, threads: int | None = None,
+                      base_dir: str | Path | None = None, extra_outputs=()) -> ort.InferenceSession:
+    """An ONNX Runtime CPU session of ``model`` with the metrale reference ops.
+
+    ``model`` is a path (its external data is read from its directory) or a graph proto whose
+    external data lies in ``base_dir``."""
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    else:
+        proto, base_dir = load_graph(model), Path(model).parent
+    ref = to_reference_graph(proto, extra_outputs)
     so = ort.SessionOptions()
+    if base_dir is not None:
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                    str(Path(base_dir).resolve()))
     so.register_custom_ops_library(get_library_path())
     so.log_severity_level = 3
     if threads:

@@ -268,3 +268,27 @@ def test_main_job_shows_progress_ends_naming_everything_and_a_rebuild_names_what
     assert f"unchanged rows 1: {out / 'engines' / 'rows-1.engine'}" in r.output
     assert f"removed {out / 'engines' / 'rows-2-4.engine'} (its range is no longer asked for)" in r.output
     assert sorted(p.name for p in (out / "engines").glob("*.engine")) == ["rows-1.engine"]
+
+
+def test_disk_full_during_a_build_names_the_path_and_leaves_no_partial_file(demo_exports, tmp_path):
+    from metrale_export.engines import backends
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    with tmpfs(tmp_path / "full", "1m") as full:  # the lowered graph (about 2 MB) cannot fit
+        r = run("build", demo_exports["w4a16"], "-o", full / "engines", "--backend", "tensorrt-rtx",
+                "--lowering", "qdq", "--profiles", "1", "--max-context", "64")
+        assert r.exit_code == 2, r.output
+        line = one_line_error(r.output)
+        assert str(full / "engines") in line and "No space left on device" in line, line
+        files = [p for p in full.rglob("*") if p.is_file()]
+        assert files == [], files
+
+
+def test_row_invariance_on_the_cpu_says_what_it_checks(demo_exports):
+    r = run("compare", demo_exports["w4a16"], "--row-invariance", "--device", "cpu")
+    assert r.exit_code in (0, 1), r.output
+    assert "row invariance on the CPU checks the PyTorch model with the metrale reference ops" in r.output
+    assert "says nothing about the engines" in r.output and "--device cuda" in r.output
+    if r.exit_code == 1:  # rows differ on the CPU: the failure says why that is expected
+        assert "on the CPU this is expected" in one_line_error(r.output)
