@@ -15,6 +15,7 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
+from .. import contract
 from ..ops import w4a4, w4a16, w8a8
 
 MODEL_OPSET = 21
@@ -41,7 +42,7 @@ class Chain:
     layers: list  # (Proj, key, weights dict, format)
 
 
-_DEFAULT_FORMAT = {"W4A16Proj": "bf16", "W8A8Proj": "fp8", "W4A4Proj": "nvfp4"}
+_DEFAULT_FORMAT = {t: spec.default_activation for t, spec in contract.OPS.items()}
 
 
 def _i8(t: torch.Tensor) -> np.ndarray:

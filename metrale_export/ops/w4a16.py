@@ -11,9 +11,10 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import contract
 from .numerics import bf16_round, pack_nibbles, unpack_nibbles
 
-GROUP_SIZES = (32, 64, 128)
+GROUP_SIZES = contract.GROUP_SIZES
 
 
 @dataclass(frozen=True)
