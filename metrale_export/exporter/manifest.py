@@ -57,8 +57,9 @@ def weight_quantization(req, source=None) -> dict:
         "w8a8_weight_scales": req.w8a8_weight_scales if req.weight == "w8a8" else None,
         "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
         "lm_head": req.quantize_lm_head,
-        "moe_experts": req.moe_experts,
         "declared": source.describe() if hasattr(source, "describe") else None,
+        # Only the non-default expert form is written, so default exports keep their bytes.
+        **({"moe_experts": req.moe_experts} if req.moe_experts != "grouped" else {}),
     }
 
 
