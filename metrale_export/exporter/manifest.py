@@ -58,8 +58,9 @@ def weight_quantization(req, source=None) -> dict:
         "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
         "lm_head": req.quantize_lm_head,
         "declared": source.describe() if hasattr(source, "describe") else None,
-        # Only the non-default expert form is written, so default exports keep their bytes.
-        **({"moe_experts": req.moe_experts} if req.moe_experts != "grouped" else {}),
+        # Always written (tests/support/export_hashes.json records it), read back by
+        # session.request_from_manifest (absent in older manifests: grouped).
+        "moe_experts": req.moe_experts,
     }
 
 
