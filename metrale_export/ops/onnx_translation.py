@@ -1,10 +1,11 @@
-"""ONNX side of the metrale ops: op schemas (domain ``metrale``, version 1) and the translation of
-each torch custom op into its node, for ``torch.onnx.export(dynamo=True)``.
+"""ONNX side of the metrale ops: op schemas (domain ``metrale``, per-op versions in ``versions``) and
+the translation of each torch custom op into its node, for ``torch.onnx.export(dynamo=True)``.
 
 The schemas declare optional inputs so tracing can emit one node shape; ``compact_inputs`` then
 drops the absent ones, giving the contract's form (present inputs only, in order, with ``has_*``
 attributes), which is what TensorRT's parser hands to the plugin. Invariants: the attributes emitted
-here are exactly docs/ops.md's table.
+here are exactly docs/ops.md's table, plus ``plugin_version`` on the nodes of an op whose version
+is above 1 (TensorRT's parser finds the plugin creator by it; it is not a plugin field).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import onnxscript
 import torch
 from onnx.defs import OpSchema
 
-DOMAIN = "metrale"
-VERSION = 1
+from .versions import DOMAIN, DOMAIN_VERSION, OP_VERSIONS, plugin_version
+
+VERSION = DOMAIN_VERSION  # the metrale opset an export imports
 OP_TYPES = ("W4A16Proj", "W8A8Proj", "W4A4Proj")
 
 _ACT_TYPES = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
 _INPUTS = {
-    "W4A16Proj": [("weight", "tensor(int8)", False), ("weight_scale", "tensor(float)", False),
+    "W4A16Proj": [("weight", "tensor(int8)", False), ("weight_scale", "tensor(bfloat16)", False),
                   ("zero_point", "tensor(int8)", True), ("bias", "tensor(float)", True)],
     "W8A8Proj": [("weight", "tensor(int8)", False), ("weight_scale", "tensor(float)", False),
                  ("bias", "tensor(float)", True)],
@@ -41,11 +43,18 @@ _STR_ATTRS = {
 
 
 def attribute_names(op_type: str) -> tuple[str, ...]:
-    """Every attribute a node of ``op_type`` carries (docs/ops.md)."""
+    """The contract's attributes of ``op_type`` (docs/ops.md), which are also its plugin's fields."""
     return _INT_ATTRS[op_type] + _STR_ATTRS[op_type]
 
 
+def node_attribute_names(op_type: str) -> tuple[str, ...]:
+    """Every attribute a node of ``op_type`` carries: the contract's, and ``plugin_version`` when
+    the op's version is above 1."""
+    return attribute_names(op_type) + (("plugin_version",) if OP_VERSIONS[op_type] > 1 else ())
+
+
 def _schema(op_type: str) -> OpSchema:
+    version = OP_VERSIONS[op_type]
     fp = OpSchema.FormalParameter
     optional = OpSchema.FormalParameterOption.Optional
     inputs = [fp("x", "T")] + [
@@ -53,7 +62,10 @@ def _schema(op_type: str) -> OpSchema:
     ]
     attrs = [OpSchema.Attribute(a, OpSchema.AttrType.INT, a) for a in _INT_ATTRS[op_type]]
     attrs += [OpSchema.Attribute(a, OpSchema.AttrType.STRING, a) for a in _STR_ATTRS[op_type]]
-    return OpSchema(op_type, DOMAIN, VERSION, doc=f"metrale {op_type}: see docs/ops.md",
+    if version > 1:
+        attrs.append(OpSchema.Attribute("plugin_version", OpSchema.AttrType.STRING,
+                                        "the TensorRT plugin version (the op version)"))
+    return OpSchema(op_type, DOMAIN, version, doc=f"metrale {op_type} version {version}: see docs/ops.md",
                     inputs=inputs, outputs=[fp("y", "T")],
                     type_constraints=[("T", _ACT_TYPES, "activation and output dtype")], attributes=attrs)
 
@@ -62,7 +74,7 @@ def register_schemas() -> None:
     """Register the three schemas with onnx once per process."""
     for op_type in OP_TYPES:
         try:
-            onnx.defs.get_schema(op_type, VERSION, DOMAIN)
+            onnx.defs.get_schema(op_type, OP_VERSIONS[op_type], DOMAIN)
         except onnx.defs.SchemaError:
             onnx.defs.register_schema(_schema(op_type))
 
@@ -75,7 +87,8 @@ def _w4a16(x, weight, weight_scale, zero_point, bias, n, k, group_size, activati
     return _opset.W4A16Proj(
         x, weight, weight_scale, zero_point, bias, n=n, k=k, group_size=group_size,
         has_zero_point=int(zero_point is not None), has_bias=int(bias is not None),
-        activation_format=activation_format, family=family, name=name)
+        activation_format=activation_format, family=family, name=name,
+        plugin_version=plugin_version("W4A16Proj"))
 
 
 def _w8a8(x, weight, weight_scale, bias, n, k, weight_scale_granularity, activation_format,

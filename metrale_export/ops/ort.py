@@ -4,8 +4,10 @@ reference implementations (docs/ops.md) through onnxruntime-extensions' Python c
 onnxruntime-extensions serves Python ops only in its own domain (``ai.onnx.contrib``) and with a
 fixed input list per op, so the session runs on a copy of the graph in which every metrale node is
 moved to that domain and renamed to a variant naming its activation dtype and present optional
-inputs (e.g. ``W4A16Proj__float__x_w_s_b``); each variant is registered once per process. The file
-on disk is never modified.
+inputs (e.g. ``W4A16Proj__float__x_w_s_b``); each variant is registered once per process. Inputs of
+a dtype the Python ops do not take (W4A16Proj's bfloat16 scales) reach them through a Cast to
+float32, exact, and are narrowed back before the reference runs. The file on disk is never
+modified; a graph of an older op contract is refused (``versions.check_model``).
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 
 from ..errors import InputError
 from . import onnx_translation as ot
-from . import w4a4, w4a16, w8a8
+from . import versions, w4a4, w4a16, w8a8
 
 CONTRIB = "ai.onnx.contrib"
 _DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
        onnx.TensorProto.FLOAT16: ("float16", PyCustomOpDef.dt_float16)}
 _INPUT_DT = {"tensor(int8)": PyCustomOpDef.dt_int8, "tensor(float)": PyCustomOpDef.dt_float}
+# Contract input types the Python ops take widened (exactly) to float32, and their torch dtype.
+_WIDENED = {"tensor(bfloat16)": torch.bfloat16}
 _registered: set[str] = set()
 
 
@@ -34,6 +38,9 @@ def _impl(op_type: str, present: list[str]):
 
     def run(x, *rest, **attrs):
         t = dict(zip(present, (torch.from_numpy(np.ascontiguousarray(a)) for a in rest)))
+        for name, ty, _ in ot._INPUTS[op_type]:
+            if ty in _WIDENED and name in t:
+                t[name] = t[name].to(_WIDENED[ty])  # back from the exact float32 Cast
         xt = torch.from_numpy(np.ascontiguousarray(x))
         if op_type == "W4A16Proj":
             y = w4a16.proj(xt, t["weight"], t["weight_scale"], t.get("zero_point"), t.get("bias"),
@@ -65,7 +72,7 @@ def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
         attrs = {a: PyCustomOpDef.dt_int64 for a in ot._INT_ATTRS[op_type]}
         attrs.update({a: PyCustomOpDef.dt_string for a in ot._STR_ATTRS[op_type]})
         onnx_op(op_type=name, domain=CONTRIB,
-                inputs=[_DT[x_type][1]] + [_INPUT_DT[types[p]] for p in present],
+                inputs=[_DT[x_type][1]] + [_INPUT_DT.get(types[p], PyCustomOpDef.dt_float) for p in present],
                 outputs=[_DT[x_type][1]], attrs=attrs)(_impl(op_type, present))
         _registered.add(name)
     return name
@@ -99,19 +106,37 @@ def _value_types(model: onnx.ModelProto) -> dict[str, int]:
 
 def to_reference_graph(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` whose metrale nodes run as onnxruntime-extensions Python ops."""
+    versions.check_model(model, "the ONNX Runtime reference")
     out = onnx.ModelProto()
     out.CopyFrom(model)
     types = _value_types(out)
     float_inputs = [v.type.tensor_type.elem_type for v in out.graph.input
                     if v.type.tensor_type.elem_type in _DT]
     fallback = float_inputs[0] if float_inputs else onnx.TensorProto.FLOAT
-    for node in out.graph.node:
+    nodes = []
+    for original in out.graph.node:
+        node = onnx.NodeProto()
+        node.CopyFrom(original)
         if node.domain != ot.DOMAIN:
+            nodes.append(node)
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         flags = {name: bool(attrs.get(f"has_{name}", 0)) for name, _, opt in ot._INPUTS[node.op_type] if opt}
+        present = [(name, ty) for name, ty, opt in ot._INPUTS[node.op_type] if not opt or flags[name]]
+        for i, (name, ty) in enumerate(present, start=1):
+            if ty in _WIDENED and i < len(node.input):
+                wide = f"{node.input[i]}__float32"
+                nodes.append(onnx.helper.make_node("Cast", [node.input[i]], [wide], to=onnx.TensorProto.FLOAT,
+                                                   name=f"{node.name}__cast_{name}"))
+                node.input[i] = wide
         node.op_type = _variant(node.op_type, types.get(node.input[0], fallback), flags)
         node.domain = CONTRIB
+        for i in reversed(range(len(node.attribute))):
+            if node.attribute[i].name == "plugin_version":  # TensorRT's, not the Python op's
+                del node.attribute[i]
+        nodes.append(node)
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
     kept = [o for o in out.opset_import if o.domain != ot.DOMAIN]
     del out.opset_import[:]
     out.opset_import.extend(kept + [onnx.helper.make_opsetid(CONTRIB, 1)])
