@@ -9,7 +9,9 @@ median time of W4A16 (group 128), W8A8 (FP8 per-channel weights, per-row dynamic
 quantization included) and W4A4 (NVFP4, dynamic per-row global scale, quantization included), the
 effective TB/s on each format's weight bytes, TFLOP/s, and the anchors measured in the same run:
 bf16 ``x @ w.T`` (cuBLAS), ``torch._scaled_mm`` FP8 with per-row scales (cuBLASLt),
-``torch._weight_int4pack_mm`` (tinygemm, group 128) and a device-to-device copy.
+``torch._weight_int4pack_mm`` (tinygemm, group 128) and a device-to-device copy. The ratio columns
+and the closing table are ours / the best non-invariant anchor (ANCHORS), per row and as the geometric
+mean over the shapes per M.
 
 Method: every call is captured ``REPS`` times into a CUDA graph, rotating over weight copies whose
 total exceeds twice the 60 MB L2 (nothing is timed from cache, no CPU launch overhead), and the
@@ -44,6 +46,9 @@ SHAPES = {
 }
 M_VALUES = (1, 8, 16, 64, 256, 1024, 4096)
 REPS = 20
+# tinygemm is timed below this M only: from M = 64 on it was 4-30x slower than bf16 cuBLAS in every
+# committed run (benchmarks/results/kernels-20261129-2039.md), so it is never the best anchor there.
+TINYGEMM_MAX_M = 256
 REPLAYS = 7
 
 
@@ -163,7 +168,7 @@ def bench_shape(name: str, n: int, k: int, m_values, out_rows: list, copy_tbs: f
             row["fp8_cublaslt"]["m_padded"] = mp
         except Exception as exc:
             row["fp8_cublaslt"] = dict(error=f"{type(exc).__name__}: {exc}"[:200])
-        if tiny is not None:
+        if tiny is not None and m < TINYGEMM_MAX_M:
             try:
                 put("int4_tinygemm", time_graph(lambda i: torch._weight_int4pack_mm(
                     x, tiny[0][i % len(tiny[0])], 128, tiny[1])), bytes_tiny)
@@ -195,6 +200,29 @@ def targets(row: dict, copy_tbs: float) -> dict:
 
 
 COLS = ("bf16_cublas", "fp8_cublaslt", "int4_tinygemm", "w4a16", "w8a8", "w4a4")
+# Each op against the best non-invariant kernel measured in the same run (issue 11's ratio).
+ANCHORS = {"w4a16": ("bf16_cublas", "int4_tinygemm"), "w8a8": ("fp8_cublaslt",), "w4a4": ("bf16_cublas",)}
+RATIO_TARGET = 1.05
+
+
+def ratio(row: dict, op: str) -> float | None:
+    """Our time over the best anchor's for op in this row (None if no anchor was measured)."""
+    times = [row[a]["us"] for a in ANCHORS[op] if "us" in row.get(a, {})]
+    return row[op]["us"] / min(times) if times and "us" in row.get(op, {}) else None
+
+
+def ratio_table(rows: list) -> list[str]:
+    """Per op and M: the geometric mean over the shapes of ratio(); <= RATIO_TARGET is the target."""
+    ms = sorted({r["m"] for r in rows})
+    lines = ["| op (ours / best anchor, geomean over shapes) | " + " | ".join(f"M={m}" for m in ms) + " |",
+             "|---|" + "---|" * len(ms)]
+    for op, anchors in ANCHORS.items():
+        cells = []
+        for m in ms:
+            rs = [x for x in (ratio(r, op) for r in rows if r["m"] == m) if x]
+            cells.append(f"{math.exp(sum(math.log(x) for x in rs) / len(rs)):.2f}" if rs else "n/a")
+        lines.append(f"| {op} vs min({', '.join(anchors)}) | " + " | ".join(cells) + " |")
+    return lines
 
 
 def _cell(row, key):
@@ -204,13 +232,15 @@ def _cell(row, key):
 
 def header() -> str:
     return (f"{'shape':9} {'M':>5} " + " ".join(f"{c[:13]:>13}" for c in COLS)
-            + "  | w4a16 TB/s TF/s | w8a8 TB/s TF/s | w4a4 TB/s TF/s | targets")
+            + "  | w4a16 TB/s TF/s | w8a8 TB/s TF/s | w4a4 TB/s TF/s | ratio w4a16 w8a8 w4a4 | targets")
 
 
 def format_row(row: dict) -> str:
     s = f"{row['shape']:9} {row['m']:5d} " + " ".join(f"{_cell(row, c):>13}" for c in COLS)
     for op in ("w4a16", "w8a8", "w4a4"):
         s += f"  | {row[op]['tbs']:5.2f} {row[op]['tflops']:6.1f}"
+    rs = [ratio(row, op) for op in ANCHORS]
+    s += "  | " + " ".join(f"{x:5.2f}" if x else "  n/a" for x in rs) + "      "
     met = [("OK " if v["met"] else "MISS ") + k.split(" ")[0] for k, v in row["targets"].items()]
     return s + "  | " + ", ".join(met)
 
@@ -254,8 +284,9 @@ def main(argv=None) -> int:
     base.with_suffix(".json").write_text(json.dumps(result, indent=1))
     lines = [f"# Kernel benchmark, {result['date']}, commit {result['commit']}", "",
              f"{props.name}; torch {torch.__version__}; copy {copy_tbs:.2f} TB/s. Times in us.", "", "```",
-             header()] + [format_row(r) for r in rows] + ["```", ""]
+             header()] + [format_row(r) for r in rows] + ["```", ""] + ratio_table(rows) + [""]
     base.with_suffix(".md").write_text("\n".join(lines))
+    print("\n".join(ratio_table(rows)))
     print(f"wrote {base}.json and {base}.md")
     return 0
 

@@ -30,7 +30,7 @@ def export_options(ctx_params: dict, force: bool) -> tuple[ExportOptions, Checkp
         weight=resolve_weight_format(ctx_params["weight"], ckpt), group_size=int(ctx_params["group_size"]),
         symmetric=not ctx_params["asymmetric"], w8a8_weight_scales=ctx_params["w8a8_weight_scales"],
         w8a8_activation_scales=ctx_params["w8a8_activation_scales"],
-        quantize_lm_head=ctx_params["quantize_lm_head"])
+        quantize_lm_head=ctx_params["quantize_lm_head"], moe_experts=ctx_params.get("moe_experts", "grouped"))
     cfg = parse_config(ckpt.config, ckpt.root / "config.json")
     layers = parse_layers(ctx_params["layers"], cfg.num_hidden_layers)
     return ExportOptions(request=request, layers=layers, dtype=ctx_params["dtype"], force=force), ckpt

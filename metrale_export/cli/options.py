@@ -6,6 +6,9 @@ from pathlib import Path
 
 import click
 
+from ..engines import backends
+from ..engines.policy import PolicyError, parse_policy
+from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
 from ..exporter.export import DTYPES
 from ..exporter.quantization import WEIGHT_FORMATS
 
@@ -36,6 +39,9 @@ quantization_options = _compose(
     click.option("--w8a8-activation-scales", type=click.Choice(["row", "row_block128"]), default="row",
                  show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
     click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
+    click.option("--moe-experts", type=click.Choice(("grouped", "dense")), default="grouped", show_default=True,
+                 help="Quantized MoE experts: grouped-expert ops reading only the routed experts, or one "
+                      "projection per expert run on every row (what the qdq lowering can express)."),
     click.option("--layers", default=None, metavar="SPEC",
                  help="Export only these decoder layers, e.g. '0' or '0,2' or '1-3' (debugging)."),
     click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="float32", show_default=True,
@@ -54,3 +60,46 @@ def default_output(model: Path) -> Path:
     """<checkpoint directory>.metrale beside the checkpoint directory."""
     root = (model if model.is_dir() else model.parent).resolve()
     return root.parent / f"{root.name}.metrale"
+
+
+def _profiles(ctx, param, value):
+    try:
+        return parse_profiles(value)
+    except ProfileError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+
+
+def _policy(ctx, param, value):
+    try:
+        return parse_policy(value)
+    except PolicyError as e:
+        raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+
+
+def _targets(ctx, param, values):
+    out = []
+    for v in values:
+        major, dot, minor = v.partition(".")
+        if not (dot and major.isdigit() and minor.isdigit()):
+            raise click.BadParameter(f"expected MAJOR.MINOR like 8.9, found {v!r}", ctx=ctx, param=param)
+        out.append((int(major), int(minor)))
+    return tuple(out) or (backends.DEFAULT_RTX_TARGET,)
+
+
+# The engine options of ``build`` and of the main job (engines.plan.BuildOptions).
+engine_options = _compose(
+    click.option("--profiles", default=DEFAULT_PROFILES, show_default=True, callback=_profiles,
+                 help="Row ranges of M = batch*seq, one engine each: sorted, disjoint, positive."),
+    click.option("--activation-quantization", "policy", default="declared", show_default=True,
+                 callback=_policy,
+                 help="adaptive | declared | bf16 | fp8 | nvfp4 | per family: ffn=fp8,attn=bf16,..."),
+    click.option("--plugins", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                 help="The metrale plugin library libmetrale_plugins.so (for --lowering plugin)."),
+    click.option("--backend", type=click.Choice(backends.BACKENDS),
+                 help="Engine builder (default: tensorrt if it imports, else tensorrt-rtx)."),
+    click.option("--max-context", default=None, type=click.IntRange(1),
+                 help=f"Longest KV cache (past + seq) the engines accept "
+                      f"[default: min({DEFAULT_MAX_CONTEXT}, the model's max_position_embeddings)]."),
+    click.option("--rtx-target", "rtx_targets", multiple=True, callback=_targets, metavar="MAJOR.MINOR",
+                 help="TensorRT-RTX compute capability to build for (repeatable; default 8.9)."),
+)

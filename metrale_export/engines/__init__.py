@@ -3,6 +3,8 @@
 ``profiles`` (the ranges, which engine serves M rows, its optimization profiles), ``policy`` (which
 activation format an op runs, and whether row invariance is promised), ``lowering`` (the qdq
 rewrite and the plugin path's per-engine formats), ``backends`` (TensorRT or TensorRT-RTX behind
-Polygraphy), ``build`` (engines, manifest, skip-if-unchanged), ``select`` (the engine and profile
-of a batch, for runners), ``testing`` (small synthetic graphs). See docs/engines.md.
+Polygraphy), ``plan`` (the build as a pure plan: keys, refusals, reuse, removals), ``build`` (the
+executor: lowered graphs and engines), ``manifest`` (the engine manifest, its writer and readers),
+``select`` (the engine and profile of a batch, for runners), ``testing`` (small synthetic graphs).
+See docs/engines.md.
 """

@@ -400,6 +400,18 @@ def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None) -> 
 
 def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.ModelProto:
     ops = {op.key: op for op in metrale_ops(model)}
+    grouped = [op for op in ops.values() if op.op_type in _policy.MOE_OP_TYPES]
+    if grouped:
+        op = grouped[0]
+        raise LoweringError(
+            f"node {op.key} ({op.op_type}) and {len(grouped) - 1} more grouped-expert nodes: the qdq "
+            "lowering does not express the grouped-expert ops. Standard ONNX can route rows to experts "
+            "only through data-dependent shapes (NonZero and a gather per expert) or by running every "
+            "expert on every row (num_experts / top_k times the weight reads), and a static "
+            "DequantizeLinear of an [E, N, K] weight followed by a per-row Gather materializes "
+            "[M, top_k, N, K]; neither keeps what the op is for. Build with the plugin backend, or "
+            "export this model with --moe-experts dense (one W*Proj node per expert), which lowers."
+        )
     graph = gs.import_onnx(model)
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     for node in list(graph.nodes):

@@ -22,9 +22,12 @@ from ..errors import InputError
 DEFAULT_PROFILES = "1,2-8,9-32,33-128,129-4096"
 DEFAULT_MAX_CONTEXT = 4096
 
-# Inputs of the exported model (docs/engines.md): [batch, seq] and [batch, kv_heads, past, head_dim].
+# The dynamic dimensions of the exported model's inputs (docs/engines.md): input_ids and
+# position_ids [batch, seq], the KV cache [batch, kv_heads, past, head_dim], GDN's conv state
+# [batch, conv_dim, kernel - 1] and recurrent state [batch, heads, dk, dv]: every state input is
+# placed by its dimension names, whatever the layer kind.
+MODEL_DIMS = ("batch", "seq", "past")
 _TOKEN_INPUTS = ("input_ids", "position_ids")
-_CACHE_INPUT = re.compile(r"^past_(key|value)\.\d+$")
 
 
 _INT32_MAX = 2**31 - 1  # TensorRT dimensions are int32
@@ -141,15 +144,6 @@ class ProfileShapes:
         }
 
 
-def _static(name: str, shape: list[Dim], index: int) -> int:
-    dim = shape[index]
-    if not isinstance(dim, int) or dim < 0:
-        raise ProfileError(
-            f"input {name}: expected a static size at dimension {index} of {shape}, found {dim!r}"
-        )
-    return dim
-
-
 def optimization_profiles(
     inputs: dict[str, list[Dim]], rows: RowRange, max_context: int = DEFAULT_MAX_CONTEXT
 ) -> tuple[ProfileShapes, ...]:
@@ -192,23 +186,23 @@ def _model_profiles(inputs, rows: RowRange, max_context: int) -> tuple[ProfileSh
     out = []
     for pname in names:
         batch, seq, past = plans[pname]
+        sizes = {"batch": batch, "seq": seq, "past": past}
         shapes = {}
         for name, shape in inputs.items():
-            if name in _TOKEN_INPUTS:
-                if len(shape) != 2:
-                    raise ProfileError(f"input {name}: expected [batch, seq], found {shape}")
-                shapes[name] = tuple((batch[i], seq[i]) for i in range(3))
-            elif _CACHE_INPUT.match(name):
-                if len(shape) != 4:
+            dims = []
+            for i, d in enumerate(shape):
+                if isinstance(d, int) and d >= 0:
+                    dims.append((d, d, d))
+                elif d in sizes:
+                    dims.append(sizes[d])
+                else:
                     raise ProfileError(
-                        f"input {name}: expected [batch, kv_heads, past, head_dim], found {shape}"
+                        f"input {name}: dimension {i} of {shape} is {d!r}; the exported model "
+                        f"interface names only {', '.join(MODEL_DIMS)} (and static sizes), so it "
+                        f"cannot be placed in a profile"
                     )
-                heads, dim = _static(name, shape, 1), _static(name, shape, 3)
-                shapes[name] = tuple((batch[i], heads, past[i], dim) for i in range(3))
-            else:
-                raise ProfileError(
-                    f"input {name}: not an input of the exported model interface "
-                    f"(input_ids, position_ids, past_key.N, past_value.N); cannot place it in a profile"
-                )
+            if name in _TOKEN_INPUTS and shape[:2] != ["batch", "seq"]:
+                raise ProfileError(f"input {name}: expected [batch, seq], found {shape}")
+            shapes[name] = tuple(tuple(dim[j] for dim in dims) for j in range(3))
         out.append(ProfileShapes(pname, shapes))
     return tuple(out)

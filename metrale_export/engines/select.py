@@ -8,33 +8,8 @@ takes any M in range; a batch no profile covers is refused with the reason.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
-from ..errors import InputError
-from .build import MANIFEST, MANIFEST_VERSION
+from .manifest import load as load_manifest  # noqa: F401 - the runners' reader
 from .profiles import RowRange
-
-
-def load_manifest(engine_dir: Path) -> dict:
-    """The manifest of a build directory, checked for the fields the runners use."""
-    path = Path(engine_dir) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{path}: no engine manifest (run metrale-export build first)") from None
-    except json.JSONDecodeError as e:
-        raise InputError(f"{path}: not valid JSON ({e})") from e
-    if manifest.get("manifest_version") != MANIFEST_VERSION:
-        raise InputError(
-            f"{path}: expected manifest_version {MANIFEST_VERSION}, found "
-            f"{manifest.get('manifest_version')!r}; rebuild the engines"
-        )
-    for i, entry in enumerate(manifest.get("engines", [])):
-        for field in ("rows", "file", "optimization_profiles", "formats"):
-            if field not in entry:
-                raise InputError(f"{path}: engines[{i}] has no {field!r}")
-    return manifest
 
 
 def engine_for(manifest: dict, batch: int, seq: int = 1):

@@ -33,6 +33,8 @@ class QuantRequest:
     w8a8_weight_scales: str = "channel"
     w8a8_activation_scales: str = "row"
     quantize_lm_head: bool = False
+    # Quantized MoE experts: "grouped" (the grouped-expert ops) or "dense" (one W*Proj per expert).
+    moe_experts: str = "grouped"
 
     def __post_init__(self):
         if self.weight not in WEIGHT_FORMATS:
@@ -43,6 +45,8 @@ class QuantRequest:
             raise InputError(f"--w8a8-weight-scales: expected channel or block128, found {self.w8a8_weight_scales!r}")
         if self.w8a8_activation_scales not in w8a8.ACT_SCALE_GRANULARITIES:
             raise InputError(f"--w8a8-activation-scales: expected row or row_block128, found {self.w8a8_activation_scales!r}")
+        if self.moe_experts not in ("grouped", "dense"):
+            raise InputError(f"--moe-experts: expected grouped or dense, found {self.moe_experts!r}")
 
 
 def _ceil_div(a: int, b: int) -> int:

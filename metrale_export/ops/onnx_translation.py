@@ -15,10 +15,16 @@ import onnxscript
 import torch
 from onnx.defs import OpSchema
 
-from .versions import DOMAIN, DOMAIN_VERSION, OP_VERSIONS, plugin_version
+from .versions import DOMAIN, DOMAIN_VERSION, OP_VERSIONS, names_plugin_version, plugin_version
 
 VERSION = DOMAIN_VERSION  # the metrale opset an export imports
-OP_TYPES = ("W4A16Proj", "W8A8Proj", "W4A4Proj")
+DENSE_OP_TYPES = ("W4A16Proj", "W8A8Proj", "W4A4Proj")
+# The grouped-expert ops (docs/ops.md, "Grouped-expert ops"): x, topk_ids, the dense op's inputs
+# with a leading expert axis, topk_weights; the dense op's attributes and the routing ones.
+MOE_OP_TYPES = ("W4A16MoEProj", "W8A8MoEProj", "W4A4MoEProj")
+OP_TYPES = DENSE_OP_TYPES + MOE_OP_TYPES
+_MOE_DENSE = dict(zip(MOE_OP_TYPES, DENSE_OP_TYPES))
+_MOE_INT_ATTRS = ("num_experts", "top_k", "combine")
 
 _ACT_TYPES = ["tensor(float)", "tensor(float16)", "tensor(bfloat16)"]
 _INPUTS = {
@@ -41,6 +47,19 @@ _STR_ATTRS = {
     "W4A4Proj": ("activation_format", "family", "name"),
 }
 
+for _moe, _dense in _MOE_DENSE.items():
+    # topk_weights (combine=1 only) last: ONNX schemas want the optional inputs after the required.
+    _INPUTS[_moe] = [("topk_ids", "tensor(int32)", False)] + _INPUTS[_dense] + [("topk_weights", "T", True)]
+    _INT_ATTRS[_moe] = _INT_ATTRS[_dense][:2] + _MOE_INT_ATTRS + _INT_ATTRS[_dense][2:]
+    _STR_ATTRS[_moe] = _STR_ATTRS[_dense]
+# An optional input whose presence another attribute than has_<name> states.
+PRESENCE = {"topk_weights": "combine"}
+
+
+def present_flag(name: str) -> str:
+    """The attribute that says whether optional input ``name`` is present."""
+    return PRESENCE.get(name, f"has_{name}")
+
 
 def attribute_names(op_type: str) -> tuple[str, ...]:
     """The contract's attributes of ``op_type`` (docs/ops.md), which are also its plugin's fields."""
@@ -48,9 +67,9 @@ def attribute_names(op_type: str) -> tuple[str, ...]:
 
 
 def node_attribute_names(op_type: str) -> tuple[str, ...]:
-    """Every attribute a node of ``op_type`` carries: the contract's, and ``plugin_version`` when
-    the op's version is above 1."""
-    return attribute_names(op_type) + (("plugin_version",) if OP_VERSIONS[op_type] > 1 else ())
+    """Every attribute a node of ``op_type`` carries: the contract's, and ``plugin_version`` on a
+    plugin op whose version is above 1."""
+    return attribute_names(op_type) + (("plugin_version",) if names_plugin_version(op_type) else ())
 
 
 def _schema(op_type: str) -> OpSchema:
@@ -62,7 +81,7 @@ def _schema(op_type: str) -> OpSchema:
     ]
     attrs = [OpSchema.Attribute(a, OpSchema.AttrType.INT, a) for a in _INT_ATTRS[op_type]]
     attrs += [OpSchema.Attribute(a, OpSchema.AttrType.STRING, a) for a in _STR_ATTRS[op_type]]
-    if version > 1:
+    if names_plugin_version(op_type):
         attrs.append(OpSchema.Attribute("plugin_version", OpSchema.AttrType.STRING,
                                         "the TensorRT plugin version (the op version)"))
     return OpSchema(op_type, DOMAIN, version, doc=f"metrale {op_type} version {version}: see docs/ops.md",
@@ -107,6 +126,33 @@ def _w4a4(x, weight, weight_scale, weight_global_scale, input_scale, bias, n, k,
         activation_format=activation_format, family=family, name=name)
 
 
+def _w4a16_moe(x, topk_ids, topk_weights, weight, weight_scale, zero_point, bias, n, k, num_experts, top_k,
+               combine, group_size, activation_format, family, name):
+    return _opset.W4A16MoEProj(
+        x, topk_ids, weight, weight_scale, zero_point, bias, topk_weights, n=n, k=k,
+        num_experts=num_experts, top_k=top_k, combine=combine, group_size=group_size,
+        has_zero_point=int(zero_point is not None), has_bias=int(bias is not None),
+        activation_format=activation_format, family=family, name=name)
+
+
+def _w8a8_moe(x, topk_ids, topk_weights, weight, weight_scale, bias, n, k, num_experts, top_k, combine,
+              weight_scale_granularity, activation_format, activation_scale_granularity, family, name):
+    return _opset.W8A8MoEProj(
+        x, topk_ids, weight, weight_scale, bias, topk_weights, n=n, k=k, num_experts=num_experts,
+        top_k=top_k, combine=combine, has_bias=int(bias is not None),
+        weight_scale_granularity=weight_scale_granularity, activation_format=activation_format,
+        activation_scale_granularity=activation_scale_granularity, family=family, name=name)
+
+
+def _w4a4_moe(x, topk_ids, topk_weights, weight, weight_scale, weight_global_scale, input_scale, bias, n, k,
+              num_experts, top_k, combine, activation_format, family, name):
+    return _opset.W4A4MoEProj(
+        x, topk_ids, weight, weight_scale, weight_global_scale, input_scale, bias, topk_weights, n=n, k=k,
+        num_experts=num_experts, top_k=top_k, combine=combine,
+        has_input_scale=int(input_scale is not None), has_bias=int(bias is not None),
+        activation_format=activation_format, family=family, name=name)
+
+
 def translation_table() -> dict:
     """custom_translation_table for torch.onnx.export."""
     from . import torch_ops  # noqa: F401
@@ -115,6 +161,9 @@ def translation_table() -> dict:
         torch.ops.metrale.w4a16_proj.default: _w4a16,
         torch.ops.metrale.w8a8_proj.default: _w8a8,
         torch.ops.metrale.w4a4_proj.default: _w4a4,
+        torch.ops.metrale.w4a16_moe_proj.default: _w4a16_moe,
+        torch.ops.metrale.w8a8_moe_proj.default: _w8a8_moe,
+        torch.ops.metrale.w4a4_moe_proj.default: _w4a4_moe,
     }
 
 

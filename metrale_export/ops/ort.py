@@ -22,14 +22,15 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 
 from ..errors import InputError
 from . import onnx_translation as ot
-from . import versions, w4a4, w4a16, w8a8
+from . import moe, versions, w4a4, w4a16, w8a8
 
 CONTRIB = "ai.onnx.contrib"
 _DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
        onnx.TensorProto.FLOAT16: ("float16", PyCustomOpDef.dt_float16)}
-_INPUT_DT = {"tensor(int8)": PyCustomOpDef.dt_int8, "tensor(float)": PyCustomOpDef.dt_float}
 # Contract input types the Python ops take widened (exactly) to float32, and their torch dtype.
 _WIDENED = {"tensor(bfloat16)": torch.bfloat16}
+_INPUT_DT = {"tensor(int8)": PyCustomOpDef.dt_int8, "tensor(float)": PyCustomOpDef.dt_float,
+             "tensor(int32)": PyCustomOpDef.dt_int32, **{ty: PyCustomOpDef.dt_float for ty in _WIDENED}}
 _registered: set[str] = set()
 
 
@@ -42,7 +43,9 @@ def _impl(op_type: str, present: list[str]):
             if ty in _WIDENED and name in t:
                 t[name] = t[name].to(_WIDENED[ty])  # back from the exact float32 Cast
         xt = torch.from_numpy(np.ascontiguousarray(x))
-        if op_type == "W4A16Proj":
+        if op_type in moe.OP_TYPES:
+            y = moe.moe_proj(op_type, xt, t.pop("topk_ids"), t.pop("topk_weights", None), t, attrs)
+        elif op_type == "W4A16Proj":
             y = w4a16.proj(xt, t["weight"], t["weight_scale"], t.get("zero_point"), t.get("bias"),
                            int(attrs["group_size"]), attrs["activation_format"])
         elif op_type == "W8A8Proj":
@@ -71,8 +74,9 @@ def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
         types = dict((n, ty) for n, ty, _ in ot._INPUTS[op_type])
         attrs = {a: PyCustomOpDef.dt_int64 for a in ot._INT_ATTRS[op_type]}
         attrs.update({a: PyCustomOpDef.dt_string for a in ot._STR_ATTRS[op_type]})
+        dts = {**_INPUT_DT, "T": _DT[x_type][1]}  # "T": the dtype of x
         onnx_op(op_type=name, domain=CONTRIB,
-                inputs=[_DT[x_type][1]] + [_INPUT_DT.get(types[p], PyCustomOpDef.dt_float) for p in present],
+                inputs=[_DT[x_type][1]] + [dts[types[p]] for p in present],
                 outputs=[_DT[x_type][1]], attrs=attrs)(_impl(op_type, present))
         _registered.add(name)
     return name
@@ -121,7 +125,7 @@ def to_reference_graph(model: onnx.ModelProto) -> onnx.ModelProto:
             nodes.append(node)
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        flags = {name: bool(attrs.get(f"has_{name}", 0)) for name, _, opt in ot._INPUTS[node.op_type] if opt}
+        flags = {name: bool(attrs.get(ot.present_flag(name), 0)) for name, _, opt in ot._INPUTS[node.op_type] if opt}
         present = [(name, ty) for name, ty, opt in ot._INPUTS[node.op_type] if not opt or flags[name]]
         for i, (name, ty) in enumerate(present, start=1):
             if ty in _WIDENED and i < len(node.input):

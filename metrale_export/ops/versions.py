@@ -15,14 +15,25 @@ from __future__ import annotations
 DOMAIN = "metrale"
 # Version 2 of W4A16Proj: bfloat16 group scales and a partial last group (version 1: float32
 # scales, group_size dividing K).
-OP_VERSIONS = {"W4A16Proj": 2, "W8A8Proj": 1, "W4A4Proj": 1}
+# The grouped-expert ops take their dense op's weight tensors, so W4A16MoEProj follows version 2.
+OP_VERSIONS = {"W4A16Proj": 2, "W8A8Proj": 1, "W4A4Proj": 1,
+               "W4A16MoEProj": 2, "W8A8MoEProj": 1, "W4A4MoEProj": 1}
 DOMAIN_VERSION = max(OP_VERSIONS.values())
-_CHANGES = {("W4A16Proj", 1): "float32 group scales; version 2 stores them as bfloat16"}
+# The ops with a TensorRT plugin (plugins/): their nodes name the plugin version when it is not "1".
+PLUGIN_OPS = ("W4A16Proj", "W8A8Proj", "W4A4Proj")
+_V1_SCALES = "float32 group scales; version 2 stores them as bfloat16"
+_CHANGES = {("W4A16Proj", 1): _V1_SCALES, ("W4A16MoEProj", 1): _V1_SCALES}
 
 
 def plugin_version(op_type: str) -> str:
     """The TensorRT plugin version of ``op_type`` (its op version as a string)."""
     return str(OP_VERSIONS[op_type])
+
+
+def names_plugin_version(op_type: str) -> bool:
+    """Whether a node of ``op_type`` carries the ``plugin_version`` attribute (a plugin op whose
+    version is not TensorRT's default "1")."""
+    return op_type in PLUGIN_OPS and OP_VERSIONS[op_type] > 1
 
 
 def domain_version(opset_import) -> int | None:

@@ -40,6 +40,16 @@ __device__ __forceinline__ uint32_t smemAddr(const void* p)
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+/* 16 bytes of streamed weight codes: read once, not kept in L1. */
+__device__ __forceinline__ uint4 ldgStream(const void* ptr)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(ptr));
+    return v;
+}
+
 /* 16-byte global -> shared copy; bytes past srcBytes are zero-filled. */
 __device__ __forceinline__ void cpAsync16(void* dst, const void* src, int srcBytes)
 {
@@ -124,6 +134,13 @@ struct SliceCursor
         , r(nkb % slices)
         , cnt(nkb / slices + (nkb % slices > 0 ? 1 : 0))
     {
+    }
+    /* Start at slice z (the walk of its blocks alone: the wgmma tier's split, one CTA per slice). */
+    __device__ void seek(int z)
+    {
+        slice = z;
+        j = 0;
+        cnt = q + (z < r ? 1 : 0);
     }
     __device__ int block() const
     {

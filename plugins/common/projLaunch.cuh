@@ -15,6 +15,7 @@
 #include "actQuant.cuh"
 #include "metraleNumerics.cuh"
 #include "projGemm.cuh"
+#include "projWgmma.cuh"
 
 namespace metrale
 {
@@ -62,6 +63,39 @@ inline cudaError_t bf16Operand(const void* x, int32_t xDtype, int64_t m, int64_t
         x, xDtype, static_cast<__nv_bfloat16*>(workspace), total);
     *out = static_cast<const uint16_t*>(workspace);
     return cudaGetLastError();
+}
+
+/* Workspace bytes of the bf16 operand at m rows: row-major, or the wgmma tier's layout where that tier
+ * may serve m (projTiers.h), whichever is larger. */
+inline size_t bf16OperandBytes(int64_t m, int64_t k)
+{
+    const size_t rm = operandBytes(m, k);
+    const size_t wg = wgmmaTierFor(m) ? wgOperandBytes(m, k) : 0;
+    return rm > wg ? rm : wg;
+}
+
+/* Workspace bytes of the wgmma operand beside a pre-pass's row-major result, where the tier may serve m. */
+inline size_t wgExtraBytes(int64_t m, int64_t k)
+{
+    return wgmmaTierFor(m) ? wgOperandBytes(m, k) : 0;
+}
+
+/* The bf16 operand of the tier that serves m rows: the wgmma layout in the workspace (wg, from x of
+ * any dtype in one pass; the workspace then also holds partBytes at bf16OperandBytes), else
+ * bf16Operand's. */
+inline cudaError_t bf16OperandFor(bool wg, const void* x, int32_t xDtype, int64_t m, int64_t k, size_t partBytes,
+    void* workspace, size_t workspaceBytes, cudaStream_t stream, const uint16_t** out)
+{
+    if (!wg)
+    {
+        return bf16Operand(x, xDtype, m, k, workspace, workspaceBytes, stream, out);
+    }
+    if (workspace == nullptr || workspaceBytes < bf16OperandBytes(m, k) + partBytes || !aligned(workspace, 16))
+    {
+        return cudaErrorInvalidValue;
+    }
+    *out = static_cast<const uint16_t*>(workspace);
+    return wgOperand<false>(x, xDtype, m, k, workspace, stream);
 }
 
 } // namespace metrale

@@ -23,19 +23,10 @@
 #include <cuda_runtime.h>
 
 #include "projGemm.cuh"
+#include "projWgmma.cuh"
 
 namespace metrale
 {
-
-/* 16 bytes of streamed weight codes: read once, not kept in L1. */
-__device__ __forceinline__ uint4 ldgStream(const void* ptr)
-{
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(ptr));
-    return v;
-}
 
 /*
  * kXT n8 activation tiles (m <= 8 * kXT), kD blocks in flight per warp. A CTA holds blockDim.x / 32
@@ -316,12 +307,21 @@ inline cudaError_t launchProjStream(const typename P::Params& p, const uint16_t*
     return cudaGetLastError();
 }
 
-/* Launch the tier that serves m rows (projTiers.h), with the weight shape's slices. */
+/* Launch the tier that serves m rows (projTiers.h), with the weight shape's slices. wg: X is the
+ * wgmma operand (projWgmma.cuh's layout; the launcher asked useWgmma), else row-major [m, k]; wgPart:
+ * the workspace for the wgmma tier's slice split (wgPartBytes). */
 template <class P>
-inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t* X, void* y, int m, int n, int k,
-    int32_t yDtype, cudaStream_t stream)
+inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t* X, bool wg, void* wgPart, void* y,
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream)
 {
     const int slices = projSlices(n, k);
+    if constexpr (!P::kPER_BLOCK)
+    {
+        if (wg)
+        {
+            return launchProjWgmma<P>(p, X, y, wgPart, m, n, k, yDtype, slices, stream);
+        }
+    }
     if constexpr (P::kCODE_BITS == 8)
     {
         // FP8 codes dequantize cheaply, so they are bound by loads in flight: the shared-memory

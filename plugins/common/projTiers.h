@@ -43,6 +43,18 @@ inline constexpr int projSlices(int64_t n, int64_t k)
     return static_cast<int>(s < nkb ? s : (nkb > 0 ? nkb : 1));
 }
 
+/*
+ * The wgmma tier (projWgmma.cuh, sm_90a) serves m >= kWG_MIN_M rows where the device has it and the
+ * policy scales per element (the launchers ask projWgmma.cuh's useWgmma); it replaces the kM64 and
+ * kM128 shared-memory tiers there, with the same bits.
+ */
+constexpr int64_t kWG_MIN_M = 17;
+
+inline constexpr bool wgmmaTierFor(int64_t m)
+{
+    return m >= kWG_MIN_M;
+}
+
 inline constexpr ProjTier selectProjTier(int64_t m)
 {
     return m <= 8 ? ProjTier::kM8 : m <= 16 ? ProjTier::kM16 : m <= 256 ? ProjTier::kM64 : ProjTier::kM128;

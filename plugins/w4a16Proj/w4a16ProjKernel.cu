@@ -13,13 +13,13 @@ using namespace metrale;
 
 extern "C" size_t metrale_w4a16_workspace_size(int64_t m, int64_t n, int64_t k, int64_t group_size)
 {
-    (void) n;
     (void) group_size;
     if (m <= 0 || k <= 0)
     {
         return 0;
     }
-    return operandBytes(m, k);  // bf16(x) when x is float32/float16 (or unaligned)
+    // bf16(x) (float32/float16 or unaligned x, or the wgmma layout), then the wgmma split's slice sums
+    return bf16OperandBytes(m, k) + wgPartBytes(m, n, k);
 }
 
 extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const int8_t* weight,
@@ -51,8 +51,9 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     {
         return cudaErrorInvalidValue;
     }
+    const bool wg = useWgmma<W4A16Policy>(m);
     const uint16_t* X = nullptr;
-    cudaError_t e = bf16Operand(x, x_dtype, m, k, workspace, workspace_bytes, stream, &X);
+    cudaError_t e = bf16OperandFor(wg, x, x_dtype, m, k, wgPartBytes(m, n, k), workspace, workspace_bytes, stream, &X);
     if (e != cudaSuccess)
     {
         return e;
@@ -66,6 +67,6 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     p.groupShift = group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
     p.perBlock = static_cast<int>(128 / group_size);
     p.totalGroups = static_cast<int>(n * p.groups);
-    return dispatchProjGemm<W4A16Policy>(p, X, y, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
+    return dispatchProjGemm<W4A16Policy>(p, X, wg, wg ? static_cast<uint8_t*>(workspace) + bf16OperandBytes(m, k) : nullptr, y, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
         x_dtype, stream);
 }

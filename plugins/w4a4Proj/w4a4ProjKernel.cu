@@ -13,18 +13,28 @@
 
 using namespace metrale;
 
+namespace
+{
+
+/* Workspace of the nvfp4 path: xf (row-major f16), ga, the wgmma operand, then the split's slice sums. */
+size_t nvfp4WgOffset(int64_t m, int64_t k)
+{
+    return operandBytes(m, k) + alignUp(static_cast<size_t>(m) * 4, kWS_ALIGN);
+}
+
+} // namespace
+
 extern "C" size_t metrale_w4a4_workspace_size(int64_t m, int64_t n, int64_t k, int32_t act_format)
 {
-    (void) n;
     if (m <= 0 || k <= 0)
     {
         return 0;
     }
     if (act_format == kMETRALE_ACT_NVFP4)
     {
-        return operandBytes(m, k) + alignUp(static_cast<size_t>(m) * 4, kWS_ALIGN);
+        return nvfp4WgOffset(m, k) + wgExtraBytes(m, k) + wgPartBytes(m, n, k);
     }
-    return operandBytes(m, k);
+    return bf16OperandBytes(m, k) + wgPartBytes(m, n, k);
 }
 
 extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const int8_t* weight,
@@ -69,13 +79,14 @@ extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const i
     const int ki = static_cast<int>(k);
     if (act_format == kMETRALE_ACT_BF16)
     {
+        const bool wg = useWgmma<W4A4Bf16Policy>(m);
         const uint16_t* X = nullptr;
-        cudaError_t e = bf16Operand(x, x_dtype, m, k, workspace, workspace_bytes, stream, &X);
+        cudaError_t e = bf16OperandFor(wg, x, x_dtype, m, k, wgPartBytes(m, n, k), workspace, workspace_bytes, stream, &X);
         if (e != cudaSuccess)
         {
             return e;
         }
-        return dispatchProjGemm<W4A4Bf16Policy>(p, X, y, mi, ni, ki, x_dtype, stream);
+        return dispatchProjGemm<W4A4Bf16Policy>(p, X, wg, wg ? static_cast<uint8_t*>(workspace) + bf16OperandBytes(m, k) : nullptr, y, mi, ni, ki, x_dtype, stream);
     }
     if (workspace == nullptr || !aligned(workspace, 16)
         || workspace_bytes < metrale_w4a4_workspace_size(m, n, k, act_format))
@@ -91,5 +102,19 @@ extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const i
     {
         return e;
     }
-    return dispatchProjGemm<W4A4Nvfp4Policy>(p, reinterpret_cast<const uint16_t*>(xf), y, mi, ni, ki, x_dtype, stream);
+    const uint16_t* X = reinterpret_cast<const uint16_t*>(xf);
+    const bool wg = useWgmma<W4A4Nvfp4Policy>(m);
+    if (wg)
+    {
+        // The wgmma tier where it serves m, on the f16 factors laid out for it.
+        void* xw = static_cast<uint8_t*>(workspace) + nvfp4WgOffset(m, k);
+        e = wgOperand<true>(xf, kMETRALE_FLOAT16, m, k, xw, stream);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        X = static_cast<const uint16_t*>(xw);
+    }
+    return dispatchProjGemm<W4A4Nvfp4Policy>(p, X, wg,
+        static_cast<uint8_t*>(workspace) + nvfp4WgOffset(m, k) + wgExtraBytes(m, k), y, mi, ni, ki, x_dtype, stream);
 }

@@ -20,23 +20,31 @@ int64_t actScaleColumns(int64_t k, int32_t actScaleGranularity)
     return actScaleGranularity == kMETRALE_ASCALE_ROW ? 1 : (k + kFP8_BLOCK - 1) / kFP8_BLOCK;
 }
 
+size_t scaleBytes(int64_t m, int64_t k, int32_t actScaleGranularity)
+{
+    return alignUp(static_cast<size_t>(m) * static_cast<size_t>(actScaleColumns(k, actScaleGranularity)) * 4, kWS_ALIGN);
+}
+
+/* Workspace of the fp8 path: xq (row-major f16), sx, the wgmma operand, then the split's slice sums. */
+size_t fp8PartOffset(int64_t m, int64_t k, int32_t actScaleGranularity)
+{
+    return operandBytes(m, k) + scaleBytes(m, k, actScaleGranularity) + wgExtraBytes(m, k);
+}
+
 } // namespace
 
 extern "C" size_t metrale_w8a8_workspace_size(int64_t m, int64_t n, int64_t k, int32_t act_format,
     int32_t act_scale_granularity)
 {
-    (void) n;
     if (m <= 0 || k <= 0)
     {
         return 0;
     }
     if (act_format == kMETRALE_ACT_FP8)
     {
-        return operandBytes(m, k)
-            + alignUp(static_cast<size_t>(m) * static_cast<size_t>(actScaleColumns(k, act_scale_granularity)) * 4,
-                kWS_ALIGN);
+        return fp8PartOffset(m, k, act_scale_granularity) + wgPartBytes(m, n, k);
     }
-    return operandBytes(m, k);
+    return bf16OperandBytes(m, k) + wgPartBytes(m, n, k);
 }
 
 extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const int8_t* weight,
@@ -85,13 +93,14 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     const int ki = static_cast<int>(k);
     if (act_format == kMETRALE_ACT_BF16)
     {
+        const bool wg = useWgmma<W8A8Bf16Policy>(m);
         const uint16_t* X = nullptr;
-        cudaError_t e = bf16Operand(x, x_dtype, m, k, workspace, workspace_bytes, stream, &X);
+        cudaError_t e = bf16OperandFor(wg, x, x_dtype, m, k, wgPartBytes(m, n, k), workspace, workspace_bytes, stream, &X);
         if (e != cudaSuccess)
         {
             return e;
         }
-        return dispatchProjGemm<W8A8Bf16Policy>(p, X, y, mi, ni, ki, x_dtype, stream);
+        return dispatchProjGemm<W8A8Bf16Policy>(p, X, wg, wg ? static_cast<uint8_t*>(workspace) + bf16OperandBytes(m, k) : nullptr, y, mi, ni, ki, x_dtype, stream);
     }
     if (workspace == nullptr || !aligned(workspace, 16)
         || workspace_bytes < metrale_w8a8_workspace_size(m, n, k, act_format, act_scale_granularity))
@@ -111,7 +120,20 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     const uint16_t* X = reinterpret_cast<const uint16_t*>(xq);
     if (p.blockScales == 0 && p.nbx == 1)
     {
-        return dispatchProjGemm<W8A8Fp8Policy<false>>(p, X, y, mi, ni, ki, x_dtype, stream);
+        // Per-element scales: the wgmma tier where it serves m, on the f16 values laid out for it.
+        const bool wg = useWgmma<W8A8Fp8Policy<false>>(m);
+        if (wg)
+        {
+            void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
+            e = wgOperand<true>(xq, kMETRALE_FLOAT16, m, k, xw, stream);
+            if (e != cudaSuccess)
+            {
+                return e;
+            }
+            X = static_cast<const uint16_t*>(xw);
+        }
+        return dispatchProjGemm<W8A8Fp8Policy<false>>(p, X, wg,
+            static_cast<uint8_t*>(workspace) + fp8PartOffset(m, k, act_scale_granularity), y, mi, ni, ki, x_dtype, stream);
     }
-    return dispatchProjGemm<W8A8Fp8Policy<true>>(p, X, y, mi, ni, ki, x_dtype, stream);
+    return dispatchProjGemm<W8A8Fp8Policy<true>>(p, X, false, nullptr, y, mi, ni, ki, x_dtype, stream);
 }

@@ -33,7 +33,8 @@ def _options(spec="1,2-8,9-32,33-128", policy="declared", **kw):
 
 
 def _events(log):
-    return lambda event, rows, details: log.append((event, rows.label))
+    return lambda event, rows, details: log.append(
+        (event, rows.label if rows else Path(details["file"]).name))
 
 
 @pytest.fixture
@@ -77,7 +78,8 @@ def test_one_engine_per_profile_then_rerun_skips(chain_path, tmp_path):
     # A new profile set: kept ranges skip, new ones build, dropped ones are removed.
     log.clear()
     build_engines(chain_path, out, _options("1,2-8,9-64"), _events(log))
-    assert log == [("skip", "1"), ("skip", "2-8"), ("build", "9-64"), ("built", "9-64")]
+    assert log == [("skip", "1"), ("skip", "2-8"), ("build", "9-64"), ("built", "9-64"),
+                   ("remove", "rows-9-32.engine"), ("remove", "rows-33-128.engine")]
     assert sorted(p.name for p in out.glob("*.engine")) == \
         ["rows-1.engine", "rows-2-8.engine", "rows-9-64.engine"]
 

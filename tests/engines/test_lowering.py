@@ -193,3 +193,27 @@ def test_lowered_demo_export_matches_the_reference_ops(weights, demo_exports):
         for name, a, b in zip(names, reference.run(None, feeds), qdq.run(names, feeds)):
             # docs/ops.md: whole models within 1e-3 (a bf16/fp8/fp4 rounding may flip downstream).
             assert _rel(b, a) <= 1e-3, f"{weights} {dims} {name}: {_rel(b, a):.2e}"
+
+
+def test_grouped_expert_ops_are_refused_with_the_reason():
+    """The qdq lowering cannot express routing without data-dependent shapes or every expert on
+    every row: it refuses, says why and names the dense export that lowers."""
+    from metrale_export.engines.lowering import LoweringError, lower_qdq
+
+    node = onnx.helper.make_node(
+        "W8A8MoEProj", ["x", "ids", "w", "s"], ["y"], domain="metrale", n=8, k=16, num_experts=4, top_k=2,
+        combine=0, has_bias=0, weight_scale_granularity="channel", activation_format="fp8",
+        activation_scale_granularity="row", family="moe", name="model.layers.0.mlp.experts.up_proj")
+    graph = onnx.helper.make_graph(
+        [node], "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["m", 16]),
+         onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT32, ["m", 2])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["m", 2, 8])],
+        [onnx.numpy_helper.from_array(np.zeros((4, 8, 16), np.int8), "w"),
+         onnx.numpy_helper.from_array(np.ones((4, 8), np.float32), "s")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20),
+                                                         onnx.helper.make_opsetid("metrale", 1)])
+    with pytest.raises(LoweringError) as e:
+        lower_qdq(model)
+    msg = str(e.value)
+    assert "model.layers.0.mlp.experts.up_proj (W8A8MoEProj)" in msg and "--moe-experts dense" in msg

@@ -19,7 +19,18 @@ from metrale_export.engines.policy import (
 from metrale_export.engines.profiles import RowRange, parse_profiles
 
 RANGES = parse_profiles("1,2-8,9-32,33-128,129-4096")
-DECLARED = {"W4A16Proj": "bf16", "W8A8Proj": "fp8", "W4A4Proj": "nvfp4"}
+DECLARED = {"W4A16Proj": "bf16", "W8A8Proj": "fp8", "W4A4Proj": "nvfp4",
+            "W4A16MoEProj": "bf16", "W8A8MoEProj": "fp8", "W4A4MoEProj": "nvfp4"}
+
+
+def test_grouped_expert_ops_follow_their_weight_formats_table():
+    """docs/ops.md: a grouped-expert op runs the activation formats of its dense op, per family moe."""
+    policy = parse_policy("moe=bf16")
+    for dense, grouped in (("W4A16Proj", "W4A16MoEProj"), ("W8A8Proj", "W8A8MoEProj"), ("W4A4Proj", "W4A4MoEProj")):
+        assert ALLOWED[grouped] == ALLOWED[dense]
+        assert choose_format(policy, grouped, "moe", DECLARED[grouped], RANGES[0]).format == "bf16"
+    c = choose_format(parse_policy("moe=fp8"), "W4A4MoEProj", "moe", "nvfp4", RANGES[0])
+    assert not c.ok and "W4A4MoEProj" in c.reason
 
 
 def test_parse_kinds():

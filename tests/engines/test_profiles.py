@@ -88,10 +88,26 @@ def test_single_row_profile_is_decode_only():
 def test_model_profile_errors():
     with pytest.raises(ProfileError, match="longer than --max-context 64"):
         optimization_profiles(MODEL_INPUTS, RowRange(33, 128), max_context=64)
-    with pytest.raises(ProfileError, match="past_key.0.*static size at dimension 1"):
+    with pytest.raises(ProfileError, match="past_key.0: dimension 1 of .* is 'h'; the exported model "
+                                           "interface names only batch, seq, past"):
         optimization_profiles({**MODEL_INPUTS, "past_key.0": ["batch", "h", "past", 64]}, RowRange(1, 1))
-    with pytest.raises(ProfileError, match="attention_mask: not an input"):
+    with pytest.raises(ProfileError, match="attention_mask: dimension 1 .* is 'all'"):
         optimization_profiles({**MODEL_INPUTS, "attention_mask": ["batch", "all"]}, RowRange(1, 1))
+    with pytest.raises(ProfileError, match="conv_state.0: dimension 2 .* is None"):
+        optimization_profiles({**MODEL_INPUTS, "conv_state.0": ["batch", 512, None]}, RowRange(1, 1))
+    with pytest.raises(ProfileError, match=r"input_ids: expected \[batch, seq\]"):
+        optimization_profiles({**MODEL_INPUTS, "input_ids": ["seq", "batch"]}, RowRange(1, 1))
+
+
+def test_gdn_states_follow_the_batch():
+    """Qwen3-Next: the conv and recurrent states of a Gated DeltaNet layer have one dynamic
+    dimension, the batch, and sit beside the attention layers' KV cache."""
+    inputs = {**MODEL_INPUTS, "conv_state.1": ["batch", 512, 3], "recurrent_state.1": ["batch", 4, 64, 64]}
+    decode, prefill = optimization_profiles(inputs, RowRange(2, 8), max_context=256)
+    assert decode.shapes["conv_state.1"] == ((2, 512, 3), (8, 512, 3), (8, 512, 3))
+    assert prefill.shapes["conv_state.1"] == ((1, 512, 3),) * 3
+    assert decode.shapes["recurrent_state.1"] == ((2, 4, 64, 64), (8, 4, 64, 64), (8, 4, 64, 64))
+    assert decode.shapes["past_key.0"] == ((2, 2, 0, 64), (8, 2, 128, 64), (8, 2, 256, 64))
 
 
 def test_rows_graph_profile():

@@ -126,16 +126,85 @@ def test_unquantized_export_matches_transformers(hf_moe, ids, tmp_path):
     check_against(hf, ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS), ids, CHUNKS)
 
 
-def test_quantized_export_matches_torch_reference(hf_moe, ids, tmp_path):
-    _, path = hf_moe
-    request = QuantRequest(weight="w8a8")
-    out = export(path, tmp_path / "w8a8", ExportOptions(request=request)).out_dir
+def _metrale_nodes(out):
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
-    ops = [n for n in graph.node if n.domain == "metrale"]
-    fams = [next(a.s.decode() for a in n.attribute if a.name == "family") for n in ops]
-    # one sparse layer x 4 experts x 3 projections; one dense FFN; two attention layers
-    assert (fams.count("moe"), fams.count("ffn"), fams.count("attn")) == (12, 3, 8)
+    return [n for n in graph.node if n.domain == "metrale"]
+
+
+def _attr(node, name):
+    return onnx.helper.get_attribute_value(next(a for a in node.attribute if a.name == name))
+
+
+@pytest.mark.parametrize("fmt", ["w8a8", "w4a16", "w4a4"])
+def test_quantized_export_matches_torch_reference(hf_moe, ids, tmp_path, fmt):
+    """Grouped-expert ops: three nodes for the sparse layer (gate, up, down with the combine)."""
+    _, path = hf_moe
+    request = QuantRequest(weight=fmt, group_size=32)
+    out = export(path, tmp_path / fmt, ExportOptions(request=request)).out_dir
+    ops = _metrale_nodes(out)
+    fams = [_attr(n, "family").decode() for n in ops]
+    # one sparse layer: gate, up, down grouped; one dense FFN; two attention layers
+    assert (fams.count("moe"), fams.count("ffn"), fams.count("attn")) == (3, 3, 8)
+    moe = [n for n in ops if n.op_type.endswith("MoEProj")]
+    assert [(_attr(n, "name").decode().rsplit(".", 1)[1], _attr(n, "combine"), _attr(n, "num_experts"),
+             _attr(n, "top_k")) for n in moe] == [("gate_proj", 0, 4, 2), ("up_proj", 0, 4, 2), ("down_proj", 1, 4, 2)]
     got = ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS)
     want = torch_steps(reference_model(path, request), ids, CHUNKS)
     for n, a, b in zip(CHUNKS, got, want):
         assert rel(a, b) < QUANTIZED, (n, rel(a, b))
+
+
+def test_grouped_experts_compute_the_dense_form(hf_moe, ids):
+    """The grouped ops and one projection per expert on every row give the same model (float32: the
+    unselected experts add exact zeros in the dense form)."""
+    _, path = hf_moe
+    grouped = reference_model(path, QuantRequest(weight="w4a16", group_size=32))
+    dense = reference_model(path, QuantRequest(weight="w4a16", group_size=32, moe_experts="dense"))
+    assert grouped.model.layers["0"].mlp.grouped and not dense.model.layers["0"].mlp.grouped
+    for a, b in zip(torch_steps(grouped, ids, [4, 1]), torch_steps(dense, ids, [4, 1])):
+        assert rel(a, b) < 1e-6
+
+
+def test_router_matches_transformers(hf_moe):
+    """Our route() against transformers' Qwen3MoeTopKRouter: the same experts and bitwise the same
+    weights (inputs without ties at the k-th place)."""
+    hf, path = hf_moe
+    moe = reference_model(path, QuantRequest()).model.layers["0"].mlp
+    x = torch.randn(257, 64, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        _, w_hf, id_hf = hf.model.layers[0].mlp.gate(x)
+    ids, w = moe.route(x)
+    assert ids.dtype == torch.int32
+    assert torch.equal(ids.to(torch.int64), id_hf)
+    assert torch.equal(w, w_hf)
+
+
+def test_top_k_ties_take_the_lower_expert_id():
+    """docs/ops.md: among equal probabilities the lower expert id wins, as ONNX TopK defines (and
+    ONNX Runtime runs); torch.topk leaves the choice unspecified."""
+    from metrale_export.exporter.layers.moe import topk_lower_id
+
+    probs = torch.tensor([[0.1, 0.3, 0.3, 0.3, 0.0, 0.3], [0.25, 0.25, 0.25, 0.25, 0.0, 0.0]])
+    vals, idx = topk_lower_id(probs, 2)
+    assert idx.tolist() == [[1, 2], [0, 1]]
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("TopK", ["p", "k"], ["v", "i"], axis=-1)], "topk",
+        [onnx.helper.make_tensor_value_info("p", onnx.TensorProto.FLOAT, [2, 6])],
+        [onnx.helper.make_tensor_value_info("v", onnx.TensorProto.FLOAT, [2, 2]),
+         onnx.helper.make_tensor_value_info("i", onnx.TensorProto.INT64, [2, 2])],
+        [onnx.numpy_helper.from_array(np.array([2], dtype=np.int64), "k")])
+    import onnxruntime as ort
+    sess = ort.InferenceSession(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 20)])
+                                .SerializeToString(), providers=["CPUExecutionProvider"])
+    assert sess.run(["i"], {"p": probs.numpy()})[0].tolist() == idx.tolist()
+
+
+def test_512_experts_export_as_a_handful_of_nodes(tmp_path):
+    """Qwen3-Next's expert count: one sparse layer is 3 grouped nodes, not 3 x 512."""
+    save_random(tiny_config(num_experts=512, num_experts_per_tok=10, num_hidden_layers=1, mlp_only_layers=[],
+                            moe_intermediate_size=16), tmp_path / "hf")
+    out = export(tmp_path / "hf", tmp_path / "o", ExportOptions(request=QuantRequest(weight="w8a8"))).out_dir
+    ops = _metrale_nodes(out)
+    assert sorted(n.op_type for n in ops) == ["W8A8MoEProj"] * 3 + ["W8A8Proj"] * 4
+    down = next(n for n in ops if n.op_type == "W8A8MoEProj" and _attr(n, "combine") == 1)
+    assert (_attr(down, "num_experts"), _attr(down, "top_k")) == (512, 10)

@@ -137,6 +137,12 @@ def _quantized_case(path, ids, tmp_path, fmt):
     families = {next(a.s.decode() for a in n.attribute if a.name == "family")
                 for n in graph.node if n.domain == "metrale"}
     assert families == {"attn", "ffn", "gdn", "moe"}
+    names = {next(a.s.decode() for a in n.attribute if a.name == "name"): n.op_type
+             for n in graph.node if n.domain == "metrale"}
+    # the routed experts: three grouped nodes; the shared expert stays a dense projection
+    assert sorted(t for t in names.values() if t.endswith("MoEProj")) == [names["model.layers.0.mlp.experts.up_proj"]] * 3
+    assert names["model.layers.0.mlp.shared_expert.down_proj"].endswith("Proj") and \
+        not names["model.layers.0.mlp.shared_expert.down_proj"].endswith("MoEProj")
     got = ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS)
     want = torch_steps(reference_model(path, request), ids, CHUNKS)
     for n, a, b in zip(CHUNKS, got, want):

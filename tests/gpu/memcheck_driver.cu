@@ -2,7 +2,8 @@
 //
 // Every buffer is a cudaMalloc of exactly the size docs/ops.md gives, so memcheck sees any read or
 // write past a tensor. Covers every op, activation format and scale granularity, the four kernel
-// tiers (m = 1, 9, 17, 300), odd n and k with a partial last block. Exit code 0: all launches
+// tiers (m = 1, 9, 17, 300; on sm_90 17 and 300 run the wgmma tier, its slice split where k has
+// several blocks), odd n and k with a partial last block. Exit code 0: all launches
 // returned cudaSuccess (the sanitizer's own report says whether memory was clean).
 #include <cstdio>
 #include <cstdlib>

@@ -5,7 +5,9 @@ Per op, weight-scale granularity and activation format, on fresh seeded random n
   docs/ops.md tolerances, for M in {1, 2, 3, 7, 8, 16, 31, 64, 127, 128, 1000, 4096} and awkward N, K,
   into outputs poisoned with NaN (every element must be written);
 - bitwise row invariance: row i of an M-row launch equals the 1-row launch of that row, for every M
-  above (so across every kernel tier), and a permutation of the rows permutes the output bits;
+  above and M = 8192 (its first 4096 rows and its last 64), so across every kernel tier (the 1-row
+  launch streams, M >= 17 runs the wgmma tier on sm_90), and a permutation of the rows permutes the
+  output bits;
 - the torch custom ops dispatch to the kernels on CUDA tensors.
 Skipped, with the reason, where no CUDA device is present; a CUDA machine without the built
 library fails (the tests never pass vacuously).
@@ -186,24 +188,33 @@ def test_matches_float64_contract_and_cpu_reference(case):
     assert not fails, f"{_case_id(case)}:\n" + "\n".join(fails)
 
 
+# Row invariance also at M = 8192 (the largest batch), for the rows at its end as well as its start.
+INVARIANCE_M = M_VALUES + (8192,)
+TAIL_ROWS = 64
+
+
 @pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
 def test_row_invariance_bitwise(case):
     op, o, n, k = case
     layer = Layer(op, o, n, k, seed=7)
-    x = _inputs(max(M_VALUES), k, torch.float32, seed=99).to(DEV)
+    big = max(INVARIANCE_M)
+    x = _inputs(big, k, torch.float32, seed=99).to(DEV)
     layer.set_input_scale(x.cpu())
-    # Each row alone (the 1-row launch), batched with CUDA graphs off: one launch per row.
-    single = torch.full((x.shape[0], n), float("nan"), dtype=x.dtype, device=DEV)
-    for i in range(x.shape[0]):
+    # Each tested row alone (the 1-row launch), batched with CUDA graphs off: one launch per row.
+    rows = list(range(max(M_VALUES))) + list(range(big - TAIL_ROWS, big))
+    single = torch.full((big, n), float("nan"), dtype=x.dtype, device=DEV)
+    for i in rows:
         layer.launch(x[i:i + 1], single[i:i + 1])
     torch.cuda.synchronize()
+    tested = torch.zeros(big, dtype=torch.bool, device=DEV)
+    tested[rows] = True
     bad = []
-    for m in M_VALUES:
+    for m in INVARIANCE_M:
         y = layer.run(x[:m].contiguous())
-        diff = (y.view(torch.int32) != single[:m].view(torch.int32)).any(dim=1)
+        diff = (y.view(torch.int32) != single[:m].view(torch.int32)).any(dim=1) & tested[:m]
         if diff.any():
-            rows = diff.nonzero().flatten().tolist()
-            bad.append(f"m={m}: rows {rows[:8]}{'...' if len(rows) > 8 else ''} differ from their 1-row launch")
+            rows_bad = diff.nonzero().flatten().tolist()
+            bad.append(f"m={m}: rows {rows_bad[:8]}{'...' if len(rows_bad) > 8 else ''} differ from their 1-row launch")
     perm = torch.randperm(1000, generator=torch.Generator().manual_seed(3)).to(DEV)
     yp = layer.run(x[:1000][perm].contiguous())
     if not torch.equal(yp.view(torch.int32), single[:1000][perm].view(torch.int32)):

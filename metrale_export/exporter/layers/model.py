@@ -26,6 +26,7 @@ from torch import nn
 
 from ...errors import CheckpointError
 from ..checkpoint import all_finite
+from ..experts import GroupedProjection
 from ..projection import Projection
 from .attention import Attention, attention_plan
 from .ffn import SwiGLU
@@ -168,8 +169,9 @@ class CausalLM(nn.Module):
         self.states = {i: tuple(self.model.layers[str(i)].state_specs()) for i in self.layer_ids}
 
     # --- weights -------------------------------------------------------------------------------
-    def projections(self) -> list[tuple[str, Projection]]:
-        return [(n, m) for n, m in self.named_modules() if isinstance(m, Projection)]
+    def projections(self) -> list[tuple[str, Projection | GroupedProjection]]:
+        """Every metrale projection: a ``Projection``, or a ``GroupedProjection`` of all experts."""
+        return [(n, m) for n, m in self.named_modules() if isinstance(m, (Projection, GroupedProjection))]
 
     def computed(self) -> dict[str, Callable[[], torch.Tensor]]:
         return {"model.rotary_emb.inv_freq": lambda: inv_freq(self.rotary_dim, self.cfg.rope_theta)}
@@ -189,7 +191,8 @@ class CausalLM(nn.Module):
                 raise CheckpointError(f"{ckpt.root}: tensor {name!r} holds NaN or infinite values")
             yield fqn, t.to(self.dtype)
         for prefix, proj in self.projections():
-            for key, t in source.load(proj.spec).items():
+            loaded = proj.load(source) if isinstance(proj, GroupedProjection) else source.load(proj.spec)
+            for key, t in loaded.items():
                 if proj.spec.kind == "none" and t.dtype.is_floating_point:
                     t = t.to(self.dtype)
                 yield f"{prefix}.{key}", t

@@ -2,17 +2,18 @@
 decoder layer.
 
 The router is a plain float matmul (softmax over the experts in float32, top-k, optionally
-renormalized: ``norm_topk_prob``); every expert's gate/up/down is a ``metrale`` projection of family
-``moe`` (one node per expert and projection). The export computes **every expert on every row** and
-combines them with the routing weights, zero for the experts a row did not select: no
-data-dependent shapes, the graph is static apart from the row count, and each row's output depends
-on that row alone (row invariance holds as for a dense FFN). It costs ``num_experts / top_k`` times
-the expert FLOPs of a gathered implementation; docs/layers.md has the trade-off and the
-grouped-expert op that would remove it.
+renormalized: ``norm_topk_prob``), as transformers. Quantized experts export as three
+grouped-expert ops per layer (``exporter/experts.py``, docs/ops.md "Grouped-expert ops"):
+gate and up per routed expert, down with the weighted combine, reading only the routed experts.
+Unquantized experts, or ``--moe-experts dense``, export **every expert on every row**, one
+``metrale`` projection (family ``moe``) per expert, combined with the routing weights (zero for the
+experts a row did not select): no new op, and each row's output depends on that row alone, at
+``num_experts / top_k`` times the expert FLOPs. The shared expert is always a dense SwiGLU.
 
 Invariants:
-- Exact against transformers: the same router arithmetic, and the experts' contributions added in
-  ascending expert order (an unselected expert adds an exact zero), as transformers' ``index_add``.
+- Exact against transformers: the same router arithmetic (ties in the top-k: the lower expert id
+  first, ONNX TopK's rule), and the experts' contributions added in ascending expert id from +0, as
+  transformers' ``index_add`` (the dense form adds an exact zero for an unselected expert).
 - Checkpoints store experts per expert (``mlp.experts.{e}.gate_proj.weight``, what
   ``save_pretrained`` writes) or fused (``mlp.experts.gate_up_proj`` ``[E, 2I, H]`` and
   ``mlp.experts.down_proj`` ``[E, H, I]``, transformers' in-memory layout); both export as the
@@ -27,6 +28,7 @@ import torch
 from torch import nn
 
 from ...errors import ConfigError
+from ..experts import LAYOUTS, GroupedExperts, grouped_specs
 from .attention import Attention, attention_plan
 from .ffn import SwiGLU
 from .model import LAYER_BUILDERS, DecoderLayer
@@ -126,12 +128,50 @@ def mlp_plan(cfg, moe: MoeConfig, source, prefix: str) -> dict:
     h = cfg.hidden_size
     if not moe.is_sparse(layer_index(prefix)):
         return {"kind": "dense", **swiglu_specs(source, f"{prefix}.mlp", h, cfg.intermediate_size, "ffn")}
+    check_expert_count(source.checkpoint, moe, prefix)
     experts = [swiglu_specs(source, f"{prefix}.mlp.experts.{e}", h, moe.moe_intermediate_size, "moe")
                for e in range(moe.num_experts)]
     shared = None
     if moe.shared_expert_intermediate_size:
         shared = swiglu_specs(source, f"{prefix}.mlp.shared_expert", h, moe.shared_expert_intermediate_size, "moe")
-    return {"kind": "moe", "experts": experts, "shared_expert": shared}
+    grouped = None
+    if experts_layout(source) == "grouped":
+        grouped = grouped_specs(f"{prefix}.mlp", experts, moe.top_k)
+    return {"kind": "moe", "experts": experts, "grouped": grouped, "shared_expert": shared}
+
+
+def experts_layout(source) -> str:
+    """``--moe-experts`` (grouped unless the request says dense)."""
+    layout = getattr(getattr(source, "request", None), "moe_experts", "grouped")
+    if layout not in LAYOUTS:
+        raise ConfigError(f"--moe-experts: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
+    return layout
+
+
+def check_expert_count(ckpt, moe: MoeConfig, prefix: str) -> None:
+    """Refuse a checkpoint holding experts past ``num_experts`` (the config and the weights disagree);
+    a missing expert is refused when its tensors are looked up."""
+    names = getattr(ckpt, "names", None)
+    if names is None:
+        return
+    stem = f"{prefix}.mlp.experts."
+    ids = set()
+    for name in names():
+        if name.startswith(stem):
+            head = name[len(stem):].split(".", 1)[0]
+            if head.isdigit():
+                ids.add(int(head))
+    for fused in (f"{stem}gate_up_proj", f"{stem}down_proj"):
+        if fused in ckpt and ckpt.info(fused).shape[:1] != (moe.num_experts,):
+            raise ConfigError(
+                f"{fused}: the fused tensor holds {list(ckpt.info(fused).shape)[:1]} experts along dim 0, but "
+                f"config.json says num_experts={moe.num_experts}; the expert count of the config and the weights "
+                "must agree")
+    extra = sorted(i for i in ids if i >= moe.num_experts)
+    if extra:
+        raise ConfigError(
+            f"{stem[:-1]}: the checkpoint stores experts up to {max(ids)} ({len(ids)} experts), but config.json "
+            f"says num_experts={moe.num_experts}; the expert count of the config and the weights must agree")
 
 
 def mlp_plain_tensors(cfg, moe: MoeConfig, prefix: str) -> dict[str, tuple[int, ...]]:
@@ -144,6 +184,17 @@ def mlp_plain_tensors(cfg, moe: MoeConfig, prefix: str) -> dict[str, tuple[int, 
 
 
 # --- modules ------------------------------------------------------------------------------------------
+
+def topk_lower_id(probs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``torch.topk`` with the tie rule made explicit: among equal probabilities the lower expert id
+    is taken (and listed) first. ONNX TopK defines this rule, so tracing keeps ``torch.topk``;
+    torch's CPU and CUDA kernels leave ties unspecified, so in eager mode a stable descending sort
+    gives the same choice (identical to torch.topk wherever no tie crosses the k-th place)."""
+    if torch.compiler.is_compiling() or probs.device.type == "meta" or torch.compiler.is_exporting():
+        return torch.topk(probs, k, dim=-1)
+    vals, idx = torch.sort(probs, dim=-1, descending=True, stable=True)
+    return vals[..., :k], idx[..., :k]
+
 
 class Linear(nn.Module):
     """An unquantized float matmul on a plain buffer (router and shared-expert gate: tiny, and
@@ -162,37 +213,52 @@ class Linear(nn.Module):
 
 
 class SparseMoE(nn.Module):
-    """Router + experts (+ the sigmoid-gated shared expert), every expert on every row."""
+    """Router + experts (+ the sigmoid-gated shared expert): the grouped-expert ops, or every expert
+    on every row (the dense form)."""
 
     def __init__(self, cfg, moe: MoeConfig, specs: dict, dtype: torch.dtype):
         super().__init__()
         self.hidden = cfg.hidden_size
         self.top_k, self.num_experts, self.norm_topk_prob = moe.top_k, moe.num_experts, moe.norm_topk_prob
         self.gate = Linear(moe.num_experts, cfg.hidden_size, dtype)
-        self.experts = nn.ModuleList(SwiGLU(s, dtype) for s in specs["experts"])
+        self.grouped = specs.get("grouped") is not None
+        if self.grouped:
+            self.experts = GroupedExperts(specs["grouped"], dtype)
+        else:
+            self.experts = nn.ModuleList(SwiGLU(s, dtype) for s in specs["experts"])
         if specs["shared_expert"] is not None:
             self.shared_expert = SwiGLU(specs["shared_expert"], dtype)
             self.shared_expert_gate = Linear(1, cfg.hidden_size, dtype)
         else:
             self.shared_expert = None
 
-    def routing_weights(self, x2: torch.Tensor) -> torch.Tensor:
-        """``[M, E]``: each row's weight for each expert, zero where not among its top-k."""
+    def route(self, x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(topk_ids [M, top_k] int32, topk_weights [M, top_k])``, transformers' router: softmax in
+        float32, top-k (ties: the lower expert id first), renormalized if ``norm_topk_prob``, cast
+        to the model dtype."""
         logits = self.gate(x2)
         probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-        top, idx = torch.topk(probs, self.top_k, dim=-1)
+        top, idx = topk_lower_id(probs, self.top_k)
         if self.norm_topk_prob:
             top = top / top.sum(dim=-1, keepdim=True)
-        top = top.to(logits.dtype)
-        return torch.zeros_like(logits).scatter(1, idx, top)
+        return idx.to(torch.int32), top.to(logits.dtype)
+
+    def routing_weights(self, x2: torch.Tensor) -> torch.Tensor:
+        """``[M, E]``: each row's weight for each expert, zero where not among its top-k."""
+        idx, top = self.route(x2)
+        return torch.zeros(x2.shape[0], self.num_experts, dtype=top.dtype, device=x2.device).scatter(
+            1, idx.to(torch.int64), top)
 
     def forward(self, x):
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.hidden)
-        weights = self.routing_weights(x2)
-        out = torch.zeros_like(x2)
-        for e, expert in enumerate(self.experts):
-            out = out + expert(x2) * weights[:, e:e + 1]
+        if self.grouped:
+            out = self.experts(x2, *self.route(x2))
+        else:
+            weights = self.routing_weights(x2)
+            out = torch.zeros_like(x2)
+            for e, expert in enumerate(self.experts):
+                out = out + expert(x2) * weights[:, e:e + 1]
         if self.shared_expert is not None:
             shared = torch.sigmoid(self.shared_expert_gate(x2)) * self.shared_expert(x2)
             out = out + shared

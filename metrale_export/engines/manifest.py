@@ -1,0 +1,116 @@
+"""The engine directory's ``manifest.json``: written by the build, read by the build (what can be
+reused) and by runners (``select``, ``compare``). One module, so the writer and its readers agree.
+
+Invariants:
+- the manifest (and every engine) is written to a temporary file in the same directory and
+  renamed, so a reader never sees half a file;
+- ``complete`` is false while a build runs: a rerun still reuses every entry listed;
+- ``load`` checks ``manifest_version`` and the fields runners use; ``previous_engines`` never
+  fails (an unreadable manifest only means that nothing can be reused).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .. import __version__
+from ..errors import InputError
+
+MANIFEST = "manifest.json"
+MANIFEST_VERSION = 1
+ENGINE_FIELDS = ("rows", "file", "optimization_profiles", "formats")  # what runners rely on
+
+
+def write_atomic(path: Path, data: bytes | memoryview) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def previous_engines(out_dir: Path) -> list[dict]:
+    """The engine entries of the directory's manifest, or [] when it is absent or unreadable."""
+    path = Path(out_dir) / MANIFEST
+    if not path.is_file():
+        return []
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return []
+    if not isinstance(old, dict) or old.get("manifest_version") != MANIFEST_VERSION:
+        return []
+    return [e for e in old.get("engines", []) if isinstance(e, dict)]
+
+
+def load(engine_dir: Path) -> dict:
+    """The manifest of a build directory, checked for the fields the runners use."""
+    path = Path(engine_dir) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no engine manifest (run metrale-export build first)") from None
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(manifest, dict) or manifest.get("manifest_version") != MANIFEST_VERSION:
+        found = manifest.get("manifest_version") if isinstance(manifest, dict) else None
+        raise InputError(
+            f"{path}: expected manifest_version {MANIFEST_VERSION}, found {found!r}; rebuild the engines"
+        )
+    for i, entry in enumerate(manifest.get("engines", [])):
+        for name in ENGINE_FIELDS:
+            if name not in entry:
+                raise InputError(f"{path}: engines[{i}] has no {name!r}")
+    return manifest
+
+
+def engine_entry(plan, step, data: memoryview, seconds: float) -> dict:
+    """The manifest entry of an engine just built from ``step`` of ``plan``."""
+    return {
+        "rows": {"lo": step.rows.lo, "hi": step.rows.hi}, "label": step.rows.label, "file": step.file,
+        "bytes": data.nbytes, "sha256": hashlib.sha256(data).hexdigest(), "onnx": step.graph,
+        "optimization_profiles": [s.as_json() for s in step.shapes], "formats": step.formats,
+        "backend": _backend(plan), "lowering": plan.lowering, "plugin_sha256": plan.plugin_sha,
+        "build_seconds": round(seconds, 3),
+        "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "key": step.key,
+    }
+
+
+def _backend(plan) -> dict:
+    return {"name": plan.backend, "version": plan.backend_version, "targets": list(plan.targets)}
+
+
+def document(plan, entries: list[dict], complete: bool) -> dict:
+    """The manifest of ``plan`` listing ``entries``."""
+    source = plan.source
+    return {
+        "manifest_version": MANIFEST_VERSION,
+        "tool": f"metrale-export {__version__}",
+        "complete": complete,  # False while building: a rerun still skips what is listed
+        "source": {"path": str(source.onnx_path), "sha256": source.sha256,
+                   "files": [str(p) for p in source.files]},
+        "model": (source.export_manifest or {}).get("model"),
+        "backend": _backend(plan),
+        "lowering": plan.lowering,
+        "activation_quantization": plan.policy,
+        "row_invariance": {"promised": plan.promised, "reason": plan.promise_reason},
+        "max_context": plan.max_context,
+        "plugins": {"path": str(plan.plugins), "sha256": plan.plugin_sha} if plan.plugin_sha else None,
+        "timing_cache": str(plan.timing_cache) if plan.timing_cache else None,
+        "engines": entries,
+    }
+
+
+def write(out_dir: Path, manifest: dict) -> dict:
+    write_atomic(Path(out_dir) / MANIFEST, (json.dumps(manifest, indent=2) + "\n").encode())
+    return manifest

@@ -1,0 +1,347 @@
+"""The engine build as a plan: what each engine is, whether it can be reused, and what goes away.
+
+``plan_build`` is a pure function of what was read before it (the source graph's facts, the
+backend's name and version, the previous manifest's engine entries and the sha256 of the engine
+files on disk). It decides everything a build decides (the lowering, each profile's formats and
+optimization profiles, every key, which engines are reused, which lowered graphs are written,
+which files of the previous build are removed) and raises every refusal before anything is built.
+The executor (``build.build_engines``) only carries the plan out.
+
+Invariants:
+- nothing here imports TensorRT or writes a file; ``read_source`` is the only reader, and it reads
+  ONNX headers and hashes files, nothing else;
+- a refusal names every projection and profile it concerns, at once;
+- an engine is reused only when its key is unchanged and its file still has the recorded sha256;
+- every engine of one plan uses one backend, one lowering and one policy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import onnx
+
+from ..errors import InputError
+from . import backends, lowering as _lowering, policy as _policy
+from .profiles import DEFAULT_MAX_CONTEXT, ProfileShapes, RowRange, optimization_profiles
+
+LOWERINGS = ("plugin", "qdq")
+
+
+class UsageConflict(InputError):
+    """Options that cannot go together; ``param`` names the option to blame (the CLI's hint)."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass
+class BuildOptions:
+    """Everything a build depends on besides the source graph."""
+
+    profiles: tuple[RowRange, ...]
+    policy: _policy.Policy
+    backend: str | None = None  # None: tensorrt if it imports, else tensorrt-rtx
+    lowering: str | None = None  # None: plugin with --plugins, else qdq
+    plugins: Path | None = None
+    timing_cache: Path | None = None  # None: <out>/timing.cache (tensorrt only)
+    max_context: int | None = None  # None: min(DEFAULT_MAX_CONTEXT, the model's positions)
+    rtx_targets: tuple[tuple[int, int], ...] = (backends.DEFAULT_RTX_TARGET,)
+    verbose: bool = False
+
+
+# --- reading the source (the only I/O of planning) -------------------------------------------
+
+@dataclass
+class Source:
+    """The graph to build: an ONNX file, optionally inside an export directory, and its facts."""
+
+    onnx_path: Path
+    export_manifest: dict | None = None
+    files: list[Path] = field(default_factory=list)  # the ONNX file and its external data
+    ops: list = field(default_factory=list)  # lowering.OpInfo of every metrale node
+    inputs: dict = field(default_factory=dict)  # graph input name -> dims (int, name or None)
+    sha256: str = ""  # over every file in ``files``
+
+    @property
+    def model_max_positions(self) -> int | None:
+        value = ((self.export_manifest or {}).get("model") or {}).get("max_position_embeddings")
+        return int(value) if value else None
+
+
+def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_files(paths: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
+    return h.hexdigest()
+
+
+def input_shapes(model: onnx.ModelProto) -> dict[str, list]:
+    """Graph input name -> dims (an int, a symbolic name, or None), initializers left out."""
+    init = {t.name for t in model.graph.initializer}
+    out = {}
+    for vi in model.graph.input:
+        if vi.name in init:
+            continue
+        dims = []
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            else:
+                dims.append(d.dim_param or None)
+        out[vi.name] = dims
+    return out
+
+
+def resolve_source(path: Path, hash_files: bool = True) -> Source:
+    """An ONNX file, or an export directory holding ``model.onnx`` and ``manifest.json``."""
+    path = Path(path)
+    if path.is_dir():
+        onnx_path = path / "model.onnx"
+        if not onnx_path.is_file():
+            raise InputError(f"{path}: expected an export directory with model.onnx, found none")
+        manifest = None
+        if (path / "manifest.json").is_file():
+            try:
+                manifest = json.loads((path / "manifest.json").read_text())
+            except json.JSONDecodeError as e:
+                raise InputError(f"{path / 'manifest.json'}: not valid JSON ({e})") from e
+    elif path.is_file():
+        onnx_path, manifest = path, None
+    else:
+        raise InputError(f"{path}: no such ONNX file or export directory")
+    try:
+        header = onnx.load(str(onnx_path), load_external_data=False)
+    except Exception as e:  # noqa: BLE001 - onnx raises several types for a bad file
+        raise InputError(f"{onnx_path}: not a readable ONNX model ({e})") from e
+    files = [onnx_path]
+    for tensor in header.graph.initializer:
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                data = onnx_path.parent / entry.value
+                if data not in files:
+                    if not data.is_file():
+                        raise InputError(
+                            f"{onnx_path}: initializer {tensor.name}: external data {data} is missing"
+                        )
+                    files.append(data)
+    return Source(onnx_path, manifest, files, _lowering.metrale_ops(header), input_shapes(header),
+                  sha256_files(files) if hash_files else "")
+
+
+# --- the decisions, one pure function each ---------------------------------------------------
+
+def choose_backend(requested: str | None, found: dict[str, str | None]) -> str:
+    """The backend to build with: the one asked for, else tensorrt if it imports, else tensorrt-rtx."""
+    if requested is not None:
+        return requested
+    name = next((n for n in backends.BACKENDS if found.get(n)), None)
+    if name is None:
+        raise backends.BackendMissing(backends.missing_message(None))
+    return name
+
+
+def resolve_lowering(backend: str, lowering: str | None, plugins: Path | None, has_ops: bool):
+    """The lowering to use, or ``(None, reason)`` for a usage conflict."""
+    if lowering is not None and lowering not in LOWERINGS:
+        return None, f"--lowering {lowering!r}: expected one of {', '.join(LOWERINGS)}"
+    chosen = lowering or ("plugin" if plugins else "qdq")
+    if chosen == "plugin":
+        if backend == "tensorrt-rtx" and has_ops:
+            return None, (
+                "--lowering plugin with --backend tensorrt-rtx: TensorRT-RTX builds here without a "
+                "GPU and its Python API has no IPluginV3 layers, so the metrale plugins cannot take "
+                "part; use --lowering qdq, or --backend tensorrt on a GPU machine"
+            )
+        if plugins is None and has_ops:
+            return None, (
+                "--lowering plugin needs --plugins LIB (the metrale plugin library, "
+                "libmetrale_plugins.so) for the graph's metrale nodes; or use --lowering qdq"
+            )
+    elif plugins is not None:
+        return None, "--plugins is only used by --lowering plugin; drop it or choose that lowering"
+    return chosen, ""
+
+
+def resolve_max_context(max_context: int | None, model_max: int | None, where: Path) -> int:
+    """The longest context the engines take: the one asked for, within the model's positions, or
+    by default ``min(DEFAULT_MAX_CONTEXT, model_max)``."""
+    if max_context is None:
+        return min(DEFAULT_MAX_CONTEXT, model_max) if model_max else DEFAULT_MAX_CONTEXT
+    if model_max and max_context > model_max:
+        raise UsageConflict(
+            f"{max_context} tokens is more than the model's max_position_embeddings "
+            f"({model_max}, {where}); lower --max-context",
+            "--max-context",
+        )
+    return max_context
+
+
+def profile_formats(policy: _policy.Policy, ops, profiles) -> list[dict[str, str]]:
+    """Each profile's formats (op key -> activation format); every refusal at once as InputError."""
+    out = []
+    refused: dict = {}  # (op, reason) -> ranges: one line per op however many profiles refuse it
+    for rows in profiles:
+        formats, refusals = _policy.choose_formats(policy, ops, rows)
+        for op, reason in refusals:
+            refused.setdefault((op, reason), []).append(rows)
+        out.append(formats)
+    if refused:
+        lines = _policy.describe_refusals(refused, profiles)
+        shown = "\n  ".join(lines[:8]) + (f"\n  ... and {len(lines) - 8} more" if len(lines) > 8 else "")
+        raise InputError(
+            f"--activation-quantization {policy.describe()}: {len(lines)} projection(s) "
+            f"cannot run the chosen format:\n  {shown}"
+        )
+    return out
+
+
+def digest(parts: dict) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def graph_file(lowering: str, formats: dict, source_sha: str) -> str:
+    """The lowered graph's file (relative to the engine directory): one per distinct formats."""
+    key = digest({"lowering": lowering, "formats": formats, "v": _lowering.LOWERING_VERSION,
+                  "source": source_sha})[:16]
+    return f"onnx/{lowering}-{key}.onnx"
+
+
+def engine_file(rows: RowRange) -> str:
+    return f"rows-{rows.label}.engine"
+
+
+# --- the plan --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class EngineStep:
+    """One engine: its rows, formats, optimization profiles, key, files, and what to do."""
+
+    rows: RowRange
+    formats: dict
+    shapes: tuple[ProfileShapes, ...]
+    key: str
+    file: str  # relative to the engine directory
+    graph: str  # the lowered graph it is built from, relative to the engine directory
+    reuse: dict | None = None  # the previous manifest's entry when the engine is unchanged
+
+    @property
+    def action(self) -> str:
+        return "skip" if self.reuse is not None else "build"
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything one build does, decided before anything is built."""
+
+    source: Source
+    out_dir: Path
+    backend: str
+    backend_version: str
+    lowering: str
+    targets: tuple[str, ...]
+    promised: bool
+    promise_reason: str
+    max_context: int
+    policy: str  # the policy as the user can write it again
+    plugins: Path | None
+    plugin_sha: str | None
+    timing_cache: Path | None
+    steps: tuple[EngineStep, ...]
+    removals: tuple[str, ...]  # files of the previous build (relative) that no step keeps
+
+    @property
+    def to_build(self) -> tuple[EngineStep, ...]:
+        return tuple(s for s in self.steps if s.reuse is None)
+
+    @property
+    def graphs(self) -> dict[str, dict]:
+        """Lowered graph file -> formats, for the engines that are built."""
+        return {s.graph: s.formats for s in self.to_build}
+
+
+def reusable(previous: dict | None, file: str, on_disk_sha: str | None) -> bool:
+    """Whether a previous entry with the same key still describes the file on disk."""
+    return bool(previous) and previous.get("file") == file and on_disk_sha is not None \
+        and on_disk_sha == previous.get("sha256")
+
+
+def removals(previous: list[dict], steps: tuple[EngineStep, ...], lowered_on_disk: list[str]) -> tuple[str, ...]:
+    """Files of the previous build that no step keeps: engines of ranges no longer asked for, and
+    lowered graphs (with their ``.data``) that no engine of this plan uses."""
+    kept = {s.file for s in steps} | {s.graph for s in steps}
+    out = []
+    for entry in previous:
+        rel = entry.get("file")
+        if rel and rel not in kept and rel not in out:
+            out.append(rel)
+    for rel in lowered_on_disk:
+        if rel not in kept and rel.removesuffix(".data") not in kept and rel not in out:
+            out.append(rel)
+    return tuple(out)
+
+
+def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tuple[str, str],
+               previous: list[dict] = (), engine_sha: Callable[[str], str | None] = lambda rel: None,
+               lowered_on_disk: list[str] = ()) -> BuildPlan:
+    """The plan of a build; raises ``UsageConflict``/``InputError`` for anything refused.
+
+    ``backend`` is (name, version) of the activated backend; ``previous`` the engine entries of the
+    directory's manifest; ``engine_sha(rel)`` the sha256 of an engine file on disk (None if absent);
+    ``lowered_on_disk`` the files under ``onnx/`` now.
+    """
+    name, version = backend
+    chosen, conflict = resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))
+    if chosen is None:
+        raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
+    max_context = resolve_max_context(options.max_context, source.model_max_positions,
+                                      source.onnx_path.parent / "manifest.json")
+    all_formats = profile_formats(options.policy, source.ops, options.profiles)
+    all_shapes = [optimization_profiles(source.inputs, rows, max_context)
+                  for rows in options.profiles]
+    plugin_sha = None
+    if options.plugins is not None and chosen == "plugin":
+        if not Path(options.plugins).is_file():
+            raise UsageConflict(f"{options.plugins}: no such file", "--plugins")
+        plugin_sha = sha256_file(options.plugins)
+    is_rtx = name == "tensorrt-rtx"
+    timing_cache = None
+    if not is_rtx:  # TensorRT-RTX times no tactics when it builds on the CPU
+        timing_cache = Path(options.timing_cache) if options.timing_cache else Path(out_dir) / "timing.cache"
+    targets = tuple(f"{a}.{b}" for a, b in options.rtx_targets) if is_rtx else ("build machine",)
+    promised, reason = _policy.row_invariance(options.policy, chosen)
+    by_key = {e.get("key"): e for e in previous if isinstance(e, dict)}
+    steps = []
+    for rows, formats, shapes in zip(options.profiles, all_formats, all_shapes):
+        key = digest({
+            "source": source.sha256, "rows": [rows.lo, rows.hi],
+            "profiles": [s.as_json() for s in shapes], "formats": formats, "lowering": chosen,
+            "lowering_version": _lowering.LOWERING_VERSION, "backend": f"{name} {version}",
+            "targets": list(targets), "plugins": plugin_sha,
+        })
+        file = engine_file(rows)
+        old = by_key.get(key)
+        reuse = old if reusable(old, file, engine_sha(file) if old else None) else None
+        graph = reuse["onnx"] if reuse and reuse.get("onnx") else graph_file(chosen, formats, source.sha256)
+        steps.append(EngineStep(rows, formats, shapes, key, file, graph, reuse))
+    steps = tuple(steps)
+    return BuildPlan(
+        source=source, out_dir=Path(out_dir), backend=name, backend_version=version, lowering=chosen,
+        targets=targets, promised=promised, promise_reason=reason, max_context=max_context,
+        policy=options.policy.describe(), plugins=options.plugins, plugin_sha=plugin_sha,
+        timing_cache=timing_cache, steps=steps,
+        removals=removals(list(previous), steps, list(lowered_on_disk)),
+    )

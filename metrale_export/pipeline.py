@@ -1,0 +1,116 @@
+"""The main job (``metrale-export MODEL``): export, verify in ONNX Runtime against PyTorch, and
+build one engine per row-count profile when a TensorRT backend is installed.
+
+The CLI (``cli/run.py``) parses options into ``JobOptions`` and prints what ``Events`` reports;
+every step and decision is here. Invariants: the steps run in order and a failed one stops the job
+(its error propagates: ``CheckFailed`` for a comparison out of tolerance, ``BuildError`` for a
+build); a skipped step says why in the summary; the summary names every output.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .engines.plan import BuildOptions
+from .errors import CheckFailed
+
+STEPS = ("export", "compare", "engines")
+
+
+@dataclass
+class JobOptions:
+    """What the main job does besides the export itself (``ExportOptions``)."""
+
+    export: object  # exporter.export.ExportOptions
+    build: BuildOptions
+    compare: bool = True
+    engines: bool = True
+
+
+@dataclass
+class Events:
+    """Where the job reports: a line per finished step, and the steps' own progress hooks."""
+
+    say: Callable[[str], None] = lambda line: None
+    export_progress: object = None  # exporter.export's progress (note/start/update)
+    build_progress: Callable | None = None  # engines.build.Progress
+    compare_report: Callable | None = None  # called with the comparison report before it is judged
+
+
+@dataclass
+class JobResult:
+    output: Path
+    steps: dict = field(default_factory=dict)  # step -> its summary, or "skipped: why"
+
+    def as_json(self) -> dict:
+        return {"output": str(self.output), "steps": self.steps}
+
+
+def run_job(model: Path, out: Path, options: JobOptions, events: Events | None = None) -> JobResult:
+    """Export ``model`` into ``out``, compare the export, build its engines; see the module docstring."""
+    events = events or Events()
+    result = JobResult(Path(out))
+    exported = _export(model, out, options, events)
+    result.steps["export"] = exported
+    result.steps["compare"] = _compare(out, options, events)
+    result.steps["engines"] = _engines(out, options, events)
+    return result
+
+
+def _export(model, out, options: JobOptions, events: Events) -> dict:
+    from .exporter.export import export
+
+    done = export(model, out, options.export, progress=events.export_progress)
+    counts = done.manifest["op_counts"]
+    text = ", ".join(f"{v} {k}" for k, v in counts.items()) or "no metrale ops"
+    events.say(f"[1/3] exported {model} -> {out}/model.onnx in {done.seconds:.1f} s ({text})")
+    return {"seconds": round(done.seconds, 2), "op_counts": counts, "onnx": str(Path(out) / "model.onnx")}
+
+
+def _compare(out, options: JobOptions, events: Events):
+    if not options.compare:
+        events.say("[2/3] comparison skipped (--skip-compare)")
+        return "skipped: --skip-compare"
+    from polygraphy.logger import G_LOGGER
+
+    from .compare.accuracy import compare_export
+
+    G_LOGGER.module_severity = G_LOGGER.ERROR  # Polygraphy's notes would mix into --json's stdout
+    started = time.perf_counter()
+    report = compare_export(out)
+    if events.compare_report is not None:
+        events.compare_report(report)
+    if not report.ok:
+        bad = [f"{r.case}/{r.output} ({r.rel_error:.2e} > {r.tolerance:.0e})" for r in report.rows if not r.ok]
+        raise CheckFailed(f"{out}: ONNX Runtime and PyTorch disagree beyond tolerance: {', '.join(bad)}")
+    worst = max(r.rel_error for r in report.rows)
+    events.say(f"[2/3] ONNX Runtime (reference ops) matches PyTorch: worst relative error {worst:.2e} "
+               f"over {len(report.rows)} outputs (prefill and decode)")
+    return {"ok": report.ok, "worst_rel_error": worst, "seconds": round(time.perf_counter() - started, 2)}
+
+
+def _engines(out, options: JobOptions, events: Events):
+    from .engines import backends
+
+    if not options.engines:
+        events.say("[3/3] engines skipped (--skip-engines)")
+        return "skipped: --skip-engines"
+    if options.build.backend is None and not any(backends.available().values()):
+        # Asked for by name, a missing backend is an error (BackendMissing); by default, a skip.
+        events.say(f"[3/3] engines NOT built: no TensorRT backend is installed. Install "
+                   f"`{backends.INSTALL['tensorrt']}` (GPU machines) or `{backends.INSTALL['tensorrt-rtx']}`, "
+                   f"then run: metrale-export build {out}")
+        return "skipped: no TensorRT backend installed"
+    from .engines.build import build_engines
+
+    manifest = build_engines(Path(out), None, options.build, events.build_progress)
+    promise = manifest["row_invariance"]
+    engine_dir = Path(out) / "engines"
+    events.say(f"[3/3] built {len(manifest['engines'])} engine(s) with {manifest['backend']['name']} "
+               f"{manifest['backend']['version']} (lowering {manifest['lowering']}) in {engine_dir}; "
+               f"row invariance {'promised' if promise['promised'] else 'NOT promised'}: {promise['reason']}")
+    return {"count": len(manifest["engines"]), "backend": manifest["backend"], "dir": str(engine_dir),
+            "max_context": manifest["max_context"]}

@@ -1,0 +1,726 @@
+/*
+ * The wgmma tier of the projection GEMM (sm_90a, m >= kWG_MIN_M rows): swap-AB, tokens as wgmma's N.
+ *
+ * A CTA holds two consumer warpgroups (64 weight rows each: the wgmma's M) and a producer warpgroup
+ * (one thread issues the copies; setmaxnreg gives its registers to the consumers).
+ * The weights are the A operand from registers: every consumer warp streams its 16 weight rows' codes
+ * and scales from global memory into a two-block register ring and dequantizes them with the weight
+ * policy's own `dequant`, whose A fragment (per warp, the m16n8k16 A layout) is wgmma's register-A
+ * fragment. The activations are the B operand: kN rows of the token tile per 128-k block, one bulk
+ * copy (cp.async.bulk, the TMA engine, completing on an mbarrier) per pipeline stage, kST stages,
+ * released by the consumers' mbarrier arrivals.
+ *
+ * Invariants (row invariance, projGemm.cuh):
+ * - The same arithmetic as the other tiers, operand for operand: the slices of projSlices(n, k), each
+ *   accumulated from +0 over its 128-k blocks in ascending order, in steps s = 0..7 of one 16-term
+ *   instruction each; instruction position 2t + e holds k = 128 b + 32 t + 4 s + e and position
+ *   2t + 8 + e holds k = 128 b + 32 t + 4 s + 2 + e, for both operands; the slices summed from the
+ *   left, ((0 + acc_0) + acc_1) + ...; the same finish / bias / rounding per element.
+ * - bf16 (f16) wgmma m64nNk16 and mma.sync m16n8k16 give the same float32 bits for the same k order
+ *   and C, whatever N (tests/gpu/wgmma_equiv.cu measures it on the H200). So the token tile kN may
+ *   change with m; the K order never does.
+ * - The B operand's k order comes from its layout in memory (wgOperandOffset): the pre-pass writes
+ *   the 16-bit operand so that a natural, contiguous copy puts every k at the contract's instruction
+ *   position. Layout, per 128-k block b and group of 8 rows q: 16 chunks c = 2 s + h (step s, half h)
+ *   of 8 rows x 8 values (16 bytes a row: one wgmma core matrix); value i = 2 t + e of row r is
+ *   k = 128 b + 32 t + 4 s + 2 h + e. A (b, q) is 2048 contiguous bytes, and a token tile of a block
+ *   is kN / 8 consecutive ones: one copy. Values past K are +0 (as the other tiers' zero fill).
+ * - Per-block scaled policies (P::kPER_BLOCK) are not served here (a third accumulator set); they
+ *   stay on the mma.sync tiers, which give the same bits.
+ */
+#ifndef METRALE_PROJ_WGMMA_CUH
+#define METRALE_PROJ_WGMMA_CUH
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "metraleNumerics.cuh"
+#include "projGemm.cuh"
+#include "projTiers.h"
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define METRALE_SM90A 1  // wgmma and setmaxnreg: the sm_90a build only
+#endif
+
+namespace metrale
+{
+
+constexpr int kWG_CONSUMERS = 2;                      // consumer warpgroups per CTA
+constexpr int kWG_ROWS = 64 * kWG_CONSUMERS;          // weight rows per CTA
+constexpr int kWG_THREADS = 128 * kWG_CONSUMERS + 128; // + the producer warpgroup (one thread copies)
+constexpr int kWG_PRODUCER_REGS = 24;                  // setmaxnreg: 128 x 24 + 256 x 240 <= 64K
+constexpr int kWG_CONSUMER_REGS = 240;
+
+/* Byte offset of x[m, k] in the wgmma operand of a launch whose rows form mg groups of 8. */
+__host__ __device__ __forceinline__ size_t wgOperandOffset(int m, int k, int mg)
+{
+    const int b = k >> 7;
+    const int kk = k & 127;
+    const int c = 2 * ((kk >> 2) & 7) + ((kk >> 1) & 1);  // 2 s + h
+    const int i = 2 * (kk >> 5) + (kk & 1);               // 2 t + e
+    return ((((static_cast<size_t>(b) * mg + (m >> 3)) * 16 + c) * 8 + (m & 7)) * 16) + 2 * i;
+}
+
+/* Bytes of the wgmma operand of [m, k]: every 128-k block and every row group of 8 complete. */
+inline size_t wgOperandBytes(int64_t m, int64_t k)
+{
+    const size_t mg = static_cast<size_t>((m + 7) / 8);
+    const size_t nkb = static_cast<size_t>((k + 127) / 128);
+    return (nkb * mg * 2048 + 255) / 256 * 256;
+}
+
+/*
+ * x (float32 / float16 / bf16 rounded to bf16 as toBf16Kernel does; kRaw: 16-bit values copied as
+ * they are) into the wgmma operand layout. One CTA of 128 threads per (block, row group): thread
+ * (r, c) writes the 16-byte row r of chunk c; values past m or k are +0.
+ */
+template <bool kRaw>
+__global__ void __launch_bounds__(128) wgOperandKernel(const void* __restrict__ x, int32_t dtype,
+    uint16_t* __restrict__ out, int M, int K, int mg)
+{
+    const int grp = blockIdx.x % mg;
+    const int b = blockIdx.x / mg;
+    const int c = threadIdx.x & 15;
+    const int r = threadIdx.x >> 4;
+    const int m = 8 * grp + r;
+    uint32_t w[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+    {
+        const int k0 = 128 * b + 32 * t + 4 * (c >> 1) + 2 * (c & 1);
+        uint32_t v[2] = {0u, 0u};
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+        {
+            if (m < M && k0 + e < K)
+            {
+                const size_t idx = static_cast<size_t>(m) * K + k0 + e;
+                if constexpr (kRaw)
+                {
+                    v[e] = static_cast<const uint16_t*>(x)[idx];
+                }
+                else
+                {
+                    v[e] = __bfloat16_as_ushort(__float2bfloat16_rn(loadXBf16(x, dtype, idx)));
+                }
+            }
+        }
+        w[t] = v[0] | (v[1] << 16);
+    }
+    *reinterpret_cast<uint4*>(out + static_cast<size_t>(blockIdx.x) * 1024 + c * 64 + r * 8)
+        = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* d (+)= a * B: wgmma m64nNk16, A from registers (the m16n8k16 A fragment per warp), B through its
+ * shared-memory descriptor, float32 accumulators. */
+template <bool kF16, int kN>
+struct WgmmaRS;
+
+template <>
+struct WgmmaRS<false, 64>
+{
+    __device__ static void run(float (&d)[32], const uint32_t (&a)[4], uint64_t desc)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+            "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+    }
+};
+
+template <>
+struct WgmmaRS<true, 64>
+{
+    __device__ static void run(float (&d)[32], const uint32_t (&a)[4], uint64_t desc)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+            "{%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+    }
+};
+
+template <>
+struct WgmmaRS<false, 128>
+{
+    __device__ static void run(float (&d)[64], const uint32_t (&a)[4], uint64_t desc)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+            "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+    }
+};
+
+template <>
+struct WgmmaRS<true, 128>
+{
+    __device__ static void run(float (&d)[64], const uint32_t (&a)[4], uint64_t desc)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+            "{%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc));
+    }
+};
+
+/* The B descriptor: K-major, no swizzle, core matrices of 8 rows x 16 bytes; the next 8 k at +128
+ * bytes (leading byte offset), the next 8 rows at +2048 (stride byte offset). */
+__device__ __forceinline__ uint64_t wgDescB(uint32_t saddr)
+{
+    return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(128 >> 4) << 16)
+        | (static_cast<uint64_t>(2048 >> 4) << 32);
+}
+
+__device__ __forceinline__ void wgFence()
+{
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void wgCommit()
+{
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int kN>
+__device__ __forceinline__ void wgWait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kN) : "memory");
+}
+/* Pins the accumulators' reads and writes between the wgmma fences and waits. */
+template <int kR>
+__device__ __forceinline__ void fenceRegs(float (&d)[kR])
+{
+#pragma unroll
+    for (int i = 0; i < kR; ++i)
+    {
+        asm volatile("" : "+f"(d[i])::"memory");
+    }
+}
+
+__device__ __forceinline__ void mbarInit(uint64_t* bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smemAddr(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbarExpectTx(uint64_t* bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smemAddr(bar)), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbarArrive(uint64_t* bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smemAddr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbarWait(uint64_t* bar, uint32_t parity)
+{
+    // The retry loop inside one asm statement (PTX labels are local to the braces): no branch the
+    // compiler could take for divergent around the wgmma instructions.
+    asm volatile(
+        "{\n.reg .pred p;\nWAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+        "@!p bra WAIT;\n}\n" ::"r"(smemAddr(bar)),
+        "r"(parity)
+        : "memory");
+}
+/* bytes (a multiple of 16) global -> shared through the bulk-copy engine, completing on bar. */
+__device__ __forceinline__ void bulkCopy(void* dst, const void* src, uint32_t bytes, uint64_t* bar)
+{
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+            smemAddr(dst)),
+        "l"(src), "r"(bytes), "r"(smemAddr(bar))
+        : "memory");
+}
+
+/* Shared-memory layout (bytes): kST stages of kN rows x 128 k, the full / empty mbarriers, the
+ * policy's table. */
+template <class P, int kN, int kST>
+struct WgLayout
+{
+    static constexpr int kStage = kN * 256;
+    static constexpr int kBar = kST * kStage;
+    static constexpr int kTable = kBar + 128;
+    static constexpr int kSmem = kTable + P::kTABLE_BYTES;
+    static_assert(kST * 16 <= 128, "mbarriers");
+};
+
+/*
+ * The consumer warpgroups' part of projWgmmaKernel. Per block, in slice order: wait for its stage,
+ * issue the 8 wgmmas on the A fragments dequantized during the previous block, dequantize the next
+ * block's fragments while they run (its codes were loaded two blocks ahead), wait, release the stage,
+ * fold the running slice into the sum after a slice's last block. Every wait is unconditional, so
+ * no register the tensor cores read is touched while they read it.
+ */
+template <class P, int kN, int kST>
+__device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_t* smem, uint64_t* full,
+    uint64_t* empty, const uint8_t* table, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
+    int32_t yDtype, int slices, int nkb, int m0, int n0)
+{
+#ifdef METRALE_SM90A
+    using L = WgLayout<P, kN, kST>;
+    constexpr int kCW = P::kCB / 16;  // code words per thread per weight row per block
+    constexpr int kCV = kCW / 4;      // 16-byte loads of them
+    constexpr int kACC = kN / 2;      // accumulators per thread: kN / 8 n8 column tiles x 4
+    const int tid = threadIdx.x;
+    const int warpId = tid >> 5;
+    const int lane = tid & 31;
+    // Warp wq of warpgroup wg holds weight rows n0 + 64 wg + 16 wq + (0..15).
+    const int wg = warpId >> 2;
+    const int wq = warpId & 3;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int nBase = n0 + 64 * wg + 16 * wq;
+    const int rowBytes = K * P::kCODE_BITS / 8;
+    const int cEnd = rowBytes - t * (P::kCB / 4);
+    int nRow[2];
+    bool nOk[2];
+    const uint8_t* cRow[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        nRow[hr] = nBase + g + 8 * hr;
+        nOk[hr] = nRow[hr] < N;
+        cRow[hr] = p.codes + static_cast<long long>(nOk[hr] ? nRow[hr] : 0) * rowBytes + t * (P::kCB / 4);
+    }
+    struct Slot
+    {
+        uint4 c[2][kCV];
+        typename P::StreamMeta m[2];
+    };
+    auto load = [&](Slot& s, int kb) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+#pragma unroll
+            for (int v = 0; v < kCV; ++v)
+            {
+                const int off = kb * P::kCB + 16 * v;
+                s.c[hr][v] = (nOk[hr] && off < cEnd) ? ldgStream(cRow[hr] + off) : make_uint4(0u, 0u, 0u, 0u);
+            }
+            s.m[hr] = P::loadStreamMeta(p, t, kb, nRow[hr], nOk[hr]);
+        }
+    };
+    // A block's codes as the policy's dequant takes them, and its scale state.
+    struct Deq
+    {
+        uint32_t codes[2][kCW];
+        typename P::BlockState bs[2];
+    };
+    auto prepare = [&](const Slot& rs, Deq& d) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+#pragma unroll
+            for (int v = 0; v < kCV; ++v)
+            {
+                d.codes[hr][4 * v + 0] = rs.c[hr][v].x;
+                d.codes[hr][4 * v + 1] = rs.c[hr][v].y;
+                d.codes[hr][4 * v + 2] = rs.c[hr][v].z;
+                d.codes[hr][4 * v + 3] = rs.c[hr][v].w;
+            }
+            d.bs[hr] = P::streamState(p, rs.m[hr]);
+        }
+    };
+    // The A fragment of step s (the policy's dequant, as in every tier).
+    auto dequantStep = [&](const Deq& d, int s, uint32_t (&a)[4]) {
+        P::dequant(d.codes[0], d.bs[0], s, table, lane, a[0], a[2]);
+        P::dequant(d.codes[1], d.bs[1], s, table, lane, a[1], a[3]);
+    };
+
+    float cur[kACC];  // the running slice
+    float tot[kACC];  // the sum of the finished slices
+#pragma unroll
+    for (int i = 0; i < kACC; ++i)
+    {
+        cur[i] = 0.0f;
+        tot[i] = 0.0f;
+    }
+    SliceCursor ldCur(nkb, slices);  // the next block to load into the ring
+    SliceCursor cmCur(nkb, slices);  // the next block to compute
+    int nWalk = nkb;                 // blocks this CTA walks: all, or its slice's (split)
+    if (part != nullptr)
+    {
+        ldCur.seek(blockIdx.z);
+        cmCur.seek(blockIdx.z);
+        nWalk = cmCur.cnt;
+    }
+    Slot ring[2];                     // the codes of blocks i + 1 and i + 2 while block i runs
+    int loaded = 0;
+    auto loadNext = [&](Slot& s) {
+        if (loaded < nWalk)
+        {
+            load(s, ldCur.block());
+            ldCur.next();
+            ++loaded;
+        }
+    };
+    loadNext(ring[0]);
+    loadNext(ring[1]);
+    uint32_t a[8][4];  // the A fragments of the 8 steps
+    {
+        Deq d;
+        prepare(ring[0], d);
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+        {
+            dequantStep(d, s, a[s]);
+        }
+    }
+    ring[0] = ring[1];
+    loadNext(ring[1]);
+
+    const uint32_t stage0 = smemAddr(smem);
+    int slot = 0;
+    uint32_t phase = 0;
+#pragma unroll 1
+    for (int i = 0; i < nWalk; ++i)
+    {
+        const bool last = cmCur.lastOfSlice();
+        cmCur.next();
+        Deq d;  // block i + 1 (stale codes past the last block: dequantized, never issued)
+        prepare(ring[0], d);
+        mbarWait(&full[slot], phase);
+        fenceRegs(cur);
+        const uint64_t desc = wgDescB(stage0 + slot * L::kStage);
+        // Step s's wgmma runs while step s - 1's fragment, now free, takes block i + 1's values.
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+        {
+            wgFence();
+            WgmmaRS<P::kF16, kN>::run(cur, a[s], desc + static_cast<uint64_t>(16 * s));  // + 256 s bytes
+            wgCommit();
+            if (s > 0)
+            {
+                wgWait<1>();
+                dequantStep(d, s - 1, a[s - 1]);
+            }
+        }
+        wgWait<0>();
+        fenceRegs(cur);
+        dequantStep(d, 7, a[7]);
+        if (lane == 0)
+        {
+            mbarArrive(&empty[slot]);
+        }
+        if (last)
+        {
+#pragma unroll
+            for (int e = 0; e < kACC; ++e)
+            {
+                tot[e] = __fadd_rn(tot[e], cur[e]);
+                cur[e] = 0.0f;
+            }
+        }
+        ring[0] = ring[1];
+        loadNext(ring[1]);
+        if (++slot == kST)
+        {
+            slot = 0;
+            phase ^= 1u;
+        }
+    }
+    // The walk's last block ends the last slice: tot holds the sum.
+
+    // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
+    if (part != nullptr)
+    {
+        // Split: this slice's sum (0 + acc_z) for wgReduceKernel, which folds the slices in order.
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+            {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                {
+                    const int m = m0 + 8 * j + 2 * t + e;
+                    if (nOk[hr] && m < M)
+                    {
+                        part[(static_cast<size_t>(blockIdx.z) * M + m) * N + nRow[hr]] = tot[4 * j + 2 * hr + e];
+                    }
+                }
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        if (!nOk[hr])
+        {
+            continue;
+        }
+        const int n = nRow[hr];
+        const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+        {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+            {
+                const int m = m0 + 8 * j + 2 * t + e;
+                if (m < M)
+                {
+                    float v = P::finish(p, tot[4 * j + 2 * hr + e], m, n);
+                    if (p.bias != nullptr)
+                    {
+                        v = __fadd_rn(v, bias);
+                    }
+                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+                }
+            }
+        }
+    }
+#endif
+}
+
+template <class P, int kN, int kST>
+__global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename P::Params p,
+    const uint8_t* __restrict__ Xw, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
+    int32_t yDtype, int slices)
+{
+#ifdef METRALE_SM90A
+    using L = WgLayout<P, kN, kST>;
+    extern __shared__ __align__(128) uint8_t smem[];  // 16-byte alignment suffices (no swizzle)
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
+    uint64_t* empty = full + kST;
+    uint8_t* table = smem + L::kTable;
+
+    const int tid = threadIdx.x;
+    const int warpId = tid >> 5;
+    const int nkb = (K + 127) >> 7;
+    const int mg = (M + 7) >> 3;
+    const int m0 = blockIdx.y * kN;
+    const int n0 = blockIdx.x * kWG_ROWS;
+    if (tid == 0)
+    {
+        for (int s = 0; s < kST; ++s)
+        {
+            mbarInit(&full[s], 1);
+            mbarInit(&empty[s], 4 * kWG_CONSUMERS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    P::initTable(table, tid, kWG_THREADS);
+    __syncthreads();
+
+    if (warpId >= 4 * kWG_CONSUMERS)
+    {
+        // The producer: one thread copies the token tile's blocks in slice order.
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS));
+        if (tid == 128 * kWG_CONSUMERS)
+        {
+            const int rows = min(kN, 8 * mg - m0);
+            const uint32_t bytes = static_cast<uint32_t>(rows) * 256u;
+            SliceCursor cur(nkb, slices);
+            int nWalk = nkb;
+            if (part != nullptr)
+            {
+                cur.seek(blockIdx.z);
+                nWalk = cur.cnt;
+            }
+            int slot = 0;
+            uint32_t phase = 0;
+            for (int i = 0; i < nWalk; ++i)
+            {
+                if (i >= kST)
+                {
+                    mbarWait(&empty[slot], phase ^ 1u);
+                }
+                mbarExpectTx(&full[slot], bytes);
+                const uint8_t* src = Xw + (static_cast<size_t>(cur.block()) * mg + (m0 >> 3)) * 2048;
+                bulkCopy(smem + slot * L::kStage, src, bytes, &full[slot]);
+                cur.next();
+                if (++slot == kST)
+                {
+                    slot = 0;
+                    phase ^= 1u;
+                }
+            }
+        }
+    }
+    else
+    {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
+        consumeWgmma<P, kN, kST>(p, smem, full, empty, table, Y, part, M, N, K, yDtype, slices, nkb, m0, n0);
+    }
+#else
+    __trap();  // launched only where wgmmaAvailable() found sm_90a machine code
+#endif
+}
+
+/* Token tile: a function of m and the weight's shape (never of the bits). 128 rows when that still
+ * gives a wave of CTAs, else 64. */
+inline int wgTokenTile(int64_t m, int64_t n)
+{
+    const int64_t ctas128 = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 127) / 128);
+    return (m > 64 && ctas128 >= 132) ? 128 : 64;
+}
+
+/*
+ * Whether the slices go to CTAs of their own (grid.z = slices), where the tile grid alone would fill
+ * its waves of 132 CTAs (one per SM) less than 70%: each CTA sums its slice from +0 and writes it to
+ * the float32 buffer `part` [slices, m, n]; wgReduceKernel then folds them per element in slice order,
+ * from +0, as the single-CTA walk does, so the bits are the same. A layout choice of (m, n, k) only.
+ * Measured on the H200 (benchmarks/results/kernels-20261201-0905-wgmma-split.md): the split wins
+ * 1.4-2.7x on 24-61% full grids (8B-down / 8B-qkv / 32B-down at M = 64, 32B-down at M = 256) and loses
+ * up to 1.4x on nearly full ones (the buffer's traffic and the per-CTA prologue).
+ */
+inline bool wgSplit(int64_t m, int64_t n, int64_t k)
+{
+    const int64_t tn = wgTokenTile(m, n);
+    const int64_t ctas = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + tn - 1) / tn);
+    const int64_t waves = (ctas + 131) / 132;
+    return projSlices(n, k) > 1 && ctas * 10 < waves * 132 * 7;
+}
+
+/* Workspace bytes of the split's slice sums (0 where the tier does not split). */
+inline size_t wgPartBytes(int64_t m, int64_t n, int64_t k)
+{
+    if (!wgmmaTierFor(m) || !wgSplit(m, n, k))
+    {
+        return 0;
+    }
+    return (static_cast<size_t>(projSlices(n, k)) * m * n * 4 + 255) / 256 * 256;
+}
+
+/* y = finish(((0 + part_0) + part_1) + ...) (+ bias), per element, rounded to y's dtype. */
+template <class P>
+__global__ void __launch_bounds__(256) wgReduceKernel(const typename P::Params p, const float* __restrict__ part,
+    void* __restrict__ Y, int M, int N, int slices, int32_t yDtype)
+{
+    const size_t total = static_cast<size_t>(M) * N;
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    {
+        float v = 0.0f;
+        for (int s = 0; s < slices; ++s)
+        {
+            v = __fadd_rn(v, part[s * total + i]);
+        }
+        const int m = static_cast<int>(i / N);
+        const int n = static_cast<int>(i - static_cast<size_t>(m) * N);
+        v = P::finish(p, v, m, n);
+        if (p.bias != nullptr)
+        {
+            v = __fadd_rn(v, p.bias[n]);
+        }
+        storeY(Y, yDtype, i, v);
+    }
+}
+
+template <class P, int kN, int kST>
+inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t* Xw, void* y, float* part, int m,
+    int n, int k, int32_t yDtype, int slices, cudaStream_t stream)
+{
+    using L = WgLayout<P, kN, kST>;
+    auto kern = projWgmmaKernel<P, kN, kST>;
+    static unsigned long long done = 0;  // the raised smem limit, per device (a race only repeats it)
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (!(done & bit))
+    {
+        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        done |= bit;
+    }
+    const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN, part != nullptr ? slices : 1);
+    kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(p, reinterpret_cast<const uint8_t*>(Xw), y, part, m, n, k, yDtype,
+        slices);
+    e = cudaGetLastError();
+    if (e != cudaSuccess || part == nullptr)
+    {
+        return e;
+    }
+    const size_t total = static_cast<size_t>(m) * n;
+    const unsigned blocks = static_cast<unsigned>((total + 255) / 256 < 132u * 16u ? (total + 255) / 256 : 132u * 16u);
+    wgReduceKernel<P><<<blocks, 256, 0, stream>>>(p, part, y, m, n, slices, yDtype);
+    return cudaGetLastError();
+}
+
+/* The wgmma tier on the operand Xw (wgOperandOffset layout); part: the split's buffer
+ * (wgPartBytes), used where wgSplit says so. */
+template <class P>
+inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* Xw, void* y, void* part, int m, int n,
+    int k, int32_t yDtype, int slices, cudaStream_t stream)
+{
+    float* pb = wgSplit(m, n, k) ? static_cast<float*>(part) : nullptr;
+    if (pb == nullptr && wgSplit(m, n, k))
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (wgTokenTile(m, n) == 128)
+    {
+        return launchProjWgmmaN<P, 128, 4>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
+    }
+    return launchProjWgmmaN<P, 64, 6>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
+}
+
+/* Whether this device runs the wgmma tier: sm_90a machine code of the kernel was loaded for it (a
+ * pure function of the device; cached per device). */
+template <class P>
+inline bool wgmmaAvailable()
+{
+    static int cache[64] = {};  // 0 unknown, 1 yes, 2 no
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess)
+    {
+        return false;
+    }
+    int& c = cache[dev & 63];
+    if (c == 0)
+    {
+        cudaFuncAttributes a{};
+        int major = 0;
+        const bool ok = cudaFuncGetAttributes(&a, projWgmmaKernel<P, 64, 6>) == cudaSuccess
+            && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess;
+        c = (ok && a.binaryVersion == 90 && major == 9) ? 1 : 2;
+        (void) cudaGetLastError();
+    }
+    return c == 1;
+}
+
+/* Whether m rows of policy P go to the wgmma tier (projTiers.h: wgmmaTierFor, and the device). */
+template <class P>
+inline bool useWgmma(int64_t m)
+{
+    if constexpr (P::kPER_BLOCK)
+    {
+        return false;
+    }
+    else
+    {
+        return wgmmaTierFor(m) && wgmmaAvailable<P>();
+    }
+}
+
+/* The operand of the wgmma tier in the workspace: from x (any dtype, rounded to bf16), or raw
+ * 16-bit values (kRaw: an f16 pre-pass result). */
+template <bool kRaw>
+inline cudaError_t wgOperand(const void* x, int32_t xDtype, int64_t m, int64_t k, void* dst, cudaStream_t stream)
+{
+    const int mg = static_cast<int>((m + 7) / 8);
+    const int nkb = static_cast<int>((k + 127) / 128);
+    wgOperandKernel<kRaw><<<mg * nkb, 128, 0, stream>>>(x, xDtype, static_cast<uint16_t*>(dst), static_cast<int>(m),
+        static_cast<int>(k), mg);
+    return cudaGetLastError();
+}
+
+} // namespace metrale
+
+#endif // METRALE_PROJ_WGMMA_CUH
