@@ -20,6 +20,7 @@ from ..errors import InputError
 from ..exporter.checkpoint import Checkpoint
 from ..exporter.formats import describe_checkpoint, describe_text
 from ..exporter.manifest import metrale_ops
+from ..ops import versions
 from . import options as opt
 
 
@@ -35,6 +36,7 @@ def summarize(path: Path) -> dict:
         model = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as e:
         raise InputError(f"{onnx_path}: not a readable ONNX model ({e})") from e
+    versions.check_model(model, str(onnx_path))  # an older op contract: say to re-export
     sizes = {}
     for init in model.graph.initializer:
         ext = {e.key: e.value for e in init.external_data}
