@@ -39,7 +39,7 @@ struct W4A16Policy : NoTable
         const float* scale;       // [N, G]
         const uint8_t* zeroPoint; // [N, G] or null (8)
         const float* bias;        // [N] or null
-        int groups;               // G = K / group_size
+        int groups;               // G = ceil(K / group_size): the last group may be partial
         int groupShift;           // log2(group_size)
         int perBlock;             // 128 / group_size
         int totalGroups;          // N * G (< 2^31, launcher check)
