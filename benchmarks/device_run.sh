@@ -2,6 +2,8 @@
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
 #   bash benchmarks/device_run.sh [tests|bench|all] [pytest -k expression]
+# Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
+# records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"

@@ -29,7 +29,11 @@ class ConfigError(InputError):
 
 
 class OutputExistsError(InputError):
-    """The output directory exists and --force was not given."""
+    """The output directory exists and --force was not given (or it is not this tool's output)."""
+
+
+class OutputLocationError(InputError):
+    """The output location cannot be used: read-only, not a directory, or without enough space."""
 
 
 class ExportError(MetraleError):

@@ -79,6 +79,8 @@ def _compare(out, options: JobOptions, events: Events):
     from .compare.accuracy import compare_export
 
     G_LOGGER.module_severity = G_LOGGER.ERROR  # Polygraphy's notes would mix into --json's stdout
+    events.say("[2/3] comparing the export in ONNX Runtime (reference ops) with PyTorch on a prefill "
+               "and a decode step ...")
     started = time.perf_counter()
     report = compare_export(out)
     if events.compare_report is not None:
@@ -106,6 +108,8 @@ def _engines(out, options: JobOptions, events: Events):
         return "skipped: no TensorRT backend installed"
     from .engines.build import build_engines
 
+    events.say(f"[3/3] building {len(options.build.profiles)} engine(s), one per profile, into "
+               f"{Path(out) / 'engines'} (Ctrl-C stops cleanly) ...")
     manifest = build_engines(Path(out), None, options.build, events.build_progress)
     promise = manifest["row_invariance"]
     engine_dir = Path(out) / "engines"

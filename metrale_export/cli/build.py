@@ -10,8 +10,11 @@ from pathlib import Path
 
 import click
 
-from ..engines.build import LOWERINGS, BuildOptions, UsageConflict, build_engines
 from . import options as opt
+
+# engines.plan.LOWERINGS (a test keeps them equal): importing the engines' build here would import
+# onnx and Polygraphy for every --help.
+LOWERINGS = ("plugin", "qdq")
 
 
 def engine_progress(say):
@@ -52,6 +55,8 @@ def command(source, output, profiles, policy, plugins, backend, lowering, timing
       metrale-export build out/model --backend tensorrt-rtx --lowering qdq \\
           --profiles 1,2-8,9-32,33-128,129-4096 --activation-quantization declared
     """
+    from ..engines.build import BuildOptions, UsageConflict, build_engines
+
     options = BuildOptions(
         profiles=profiles, policy=policy, backend=backend, lowering=lowering, plugins=plugins,
         timing_cache=timing_cache, max_context=max_context, rtx_targets=rtx_targets, verbose=verbose,

@@ -6,8 +6,6 @@ from pathlib import Path
 
 import click
 
-from ..exporter.demo import write_demo
-
 
 @click.command("demo-model")
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
@@ -22,5 +20,10 @@ def command(out_dir, seed, hybrid):
 
         path = write_hybrid_demo(out_dir, seed)
     else:
+        from ..exporter.demo import write_demo
+
         path = write_demo(out_dir, seed)
+    from ..exporter.writer import follow_umask
+
+    follow_umask(path)  # safetensors writes 0600; a checkpoint others may read follows the umask
     click.echo(f"wrote {path} and {path.parent / 'config.json'}")

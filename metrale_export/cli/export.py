@@ -1,4 +1,7 @@
-"""``metrale-export export MODEL -o DIR``: the export step alone (exporter.export)."""
+"""``metrale-export export MODEL -o DIR``: the export step alone (exporter.export).
+
+torch is imported inside the command, not here (``--help`` stays fast).
+"""
 
 from __future__ import annotations
 
@@ -6,15 +9,10 @@ import json
 
 import click
 
-from ..exporter.export import ExportOptions, export, parse_layers
-from ..exporter.checkpoint import Checkpoint
-from ..exporter.config import parse_config
-from ..exporter.quantization import QuantRequest
 from . import options as opt
-from .progress import ByteProgress
 
 
-def resolve_weight_format(weight: str, ckpt: Checkpoint) -> str:
+def resolve_weight_format(weight: str, ckpt) -> str:
     """``auto``: declared for a checkpoint that declares a quantization format, else w4a16."""
     if weight != "auto":
         return weight
@@ -23,8 +21,13 @@ def resolve_weight_format(weight: str, ckpt: Checkpoint) -> str:
     return "declared" if detect(ckpt) is not None else "w4a16"
 
 
-def export_options(ctx_params: dict, force: bool) -> tuple[ExportOptions, Checkpoint]:
-    """ExportOptions from the shared quantization options (validated against the model)."""
+def export_options(ctx_params: dict, force: bool):
+    """(ExportOptions, Checkpoint) from the shared quantization options (validated against the model)."""
+    from ..exporter.checkpoint import Checkpoint
+    from ..exporter.config import parse_config
+    from ..exporter.export import ExportOptions, parse_layers
+    from ..exporter.quantization import QuantRequest
+
     ckpt = Checkpoint.open(ctx_params["model"])
     request = QuantRequest(
         weight=resolve_weight_format(ctx_params["weight"], ckpt), group_size=int(ctx_params["group_size"]),
@@ -37,6 +40,9 @@ def export_options(ctx_params: dict, force: bool) -> tuple[ExportOptions, Checkp
 
 
 def run_export(params: dict, out, force: bool, quiet: bool):
+    from ..exporter.export import export
+    from .progress import ByteProgress
+
     options, _ = export_options(params, force)
     bar = ByteProgress("writing weights", enabled=not quiet)
     try:

@@ -14,13 +14,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import click
-import onnx
 
 from ..errors import InputError
-from ..exporter.checkpoint import Checkpoint
-from ..exporter.formats import describe_checkpoint, describe_text
-from ..exporter.manifest import metrale_ops
-from ..ops import versions
 from . import options as opt
 
 
@@ -29,6 +24,12 @@ def is_export(path: Path) -> bool:
 
 
 def summarize(path: Path) -> dict:
+    import onnx
+
+    from ..exporter.manifest import ROW_INVARIANCE_SCOPE, metrale_ops
+    from ..invariance import audit
+    from ..ops import versions
+
     onnx_path = path / "model.onnx" if path.is_dir() else path
     if not onnx_path.exists():
         raise InputError(f"{path}: no model.onnx here; expected an export directory or an .onnx file")
@@ -60,6 +61,7 @@ def summarize(path: Path) -> dict:
         "inputs": {v.name: shape(v) for v in model.graph.input},
         "outputs": {v.name: shape(v) for v in model.graph.output},
     }
+    summary["row_invariance"] = {"applies_to": ROW_INVARIANCE_SCOPE, **audit(model.graph)}
     manifest = (path / "manifest.json") if path.is_dir() else onnx_path.parent / "manifest.json"
     if manifest.exists():
         m = json.loads(manifest.read_text())
@@ -70,6 +72,9 @@ def summarize(path: Path) -> dict:
 
 def summarize_checkpoint(path: Path) -> dict:
     """The model and the declared quantization format of a checkpoint (headers and configs only)."""
+    from ..exporter.checkpoint import Checkpoint
+    from ..exporter.formats import describe_checkpoint
+
     ckpt = Checkpoint.open(path)
     cfg = ckpt.config
     dtypes = Counter()
@@ -89,6 +94,8 @@ def summarize_checkpoint(path: Path) -> dict:
 
 
 def _echo_checkpoint(s: dict) -> None:
+    from ..exporter.formats import describe_text
+
     m = s["model"]
     arch = ",".join(m["architectures"] or ["?"])
     click.echo(f"{s['checkpoint']}: checkpoint, {len(s['files'])} file(s), {s['tensors']} tensors, "
@@ -101,6 +108,8 @@ def _echo_checkpoint(s: dict) -> None:
 
 
 def _echo_export(s: dict, show_ops: bool) -> None:
+    from ..exporter.formats import describe_text
+
     click.echo(f"{s['file']}: {s['nodes']} nodes, {s['weights_bytes'] / 2**20:.2f} MiB of weights")
     if "model" in s:
         wq = dict(s["weight_quantization"] or {})
@@ -119,6 +128,19 @@ def _echo_export(s: dict, show_ops: bool) -> None:
         for o in s["ops"]:
             attrs = " ".join(f"{k}={v}" for k, v in o.items() if k not in ("op_type", "name"))
             click.echo(f"  {o['name']}: {o['op_type']} {attrs}")
+    _echo_row_invariance(s["row_invariance"], show_ops)
+
+
+def _echo_row_invariance(ri: dict, show_ops: bool) -> None:
+    from ..invariance import describe_left
+
+    click.echo(f"row invariance (plugin lowering, fixed --activation-quantization): covers the outputs of "
+               f"{len(ri['covers'])} metrale projections; not covered, left to TensorRT with tactics "
+               f"chosen per profile: {describe_left(ri)}")
+    if show_ops:
+        for e in ri["left_to_tensorrt"]:
+            extra = f", weight {e['weight']}" if "weight" in e else ""
+            click.echo(f"  {e['node']}: {e['op_type']} ({e['kind']}, {e['where']}{extra})")
 
 
 @click.command("inspect")

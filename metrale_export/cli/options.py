@@ -1,4 +1,8 @@
-"""Options shared by several commands, as decorators (the pip-tools ``options.py`` pattern)."""
+"""Options shared by several commands, as decorators (the pip-tools ``options.py`` pattern).
+
+Torch- and onnx-free: the choices come from ``exporter.names`` and the light engine modules, so
+``--help`` imports no heavy module.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,7 @@ import click
 from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
-from ..exporter.export import DTYPES
-from ..exporter.quantization import WEIGHT_FORMATS
+from ..exporter.names import DTYPE_NAMES, WEIGHT_FORMATS
 
 
 def _compose(*decorators):
@@ -44,7 +47,7 @@ quantization_options = _compose(
                       "projection per expert run on every row (what the qdq lowering can express)."),
     click.option("--layers", default=None, metavar="SPEC",
                  help="Export only these decoder layers, e.g. '0' or '0,2' or '1-3' (debugging)."),
-    click.option("--dtype", type=click.Choice(sorted(DTYPES)), default="float32", show_default=True,
+    click.option("--dtype", type=click.Choice(sorted(DTYPE_NAMES)), default="float32", show_default=True,
                  help="Dtype of activations and float weights in the graph (float32 runs in the "
                       "ONNX Runtime reference; the quantized ops round activations to bf16 anyway)."),
 )

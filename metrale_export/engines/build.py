@@ -26,7 +26,7 @@ import onnx
 from polygraphy.backend.base import BaseLoader
 
 from ..errors import BuildError
-from . import backends, lowering, manifest as _manifest
+from . import backends, cancel, lowering, manifest as _manifest
 from .plan import (  # noqa: F401 - the build's public names
     LOWERINGS, BuildOptions, BuildPlan, EngineStep, Source, UsageConflict, choose_backend, plan_build,
     resolve_lowering, resolve_source, sha256_file,
@@ -72,7 +72,14 @@ class LoweredGraphFromOnnx(BaseLoader):
         else:
             rewritten = lowering.with_activation_formats(self.model(), self.formats)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        lowering.save_model(rewritten, self.path)
+        try:
+            lowering.save_model(rewritten, self.path)
+        except BaseException as e:  # a full disk or Ctrl-C: leave no half-written graph
+            for partial in (self.path, self.path.with_name(self.path.name + ".data")):
+                partial.unlink(missing_ok=True)
+            if isinstance(e, OSError) and e.filename is None:
+                raise OSError(e.errno, e.strerror, str(self.path)) from e
+            raise
         return self.path
 
 
@@ -80,9 +87,10 @@ class EngineBytesFromLoweredGraph(BaseLoader):
     """The serialized engine of one lowered graph under one step's optimization profiles."""
 
     def __init__(self, backend: backends.Backend, plan: BuildPlan, shapes: tuple[ProfileShapes, ...],
-                 graph: Path, rtx_targets):
+                 graph: Path, rtx_targets, monitor=None):
         self.backend, self.plan, self.shapes, self.graph, self.rtx_targets = \
             backend, plan, shapes, graph, rtx_targets
+        self.monitor = monitor  # the builder's IProgressMonitor (cancel.monitor: Ctrl-C stops it)
 
     def call_impl(self):
         from polygraphy.backend.trt import CreateConfig, EngineBytesFromNetwork, NetworkFromOnnxPath, Profile
@@ -100,9 +108,10 @@ class EngineBytesFromLoweredGraph(BaseLoader):
         if self.backend.is_rtx:
             from polygraphy.backend.tensorrt_rtx import CreateConfigRTX
 
-            config = CreateConfigRTX(profiles=profiles, compute_capabilities=list(self.rtx_targets))
+            config = CreateConfigRTX(profiles=profiles, compute_capabilities=list(self.rtx_targets),
+                                     progress_monitor=self.monitor)
         else:
-            config = CreateConfig(profiles=profiles, load_timing_cache=cache)
+            config = CreateConfig(profiles=profiles, load_timing_cache=cache, progress_monitor=self.monitor)
         with warnings.catch_warnings():
             # Polygraphy sets a timing cache even without one; TensorRT-RTX deprecates the call.
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -181,10 +190,15 @@ def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, p
 
 def _build(backend: backends.Backend, plan: BuildPlan, step: EngineStep, options: BuildOptions):
     graph = plan.out_dir / step.graph
-    with backends.captured_polygraphy_log(echo=options.verbose) as log:
+    # Ctrl-C cancels the builder (cancel.py) and comes back as KeyboardInterrupt: no engine is written.
+    with backends.captured_polygraphy_log(echo=options.verbose) as log, cancel.sigint_cancels() as stop:
         try:
-            return EngineBytesFromLoweredGraph(backend, plan, step.shapes, graph, options.rtx_targets)()
+            engine = EngineBytesFromLoweredGraph(backend, plan, step.shapes, graph, options.rtx_targets,
+                                                 cancel.monitor(backend.module, stop))()
         except Exception as e:  # noqa: BLE001 - Polygraphy raises its own exception type
+            stop.raise_if_set()
             errors = [m for level, m in log if level in ("ERROR", "CRITICAL")]
             detail = "\n  ".join(errors[-6:]) or str(e)
             raise BuildError(f"{step.rows}: {backend.describe()} could not build {graph}:\n  {detail}") from e
+        stop.raise_if_set()
+        return engine

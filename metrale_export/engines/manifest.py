@@ -34,6 +34,10 @@ def write_atomic(path: Path, data: bytes | memoryview) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as e:
+        if e.filename is None:  # write() errors (a full disk) carry no path: name the file
+            raise OSError(e.errno, e.strerror, str(path)) from e
+        raise
     finally:
         if tmp.exists():
             tmp.unlink()
@@ -103,7 +107,7 @@ def document(plan, entries: list[dict], complete: bool) -> dict:
         "backend": _backend(plan),
         "lowering": plan.lowering,
         "activation_quantization": plan.policy,
-        "row_invariance": {"promised": plan.promised, "reason": plan.promise_reason},
+        "row_invariance": plan.row_invariance,
         "max_context": plan.max_context,
         "plugins": {"path": str(plan.plugins), "sha256": plan.plugin_sha} if plan.plugin_sha else None,
         "timing_cache": str(plan.timing_cache) if plan.timing_cache else None,

@@ -26,6 +26,7 @@ from typing import Callable
 import onnx
 
 from ..errors import InputError
+from ..invariance import audit, engine_promise
 from . import backends, lowering as _lowering, policy as _policy
 from .profiles import DEFAULT_MAX_CONTEXT, ProfileShapes, RowRange, optimization_profiles
 
@@ -67,6 +68,7 @@ class Source:
     ops: list = field(default_factory=list)  # lowering.OpInfo of every metrale node
     inputs: dict = field(default_factory=dict)  # graph input name -> dims (int, name or None)
     sha256: str = ""  # over every file in ``files``
+    audit: dict = field(default_factory=dict)  # invariance.audit: what the promise covers, what is left
 
     @property
     def model_max_positions(self) -> int | None:
@@ -139,7 +141,7 @@ def resolve_source(path: Path, hash_files: bool = True) -> Source:
                         )
                     files.append(data)
     return Source(onnx_path, manifest, files, _lowering.metrale_ops(header), input_shapes(header),
-                  sha256_files(files) if hash_files else "")
+                  sha256_files(files) if hash_files else "", audit(header.graph))
 
 
 # --- the decisions, one pure function each ---------------------------------------------------
@@ -255,6 +257,7 @@ class BuildPlan:
     targets: tuple[str, ...]
     promised: bool
     promise_reason: str
+    row_invariance: dict  # the engine manifest's entry (invariance.engine_promise)
     max_context: int
     policy: str  # the policy as the user can write it again
     plugins: Path | None
@@ -322,7 +325,9 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     if not is_rtx:  # TensorRT-RTX times no tactics when it builds on the CPU
         timing_cache = Path(options.timing_cache) if options.timing_cache else Path(out_dir) / "timing.cache"
     targets = tuple(f"{a}.{b}" for a, b in options.rtx_targets) if is_rtx else ("build machine",)
-    promised, reason = _policy.row_invariance(options.policy, chosen)
+    # The policy and lowering may promise it; the ops left to TensorRT narrow it (invariance.py).
+    row_invariance = engine_promise(source.audit, *_policy.row_invariance(options.policy, chosen))
+    promised, reason = row_invariance["promised"], row_invariance["reason"]
     by_key = {e.get("key"): e for e in previous if isinstance(e, dict)}
     steps = []
     for rows, formats, shapes in zip(options.profiles, all_formats, all_shapes):
@@ -340,7 +345,8 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     steps = tuple(steps)
     return BuildPlan(
         source=source, out_dir=Path(out_dir), backend=name, backend_version=version, lowering=chosen,
-        targets=targets, promised=promised, promise_reason=reason, max_context=max_context,
+        targets=targets, promised=promised, promise_reason=reason, row_invariance=row_invariance,
+        max_context=max_context,
         policy=options.policy.describe(), plugins=options.plugins, plugin_sha=plugin_sha,
         timing_cache=timing_cache, steps=steps,
         removals=removals(list(previous), steps, list(lowered_on_disk)),

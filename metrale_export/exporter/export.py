@@ -34,10 +34,12 @@ from .config import parse_config
 from . import replicate
 from .layers.model import CausalLM
 from .manifest import build_manifest
+from .names import DTYPE_NAMES
 from .quantization import FloatSource, QuantRequest
-from .writer import DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory, tensor_digest
+from .writer import (DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory, check_location,
+                     tensor_digest)
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 OPSET = 20
 log = logging.getLogger(__name__)
 
@@ -220,6 +222,7 @@ def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions |
     source = select_source(ckpt, options.request)
     with torch.device("meta"):
         model = CausalLM(cfg, source, dtype, options.layers)
+    check_location(Path(out_dir), options.force, model.weight_nbytes())  # before any tracing
     if progress is not None:
         n_proj = len(model.projections())
         progress.note(f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "

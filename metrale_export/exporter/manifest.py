@@ -1,6 +1,7 @@
 """``manifest.json`` of an export: the model, the formats (requested, and the checkpoint's declared
 format as its reader's ``describe()`` gives it), the layers, every metrale op, the graph's inputs and
-outputs, and the hash of every file.
+outputs, what the row-invariance promise covers and what it leaves to TensorRT (``invariance``),
+and the hash of every file.
 
 Invariants: deterministic (no timestamps, sorted keys), so identical exports have identical
 manifests; ``ops`` lists each metrale node with its attributes as written in the graph.
@@ -14,8 +15,13 @@ from pathlib import Path
 
 import onnx
 
+from ..invariance import audit
 from ..ops.onnx_translation import DOMAIN
 from .writer import sha256_file
+
+
+ROW_INVARIANCE_SCOPE = ("engines built with --lowering plugin and a fixed --activation-quantization: "
+                        "the outputs listed under covers; the ops under left_to_tensorrt are not covered")
 
 
 def node_attributes(node: onnx.NodeProto) -> dict:
@@ -73,6 +79,8 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
         "layers": model.layer_ids,
         "op_counts": dict(sorted(counts.items())),
         "ops": ops,
+        # What a plugin-lowered engine with a fixed format promises, and what it leaves to TensorRT.
+        "row_invariance": {"applies_to": ROW_INVARIANCE_SCOPE, **audit(proto.graph)},
         "inputs": [_value_info(v) for v in proto.graph.input],
         "outputs": [_value_info(v) for v in proto.graph.output],
         "files": {p.name: sha256_file(p) for p in sorted(out_dir.iterdir()) if p.is_file()},

@@ -16,10 +16,9 @@ from ..errors import CheckpointError, InputError
 from ..ops import w4a4, w4a16, w8a8
 from ..ops.numerics import FP8_BLOCK, NVFP4_BLOCK
 from .checkpoint import Checkpoint, all_finite
+from .names import WEIGHT_FORMATS
 from .projection import DEFAULT_ACTIVATION, ProjSpec
 
-# "declared": keep the format a quantized checkpoint stores (exporter/formats/, docs/formats.md).
-WEIGHT_FORMATS = ("none", "w4a16", "w8a8", "w4a4", "declared")
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 

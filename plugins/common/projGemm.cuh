@@ -202,9 +202,12 @@ struct GemmLayout
  * accumulates the running slice in `cur` and folds it into `tot` (tot = tot + cur, from tot = +0)
  * after the slice's last block.
  */
+/* One CTA's tile: weight rows [n0, n0 + kBN) against activation rows [m0, m0 + kBM) of X (M rows).
+ * The kernel below calls it with the grid's tile; the grouped-expert kernels (moeProj/) call it with
+ * an expert's rows and weights, so every expert computes exactly this arithmetic. */
 template <class P, class C>
-__global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename P::Params p,
-    const uint16_t* __restrict__ X, void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices)
+__device__ __forceinline__ void projGemmTile(const typename P::Params& p, const uint16_t* __restrict__ X,
+    void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices, int n0, int m0)
 {
     using L = GemmLayout<P, C>;
     constexpr int kW = C::kW_TILES;
@@ -219,8 +222,6 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
     const int lane = tid & 31;
     const int g = lane >> 2;
     const int t = lane & 3;
-    const int n0 = blockIdx.x * C::kBN;
-    const int m0 = blockIdx.y * C::kBM;
     const int nkb = (K + 127) >> 7;
     const int nst = (nkb + C::kKBS - 1) / C::kKBS;
     SliceCursor ldCur(nkb, slices);  // the next block to load (stages are loaded in order)
@@ -562,6 +563,13 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename 
             }
         }
     }
+}
+
+template <class P, class C>
+__global__ void __launch_bounds__(C::kTHREADS, 1) projGemmKernel(const typename P::Params p,
+    const uint16_t* __restrict__ X, void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices)
+{
+    projGemmTile<P, C>(p, X, Y, M, N, K, yDtype, slices, blockIdx.x * C::kBN, blockIdx.y * C::kBM);
 }
 
 /* The tile configurations of the shared-memory tiers (projTiers.h; m <= 16 streams, projStream.cuh,

@@ -34,9 +34,11 @@ namespace metrale
  */
 constexpr int kSTREAM_THREADS = 256;  // at most: 8 slices, or 8 tiles x 1 slice
 
+/* One CTA's weight tiles (CTA index `cta` along N) against all M (<= 8 kXT) rows of X; the kernel
+ * below calls it with blockIdx.x, the grouped-expert kernels (moeProj/) with an expert's rows. */
 template <class P, int kXT, int kD>
-__global__ void __launch_bounds__(kSTREAM_THREADS) projStreamKernel(const typename P::Params p,
-    const uint16_t* __restrict__ X, void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices)
+__device__ __forceinline__ void projStreamTile(const typename P::Params& p, const uint16_t* __restrict__ X,
+    void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices, int cta)
 {
     constexpr int kCW = P::kCB / 16;  // code words per thread per weight row per block
     constexpr int kCV = kCW / 4;      // 16-byte loads of them
@@ -58,7 +60,7 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) projStreamKernel(const typena
         __syncthreads();
     }
 
-    const int nBase = (blockIdx.x * nt + ntile) * 16;
+    const int nBase = (cta * nt + ntile) * 16;
     const int nkb = (K + 127) >> 7;
     const int rowBytes = K * P::kCODE_BITS / 8;
     const int nMine = (nkb - slice + slices - 1) / slices;  // blocks slice, slice + slices, ...
@@ -283,6 +285,13 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) projStreamKernel(const typena
             }
         }
     }
+}
+
+template <class P, int kXT, int kD>
+__global__ void __launch_bounds__(kSTREAM_THREADS) projStreamKernel(const typename P::Params p,
+    const uint16_t* __restrict__ X, void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices)
+{
+    projStreamTile<P, kXT, kD>(p, X, Y, M, N, K, yDtype, slices, blockIdx.x);
 }
 
 /*

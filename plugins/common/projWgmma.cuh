@@ -245,17 +245,20 @@ struct WgLayout
 {
     static constexpr int kStage = kN * 256;
     static constexpr int kBar = kST * kStage;
-    static constexpr int kTable = kBar + 128;
+    static constexpr int kTot = kBar + 128;                          // the slices' sum, [kN / 2][256] floats
+    static constexpr int kTable = kTot + (kN / 2) * 128 * kWG_CONSUMERS * 4;
     static constexpr int kSmem = kTable + P::kTABLE_BYTES;
+    static_assert(kSmem <= 227 * 1024, "shared memory");
     static_assert(kST * 16 <= 128, "mbarriers");
 };
 
 /*
  * The consumer warpgroups' part of projWgmmaKernel. Per block, in slice order: wait for its stage,
- * issue the 8 wgmmas on the A fragments dequantized during the previous block, dequantize the next
- * block's fragments while they run (its codes were loaded two blocks ahead), wait, release the stage,
- * fold the running slice into the sum after a slice's last block. Every wait is unconditional, so
- * no register the tensor cores read is touched while they read it.
+ * issue the 8 wgmmas (one group) on the A fragments dequantized during the previous block, dequantize
+ * the next block's fragments into the other of two register sets while they run (its codes were
+ * loaded two blocks ahead), wait, release the stage, fold the running slice into the sum after a
+ * slice's last block. The sum lives in shared memory (this thread's column), which pays for the
+ * second fragment set; no register the tensor cores read is written before the wait.
  */
 template <class P, int kN, int kST>
 __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_t* smem, uint64_t* full,
@@ -333,13 +336,15 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
         P::dequant(d.codes[1], d.bs[1], s, table, lane, a[1], a[3]);
     };
 
-    float cur[kACC];  // the running slice
-    float tot[kACC];  // the sum of the finished slices
+    // The running slice in registers; the sum of the finished slices in shared memory (this thread's
+    // column of totS), which frees the registers for two sets of A fragments.
+    float cur[kACC];
+    float* totS = reinterpret_cast<float*>(smem + L::kTot) + tid;
 #pragma unroll
     for (int i = 0; i < kACC; ++i)
     {
         cur[i] = 0.0f;
-        tot[i] = 0.0f;
+        totS[i * 128 * kWG_CONSUMERS] = 0.0f;
     }
     SliceCursor ldCur(nkb, slices);  // the next block to load into the ring
     SliceCursor cmCur(nkb, slices);  // the next block to compute
@@ -350,7 +355,7 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
         cmCur.seek(blockIdx.z);
         nWalk = cmCur.cnt;
     }
-    Slot ring[2];                     // the codes of blocks i + 1 and i + 2 while block i runs
+    Slot ring[2];  // the codes of blocks i + 1 and i + 2 while block i runs
     int loaded = 0;
     auto loadNext = [&](Slot& s) {
         if (loaded < nWalk)
@@ -362,14 +367,15 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
     };
     loadNext(ring[0]);
     loadNext(ring[1]);
-    uint32_t a[8][4];  // the A fragments of the 8 steps
+    uint32_t aA[8][4];  // A fragments: block i in one set, block i + 1 dequantized into the other
+    uint32_t aB[8][4];
     {
         Deq d;
         prepare(ring[0], d);
 #pragma unroll
         for (int s = 0; s < 8; ++s)
         {
-            dequantStep(d, s, a[s]);
+            dequantStep(d, s, aA[s]);
         }
     }
     ring[0] = ring[1];
@@ -378,32 +384,32 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
     const uint32_t stage0 = smemAddr(smem);
     int slot = 0;
     uint32_t phase = 0;
-#pragma unroll 1
-    for (int i = 0; i < nWalk; ++i)
-    {
+    // One block on the fragments `a` while the next block's go into `an` (no register the tensor
+    // cores read is written before the wait), then release the stage and fold at a slice's end.
+    auto step = [&](const uint32_t (&a)[8][4], uint32_t (&an)[8][4]) {
         const bool last = cmCur.lastOfSlice();
         cmCur.next();
         Deq d;  // block i + 1 (stale codes past the last block: dequantized, never issued)
         prepare(ring[0], d);
         mbarWait(&full[slot], phase);
         fenceRegs(cur);
+        wgFence();
         const uint64_t desc = wgDescB(stage0 + slot * L::kStage);
-        // Step s's wgmma runs while step s - 1's fragment, now free, takes block i + 1's values.
 #pragma unroll
         for (int s = 0; s < 8; ++s)
         {
-            wgFence();
             WgmmaRS<P::kF16, kN>::run(cur, a[s], desc + static_cast<uint64_t>(16 * s));  // + 256 s bytes
-            wgCommit();
-            if (s > 0)
-            {
-                wgWait<1>();
-                dequantStep(d, s - 1, a[s - 1]);
-            }
         }
+        wgCommit();
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+        {
+            dequantStep(d, s, an[s]);
+        }
+        ring[0] = ring[1];
+        loadNext(ring[1]);
         wgWait<0>();
         fenceRegs(cur);
-        dequantStep(d, 7, a[7]);
         if (lane == 0)
         {
             mbarArrive(&empty[slot]);
@@ -413,19 +419,33 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
 #pragma unroll
             for (int e = 0; e < kACC; ++e)
             {
-                tot[e] = __fadd_rn(tot[e], cur[e]);
+                float& tv = totS[e * 128 * kWG_CONSUMERS];
+                tv = __fadd_rn(tv, cur[e]);
                 cur[e] = 0.0f;
             }
         }
-        ring[0] = ring[1];
-        loadNext(ring[1]);
         if (++slot == kST)
         {
             slot = 0;
             phase ^= 1u;
         }
+    };
+#pragma unroll 1
+    for (int i = 0; i < nWalk; i += 2)
+    {
+        step(aA, aB);
+        if (i + 1 < nWalk)
+        {
+            step(aB, aA);
+        }
     }
-    // The walk's last block ends the last slice: tot holds the sum.
+    // The walk's last block ends the last slice: totS holds the sum.
+    float tot[kACC];
+#pragma unroll
+    for (int e = 0; e < kACC; ++e)
+    {
+        tot[e] = totS[e * 128 * kWG_CONSUMERS];
+    }
 
     // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
     if (part != nullptr)

@@ -97,8 +97,13 @@ def test_nvfp4_operands_identical_and_weights_within_one_bf16_ulp(ct_checkpoints
     assert mismatched < total * 0.01
 
 
-# One export per weight format family (each export traces a model: keep the count small).
-@pytest.mark.parametrize("scheme", ["W4A16_ASYM_G32", "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4"])
+# One export per weight format family (each export traces a model: keep the count small). The
+# default suite keeps the two whose activation paths no other end-to-end test runs (row_block128
+# scales, NVFP4 with input scales); asym int4 runs end to end with AWQ, channel/row FP8 with the
+# demo's w8a8 export, and these readers' weights are checked against the library's own
+# decompression above, so the other two only repeat that coverage (make test-all runs them).
+@pytest.mark.parametrize("scheme", [pytest.param("W4A16_ASYM_G32", marks=pytest.mark.slow),
+                                    pytest.param("FP8_DYNAMIC", marks=pytest.mark.slow), "FP8_BLOCK", "NVFP4"])
 def test_export_matches_pytorch_reference(ct_checkpoints, tmp_path, scheme):
     result, report = T.export_and_compare(ct_checkpoints[scheme], tmp_path / "out")
     kinds = {op["op_type"] for op in result.manifest["ops"]}

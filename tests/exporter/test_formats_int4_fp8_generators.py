@@ -136,7 +136,10 @@ def test_fp8_block_dequantizes_like_deepseek(ckpts):
     assert src.spec("lm_head", 512, 256, "head").kind == "none"
 
 
-@pytest.mark.parametrize("which,op", [("gptq", "W4A16Proj"), ("awq", "W4A16Proj"), ("fp8_block", "W8A8Proj")])
+# fp8_block's weights are checked against the dequantized reference above and its W8A8 block128 op
+# runs end to end with compressed-tensors' FP8_BLOCK: the default suite leaves it to make test-all.
+@pytest.mark.parametrize("which,op", [("gptq", "W4A16Proj"), ("awq", "W4A16Proj"),
+                                      pytest.param("fp8_block", "W8A8Proj", marks=pytest.mark.slow)])
 def test_export_matches_pytorch_reference(ckpts, tmp_path, which, op):
     result, report = T.export_and_compare(ckpts[which], tmp_path / "out")
     assert {o["op_type"] for o in result.manifest["ops"]} == {op} and len(result.manifest["ops"]) == 14

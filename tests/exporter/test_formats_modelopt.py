@@ -79,7 +79,9 @@ def test_fp8_per_tensor_scale_broadcasts_exactly(mo_checkpoints):
         assert torch.equal(T.contract_weight(src, name, n, k), ref), name
 
 
-@pytest.mark.parametrize("algo", ["NVFP4", "FP8"])
+# FP8's weights are checked against ModelOpt's own dequantization above and its channel/row W8A8 op
+# runs end to end with the demo's w8a8 export: the default suite leaves it to make test-all.
+@pytest.mark.parametrize("algo", ["NVFP4", pytest.param("FP8", marks=pytest.mark.slow)])
 def test_export_matches_pytorch_reference(mo_checkpoints, tmp_path, algo):
     result, report = T.export_and_compare(mo_checkpoints[algo], tmp_path / "out")
     ops = result.manifest["ops"]

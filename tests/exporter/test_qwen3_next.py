@@ -248,3 +248,15 @@ def test_tensorrt_rtx_parses_the_hybrid_export(unquantized_export):
     ok = parser.parse_from_file(str(unquantized_export / "model.onnx"))
     assert ok, [parser.get_error(i).desc() for i in range(parser.num_errors)]
     assert [network.get_input(i).name for i in range(network.num_inputs)][2:4] == ["conv_state.0", "recurrent_state.0"]
+
+
+def test_router_matches_transformers(hf_next):
+    """route() against transformers' Qwen3NextTopKRouter (norm_topk_prob): the same experts and
+    bitwise the same weights; the routed experts then export as the grouped ops."""
+    hf, path = hf_next
+    moe = reference_model(path, QuantRequest()).model.layers["0"].mlp
+    x = torch.randn(129, hf.config.hidden_size, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        _, w_hf, id_hf = hf.model.layers[0].mlp.gate(x)
+    ids, w = moe.route(x)
+    assert torch.equal(ids.to(torch.int64), id_hf) and torch.equal(w, w_hf)

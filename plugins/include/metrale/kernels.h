@@ -64,6 +64,33 @@ cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const int8_t* weig
     int32_t act_format, const float* bias, void* y, int64_t m, int64_t n, int64_t k,
     void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
+/* The grouped-expert ops (docs/ops.md, "Grouped-expert ops"), W4A16MoEProj / W8A8MoEProj /
+ * W4A4MoEProj: the dense op's weight tensors stacked with a leading expert axis [num_experts, ...]
+ * (weight_global_scale: float32 [num_experts]); topk_ids: int32 [m, top_k] (device); combine 0:
+ * x [m, k] -> y [m, top_k, n]; combine 1: x [m, top_k, k], topk_weights [m, top_k] (dtype of x)
+ * -> y [m, n], the weighted sum over the row's experts in ascending id. top_k <= 32. No host
+ * synchronization: routing, sorting and offsets stay on the device (moeProj/moeProjKernel.cuh). */
+size_t metrale_w4a16_moe_workspace_size(int64_t m, int64_t top_k, int64_t num_experts, int64_t n,
+    int64_t k, int32_t x_dtype);
+cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, const int32_t* topk_ids,
+    const void* topk_weights, const int8_t* weight, const float* weight_scale, const int8_t* zero_point,
+    const float* bias, void* y, int64_t m, int64_t top_k, int64_t num_experts, int64_t n, int64_t k,
+    int64_t group_size, int32_t combine, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+size_t metrale_w8a8_moe_workspace_size(int64_t m, int64_t top_k, int64_t num_experts, int64_t n,
+    int64_t k, int32_t x_dtype, int32_t act_format, int32_t act_scale_granularity);
+cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, const int32_t* topk_ids,
+    const void* topk_weights, const int8_t* weight, const float* weight_scale,
+    int32_t weight_scale_granularity, int32_t act_format, int32_t act_scale_granularity,
+    const float* bias, void* y, int64_t m, int64_t top_k, int64_t num_experts, int64_t n, int64_t k,
+    int32_t combine, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+size_t metrale_w4a4_moe_workspace_size(int64_t m, int64_t top_k, int64_t num_experts, int64_t n,
+    int64_t k, int32_t x_dtype, int32_t act_format);
+cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, const int32_t* topk_ids,
+    const void* topk_weights, const int8_t* weight, const int8_t* weight_scale,
+    const float* weight_global_scale, const float* input_scale, int32_t act_format, const float* bias,
+    void* y, int64_t m, int64_t top_k, int64_t num_experts, int64_t n, int64_t k, int32_t combine,
+    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

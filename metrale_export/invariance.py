@@ -1,0 +1,139 @@
+"""What the row-invariance promise covers in a graph, and what it leaves to TensorRT.
+
+The promise is about the metrale projections: with the plugin lowering and one activation format
+per op, each projection's output row has the same bits whatever M (docs/engines.md). Every other
+node that reduces along an axis or whose kernel TensorRT picks per shape (MatMul, Gemm, Reduce*,
+Softmax, Scan, TopK, Conv, the normalisations ...) stays a TensorRT layer whose tactic may change
+with the profile, and so is *not* covered. ``audit`` lists both; ``engine_promise`` turns the list
+and the build's policy into the engine manifest's ``row_invariance`` entry.
+
+Invariants: torch-free and pure (an ``onnx.GraphProto`` in, a JSON-able dict out); subgraphs (Scan
+and Loop bodies) are walked; ``promised`` is true only when the policy promises it *and* nothing is
+left to TensorRT.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+DOMAIN = "metrale"
+NORMALIZATIONS = frozenset({
+    "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
+    "SkipSimplifiedLayerNormalization", "GroupNormalization", "InstanceNormalization",
+    "BatchNormalization", "LpNormalization", "MeanVarianceNormalization",
+})
+# Ops whose result depends on a reduction order or a kernel TensorRT chooses per shape.
+ROW_SENSITIVE = frozenset({
+    "MatMul", "Gemm", "Einsum", "MatMulInteger", "QLinearMatMul", "Conv", "ConvTranspose", "Softmax",
+    "LogSoftmax", "Hardmax", "TopK", "ArgMax", "ArgMin", "Scan", "Loop", "CumSum", "Attention",
+    "MultiHeadAttention", "GroupQueryAttention",
+}) | NORMALIZATIONS
+PROJECTIONS_ONLY = "projections only"
+
+
+def _sensitive(op_type: str) -> bool:
+    return op_type in ROW_SENSITIVE or op_type.startswith("Reduce")
+
+
+def _kind(node, producers: dict, constants: set) -> str:
+    """attention | norm | float projection | routing | recurrence | convolution | reduction."""
+    op = node.op_type
+    if op in NORMALIZATIONS:
+        return "norm"
+    if op.startswith("Reduce"):
+        src = producers.get(node.input[0]) if node.input else None
+        # RMSNorm traces to Pow -> ReduceMean -> Add(eps) -> Sqrt -> Reciprocal -> Mul.
+        return "norm" if src is not None and src.op_type in ("Pow", "Mul") and op == "ReduceMean" else "reduction"
+    if op in ("Softmax", "LogSoftmax", "Hardmax", "Attention", "MultiHeadAttention", "GroupQueryAttention"):
+        return "attention"
+    if op in ("MatMul", "Gemm", "Einsum", "MatMulInteger", "QLinearMatMul"):
+        return "float projection" if any(i in constants for i in node.input[:2]) else "attention"
+    if op in ("TopK", "ArgMax", "ArgMin"):
+        return "routing"
+    if op in ("Scan", "Loop", "CumSum"):
+        return "recurrence"
+    return "convolution"
+
+
+def _layer_of(name: str) -> str:
+    """'model.layers.3.mlp.down_proj' -> 'model.layers.3'; other names -> 'model'."""
+    parts = name.split(".")
+    for i, p in enumerate(parts[:-1]):
+        if p == "layers" and parts[i + 1].isdigit():
+            return ".".join(parts[: i + 2])
+    return "model"
+
+
+def _attr(node, key: str):
+    for a in node.attribute:
+        if a.name == key:
+            return a.s.decode() if a.s else None
+    return None
+
+
+def _walk(graph, prefix: str, out: list) -> None:
+    for node in graph.node:
+        out.append((prefix, node))
+        for a in node.attribute:
+            subs = [a.g] if a.HasField("g") else list(a.graphs)
+            for sub in subs:
+                _walk(sub, f"{prefix}{node.name or node.op_type}/", out)
+
+
+def audit(graph) -> dict:
+    """``covers``: the metrale projections whose outputs the promise is about (name and output);
+    ``left_to_tensorrt``: every other row-sensitive node with its kind and the layer it sits in
+    (the layer of the next projection in graph order, 'model' after the last); ``left_by_kind``."""
+    nodes: list = []
+    _walk(graph, "", nodes)
+    producers = {o: n for _, n in nodes for o in n.output}
+    constants = {t.name for t in graph.initializer} | {
+        o for _, n in nodes if n.op_type == "Constant" for o in n.output}
+    covers, left, pending = [], [], []
+    for prefix, node in nodes:
+        if node.domain == DOMAIN:
+            name = _attr(node, "name") or node.name
+            covers.append({"name": name, "op_type": node.op_type, "output": node.output[0]})
+            for entry in pending:
+                entry["where"] = _layer_of(name)
+            pending = []
+        elif _sensitive(node.op_type):
+            kind = "recurrence" if prefix else _kind(node, producers, constants)  # inside a Scan/Loop body
+            entry = {"op_type": node.op_type, "node": prefix + (node.name or node.op_type),
+                     "kind": kind, "where": "model"}
+            if entry["kind"] == "float projection":
+                entry["weight"] = next(i for i in node.input[:2] if i in constants)
+            left.append(entry)
+            pending.append(entry)
+    by_kind = Counter(e["kind"] for e in left)
+    return {"covers": covers, "left_to_tensorrt": left, "left_by_kind": dict(sorted(by_kind.items()))}
+
+
+def describe_left(audit_: dict) -> str:
+    """'4 attention (MatMul, Softmax), 5 norm (ReduceMean), 1 float projection (Gemm lm_head.weight)'."""
+    parts = []
+    for kind, count in audit_.get("left_by_kind", {}).items():
+        entries = [e for e in audit_.get("left_to_tensorrt", []) if e["kind"] == kind]
+        ops = sorted({e["op_type"] for e in entries})
+        weights = sorted({e["weight"] for e in entries if "weight" in e})
+        parts.append(f"{count} {kind} ({', '.join(ops)}{' ' + ', '.join(weights) if weights else ''})")
+    return ", ".join(parts) or "nothing"
+
+
+def engine_promise(audit_: dict, policy_promised: bool, policy_reason: str) -> dict:
+    """The engine manifest's ``row_invariance``: ``promised`` only when the policy and lowering allow
+    it and no row-sensitive op is left to TensorRT; otherwise ``scope`` says what still holds."""
+    left = audit_.get("left_to_tensorrt", [])
+    covered = [c["name"] for c in audit_.get("covers", [])]
+    if not policy_promised:
+        promised, scope, reason = False, "none", policy_reason
+    elif left:
+        promised, scope = False, PROJECTIONS_ONLY
+        reason = (f"{PROJECTIONS_ONLY}: the {len(covered)} metrale projections' outputs are bitwise "
+                  f"row-invariant ({policy_reason}); left to TensorRT, with tactics chosen per profile: "
+                  f"{describe_left(audit_)}")
+    else:
+        promised, scope, reason = True, "whole graph", policy_reason
+    return {"promised": promised, "scope": scope, "reason": reason,
+            "covers": covered if policy_promised else [],
+            "left_to_tensorrt": left, "left_by_kind": audit_.get("left_by_kind", {})}

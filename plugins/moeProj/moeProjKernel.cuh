@@ -1,0 +1,496 @@
+/*
+ * The grouped-expert projection (docs/ops.md, "Grouped-expert ops"): y = the dense op of one weight
+ * format per (row, routed expert), with the combine over a row's experts for down_proj.
+ *
+ * Steps, all on the device in the caller's stream (no host synchronization, nothing allocated):
+ *   1. one CTA counts the rows of every expert (shared-memory atomics) and scans them into offsets
+ *      and a tile schedule (expert, first row) of kBM-row tiles;
+ *   2. place every valid (row, slot) at offsets[e] + an atomic ticket and gather its x row there;
+ *   3. the format's activation pre-pass over the gathered rows (row-wise: a row's scales come from
+ *      the row alone);
+ *   4. one launch of the grouped GEMM: CTA (n tile, schedule entry) runs the dense kernels' own tile
+ *      (projGemmTile / projStreamTile, plugins/common) on that expert's weights and rows;
+ *   5. scatter back to [M, top_k, N] (combine=0), or the combine (combine=1): per row, the slots in
+ *      ascending expert id, acc = +0, acc = acc + y * w in float32 (__fmul_rn / __fadd_rn), one
+ *      rounding to the dtype of x.
+ *
+ * Invariants (row invariance): per expert the arithmetic is the dense op's, operand for operand
+ * (the same tile functions, the same slices projSlices(n, k), the weights of that expert); the
+ * dense tiles' bits do not depend on a row's position or on how many rows share the tile, so the
+ * order the atomics give the rows of an expert changes nothing; the combine's order is fixed by the
+ * row's ids. So a row's bits do not depend on the other rows or on the experts they chose.
+ * Slots with an id outside [0, E) or repeating an earlier slot's id are skipped (zero output rows
+ * for combine=0, no contribution for combine=1).
+ */
+#ifndef METRALE_MOE_PROJ_KERNEL_CUH
+#define METRALE_MOE_PROJ_KERNEL_CUH
+
+#include <cstdint>
+#include <cuda_runtime.h>
+
+#include "actQuant.cuh"
+#include "projLaunch.cuh"
+#include "projStream.cuh"
+
+namespace metrale
+{
+
+constexpr int kMOE_MAX_TOP_K = 32;
+constexpr int kMOE_SCAN_THREADS = 1024;
+constexpr int kMOE_MAX_EXPERTS = 8192;  // the routing CTA counts in shared memory
+
+/* Per-expert element strides of the stacked weight tensors. */
+struct ExpertStrides
+{
+    long long codes;  // bytes
+    long long scale;  // elements of weight_scale (floats, or e4m3 bytes)
+    long long zp;     // zero-point bytes
+    long long bias;   // floats
+};
+
+/* The routing state in the workspace (ints). */
+struct MoeRouting
+{
+    int* counts;     // [E]
+    int* fill;       // [E]
+    int* offsets;    // [E + 1]
+    int* numTiles;   // [1]
+    int* tileExpert; // [maxTiles]
+    int* tileRow0;   // [maxTiles]
+    int* posOf;      // [M * top_k]: sorted position of a slot, -1 if skipped
+};
+
+__device__ __forceinline__ int moeSlotExpert(const int32_t* ids, int slot, int topK, int E)
+{
+    const int id = ids[slot];
+    if (id < 0 || id >= E)
+    {
+        return -1;
+    }
+    const int first = slot - slot % topK;
+    for (int s = first; s < slot; ++s)
+    {
+        if (ids[s] == id)
+        {
+            return -1;  // a repeated id: the first slot holding it serves
+        }
+    }
+    return id;
+}
+
+/* One CTA: each expert's rows (shared-memory atomics over every slot), then exclusive scans of the
+ * counts (row offsets) and of the kBM-row tiles per expert, the tile schedule, and fill = 0. One
+ * launch instead of a memset, a counting grid and a scan (decode is launch-bound). */
+static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(const int32_t* __restrict__ ids,
+    int total, int topK, MoeRouting r, int E, int bm)
+{
+    extern __shared__ int counts[];  // [E]
+    __shared__ int rowSum[kMOE_SCAN_THREADS];
+    __shared__ int tileSum[kMOE_SCAN_THREADS];
+    __shared__ int carry[2];
+    const int tid = threadIdx.x;
+    for (int e = tid; e < E; e += kMOE_SCAN_THREADS)
+    {
+        counts[e] = 0;
+        r.fill[e] = 0;
+    }
+    if (tid == 0)
+    {
+        carry[0] = 0;
+        carry[1] = 0;
+    }
+    __syncthreads();
+    for (int slot = tid; slot < total; slot += kMOE_SCAN_THREADS)
+    {
+        const int e = moeSlotExpert(ids, slot, topK, E);
+        if (e >= 0)
+        {
+            atomicAdd(counts + e, 1);
+        }
+    }
+    __syncthreads();
+    for (int base = 0; base < E; base += kMOE_SCAN_THREADS)
+    {
+        const int e = base + tid;
+        const int c = e < E ? counts[e] : 0;
+        const int tiles = (c + bm - 1) / bm;
+        rowSum[tid] = c;
+        tileSum[tid] = tiles;
+        __syncthreads();
+        for (int off = 1; off < kMOE_SCAN_THREADS; off <<= 1)  // Hillis-Steele inclusive scan
+        {
+            const int a = tid >= off ? rowSum[tid - off] : 0;
+            const int b = tid >= off ? tileSum[tid - off] : 0;
+            __syncthreads();
+            rowSum[tid] += a;
+            tileSum[tid] += b;
+            __syncthreads();
+        }
+        const int rowStart = carry[0] + rowSum[tid] - c;
+        const int tileStart = carry[1] + tileSum[tid] - tiles;
+        if (e < E)
+        {
+            r.counts[e] = c;
+            r.offsets[e] = rowStart;
+            for (int t = 0; t < tiles; ++t)
+            {
+                r.tileExpert[tileStart + t] = e;
+                r.tileRow0[tileStart + t] = rowStart + t * bm;
+            }
+        }
+        __syncthreads();
+        if (tid == kMOE_SCAN_THREADS - 1)
+        {
+            carry[0] += rowSum[tid];
+            carry[1] += tileSum[tid];
+        }
+        __syncthreads();
+    }
+    if (tid == 0)
+    {
+        r.offsets[E] = carry[0];
+        *r.numTiles = carry[1];
+    }
+}
+
+/* One CTA per slot: its sorted position, and its x row (combine=0: row slot / topK) gathered there. */
+static __global__ void moePlaceKernel(const int32_t* __restrict__ ids, int topK, int E, int combine, MoeRouting r,
+    const uint16_t* __restrict__ x, int rowWords, uint16_t* __restrict__ xs)
+{
+    __shared__ int pos;
+    const int slot = blockIdx.x;
+    if (threadIdx.x == 0)
+    {
+        const int e = moeSlotExpert(ids, slot, topK, E);
+        pos = e >= 0 ? r.offsets[e] + atomicAdd(r.fill + e, 1) : -1;
+        r.posOf[slot] = pos;
+    }
+    __syncthreads();
+    if (pos < 0)
+    {
+        return;
+    }
+    const size_t src = static_cast<size_t>(combine ? slot : slot / topK) * rowWords;
+    const size_t dst = static_cast<size_t>(pos) * rowWords;
+    if (rowWords % 8 == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0)
+    {
+        const uint4* s4 = reinterpret_cast<const uint4*>(x + src);
+        uint4* d4 = reinterpret_cast<uint4*>(xs + dst);
+        for (int i = threadIdx.x; i < rowWords / 8; i += blockDim.x)
+        {
+            d4[i] = s4[i];
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < rowWords; i += blockDim.x)
+    {
+        xs[dst + i] = x[src + i];
+    }
+}
+
+__device__ __forceinline__ float moeLoad(const void* p, int32_t dtype, size_t i)
+{
+    if (dtype == kMETRALE_FLOAT32)
+    {
+        return static_cast<const float*>(p)[i];
+    }
+    if (dtype == kMETRALE_FLOAT16)
+    {
+        return __half2float(static_cast<const __half*>(p)[i]);
+    }
+    return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+}
+
+/* combine=0: y[slot] = ys[posOf[slot]] (zeros for a skipped slot). */
+static __global__ void moeScatterKernel(const int* __restrict__ posOf, const uint16_t* __restrict__ ys, int rowWords,
+    uint16_t* __restrict__ y)
+{
+    const int slot = blockIdx.x;
+    const int pos = posOf[slot];
+    const size_t dst = static_cast<size_t>(slot) * rowWords;
+    if (rowWords % 8 == 0 && (reinterpret_cast<uintptr_t>(y) & 15) == 0)
+    {
+        const uint4* s4 = reinterpret_cast<const uint4*>(ys + static_cast<size_t>(pos < 0 ? 0 : pos) * rowWords);
+        uint4* d4 = reinterpret_cast<uint4*>(y + dst);
+        for (int i = threadIdx.x; i < rowWords / 8; i += blockDim.x)
+        {
+            d4[i] = pos >= 0 ? s4[i] : make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
+    }
+    for (int i = threadIdx.x; i < rowWords; i += blockDim.x)
+    {
+        y[dst + i] = pos >= 0 ? ys[static_cast<size_t>(pos) * rowWords + i] : uint16_t(0);
+    }
+}
+
+/* combine=1: y[m] = sum over the row's valid slots in ascending expert id of ys * w, float32 from +0. */
+static __global__ void moeCombineKernel(const int32_t* __restrict__ ids, const void* __restrict__ w,
+    const int* __restrict__ posOf, const void* __restrict__ ys, int32_t dtype, void* __restrict__ y, int topK, int E,
+    int N)
+{
+    __shared__ int spos[kMOE_MAX_TOP_K];
+    __shared__ float sw[kMOE_MAX_TOP_K];
+    __shared__ int cnt;
+    const int m = blockIdx.x;
+    if (threadIdx.x == 0)
+    {
+        int sid[kMOE_MAX_TOP_K];
+        int c = 0;
+        for (int j = 0; j < topK; ++j)
+        {
+            const int slot = m * topK + j;
+            const int pos = posOf[slot];
+            if (pos < 0)
+            {
+                continue;
+            }
+            const int id = ids[slot];
+            const float wj = moeLoad(w, dtype, static_cast<size_t>(slot));
+            int i = c++;
+            while (i > 0 && sid[i - 1] > id)  // insertion sort by expert id
+            {
+                sid[i] = sid[i - 1];
+                spos[i] = spos[i - 1];
+                sw[i] = sw[i - 1];
+                --i;
+            }
+            sid[i] = id;
+            spos[i] = pos;
+            sw[i] = wj;
+        }
+        cnt = c;
+    }
+    __syncthreads();
+    for (int n = threadIdx.x; n < N; n += blockDim.x)
+    {
+        float acc = 0.0f;
+        for (int j = 0; j < cnt; ++j)
+        {
+            acc = __fadd_rn(acc, __fmul_rn(moeLoad(ys, dtype, static_cast<size_t>(spos[j]) * N + n), sw[j]));
+        }
+        storeY(y, dtype, static_cast<size_t>(m) * N + n, acc);
+    }
+}
+
+/* The grouped GEMM on the shared-memory tier C: CTA (n tile, schedule entry). View(p, e, r0) is the
+ * policy's parameters for expert e's weights with the row scales shifted to row r0 (r0 = 0 here:
+ * the tile addresses the sorted rows by their index). */
+template <class P, class C, class View>
+__global__ void __launch_bounds__(C::kTHREADS, 1) moeGemmKernel(const typename P::Params p, const View view,
+    const MoeRouting r, const uint16_t* __restrict__ X, uint8_t* __restrict__ Y, int yElem, int N, int K,
+    int32_t yDtype, int slices)
+{
+    const int tile = blockIdx.y;
+    if (tile >= *r.numTiles)
+    {
+        return;
+    }
+    const int e = r.tileExpert[tile];
+    const int r0 = r.tileRow0[tile];
+    const int rows = min(C::kBM, r.offsets[e + 1] - r0);
+    // The expert's parameters in shared memory, not registers: the dense tile runs at the register
+    // limit with its parameters in the constant bank, and 12 more live registers spill it.
+    __shared__ typename P::Params pe;
+    if (threadIdx.x == 0)
+    {
+        pe = view(p, e, 0);
+    }
+    __syncthreads();
+    // Rows [r0, r0 + rows) of the sorted operand and output: the tile's own row bound and origin, so
+    // the pointers (and the row scales the policies index by row) stay the kernel's parameters.
+    projGemmTile<P, C>(pe, X, Y, r0 + rows, N, K, yDtype, slices, blockIdx.x * C::kBN, r0);
+}
+
+/* The grouped GEMM on the streaming tier (tiles of 8 kXT rows). */
+template <class P, int kXT, class View>
+__global__ void __launch_bounds__(kSTREAM_THREADS) moeStreamKernel(const typename P::Params p, const View view,
+    const MoeRouting r, const uint16_t* __restrict__ X, uint8_t* __restrict__ Y, int yElem, int N, int K,
+    int32_t yDtype, int slices)
+{
+    const int tile = blockIdx.y;
+    if (tile >= *r.numTiles)
+    {
+        return;
+    }
+    const int e = r.tileExpert[tile];
+    const int r0 = r.tileRow0[tile];
+    const int rows = min(8 * kXT, r.offsets[e + 1] - r0);
+    const typename P::Params pe = view(p, e, r0);
+    projStreamTile<P, kXT, 2>(pe, X + static_cast<size_t>(r0) * K, Y + static_cast<size_t>(r0) * N * yElem, rows,
+        N, K, yDtype, slices, blockIdx.x);
+}
+
+/* Which grouped tier serves m tokens: rows per tile (the schedule's kBM). Every tier computes the
+ * same bits; this only changes the layout. */
+enum class MoeTier : int
+{
+    kStream8 = 0,   // m <= 8: every expert has at most 8 rows
+    kStream16 = 1,  // m <= 128: 16-row streaming tiles (decode: few rows per expert)
+    kGemm = 2,      // larger: the weight-reuse shared-memory tier
+};
+
+inline MoeTier selectMoeTier(int64_t m)
+{
+    return m <= 8 ? MoeTier::kStream8 : m <= 128 ? MoeTier::kStream16 : MoeTier::kGemm;
+}
+
+template <class P>
+inline int moeTileRows(MoeTier t)
+{
+    return t == MoeTier::kStream8 ? 8 : t == MoeTier::kStream16 ? 16 : Tiers<P>::M128::kBM;
+}
+
+/* Workspace layout of one launch. */
+struct MoeWorkspace
+{
+    size_t routing = 0;  // ints
+    size_t xs = 0;       // gathered raw x rows [total, K] (dtype of x)
+    size_t operand = 0;  // the 16-bit operand [total, K]
+    size_t scales = 0;   // the pre-pass's row scales
+    size_t ys = 0;       // sorted outputs [total, N] (dtype of x)
+    size_t bytes = 0;
+    int maxTiles = 0;
+};
+
+inline MoeWorkspace moeWorkspace(int64_t m, int64_t topK, int64_t E, int64_t n, int64_t k, int32_t xDtype,
+    int64_t scaleCols, int tileRows)
+{
+    MoeWorkspace w;
+    const int64_t total = m * topK;
+    const int64_t elem = xDtype == kMETRALE_FLOAT32 ? 4 : 2;
+    w.maxTiles = static_cast<int>(total / tileRows + (E < total ? E : total) + 1);
+    const size_t ints = static_cast<size_t>(3 * E + 2 + 2 * static_cast<int64_t>(w.maxTiles) + total);
+    w.routing = 0;
+    w.xs = alignUp(ints * 4, kWS_ALIGN);
+    w.operand = w.xs + alignUp(static_cast<size_t>(total * k * elem), kWS_ALIGN);
+    w.scales = w.operand + operandBytes(total, k);
+    w.ys = w.scales + alignUp(static_cast<size_t>(total * scaleCols * 4), kWS_ALIGN);
+    w.bytes = w.ys + alignUp(static_cast<size_t>(total * n * elem), kWS_ALIGN);
+    return w;
+}
+
+inline MoeRouting moeRouting(void* ws, int64_t E, int maxTiles)
+{
+    int* i = static_cast<int*>(ws);
+    MoeRouting r;
+    r.counts = i;
+    r.fill = i + E;
+    r.offsets = i + 2 * E;
+    r.numTiles = i + 3 * E + 1;
+    r.tileExpert = i + 3 * E + 2;
+    r.tileRow0 = r.tileExpert + maxTiles;
+    r.posOf = r.tileRow0 + maxTiles;
+    return r;
+}
+
+/* Steps 1-2: routing and the gather of x into the workspace (xs). */
+inline cudaError_t moeRoute(const int32_t* ids, const void* x, int32_t xDtype, int64_t m, int64_t topK, int64_t E,
+    int64_t k, int combine, const MoeWorkspace& w, void* ws, int tileRows, cudaStream_t stream, MoeRouting* out)
+{
+    uint8_t* base = static_cast<uint8_t*>(ws);
+    MoeRouting r = moeRouting(ws, E, w.maxTiles);
+    const int total = static_cast<int>(m * topK);
+    moeScanKernel<<<1, kMOE_SCAN_THREADS, static_cast<size_t>(E) * 4, stream>>>(ids, total, static_cast<int>(topK),
+        r, static_cast<int>(E), tileRows);
+    const int rowWords = static_cast<int>(k * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
+    moePlaceKernel<<<total, 128, 0, stream>>>(ids, static_cast<int>(topK), static_cast<int>(E), combine, r,
+        static_cast<const uint16_t*>(x), rowWords, reinterpret_cast<uint16_t*>(base + w.xs));
+    *out = r;
+    return cudaGetLastError();
+}
+
+/* Step 4 on the tier that serves m tokens. */
+template <class P, class View>
+inline cudaError_t moeGemm(const typename P::Params& p, const View& view, const MoeRouting& r, MoeTier tier,
+    int maxTiles, const uint16_t* X, void* ys, int32_t yDtype, int n, int k, cudaStream_t stream)
+{
+    const int slices = projSlices(n, k);
+    const int yElem = yDtype == kMETRALE_FLOAT32 ? 4 : 2;
+    uint8_t* Y = static_cast<uint8_t*>(ys);
+    if (tier == MoeTier::kGemm)
+    {
+        using C = typename Tiers<P>::M128;
+        using L = GemmLayout<P, C>;
+        auto kern = moeGemmKernel<P, C, View>;
+        if (L::kSmem > 48 * 1024)
+        {
+            // Once per device and instantiation (a race only repeats the call), as launchProjGemm.
+            static unsigned long long done = 0;
+            int dev = 0;
+            cudaError_t e = cudaGetDevice(&dev);
+            if (e != cudaSuccess)
+            {
+                return e;
+            }
+            const unsigned long long bit = 1ull << (dev & 63);
+            if (!(done & bit))
+            {
+                e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
+                if (e != cudaSuccess)
+                {
+                    return e;
+                }
+                done |= bit;
+            }
+        }
+        const dim3 grid((n + C::kBN - 1) / C::kBN, maxTiles);
+        kern<<<grid, C::kTHREADS, L::kSmem, stream>>>(p, view, r, X, Y, yElem, n, k, yDtype, slices);
+        return cudaGetLastError();
+    }
+    if (slices < 1 || slices > kSTREAM_THREADS / 32)
+    {
+        return cudaErrorInvalidValue;
+    }
+    const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
+    const dim3 grid((n + 16 * nt - 1) / (16 * nt), maxTiles);
+    if (tier == MoeTier::kStream8)
+    {
+        moeStreamKernel<P, 1, View><<<grid, 32 * nt * slices, P::kTABLE_BYTES, stream>>>(p, view, r, X, Y, yElem, n,
+            k, yDtype, slices);
+    }
+    else
+    {
+        moeStreamKernel<P, 2, View><<<grid, 32 * nt * slices, P::kTABLE_BYTES, stream>>>(p, view, r, X, Y, yElem, n,
+            k, yDtype, slices);
+    }
+    return cudaGetLastError();
+}
+
+/* Step 5. */
+inline cudaError_t moeFinish(const int32_t* ids, const void* topkWeights, const MoeRouting& r, const void* ys,
+    int32_t xDtype, void* y, int64_t m, int64_t topK, int64_t E, int64_t n, int combine, cudaStream_t stream)
+{
+    if (combine)
+    {
+        moeCombineKernel<<<static_cast<int>(m), 128, 0, stream>>>(ids, topkWeights, r.posOf, ys, xDtype, y,
+            static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
+    }
+    else
+    {
+        const int rowWords = static_cast<int>(n * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
+        moeScatterKernel<<<static_cast<int>(m * topK), 128, 0, stream>>>(r.posOf,
+            static_cast<const uint16_t*>(ys), rowWords, static_cast<uint16_t*>(y));
+    }
+    return cudaGetLastError();
+}
+
+/* Argument checks shared by the three launchers. */
+inline cudaError_t moeCheck(const void* x, int32_t xDtype, const int32_t* ids, const void* topkWeights, void* y,
+    int64_t m, int64_t topK, int64_t E, int64_t n, int64_t k, int combine)
+{
+    if (!validShape(m, n, k) || !validDtype(xDtype) || topK < 1 || topK > kMOE_MAX_TOP_K || E < 1
+        || E > kMOE_MAX_EXPERTS || m * topK > kMAX_DIM || (combine != 0 && combine != 1))
+    {
+        return topK > kMOE_MAX_TOP_K || E > kMOE_MAX_EXPERTS ? cudaErrorNotSupported : cudaErrorInvalidValue;
+    }
+    if (m > 0 && (x == nullptr || ids == nullptr || y == nullptr || (combine && topkWeights == nullptr)))
+    {
+        return cudaErrorInvalidValue;
+    }
+    return cudaSuccess;
+}
+
+} // namespace metrale
+
+#endif // METRALE_MOE_PROJ_KERNEL_CUH

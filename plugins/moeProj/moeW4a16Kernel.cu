@@ -1,0 +1,115 @@
+/*
+ * metrale_w4a16_moe_proj: the C launcher of W4A16MoEProj (include/metrale/kernels.h): the grouped
+ * steps of moeProjKernel.cuh around W4A16Policy, the dense W4A16Proj's weight policy.
+ */
+#include "metrale/kernels.h"
+#include "moeProjKernel.cuh"
+#include "../w4a16Proj/w4a16ProjKernel.cuh"
+
+using namespace metrale;
+
+namespace
+{
+struct W4A16View
+{
+    ExpertStrides s;
+    __device__ W4A16Policy::Params operator()(W4A16Policy::Params p, int e, int) const
+    {
+        p.codes += e * s.codes;
+        p.scale += e * s.scale;
+        if (p.zeroPoint != nullptr)
+        {
+            p.zeroPoint += e * s.zp;
+        }
+        if (p.bias != nullptr)
+        {
+            p.bias += e * s.bias;
+        }
+        return p;
+    }
+};
+
+MoeWorkspace layout(int64_t m, int64_t top_k, int64_t E, int64_t n, int64_t k, int32_t x_dtype)
+{
+    return moeWorkspace(m, top_k, E, n, k, x_dtype, 0, moeTileRows<W4A16Policy>(selectMoeTier(m)));
+}
+} // namespace
+
+extern "C" size_t metrale_w4a16_moe_workspace_size(int64_t m, int64_t top_k, int64_t num_experts, int64_t n,
+    int64_t k, int32_t x_dtype)
+{
+    return m <= 0 ? 0 : layout(m, top_k, num_experts, n, k, x_dtype).bytes;
+}
+
+extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, const int32_t* topk_ids,
+    const void* topk_weights, const int8_t* weight, const float* weight_scale, const int8_t* zero_point,
+    const float* bias, void* y, int64_t m, int64_t top_k, int64_t num_experts, int64_t n, int64_t k,
+    int64_t group_size, int32_t combine, void* workspace, size_t workspace_bytes, cudaStream_t stream)
+{
+    cudaError_t e = moeCheck(x, x_dtype, topk_ids, topk_weights, y, m, top_k, num_experts, n, k, combine);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    if (group_size != 32 && group_size != 64 && group_size != 128)
+    {
+        return cudaErrorNotSupported;
+    }
+    if (k % group_size != 0 || k % 8 != 0)
+    {
+        return k % group_size != 0 ? cudaErrorInvalidValue : cudaErrorNotSupported;
+    }
+    if (n * (k / 2) > kMAX_DIM)
+    {
+        return cudaErrorNotSupported;
+    }
+    if (m == 0)
+    {
+        return cudaSuccess;
+    }
+    const MoeTier tier = selectMoeTier(m);
+    const MoeWorkspace w = layout(m, top_k, num_experts, n, k, x_dtype);
+    if (weight == nullptr || weight_scale == nullptr || workspace == nullptr || workspace_bytes < w.bytes
+        || !aligned(workspace, 16) || !aligned(weight, 16))
+    {
+        return cudaErrorInvalidValue;
+    }
+    if ((n * (k / 2)) % 16 != 0 || (zero_point != nullptr && (n * (k / group_size)) % 4 != 0))
+    {
+        return cudaErrorNotSupported;  // every expert's codes 16-byte, zero-point words 4-byte aligned
+    }
+    uint8_t* ws = static_cast<uint8_t*>(workspace);
+    MoeRouting r{};
+    e = moeRoute(topk_ids, x, x_dtype, m, top_k, num_experts, k, combine, w, workspace,
+        moeTileRows<W4A16Policy>(tier), stream, &r);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    const int64_t total = m * top_k;
+    const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.xs);
+    if (x_dtype != kMETRALE_BFLOAT16)
+    {
+        toBf16Kernel<<<elementwiseBlocks(static_cast<size_t>(total * k)), kACT_THREADS, 0, stream>>>(
+            ws + w.xs, x_dtype, reinterpret_cast<__nv_bfloat16*>(ws + w.operand), static_cast<size_t>(total * k));
+        X = reinterpret_cast<const uint16_t*>(ws + w.operand);
+    }
+    const int64_t g = k / group_size;
+    W4A16Policy::Params p{};
+    p.codes = reinterpret_cast<const uint8_t*>(weight);
+    p.scale = weight_scale;
+    p.zeroPoint = reinterpret_cast<const uint8_t*>(zero_point);
+    p.bias = bias;
+    p.groups = static_cast<int>(g);
+    p.groupShift = group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
+    p.perBlock = static_cast<int>(128 / group_size);
+    p.totalGroups = static_cast<int>(n * g);
+    W4A16View view{{n * (k / 2), n * g, n * g, n}};
+    e = moeGemm<W4A16Policy>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, static_cast<int>(n),
+        static_cast<int>(k), stream);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    return moeFinish(topk_ids, topk_weights, r, ws + w.ys, x_dtype, y, m, top_k, num_experts, n, combine, stream);
+}

@@ -1,0 +1,140 @@
+/*
+ * metrale_w8a8_moe_proj: the C launcher of W8A8MoEProj (include/metrale/kernels.h): the grouped
+ * steps of moeProjKernel.cuh around the dense W8A8Proj's policies (bf16 or fp8 activations; the fp8
+ * pre-pass runs over the gathered rows, each row's scales from the row alone).
+ */
+#include "metrale/kernels.h"
+#include "moeProjKernel.cuh"
+#include "../w8a8Proj/w8a8ProjKernel.cuh"
+
+using namespace metrale;
+
+namespace
+{
+struct W8A8View
+{
+    ExpertStrides s;
+    __device__ W8A8Params operator()(W8A8Params p, int e, int r0) const
+    {
+        p.codes += e * s.codes;
+        p.scale += e * s.scale;
+        if (p.bias != nullptr)
+        {
+            p.bias += e * s.bias;
+        }
+        if (p.sx != nullptr)
+        {
+            p.sx += static_cast<long long>(r0) * p.nbx;
+        }
+        return p;
+    }
+};
+
+int64_t scaleCols(int64_t k, int32_t act_format, int32_t asg)
+{
+    return act_format != kMETRALE_ACT_FP8 ? 0 : asg == kMETRALE_ASCALE_ROW ? 1 : (k + kFP8_BLOCK - 1) / kFP8_BLOCK;
+}
+
+MoeWorkspace layout(int64_t m, int64_t top_k, int64_t E, int64_t n, int64_t k, int32_t x_dtype, int32_t act_format,
+    int32_t asg)
+{
+    // Both policies tile alike (Tiers<P>::M128 differs only for per-block scales: the smaller kBM).
+    const int rows = act_format == kMETRALE_ACT_FP8 ? moeTileRows<W8A8Fp8Policy<true>>(selectMoeTier(m))
+                                                    : moeTileRows<W8A8Bf16Policy>(selectMoeTier(m));
+    return moeWorkspace(m, top_k, E, n, k, x_dtype, scaleCols(k, act_format, asg), rows);
+}
+
+template <class P>
+cudaError_t run(const W8A8Params& p, const W8A8View& view, const MoeRouting& r, MoeTier tier, int maxTiles,
+    const uint16_t* X, void* ys, int32_t x_dtype, int64_t n, int64_t k, cudaStream_t stream)
+{
+    return moeGemm<P>(p, view, r, tier, maxTiles, X, ys, x_dtype, static_cast<int>(n), static_cast<int>(k), stream);
+}
+} // namespace
+
+extern "C" size_t metrale_w8a8_moe_workspace_size(int64_t m, int64_t top_k, int64_t num_experts, int64_t n,
+    int64_t k, int32_t x_dtype, int32_t act_format, int32_t act_scale_granularity)
+{
+    return m <= 0 ? 0 : layout(m, top_k, num_experts, n, k, x_dtype, act_format, act_scale_granularity).bytes;
+}
+
+extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, const int32_t* topk_ids,
+    const void* topk_weights, const int8_t* weight, const float* weight_scale, int32_t weight_scale_granularity,
+    int32_t act_format, int32_t act_scale_granularity, const float* bias, void* y, int64_t m, int64_t top_k,
+    int64_t num_experts, int64_t n, int64_t k, int32_t combine, void* workspace, size_t workspace_bytes,
+    cudaStream_t stream)
+{
+    cudaError_t e = moeCheck(x, x_dtype, topk_ids, topk_weights, y, m, top_k, num_experts, n, k, combine);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    if ((weight_scale_granularity != kMETRALE_WSCALE_CHANNEL && weight_scale_granularity != kMETRALE_WSCALE_BLOCK128)
+        || (act_format == kMETRALE_ACT_FP8 && act_scale_granularity != kMETRALE_ASCALE_ROW
+            && act_scale_granularity != kMETRALE_ASCALE_ROW_BLOCK128))
+    {
+        return cudaErrorInvalidValue;
+    }
+    if ((act_format != kMETRALE_ACT_BF16 && act_format != kMETRALE_ACT_FP8) || k % 16 != 0)
+    {
+        return cudaErrorNotSupported;
+    }
+    if (m == 0)
+    {
+        return cudaSuccess;
+    }
+    const MoeTier tier = selectMoeTier(m);
+    const MoeWorkspace w = layout(m, top_k, num_experts, n, k, x_dtype, act_format, act_scale_granularity);
+    if (weight == nullptr || weight_scale == nullptr || workspace == nullptr || workspace_bytes < w.bytes
+        || !aligned(workspace, 16) || !aligned(weight, 16))
+    {
+        return cudaErrorInvalidValue;
+    }
+    uint8_t* ws = static_cast<uint8_t*>(workspace);
+    const int rows = act_format == kMETRALE_ACT_FP8 ? moeTileRows<W8A8Fp8Policy<true>>(tier)
+                                                    : moeTileRows<W8A8Bf16Policy>(tier);
+    MoeRouting r{};
+    e = moeRoute(topk_ids, x, x_dtype, m, top_k, num_experts, k, combine, w, workspace, rows, stream, &r);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    const int64_t total = m * top_k;
+    const int64_t kb = (k + kFP8_BLOCK - 1) / kFP8_BLOCK;
+    W8A8Params p{};
+    p.codes = reinterpret_cast<const uint8_t*>(weight);
+    p.scale = weight_scale;
+    p.bias = bias;
+    p.blockScales = weight_scale_granularity == kMETRALE_WSCALE_BLOCK128 ? 1 : 0;
+    p.kBlocks = static_cast<int>(kb);
+    const int64_t scalePer = p.blockScales ? ((n + kFP8_BLOCK - 1) / kFP8_BLOCK) * kb : n;
+    W8A8View view{{n * k, scalePer, 0, n}};
+    if (act_format == kMETRALE_ACT_BF16)
+    {
+        const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.xs);
+        if (x_dtype != kMETRALE_BFLOAT16)
+        {
+            toBf16Kernel<<<elementwiseBlocks(static_cast<size_t>(total * k)), kACT_THREADS, 0, stream>>>(
+                ws + w.xs, x_dtype, reinterpret_cast<__nv_bfloat16*>(ws + w.operand), static_cast<size_t>(total * k));
+            X = reinterpret_cast<const uint16_t*>(ws + w.operand);
+        }
+        e = run<W8A8Bf16Policy>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, n, k, stream);
+    }
+    else
+    {
+        p.nbx = static_cast<int>(scaleCols(k, act_format, act_scale_granularity));
+        p.sx = reinterpret_cast<const float*>(ws + w.scales);
+        quantFp8Kernel<<<static_cast<int>(total), kACT_THREADS, 0, stream>>>(ws + w.xs, x_dtype,
+            reinterpret_cast<__half*>(ws + w.operand), reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k),
+            p.nbx);
+        const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.operand);
+        e = p.blockScales == 0 && p.nbx == 1
+            ? run<W8A8Fp8Policy<false>>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, n, k, stream)
+            : run<W8A8Fp8Policy<true>>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, n, k, stream);
+    }
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    return moeFinish(topk_ids, topk_weights, r, ws + w.ys, x_dtype, y, m, top_k, num_experts, n, combine, stream);
+}

@@ -1,0 +1,78 @@
+"""The row-invariance audit: what the promise covers, what it leaves to TensorRT, and when an engine
+manifest may say ``promised: true``."""
+
+import json
+
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from metrale_export.cli.main import cli
+from metrale_export.engines.testing import Proj, projection_graph
+from metrale_export.exporter.demo import DEMO_CONFIG
+from metrale_export.invariance import PROJECTIONS_ONLY, audit, engine_promise
+
+FIXED = "declared: every engine runs the same format per op"
+
+
+def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
+    """Qwen3 per layer: 7 projections covered; input, q, k and post-attention RMSNorm (ReduceMean of
+    Pow), QK^T and PV MatMuls and the Softmax left to TensorRT; then the final norm and the float
+    lm_head."""
+    out = demo_exports["w4a16"]
+    r = CliRunner().invoke(cli, ["inspect", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    ri = json.loads(r.output)["row_invariance"]
+    layers = DEMO_CONFIG["num_hidden_layers"]
+    assert len(ri["covers"]) == 7 * layers
+    assert {c["name"] for c in ri["covers"]} >= {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"}
+    assert ri["left_by_kind"] == {"attention": 3 * layers, "norm": 4 * layers + 1, "float projection": 1}
+    left = ri["left_to_tensorrt"]
+    for layer in range(layers):
+        here = [e for e in left if e["where"] == f"model.layers.{layer}"]
+        assert sorted(e["op_type"] for e in here if e["kind"] == "attention") == ["MatMul", "MatMul", "Softmax"]
+        assert [e["op_type"] for e in here if e["kind"] == "norm"] == ["ReduceMean"] * 4
+    tail = [e for e in left if e["where"] == "model"]
+    assert [(e["kind"], e.get("weight")) for e in tail] == [("norm", None), ("float projection", "lm_head.weight")]
+    # The export's manifest says the same.
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert {k: v for k, v in manifest["row_invariance"].items() if k != "applies_to"} == \
+        {k: v for k, v in ri.items() if k != "applies_to"}
+
+    text = CliRunner().invoke(cli, ["inspect", str(out)]).output
+    assert f"covers the outputs of {7 * layers} metrale projections" in text
+    assert f"{3 * layers} attention (MatMul, Softmax)" in text and f"{4 * layers + 1} norm (ReduceMean)" in text
+
+
+def test_engine_promise_is_projections_only_while_anything_is_left():
+    chain = projection_graph(64, [Proj("W4A16Proj", 32), Proj("W8A8Proj", 32)]).model
+    only_projections = audit(chain.graph)
+    assert only_projections["left_to_tensorrt"] == [] and len(only_projections["covers"]) == 2
+    whole = engine_promise(only_projections, True, FIXED)
+    assert whole["promised"] is True and whole["scope"] == "whole graph"
+
+    # The same chain followed by a Softmax over the row's features: left to TensorRT.
+    g = chain.graph
+    g.node.append(helper.make_node("Softmax", [g.output[0].name], ["probs"], name="head_softmax", axis=-1))
+    g.output[0].name = "probs"
+    partial = engine_promise(audit(g), True, FIXED)
+    assert partial["promised"] is False and partial["scope"] == PROJECTIONS_ONLY
+    assert partial["reason"].startswith(PROJECTIONS_ONLY) and "1 attention (Softmax)" in partial["reason"]
+    assert partial["covers"] == [c["name"] for c in only_projections["covers"]]
+
+    refused = engine_promise(audit(g), False, "the qdq lowering leaves kernel choice to TensorRT")
+    assert refused["promised"] is False and refused["scope"] == "none" and refused["covers"] == []
+
+
+def test_audit_walks_scan_bodies_and_finds_routing():
+    body = helper.make_graph(
+        [helper.make_node("MatMul", ["s", "x"], ["y"], name="state_update")], "body",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("s", "x")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    nodes = [
+        helper.make_node("Scan", ["s0", "xs"], ["s1", "ys"], name="gdn_scan", body=body, num_scan_inputs=1),
+        helper.make_node("TopK", ["logits", "k"], ["vals", "idx"], name="router_topk"),
+    ]
+    graph = helper.make_graph(nodes, "g", [], [])
+    left = audit(graph)["left_to_tensorrt"]
+    assert [(e["node"], e["kind"]) for e in left] == [
+        ("gdn_scan", "recurrence"), ("gdn_scan/state_update", "recurrence"), ("router_topk", "routing")]
