@@ -1,27 +1,41 @@
 """Compare ONNX Runtime (reference ops) against the PyTorch model of the same export, through
 Polygraphy's Comparator and DataLoader, for a prefill case and a decode case with a KV cache.
 
-Invariants: the metric is the relative Frobenius error per output (docs/ops.md's tolerances); the
-same seeded inputs feed both runners; a result above tolerance is a failed check, never an error.
+Three checks from one ONNX Runtime run per case (the verification graph also returns the residual
+stream between decoder layers and every metrale op's input and output, taps.py):
+- per op: each metrale op's output against the PyTorch model's projection on ONNX Runtime's own
+  input to that op (teacher_forcing.check_ops), bound ``tolerances.op_bound``;
+- per layer: each decoder layer of the PyTorch model run on ONNX Runtime's input to that layer,
+  its update of the residual stream and its new state against ONNX Runtime's
+  (teacher_forcing.check_layers), bound ``tolerances.layer_bound``;
+- end to end: logits and every state output, relative error (plus cosine similarity, top-1
+  agreement and KL divergence of the logits), bound ``tolerances.end_to_end_bound`` of the depth
+  at which the output is computed and of the activation formats.
+
+Invariants: the same seeded inputs feed both runners; a result above its bound is a failed check,
+never an error; the weights are never loaded into the graph proto (ops/ort.py), so exports past
+2 GiB compare too; the failure message names the first layer and op out of bounds.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
-import onnx
+from polygraphy.backend.onnxrt import OnnxrtRunner
 from polygraphy.common import TensorMetadata
 from polygraphy.comparator import Comparator, DataLoader
 
+from .. import contract
 from ..errors import InputError
-from ..ops import versions
-from .runners import TorchRunner, onnxrt_runner, torch_model_factory
-
-# docs/ops.md: ONNX Runtime vs the PyTorch reference of the same model.
-TOLERANCE = {"none": 1e-4, "quantized": 1e-3}
+from ..ops import tolerances
+from ..ops.ort import load_graph, reference_session
+from . import metrics
+from .runners import TorchRunner, torch_model_factory
+from .taps import GraphTaps, find_taps
+from .teacher_forcing import LayerRow, OpRow, check_layers, check_ops, layer_formats
 
 
 @dataclass(frozen=True)
@@ -37,27 +51,100 @@ DEFAULT_CASES = (Case("prefill", 2, 7, 0), Case("decode", 3, 1, 9))
 
 @dataclass
 class Row:
+    """One output of the end-to-end run."""
+
     case: str
     output: str
     rel_error: float
     max_abs: float
     tolerance: float
+    layer: int | None = None  # the layer whose state this is (None: logits)
+    cosine: float | None = None
+    top1: float | None = None
+    kl: float | None = None
 
     @property
     def ok(self) -> bool:
         return bool(np.isfinite(self.rel_error)) and self.rel_error <= self.tolerance
 
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(self).items() if v is not None or k == "layer"} | {"ok": self.ok}
+
+
+def _ratio(r) -> float:
+    bound = getattr(r, "bound", None) or getattr(r, "tolerance", 0.0)
+    return r.rel_error / bound if bound > 0 else float("inf")
+
 
 @dataclass
 class Report:
-    rows: list[Row] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)  # end to end
+    ops: list[OpRow] = field(default_factory=list)
+    layers: list[LayerRow] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return all(r.ok for r in self.rows)
+        return all(r.ok for r in (*self.rows, *self.ops, *self.layers))
+
+    def by_layer(self) -> list[dict]:
+        """One summary per decoder layer (and 'head' for ops outside them), worst first: the worst
+        op and the worst layer output over every case, each as error / bound."""
+        groups: dict = {}
+        for r in self.ops:
+            g = groups.setdefault(r.layer, {"layer": r.layer, "op": None, "out": None})
+            if g["op"] is None or _ratio(r) > _ratio(g["op"]):
+                g["op"] = r
+        for r in self.layers:
+            g = groups.setdefault(r.layer, {"layer": r.layer, "op": None, "out": None})
+            if g["out"] is None or _ratio(r) > _ratio(g["out"]):
+                g["out"] = r
+        for g in groups.values():
+            g["ratio"] = max(_ratio(x) for x in (g["op"], g["out"]) if x is not None)
+            g["ok"] = all(x.ok for x in (g["op"], g["out"]) if x is not None)
+        return sorted(groups.values(), key=lambda g: -g["ratio"])
+
+    def first_failure(self) -> str | None:
+        """The first piece out of bounds, in layer order (an op before its layer's outputs), then
+        the end-to-end outputs; None when everything holds."""
+        order = lambda layer: float("inf") if layer is None else layer  # noqa: E731
+        bad_ops = sorted((r for r in self.ops if not r.ok), key=lambda r: order(r.layer))
+        bad_layers = sorted((r for r in self.layers if not r.ok), key=lambda r: order(r.layer))
+        first_op = bad_ops[0] if bad_ops else None
+        first_layer = bad_layers[0] if bad_layers else None
+        if first_op is not None and (first_layer is None or order(first_op.layer) <= order(first_layer.layer)):
+            where = "lm_head" if first_op.layer is None else f"layer {first_op.layer}"
+            return (f"{where}: {first_op.projection} ({first_op.op_type}, {first_op.activation_format} "
+                    f"activations, {first_op.case}) differs from the PyTorch projection on ONNX Runtime's "
+                    f"own input by {first_op.rel_error:.2e} > {first_op.bound:.0e}: the export's weights, "
+                    "scales or attributes of this projection are not the checkpoint's")
+        if first_layer is not None:
+            return (f"layer {first_layer.layer}: {first_layer.output} ({first_layer.case}) differs from the "
+                    f"PyTorch layer run on ONNX Runtime's input by {first_layer.rel_error:.2e} > "
+                    f"{first_layer.bound:.1e}, while every op of the layer is within its bound")
+        bad = [r for r in self.rows if not r.ok]
+        if bad:
+            worst = ", ".join(f"{r.case}/{r.output} {r.rel_error:.2e} > {r.tolerance:.1e}" for r in bad[:4])
+            more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+            return f"end to end only (every op and layer within bounds): {worst}{more}"
+        return None
+
+    def summary(self) -> str:
+        """One line for the main job's progress."""
+        logits = [r for r in self.rows if r.output == "logits"]
+        worst = max(logits, key=lambda r: r.rel_error / r.tolerance) if logits else None
+        text = (f"{len(self.ops)} op and {len(self.layers)} layer checks on ONNX Runtime's own inputs "
+                f"{'within' if all(r.ok for r in (*self.ops, *self.layers)) else 'NOT within'} bounds")
+        if worst is not None:
+            text += (f"; logits relative error {worst.rel_error:.2e} (bound {worst.tolerance:.1e}), "
+                     f"top-1 agreement {min(r.top1 for r in logits):.3f}")
+        return text
 
     def to_json(self) -> str:
-        return json.dumps({"ok": self.ok, "rows": [r.__dict__ | {"ok": r.ok} for r in self.rows]}, indent=2)
+        return json.dumps({"ok": self.ok, "first_failure": self.first_failure(), "notes": self.notes,
+                           "rows": [r.as_dict() for r in self.rows],
+                           "layers": [r.as_dict() for r in self.layers],
+                           "ops": [r.as_dict() for r in self.ops]}, indent=2, default=float)
 
 
 def load_manifest(export_dir: Path) -> dict:
@@ -76,31 +163,51 @@ def _metadata(manifest: dict, case: Case) -> TensorMetadata:
     return meta
 
 
+def _end_to_end_rows(case: Case, ort_out: dict, torch_out: dict, model, taps: GraphTaps,
+                     tolerance: float | None) -> list[Row]:
+    formats = set().union(*layer_formats(taps).values()) if taps.ops else {"none"}
+    depth = {f"{s.output}.{i}": (j + 1, i)
+             for j, i in enumerate(model.layer_ids) for s in model.states[i]}
+    rows = []
+    for name, ref in torch_out.items():
+        got = ort_out[name]
+        d, layer = depth.get(name, (len(model.layer_ids) + 1, None))
+        bound = tolerance if tolerance is not None else tolerances.end_to_end_bound(formats, d)
+        row = Row(case.name, name, metrics.rel_error(got, ref), metrics.max_abs(got, ref), bound, layer)
+        if name == "logits":
+            row.cosine, row.top1, row.kl = metrics.cosine(got, ref), metrics.top1_agreement(got, ref), \
+                metrics.kl_divergence(got, ref)
+        rows.append(row)
+    return rows
+
+
 def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAULT_CASES,
                    tolerance: float | None = None, seed: int = 0) -> Report:
-    """Run both runtimes on seeded inputs and report the error of every output."""
+    """Run both runtimes on seeded inputs; check every op, every layer (teacher-forced) and every
+    output end to end. ``tolerance`` replaces the end-to-end bounds."""
     export_dir = Path(export_dir)
     manifest = load_manifest(export_dir)
-    graph = export_dir / "model.onnx"
-    if graph.is_file():  # an older op contract is refused before either runtime reads a weight
-        versions.check_model(onnx.load(str(graph), load_external_data=False), str(graph))
     checkpoint = Path(checkpoint or manifest["model"]["checkpoint_path"])
-    quantized = manifest["weight_quantization"]["format"] != "none"
-    tol = tolerance if tolerance is not None else TOLERANCE["quantized" if quantized else "none"]
-    factory = torch_model_factory(export_dir, checkpoint, manifest)
+    graph = load_graph(export_dir / "model.onnx")
+    contract.check_model(graph, str(export_dir / "model.onnx"))  # an older op contract: re-export
+    taps = find_taps(graph.graph)
+    model = torch_model_factory(export_dir, checkpoint, manifest)().eval()
+    ort_runner = OnnxrtRunner(lambda: reference_session(graph, base_dir=export_dir, extra_outputs=taps.values()),
+                              name="onnxrt-reference")
     vocab = manifest["model"]["vocab_size"]
     report = Report()
+    if taps.reason:
+        report.notes.append(f"per-layer check skipped: {taps.reason}")
     for case in cases:
         meta = _metadata(manifest, case)
-        runners = [onnxrt_runner(export_dir / "model.onnx"), TorchRunner(factory, meta, name="torch-reference")]
+        torch_runner = TorchRunner(lambda: model, meta, name="torch-reference")
         loader = DataLoader(seed=seed, iterations=1, input_metadata=meta,
                             val_range={"input_ids": (0, vocab - 1), "position_ids": (0, 4096),
                                        "": (-1.0, 1.0)})
-        results = Comparator.run(runners, data_loader=loader)
-        ort_out, torch_out = results[0][1][0], results[1][1][0]
-        for name in torch_out.keys():
-            a, b = np.asarray(ort_out[name], dtype=np.float64), np.asarray(torch_out[name], dtype=np.float64)
-            denom = np.linalg.norm(b)
-            rel = float(np.linalg.norm(a - b) / denom) if denom > 0 else float(np.linalg.norm(a - b))
-            report.rows.append(Row(case.name, name, rel, float(np.abs(a - b).max(initial=0.0)), tol))
+        feed = loader[0]
+        results = Comparator.run([ort_runner, torch_runner], data_loader=[feed])
+        ort_out, torch_out = dict(results[0][1][0].items()), dict(results[1][1][0].items())
+        report.rows += _end_to_end_rows(case, ort_out, torch_out, model, taps, tolerance)
+        report.ops += check_ops(model, taps, ort_out, case.name)
+        report.layers += check_layers(model, taps, ort_out, feed, case.name, case.past)
     return report

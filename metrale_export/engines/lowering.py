@@ -50,21 +50,20 @@ from onnx import TensorProto
 from onnx import numpy_helper
 from onnx_graphsurgeon.logger import G_LOGGER as _GS_LOGGER
 
+from .. import contract
 from ..errors import InputError
-from ..ops import versions as _versions
-from . import policy as _policy
 
-DOMAIN = "metrale"
+DOMAIN = contract.DOMAIN
 LOWERING_VERSION = 1  # bump when the qdq output changes, so cached engines rebuild
 MIN_OPSET = 21
 MIN_IR_VERSION = 10
 _EXTERNAL_DATA_BYTES = 1 << 30  # save initializers to a side file above this
 
-_E4M3_MAX = 448.0
-_NVFP4_GLOBAL = 6.0 * 448.0
-_FP8_BLOCK = 128
-_NVFP4_BLOCK = 16
-_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
+_E4M3_MAX = contract.E4M3_MAX
+_NVFP4_GLOBAL = contract.NVFP4_GLOBAL_DIVISOR
+_FP8_BLOCK = contract.FP8_BLOCK
+_NVFP4_BLOCK = contract.NVFP4_BLOCK
+_E2M1 = np.array(contract.E2M1_VALUES, dtype=np.float32)
 
 
 class LoweringError(InputError):
@@ -97,11 +96,62 @@ def _key(node: onnx.NodeProto, attrs: dict, index: int) -> str:
     return node.name or f"{node.op_type}_{index}"
 
 
+def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
+    """A node's attributes checked against the contract, absent ones filled with their defaults.
+
+    Refuses an unknown op type, an attribute the contract does not define for the op, a missing
+    required one, a wrong type and a value outside the allowed ones, each with the node named.
+    """
+    if node_op not in contract.OPS:
+        raise LoweringError(
+            f"node {key}: unknown op type {DOMAIN}::{node_op}; expected one of "
+            f"{', '.join(contract.op_types())} (docs/ops.md)"
+        )
+    spec = contract.op(node_op)
+    if contract.names_plugin_version(spec) and "plugin_version" in attrs:
+        # TensorRT's plugin lookup key (docs/ops.md), not an op attribute; it must name this version.
+        attrs = dict(attrs)
+        found = _text(attrs.pop("plugin_version"))
+        if found != str(spec.version):
+            raise LoweringError(f"node {key} ({node_op}): plugin_version {found!r}: expected "
+                                f"{str(spec.version)!r} (docs/ops.md)")
+    unknown = sorted(set(attrs) - set(spec.attribute_names))
+    if unknown:
+        raise LoweringError(
+            f"node {key} ({node_op}): attribute(s) {', '.join(unknown)} are not in the op contract; "
+            f"{node_op} has {', '.join(spec.attribute_names)} (docs/ops.md)"
+        )
+    out = {}
+    for a in spec.attributes:
+        if a.name not in attrs:
+            if a.default is None:
+                raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r} is missing")
+            out[a.name] = a.default
+            continue
+        value = attrs[a.name]
+        if a.type == "string":
+            if not isinstance(value, (str, bytes)):
+                raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a string, "
+                                    f"found {value!r}")
+            value = _text(value)
+        elif not isinstance(value, (int, np.integer)):
+            raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected an int, found {value!r}")
+        else:
+            value = int(value)
+        if a.values is not None and value not in a.values and not (a.default is not None and value == a.default):
+            raise LoweringError(
+                f"node {key} ({node_op}): attribute {a.name}={value!r}: expected one of "
+                f"{', '.join(map(str, a.values))} (docs/ops.md)"
+            )
+        out[a.name] = value
+    return out
+
+
 def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
-    """The metrale nodes of the main graph, in graph order (a graph of an older op contract is
-    refused: ``versions.check_model``)."""
+    """The metrale nodes of the main graph, in graph order, checked against the contract (a graph
+    of an older op contract is refused: ``contract.check_model``)."""
     try:
-        _versions.check_model(model, "the ONNX graph")
+        contract.check_model(model, "the ONNX graph")
     except InputError as e:
         raise LoweringError(str(e)) from e
     ops = []
@@ -110,18 +160,8 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
             continue
         a = _attrs(node)
         key = _key(node, a, i)
-        if node.op_type not in _policy.ALLOWED:
-            raise LoweringError(
-                f"node {key}: unknown op type {DOMAIN}::{node.op_type}; expected one of "
-                f"{', '.join(_policy.OP_TYPES)} (docs/ops.md)"
-            )
-        for attr in ("n", "k", "activation_format", "family"):
-            if attr not in a:
-                raise LoweringError(f"node {key} ({node.op_type}): attribute {attr!r} is missing")
-        ops.append(
-            OpInfo(key, node.op_type, _text(a["family"]), _text(a["activation_format"]),
-                   int(a["n"]), int(a["k"]))
-        )
+        a = contract_attributes(node.op_type, a, key)
+        ops.append(OpInfo(key, node.op_type, a["family"], a["activation_format"], a["n"], a["k"]))
     keys = [op.key for op in ops]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
     if dupes:
@@ -264,10 +304,10 @@ def _expect_shape(arr: np.ndarray, shape: tuple, what: str, key: str, node: gs.N
 
 
 def _lower_w4a16(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
-    n, k, g = int(a["n"]), int(a["k"]), int(a.get("group_size", 0))
+    n, k, g = int(a["n"]), int(a["k"]), int(a["group_size"])
     if g <= 0 or k % 2:
         raise LoweringError(f"node {key} (W4A16Proj): group_size {g} and an even k needed, found k={k}")
-    groups = -(-k // g)
+    groups = contract.ceil_div(k, g)
     weight = _constant(node, 1, "weight", key)
     scale = _constant(node, 2, "weight_scale", key)
     if scale.dtype != np.dtype(ml_dtypes.bfloat16):
@@ -278,7 +318,7 @@ def _lower_w4a16(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
     _expect_shape(scale, (n, groups), "weight_scale", key, node)
     idx = 3
     codes = _unpack(weight).astype(np.int16)
-    if int(a.get("has_zero_point", 0)):
+    if a["has_zero_point"]:
         zp = _constant(node, idx, "zero_point", key).astype(np.int16)
         _expect_shape(zp, (n, groups), "zero_point", key, node)
         idx += 1
@@ -289,7 +329,7 @@ def _lower_w4a16(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
     if pad:  # a partial last group: zero codes (weights 0) and zero activations make it whole
         q = np.concatenate((q, np.zeros((n, pad), dtype=q.dtype)), axis=1)
         x = e.op("Pad", [x, e.i64("pads", [0, 0, 0, pad])])
-    q = q.T.astype(np.int8 if int(a.get("has_zero_point", 0)) else ml_dtypes.int4)
+    q = q.T.astype(np.int8 if a["has_zero_point"] else ml_dtypes.int4)
     w = e.bf16_round(e.dequantize(q, scale.T.copy(), axis=0, block=g))
     return e.op("MatMul", [x, w]), idx
 
@@ -300,7 +340,7 @@ def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
     scale = _constant(node, 2, "weight_scale", key).astype(np.float32)
     _expect_shape(weight, (n, k), "weight", key, node)
     codes = weight.view(np.uint8).T.copy().view(ml_dtypes.float8_e4m3fn)
-    granularity = _text(a.get("weight_scale_granularity", "channel"))
+    granularity = a["weight_scale_granularity"]
     if granularity == "channel":
         _expect_shape(scale, (n,), "weight_scale", key, node)
         w = e.dequantize(codes, scale, axis=1)
@@ -316,7 +356,7 @@ def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
         )
     if fmt == "bf16":
         return e.op("MatMul", [x, e.bf16_round(w)]), 3
-    act = _text(a.get("activation_scale_granularity", "row"))
+    act = a["activation_scale_granularity"]
     if act == "row":
         sx = e.row_amax_scale(x, 1, _E4M3_MAX)  # [M, 1]
         xq = e.fp8_unit_qdq(e.op("Div", [x, sx]))
@@ -355,7 +395,7 @@ def _lower_w4a4(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
     factors = e.dequantize(codes, _e4m3_values(scale).T.copy(), axis=0, block=_NVFP4_BLOCK)
     idx = 4
     input_scale = None
-    if int(a.get("has_input_scale", 0)):
+    if a["has_input_scale"]:
         input_scale = _constant(node, idx, "input_scale", key).astype(np.float32).reshape(-1)
         idx += 1
     if fmt == "bf16":
@@ -400,7 +440,7 @@ def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None) -> 
 
 def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.ModelProto:
     ops = {op.key: op for op in metrale_ops(model)}
-    grouped = [op for op in ops.values() if op.op_type in _policy.MOE_OP_TYPES]
+    grouped = [op for op in ops.values() if contract.op(op.op_type).grouped_of is not None]
     if grouped:
         op = grouped[0]
         raise LoweringError(
@@ -417,15 +457,16 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
     for node in list(graph.nodes):
         if node.domain != DOMAIN:
             continue
-        a = dict(node.attrs)
-        key = _key_gs(node, a, index[id(node)])
+        key = _key_gs(node, dict(node.attrs), index[id(node)])
+        a = contract_attributes(node.op, dict(node.attrs), key)
         fmt = formats.get(key) if formats is not None else ops[key].activation_format
         if fmt is None:
             raise LoweringError(f"node {key}: no activation format chosen for it")
-        if fmt not in _policy.ALLOWED[node.op]:
+        allowed = contract.op(node.op).activation_formats
+        if fmt not in allowed:
             raise LoweringError(
                 f"node {key} ({node.op}): activation format {fmt!r} is not in the op contract's "
-                f"table; {node.op} runs {' or '.join(_policy.ALLOWED[node.op])}"
+                f"table; {node.op} runs {' or '.join(allowed)}"
             )
         x_in, y = node.inputs[0], node.outputs[0]
         dtype = _np_dtype(x_in.dtype) or _np_dtype(y.dtype)
@@ -433,7 +474,7 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
         node.outputs.clear()  # detach y before the last emitted node writes it
         x = e.bf16_round(x_in)
         acc, next_input = _LOWER[node.op](e, node, a, key, fmt, x)
-        if int(a.get("has_bias", 0)):
+        if a["has_bias"]:
             bias = _constant(node, next_input, "bias", key).astype(np.float32)
             _expect_shape(bias, (int(a["n"]),), "bias", key, node)
             acc = e.op("Add", [acc, e.f32("bias", bias)])

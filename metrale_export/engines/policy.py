@@ -15,27 +15,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import contract
 from ..errors import InputError
 from .profiles import RowRange
 
-FORMATS = ("bf16", "fp8", "nvfp4")
-FAMILIES = ("attn", "ffn", "gdn", "moe", "head")
-DENSE_OP_TYPES = ("W4A16Proj", "W8A8Proj", "W4A4Proj")
+FORMATS = contract.ACTIVATION_FORMATS
+FAMILIES = contract.FAMILIES
+OP_TYPES = contract.op_types()
+DENSE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is None)
 # The grouped-expert ops run the table of their weight format's dense op (docs/ops.md).
-MOE_OP_TYPES = ("W4A16MoEProj", "W8A8MoEProj", "W4A4MoEProj")
-OP_TYPES = DENSE_OP_TYPES + MOE_OP_TYPES
+MOE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is not None)
 
 # docs/ops.md, "Activation formats": the formats each op type (named by its weight format) runs.
-ALLOWED = {
-    "W4A16Proj": ("bf16",),
-    "W8A8Proj": ("bf16", "fp8"),
-    "W4A4Proj": ("bf16", "nvfp4"),
-}
-_WEIGHTS = {"W4A16Proj": "int4", "W8A8Proj": "FP8", "W4A4Proj": "NVFP4"}
+ALLOWED = {t: spec.activation_formats for t, spec in contract.OPS.items()}
+_WEIGHTS = {t: spec.weights for t, spec in contract.OPS.items()}
 # The op's own quantized activation format (the contract's default), used by ``adaptive``.
-NATIVE = {"W4A16Proj": "bf16", "W8A8Proj": "fp8", "W4A4Proj": "nvfp4"}
-for _moe, _dense in zip(MOE_OP_TYPES, DENSE_OP_TYPES):
-    ALLOWED[_moe], _WEIGHTS[_moe], NATIVE[_moe] = ALLOWED[_dense], _WEIGHTS[_dense], NATIVE[_dense]
+NATIVE = {t: spec.default_activation for t, spec in contract.OPS.items()}
 
 # adaptive: ranges whose largest M is at most this run bf16 activations (decode is memory bound:
 # weight traffic dominates and quantizing activations only adds work); larger ranges run the op's

@@ -3,8 +3,7 @@
 ``projection_graph`` chains projections ``x [M, K0] -> ... -> y [M, Kn]`` with weights made by the
 quantizers of ``metrale_export.ops`` from seeded random floats; ``reference`` evaluates the same
 chain with the CPU reference ops. Invariants: the nodes follow docs/ops.md exactly (inputs,
-attributes, the ``metrale`` domain at this package's op versions), and the graph's one dynamic
-dimension is ``M``.
+attributes, the ``metrale`` domain at version 1), and the graph's one dynamic dimension is ``M``.
 """
 
 from __future__ import annotations
@@ -17,7 +16,8 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from ..ops import versions, w4a4, w4a16, w8a8
+from .. import contract
+from ..ops import w4a4, w4a16, w8a8
 
 MODEL_OPSET = 21
 
@@ -43,7 +43,7 @@ class Chain:
     layers: list  # (Proj, key, weights dict, format)
 
 
-_DEFAULT_FORMAT = {"W4A16Proj": "bf16", "W8A8Proj": "fp8", "W4A4Proj": "nvfp4"}
+_DEFAULT_FORMAT = {t: spec.default_activation for t, spec in contract.OPS.items()}
 
 
 def _i8(t: torch.Tensor) -> np.ndarray:
@@ -76,8 +76,9 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
         weights: dict = {}
         if p.op_type == "W4A16Proj":
             q = w4a16.quantize(w, p.options.get("group_size", 32), p.options.get("symmetric", True))
-            attrs.update(group_size=q.group_size, has_zero_point=int(q.zero_point is not None),
-                         plugin_version=versions.plugin_version("W4A16Proj"))
+            attrs.update(group_size=q.group_size, has_zero_point=int(q.zero_point is not None))
+            if contract.names_plugin_version(contract.op("W4A16Proj")):
+                attrs["plugin_version"] = str(contract.op("W4A16Proj").version)
             add("weight", _i8(q.weight))
             add("weight_scale", _bf16(q.weight_scale))
             if q.zero_point is not None:
@@ -126,7 +127,7 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
         inits,
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", versions.DOMAIN_VERSION)],
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", contract.domain_version())],
         producer_name="metrale-export-tests",
     )
     model.ir_version = 10
@@ -220,7 +221,7 @@ def model_graph(hidden: int = 64, vocab: int = 96, kv_heads: int = 2, head_dim: 
     outs += [helper.make_tensor_value_info(o, TensorProto.FLOAT, present) for o in outputs]
     graph = helper.make_graph(nodes, "metrale_toy_model", inputs, outs, inits)
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", versions.DOMAIN_VERSION)],
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", contract.domain_version())],
         producer_name="metrale-export-tests",
     )
     model.ir_version = 10

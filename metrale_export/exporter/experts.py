@@ -19,12 +19,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from .. import contract
 from ..errors import ExportError
 from ..ops import torch_ops  # noqa: F401  (registers torch.ops.metrale.*)
 from ..ops.moe import PER_EXPERT_SCALARS
 from .projection import ProjSpec
 
-MOE_OP_TYPES = {"w4a16": "W4A16MoEProj", "w8a8": "W8A8MoEProj", "w4a4": "W4A4MoEProj"}
+MOE_OP_TYPES = {kind: spec.op_type for kind, spec in contract.grouped_by_kind().items()}
 LAYOUTS = ("grouped", "dense")  # --moe-experts
 
 

@@ -13,11 +13,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from .. import contract
 from ..ops import torch_ops  # noqa: F401  (registers torch.ops.metrale.*)
 
-OP_TYPES = {"w4a16": "W4A16Proj", "w8a8": "W8A8Proj", "w4a4": "W4A4Proj"}
-DEFAULT_ACTIVATION = {"w4a16": "bf16", "w8a8": "fp8", "w4a4": "nvfp4"}
-FAMILIES = ("attn", "ffn", "gdn", "moe", "head")
+# Derived from the contract: kind -> op type, kind -> the op's default activation format.
+OP_TYPES = {kind: spec.op_type for kind, spec in contract.by_kind().items()}
+DEFAULT_ACTIVATION = {kind: spec.default_activation for kind, spec in contract.by_kind().items()}
+FAMILIES = contract.FAMILIES
 
 
 @dataclass(frozen=True)
@@ -38,7 +40,7 @@ class ProjSpec:
 
     @property
     def op_type(self) -> str | None:
-        return OP_TYPES.get(self.kind)
+        return contract.op_type_of(self.kind)
 
     def nbytes(self) -> int:
         total = 0
@@ -81,20 +83,22 @@ class Projection(nn.Module):
         x2 = x.reshape(-1, s.k)
         if s.kind == "none":
             y = torch.nn.functional.linear(x2, self.weight, self._opt("bias"))
-        elif s.kind == "w4a16":
-            y = torch.ops.metrale.w4a16_proj(
-                x2, self.weight, self.weight_scale, self._opt("zero_point"), self._opt("bias"),
-                s.n, s.k, int(s.attrs["group_size"]), str(s.attrs["activation_format"]), s.family, s.name)
-        elif s.kind == "w8a8":
-            y = torch.ops.metrale.w8a8_proj(
-                x2, self.weight, self.weight_scale, self._opt("bias"), s.n, s.k,
-                str(s.attrs["weight_scale_granularity"]), str(s.attrs["activation_format"]),
-                str(s.attrs["activation_scale_granularity"]), s.family, s.name)
-        elif s.kind == "w4a4":
-            y = torch.ops.metrale.w4a4_proj(
-                x2, self.weight, self.weight_scale, self.weight_global_scale,
-                self._opt("input_scale"), self._opt("bias"), s.n, s.k,
-                str(s.attrs["activation_format"]), s.family, s.name)
-        else:  # pragma: no cover - specs are built by this package
-            raise ValueError(f"{s.name}: unknown projection kind {s.kind!r}")
+        else:
+            op = contract.by_kind().get(s.kind)
+            if op is None:  # pragma: no cover - specs are built by this package
+                raise ValueError(f"{s.name}: unknown projection kind {s.kind!r}")
+            inputs = [self._opt(i.name) for i in op.inputs]
+            y = getattr(torch.ops.metrale, op.torch_name)(x2, *inputs, *(self._attr(op, a) for a in op.torch_attributes))
         return y.reshape(*lead, s.n)
+
+    def _attr(self, op: contract.OpSpec, name: str):
+        """The value of torch argument ``name``: n, k, family and name from the spec, the others
+        from ``spec.attrs`` (a contract attribute the spec lacks is an error naming both)."""
+        s = self.spec
+        fixed = {"n": s.n, "k": s.k, "family": s.family, "name": s.name}
+        if name in fixed:
+            return fixed[name]
+        if name not in s.attrs:
+            raise ValueError(f"{s.name}: {op.op_type} needs attribute {name!r}; the projection spec has "
+                             f"{', '.join(sorted(s.attrs)) or 'none'}")
+        return int(s.attrs[name]) if op.attribute(name).type == "int" else str(s.attrs[name])

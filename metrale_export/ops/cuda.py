@@ -22,12 +22,15 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from .. import contract
 from . import torch_ops  # noqa: F401  (defines the custom ops this module adds kernels to)
 
-_DTYPE_CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
-_ACT_FORMATS = {"bf16": 0, "fp8": 1, "nvfp4": 2}
-_WEIGHT_SCALES = {"channel": 0, "block128": 1}
-_ACT_SCALES = {"row": 0, "row_block128": 1}
+# The C enums of include/metrale/kernels.h, from the contract's value orders (tests/plugins checks
+# the header against them).
+_DTYPE_CODES = {getattr(torch, name): code for code, name in enumerate(contract.X_DTYPES)}
+_ACT_FORMATS = {name: code for code, name in enumerate(contract.ACTIVATION_FORMATS)}
+_WEIGHT_SCALES = contract.W8A8.codes("weight_scale_granularity")
+_ACT_SCALES = contract.W8A8.codes("activation_scale_granularity")
 _CUDA_ERRORS = {1: "cudaErrorInvalidValue (bad argument)", 801: "cudaErrorNotSupported"}
 
 _lock = threading.Lock()

@@ -11,13 +11,7 @@ from __future__ import annotations
 
 import torch
 
-E4M3_MAX = 448.0
-E2M1_MAX = 6.0
-NVFP4_BLOCK = 16
-FP8_BLOCK = 128
-
-# The eight magnitudes of e2m1, indexed by code & 7.
-E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
+from ..contract import E2M1_MAX, E2M1_VALUES, E4M3_MAX, FP8_BLOCK, NVFP4_BLOCK  # noqa: F401  (re-exported)
 # Rounding boundaries between consecutive magnitudes and, per boundary, whether a tie rounds up
 # (to the even code): 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4.
 _E2M1_BOUNDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)

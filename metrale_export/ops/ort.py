@@ -7,7 +7,13 @@ moved to that domain and renamed to a variant naming its activation dtype and pr
 inputs (e.g. ``W4A16Proj__float__x_w_s_b``); each variant is registered once per process. Inputs of
 a dtype the Python ops do not take (W4A16Proj's bfloat16 scales) reach them through a Cast to
 float32, exact, and are narrowed back before the reference runs. The file on disk is never
-modified; a graph of an older op contract is refused (``versions.check_model``).
+modified; a graph of an older op contract is refused (``contract.check_model``).
+
+Invariants: the weights are never loaded into the graph proto nor re-serialized: the graph is read
+with ``load_external_data=False``, shape inference sees only the weights' declared types and
+shapes, and ONNX Runtime reads the external data from the export directory by path
+(``session.model_external_initializers_file_folder_path``), so exports past protobuf's 2 GiB limit
+run as well.
 """
 
 from __future__ import annotations
@@ -20,17 +26,19 @@ import onnxruntime as ort
 import torch
 from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 
+from .. import contract
 from ..errors import InputError
-from . import onnx_translation as ot
-from . import moe, versions, w4a4, w4a16, w8a8
+from . import onnx_translation  # noqa: F401  (registers the schemas shape inference reads)
+from . import torch_ops
 
 CONTRIB = "ai.onnx.contrib"
 _DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
        onnx.TensorProto.FLOAT16: ("float16", PyCustomOpDef.dt_float16)}
-# Contract input types the Python ops take widened (exactly) to float32, and their torch dtype.
-_WIDENED = {"tensor(bfloat16)": torch.bfloat16}
-_INPUT_DT = {"tensor(int8)": PyCustomOpDef.dt_int8, "tensor(float)": PyCustomOpDef.dt_float,
-             "tensor(int32)": PyCustomOpDef.dt_int32, **{ty: PyCustomOpDef.dt_float for ty in _WIDENED}}
+# Contract dtypes the Python ops take widened (exactly) to float32 through a Cast, and their torch dtype.
+_WIDENED = {"bfloat16": torch.bfloat16}
+_INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32,
+             **{d: PyCustomOpDef.dt_float for d in _WIDENED}}
+_ATTR_DT = {"int": PyCustomOpDef.dt_int64, "string": PyCustomOpDef.dt_string}
 _registered: set[str] = set()
 
 
@@ -39,25 +47,19 @@ def _impl(op_type: str, present: list[str]):
 
     def run(x, *rest, **attrs):
         t = dict(zip(present, (torch.from_numpy(np.ascontiguousarray(a)) for a in rest)))
-        for name, ty, _ in ot._INPUTS[op_type]:
-            if ty in _WIDENED and name in t:
-                t[name] = t[name].to(_WIDENED[ty])  # back from the exact float32 Cast
+        for i in contract.op(op_type).inputs:
+            if i.dtype in _WIDENED and i.name in t:
+                t[i.name] = t[i.name].to(_WIDENED[i.dtype])  # back from the exact float32 Cast
         xt = torch.from_numpy(np.ascontiguousarray(x))
-        if op_type in moe.OP_TYPES:
-            y = moe.moe_proj(op_type, xt, t.pop("topk_ids"), t.pop("topk_weights", None), t, attrs)
-        elif op_type == "W4A16Proj":
-            y = w4a16.proj(xt, t["weight"], t["weight_scale"], t.get("zero_point"), t.get("bias"),
-                           int(attrs["group_size"]), attrs["activation_format"])
-        elif op_type == "W8A8Proj":
-            y = w8a8.proj(xt, t["weight"], t["weight_scale"], t.get("bias"),
-                          attrs["weight_scale_granularity"], attrs["activation_format"],
-                          attrs["activation_scale_granularity"])
-        else:
-            y = w4a4.proj(xt, t["weight"], t["weight_scale"], t["weight_global_scale"],
-                          t.get("input_scale"), t.get("bias"), attrs["activation_format"])
-        return y.numpy()
+        return torch_ops.reference(op_type, xt, t, attrs).numpy()
 
     return run
+
+
+def attribute_types(op_type: str) -> dict:
+    """The onnxruntime-extensions attribute types of ``op_type``'s variants (from the contract)."""
+    spec = contract.op(op_type)
+    return {a.name: _ATTR_DT[a.type] for a in spec.attributes}
 
 
 def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
@@ -67,17 +69,14 @@ def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
             f"{op_type}: the ONNX Runtime reference runs float32 or float16 activations, found {name}; "
             "export with --dtype float32 to verify on the CPU"
         )
-    present = [name for name, _, opt in ot._INPUTS[op_type] if not opt or has[name]]
+    spec = contract.op(op_type)
+    present = [i.name for i in spec.inputs if not i.optional or has[i.name]]
     tag = "_".join("".join(w[0] for w in p.split("_")) for p in present)
     name = f"{op_type}__{_DT[x_type][0]}__{tag}"
     if name not in _registered:
-        types = dict((n, ty) for n, ty, _ in ot._INPUTS[op_type])
-        attrs = {a: PyCustomOpDef.dt_int64 for a in ot._INT_ATTRS[op_type]}
-        attrs.update({a: PyCustomOpDef.dt_string for a in ot._STR_ATTRS[op_type]})
-        dts = {**_INPUT_DT, "T": _DT[x_type][1]}  # "T": the dtype of x
         onnx_op(op_type=name, domain=CONTRIB,
-                inputs=[_DT[x_type][1]] + [dts[types[p]] for p in present],
-                outputs=[_DT[x_type][1]], attrs=attrs)(_impl(op_type, present))
+                inputs=[_DT[x_type][1]] + [{**_INPUT_DT, "x": _DT[x_type][1]}[spec.input(p).dtype] for p in present],
+                outputs=[_DT[x_type][1]], attrs=attribute_types(op_type))(_impl(op_type, present))
         _registered.add(name)
     return name
 
@@ -87,8 +86,8 @@ def _register_all() -> None:
     the extensions library crashes the process (seen with onnxruntime-extensions 0.15.2)."""
     import itertools
 
-    for op_type in ot.OP_TYPES:
-        optional = [name for name, _, opt in ot._INPUTS[op_type] if opt]
+    for op_type, spec in contract.OPS.items():
+        optional = spec.optional_inputs
         for x_type in _DT:
             for bits in itertools.product((False, True), repeat=len(optional)):
                 _variant(op_type, x_type, dict(zip(optional, bits)))
@@ -97,7 +96,18 @@ def _register_all() -> None:
 _register_all()
 
 
-def _value_types(model: onnx.ModelProto) -> dict[str, int]:
+def load_graph(path: str | Path) -> onnx.ModelProto:
+    """The graph of an ONNX file with its external weights left on disk (references only)."""
+    try:
+        return onnx.load(str(path), load_external_data=False)
+    except Exception as e:  # protobuf DecodeError, OSError: an unreadable or truncated file
+        raise InputError(f"{path}: cannot read the ONNX graph: {e}") from e
+
+
+def value_types(model: onnx.ModelProto) -> dict[str, int]:
+    """Element type of every value of ``model`` (inputs, outputs, inferred intermediates,
+    initializers). Shape inference runs on the proto as given: with external weights, only their
+    declared types and shapes are read, so no weight is loaded or re-serialized."""
     inferred = onnx.shape_inference.infer_shapes(model)
     types = {}
     for v in [*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output]:
@@ -108,12 +118,19 @@ def _value_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
-def to_reference_graph(model: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy of ``model`` whose metrale nodes run as onnxruntime-extensions Python ops."""
-    versions.check_model(model, "the ONNX Runtime reference")
+def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelProto:
+    """A copy of ``model`` whose metrale nodes run as onnxruntime-extensions Python ops, returning
+    also the intermediate values ``extra_outputs`` (for verification). External weights stay
+    references."""
+    contract.check_model(model, "the ONNX Runtime reference")
     out = onnx.ModelProto()
     out.CopyFrom(model)
-    types = _value_types(out)
+    types = value_types(out)
+    have = {o.name for o in out.graph.output}
+    for name in extra_outputs:
+        if name not in have:
+            out.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, 0), None))
+            have.add(name)
     float_inputs = [v.type.tensor_type.elem_type for v in out.graph.input
                     if v.type.tensor_type.elem_type in _DT]
     fallback = float_inputs[0] if float_inputs else onnx.TensorProto.FLOAT
@@ -121,37 +138,47 @@ def to_reference_graph(model: onnx.ModelProto) -> onnx.ModelProto:
     for original in out.graph.node:
         node = onnx.NodeProto()
         node.CopyFrom(original)
-        if node.domain != ot.DOMAIN:
-            nodes.append(node)
+        nodes.append(node)
+        if node.domain != contract.DOMAIN:
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        flags = {name: bool(attrs.get(ot.present_flag(name), 0)) for name, _, opt in ot._INPUTS[node.op_type] if opt}
-        present = [(name, ty) for name, ty, opt in ot._INPUTS[node.op_type] if not opt or flags[name]]
-        for i, (name, ty) in enumerate(present, start=1):
-            if ty in _WIDENED and i < len(node.input):
-                wide = f"{node.input[i]}__float32"
-                nodes.append(onnx.helper.make_node("Cast", [node.input[i]], [wide], to=onnx.TensorProto.FLOAT,
-                                                   name=f"{node.name}__cast_{name}"))
-                node.input[i] = wide
+        spec = contract.op(node.op_type)
+        flags = {i.name: bool(attrs.get(i.gate, 0)) for i in spec.inputs if i.optional}
+        present = [i for i in spec.inputs if not i.optional or flags[i.name]]
+        for pos, i in enumerate(present, start=1):
+            if i.dtype in _WIDENED and pos < len(node.input):
+                wide = f"{node.input[pos]}__float32"
+                nodes.insert(len(nodes) - 1, onnx.helper.make_node(
+                    "Cast", [node.input[pos]], [wide], to=onnx.TensorProto.FLOAT, name=f"{node.name}__cast_{i.name}"))
+                node.input[pos] = wide
         node.op_type = _variant(node.op_type, types.get(node.input[0], fallback), flags)
         node.domain = CONTRIB
-        for i in reversed(range(len(node.attribute))):
-            if node.attribute[i].name == "plugin_version":  # TensorRT's, not the Python op's
-                del node.attribute[i]
-        nodes.append(node)
+        for j in reversed(range(len(node.attribute))):
+            if node.attribute[j].name == "plugin_version":  # TensorRT's, not the Python op's
+                del node.attribute[j]
     del out.graph.node[:]
     out.graph.node.extend(nodes)
-    kept = [o for o in out.opset_import if o.domain != ot.DOMAIN]
+    kept = [o for o in out.opset_import if o.domain != contract.DOMAIN]
     del out.opset_import[:]
     out.opset_import.extend(kept + [onnx.helper.make_opsetid(CONTRIB, 1)])
     return out
 
 
-def reference_session(model: str | Path | onnx.ModelProto, threads: int | None = None) -> ort.InferenceSession:
-    """An ONNX Runtime CPU session of ``model`` with the metrale reference ops."""
-    proto = onnx.load(str(model)) if not isinstance(model, onnx.ModelProto) else model
-    ref = to_reference_graph(proto)
+def reference_session(model: str | Path | onnx.ModelProto, threads: int | None = None,
+                      base_dir: str | Path | None = None, extra_outputs=()) -> ort.InferenceSession:
+    """An ONNX Runtime CPU session of ``model`` with the metrale reference ops.
+
+    ``model`` is a path (its external data is read from its directory) or a graph proto whose
+    external data lies in ``base_dir``."""
+    if isinstance(model, onnx.ModelProto):
+        proto = model
+    else:
+        proto, base_dir = load_graph(model), Path(model).parent
+    ref = to_reference_graph(proto, extra_outputs)
     so = ort.SessionOptions()
+    if base_dir is not None:
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path",
+                                    str(Path(base_dir).resolve()))
     so.register_custom_ops_library(get_library_path())
     so.log_severity_level = 3
     if threads:

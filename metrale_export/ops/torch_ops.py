@@ -1,191 +1,81 @@
-"""The metrale projection ops as torch custom ops (torch.library), namespace ``metrale``.
+"""The metrale projection ops as torch custom ops (torch.library), namespace ``metrale``, one per
+``contract`` spec.
 
 Each op has a CPU implementation (the reference of docs/ops.md, from the per-format modules) and a
 fake implementation for tracing; ``metrale_export.ops.cuda`` registers the CUDA implementation
 that calls the plugin kernels, and ``metrale_export.ops.onnx_translation`` maps each op to its
-``metrale`` ONNX node. Invariants: the argument names and order here are the op contract's
-inputs, then its attributes; optional inputs are ``None`` when absent.
+``metrale`` ONNX node. Invariants: an op's arguments are x, the contract's inputs (optional ones
+``None`` when absent), then its attributes but the has_* gates, in contract order
+(``OpSpec.torch_attributes``); ``reference`` is the one place that maps them to the per-format
+references, for the torch ops and the ONNX Runtime ops alike.
 """
 
 from __future__ import annotations
 
-from typing import Optional
-
 import torch
 from torch import Tensor
 
+from .. import contract
 from . import moe, w4a4, w4a16, w8a8
 
+_TORCH_TYPES = {"int": "SymInt", "string": "str"}
 
-@torch.library.custom_op("metrale::w4a16_proj", mutates_args=())
-def w4a16_proj(
-    x: Tensor,
-    weight: Tensor,
-    weight_scale: Tensor,
-    zero_point: Optional[Tensor],
-    bias: Optional[Tensor],
-    n: int,
-    k: int,
-    group_size: int,
-    activation_format: str,
-    family: str,
-    name: str,
-) -> Tensor:
-    return w4a16.proj(x, weight, weight_scale, zero_point, bias, group_size, activation_format)
-
-
-@w4a16_proj.register_fake
-def _w4a16_proj_fake(x, weight, weight_scale, zero_point, bias, n, k, group_size,
-                     activation_format, family, name):
-    return x.new_empty((x.shape[0], n))
+# op type -> the per-format reference, called with x, the inputs by name and the attributes by name.
+_REFERENCES = {
+    "W4A16Proj": lambda x, t, a: w4a16.proj(x, t["weight"], t["weight_scale"], t.get("zero_point"), t.get("bias"),
+                                            int(a["group_size"]), a["activation_format"]),
+    "W8A8Proj": lambda x, t, a: w8a8.proj(x, t["weight"], t["weight_scale"], t.get("bias"),
+                                          a["weight_scale_granularity"], a["activation_format"],
+                                          a["activation_scale_granularity"]),
+    "W4A4Proj": lambda x, t, a: w4a4.proj(x, t["weight"], t["weight_scale"], t["weight_global_scale"],
+                                          t.get("input_scale"), t.get("bias"), a["activation_format"]),
+}
+# The grouped-expert ops (docs/ops.md, "Grouped-expert ops"; reference in ops/moe.py).
+for _t, _spec in contract.OPS.items():
+    if _spec.grouped_of is not None:
+        _REFERENCES[_t] = (lambda op_type: lambda x, t, a: moe.moe_proj(
+            op_type, x, t.pop("topk_ids"), t.pop("topk_weights", None), t, a))(_t)
 
 
-@torch.library.custom_op("metrale::w8a8_proj", mutates_args=())
-def w8a8_proj(
-    x: Tensor,
-    weight: Tensor,
-    weight_scale: Tensor,
-    bias: Optional[Tensor],
-    n: int,
-    k: int,
-    weight_scale_granularity: str,
-    activation_format: str,
-    activation_scale_granularity: str,
-    family: str,
-    name: str,
-) -> Tensor:
-    return w8a8.proj(x, weight, weight_scale, bias, weight_scale_granularity, activation_format,
-                     activation_scale_granularity)
+def reference(op_type: str, x: Tensor, inputs: dict, attrs: dict) -> Tensor:
+    """The CPU reference of ``op_type`` (docs/ops.md); absent optional inputs are missing or None,
+    absent attributes take the contract's defaults."""
+    spec = contract.op(op_type)
+    if op_type not in _REFERENCES:
+        raise NotImplementedError(f"{op_type}: the contract defines it, but it has no reference here")
+    return _REFERENCES[op_type](x, {k: v for k, v in inputs.items() if v is not None}, {**spec.defaults(), **attrs})
 
 
-@w8a8_proj.register_fake
-def _w8a8_proj_fake(x, weight, weight_scale, bias, n, k, weight_scale_granularity,
-                    activation_format, activation_scale_granularity, family, name):
-    return x.new_empty((x.shape[0], n))
+def schema(spec: contract.OpSpec) -> str:
+    """The torch schema of ``metrale::<spec.torch_name>``."""
+    args = ["Tensor x"] + [f"Tensor{'?' if spec.input(i).optional else ''} {i}" for i in spec.torch_inputs]
+    args += [f"{_TORCH_TYPES[spec.attribute(a).type]} {a}" for a in spec.torch_attributes]
+    return f"({', '.join(args)}) -> Tensor"
 
 
-@torch.library.custom_op("metrale::w4a4_proj", mutates_args=())
-def w4a4_proj(
-    x: Tensor,
-    weight: Tensor,
-    weight_scale: Tensor,
-    weight_global_scale: Tensor,
-    input_scale: Optional[Tensor],
-    bias: Optional[Tensor],
-    n: int,
-    k: int,
-    activation_format: str,
-    family: str,
-    name: str,
-) -> Tensor:
-    return w4a4.proj(x, weight, weight_scale, weight_global_scale, input_scale, bias,
-                     activation_format)
+def _define(spec: contract.OpSpec):
+    names = list(spec.torch_inputs)
+
+    def impl(x, *args):
+        inputs = dict(zip(names, args))
+        attrs = dict(zip(spec.torch_attributes, args[len(names):]))
+        return reference(spec.op_type, x, inputs, attrs)
+
+    def fake(x, *args):
+        a = dict(zip(spec.torch_attributes, args[len(names):]))
+        if spec.grouped_of is not None and not a["combine"]:
+            return x.new_empty((x.shape[0], a["top_k"], a["n"]))
+        return x.new_empty((x.shape[0], a["n"]))
+
+    op = torch.library.custom_op(f"metrale::{spec.torch_name}", impl, mutates_args=(), schema=schema(spec))
+    op.register_fake(fake)
+    return op
 
 
-@w4a4_proj.register_fake
-def _w4a4_proj_fake(x, weight, weight_scale, weight_global_scale, input_scale, bias, n, k,
-                    activation_format, family, name):
-    return x.new_empty((x.shape[0], n))
-
-
-# --- the grouped-expert ops (docs/ops.md, "Grouped-expert ops"; reference in ops/moe.py) --------
-
-def _moe_out(x, n, top_k, combine):
-    return x.new_empty((x.shape[0], n) if combine else (x.shape[0], top_k, n))
-
-
-@torch.library.custom_op("metrale::w4a16_moe_proj", mutates_args=())
-def w4a16_moe_proj(
-    x: Tensor,
-    topk_ids: Tensor,
-    topk_weights: Optional[Tensor],
-    weight: Tensor,
-    weight_scale: Tensor,
-    zero_point: Optional[Tensor],
-    bias: Optional[Tensor],
-    n: int,
-    k: int,
-    num_experts: int,
-    top_k: int,
-    combine: int,
-    group_size: int,
-    activation_format: str,
-    family: str,
-    name: str,
-) -> Tensor:
-    return moe.moe_proj("W4A16MoEProj", x, topk_ids, topk_weights,
-                        dict(weight=weight, weight_scale=weight_scale, zero_point=zero_point, bias=bias),
-                        dict(n=n, k=k, num_experts=num_experts, top_k=top_k, combine=combine,
-                             group_size=group_size, activation_format=activation_format, name=name))
-
-
-@w4a16_moe_proj.register_fake
-def _w4a16_moe_proj_fake(x, topk_ids, topk_weights, weight, weight_scale, zero_point, bias, n, k,
-                         num_experts, top_k, combine, group_size, activation_format, family, name):
-    return _moe_out(x, n, top_k, combine)
-
-
-@torch.library.custom_op("metrale::w8a8_moe_proj", mutates_args=())
-def w8a8_moe_proj(
-    x: Tensor,
-    topk_ids: Tensor,
-    topk_weights: Optional[Tensor],
-    weight: Tensor,
-    weight_scale: Tensor,
-    bias: Optional[Tensor],
-    n: int,
-    k: int,
-    num_experts: int,
-    top_k: int,
-    combine: int,
-    weight_scale_granularity: str,
-    activation_format: str,
-    activation_scale_granularity: str,
-    family: str,
-    name: str,
-) -> Tensor:
-    return moe.moe_proj("W8A8MoEProj", x, topk_ids, topk_weights,
-                        dict(weight=weight, weight_scale=weight_scale, bias=bias),
-                        dict(n=n, k=k, num_experts=num_experts, top_k=top_k, combine=combine,
-                             weight_scale_granularity=weight_scale_granularity,
-                             activation_format=activation_format,
-                             activation_scale_granularity=activation_scale_granularity, name=name))
-
-
-@w8a8_moe_proj.register_fake
-def _w8a8_moe_proj_fake(x, topk_ids, topk_weights, weight, weight_scale, bias, n, k, num_experts, top_k,
-                        combine, weight_scale_granularity, activation_format, activation_scale_granularity,
-                        family, name):
-    return _moe_out(x, n, top_k, combine)
-
-
-@torch.library.custom_op("metrale::w4a4_moe_proj", mutates_args=())
-def w4a4_moe_proj(
-    x: Tensor,
-    topk_ids: Tensor,
-    topk_weights: Optional[Tensor],
-    weight: Tensor,
-    weight_scale: Tensor,
-    weight_global_scale: Tensor,
-    input_scale: Optional[Tensor],
-    bias: Optional[Tensor],
-    n: int,
-    k: int,
-    num_experts: int,
-    top_k: int,
-    combine: int,
-    activation_format: str,
-    family: str,
-    name: str,
-) -> Tensor:
-    return moe.moe_proj("W4A4MoEProj", x, topk_ids, topk_weights,
-                        dict(weight=weight, weight_scale=weight_scale, weight_global_scale=weight_global_scale,
-                             input_scale=input_scale, bias=bias),
-                        dict(n=n, k=k, num_experts=num_experts, top_k=top_k, combine=combine,
-                             activation_format=activation_format, name=name))
-
-
-@w4a4_moe_proj.register_fake
-def _w4a4_moe_proj_fake(x, topk_ids, topk_weights, weight, weight_scale, weight_global_scale, input_scale,
-                        bias, n, k, num_experts, top_k, combine, activation_format, family, name):
-    return _moe_out(x, n, top_k, combine)
+OPS = {spec.op_type: _define(spec) for spec in contract.OPS.values()}
+w4a16_proj = OPS["W4A16Proj"]
+w8a8_proj = OPS["W8A8Proj"]
+w4a4_proj = OPS["W4A4Proj"]
+w4a16_moe_proj = OPS["W4A16MoEProj"]
+w8a8_moe_proj = OPS["W8A8MoEProj"]
+w4a4_moe_proj = OPS["W4A4MoEProj"]

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import contract
 from .numerics import bf16_round, pack_nibbles, unpack_nibbles
 
-GROUP_SIZES = (32, 64, 128)
-SCALE_DTYPE = torch.bfloat16  # weight_scale's dtype in op version 2 (version 1: float32)
+GROUP_SIZES = contract.GROUP_SIZES
+SCALE_DTYPE = getattr(torch, contract.W4A16_SCALE_DTYPE)  # op version 2: bfloat16 (version 1: float32)
 
 
 def num_groups(k: int, group_size: int) -> int:

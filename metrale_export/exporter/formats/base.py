@@ -18,6 +18,7 @@ import re
 
 import torch
 
+from ...contract import op_type_of
 from ...errors import CheckpointError, InputError
 from ..checkpoint import Checkpoint, all_finite
 from ..projection import ProjSpec
@@ -35,7 +36,6 @@ FP8_DTYPES = (torch.float8_e4m3fn, torch.uint8, torch.int8)
 # that declaration becomes (the engine builder's ``--activation-quantization declared``).
 DESCRIBE_KEYS = ("format", "scheme", "weight_format", "weights", "bits", "group_size", "symmetric",
                  "weight_scales", "activation", "activation_format")
-OP_TYPES = {"w4a16": "W4A16Proj", "w8a8": "W8A8Proj", "w4a4": "W4A4Proj"}
 
 
 def describe_text(d: dict | None) -> str:
@@ -53,7 +53,7 @@ def describe_text(d: dict | None) -> str:
     scheme = f" {d['scheme']}" if d.get("scheme") else ""
     return (f"{d['format']}{scheme}: {', '.join(weights)}; activations: "
             f"{d.get('activation') or d.get('activation_format')}" + (f"; {', '.join(extra)}" if extra else "")
-            + f" -> {OP_TYPES.get(d['weight_format'], d['weight_format'])} with activation_format "
+            + f" -> {op_type_of(d['weight_format']) or d['weight_format']} with activation_format "
             f"{d['activation_format']}")
 
 

@@ -1,0 +1,151 @@
+"""Where to look inside an exported graph: the residual stream between decoder layers and the input
+and output of every metrale op, by value name, found from the graph alone (no weights read).
+
+The residual stream starts at the embedding's Gather and runs through a chain of ``Add`` nodes
+(``x = x + branch``); each Add belongs to the decoder layer whose nodes compute its branch (metrale
+ops by their ``name`` attribute, other nodes by the ``model.layers.{i}.*`` weights they read). Layer ``i`` reads the stream value before its
+first Add and writes the one after its last.
+
+Invariants: pure graph reading; a graph whose stream cannot be followed (no embedding Gather, an Add
+whose branch holds no or several layers' ops) gives ``GraphTaps.layers == {}`` and a ``reason``,
+never an exception, so the per-op and end-to-end checks still run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import onnx
+
+from ..ops import onnx_translation as ot
+
+LAYER_NAME = re.compile(r"^model\.layers\.(\d+)\.")
+EMBEDDING = "model.embed_tokens.weight"
+
+
+@dataclass(frozen=True)
+class OpTap:
+    """One metrale node: its projection (checkpoint name), layer (None: lm_head) and values."""
+
+    node: str
+    op_type: str
+    projection: str
+    layer: int | None
+    x: str
+    y: str
+    activation_format: str
+    # Every input that is not a weight, in node order: x, and for the grouped-expert ops the routing
+    # (topk_ids, topk_weights); the PyTorch module takes them in this order.
+    inputs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LayerTap:
+    layer: int
+    x_in: str
+    x_out: str
+
+
+@dataclass
+class GraphTaps:
+    ops: list[OpTap] = field(default_factory=list)
+    layers: dict[int, LayerTap] = field(default_factory=dict)
+    reason: str = ""
+
+    def values(self) -> list[str]:
+        """Every value to expose as a graph output, once each."""
+        names = [v for t in self.ops for v in (*t.inputs, t.y)]
+        names += [v for t in self.layers.values() for v in (t.x_in, t.x_out)]
+        return list(dict.fromkeys(names))
+
+
+def _attr(node: onnx.NodeProto, name: str, default=""):
+    for a in node.attribute:
+        if a.name == name:
+            v = onnx.helper.get_attribute_value(a)
+            return v.decode() if isinstance(v, bytes) else v
+    return default
+
+
+def _layer_of(projection: str) -> int | None:
+    m = LAYER_NAME.match(projection)
+    return int(m.group(1)) if m else None
+
+
+def find_taps(graph: onnx.GraphProto) -> GraphTaps:
+    taps = GraphTaps()
+    weights = {t.name for t in graph.initializer}
+    producer: dict[str, onnx.NodeProto] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for o in node.output:
+            producer[o] = node
+        for i in node.input:
+            consumers[i].append(node)
+    # A node's layer: its projection's (metrale ops), else the latest layer whose weights it reads
+    # (an earlier layer's only where the exporter deduplicated equal small initializers).
+    op_layer: dict[int, tuple[int, int]] = {}
+    for node in graph.node:
+        read = [_layer_of(i) for i in node.input if _layer_of(i) is not None]
+        if read:
+            op_layer[id(node)] = (1, max(read))
+        if node.domain in (ot.DOMAIN, "ai.onnx.contrib") and node.input:
+            proj = _attr(node, "name")
+            layer = _layer_of(proj)
+            if layer is not None:
+                op_layer[id(node)] = (0, layer)
+            inputs = tuple(v for v in node.input if v and v not in weights)
+            taps.ops.append(OpTap(node.name, node.op_type.split("__")[0], proj, layer, node.input[0],
+                                  node.output[0], _attr(node, "activation_format"), inputs))
+    taps.layers, taps.reason = _residual_layers(graph, producer, consumers, op_layer)
+    return taps
+
+
+def _residual_layers(graph, producer, consumers, op_layer):
+    gathers = [n for n in graph.node if n.op_type == "Gather" and n.input and n.input[0] == EMBEDDING]
+    if len(gathers) != 1:
+        return {}, f"expected one Gather of {EMBEDDING} (the residual stream's start), found {len(gathers)}"
+    chain = [gathers[0].output[0]]
+    adds = []
+    while True:
+        nxt = [n for n in consumers.get(chain[-1], []) if n.op_type == "Add"]
+        if len(nxt) != 1:
+            break
+        adds.append(nxt[0])
+        chain.append(nxt[0].output[0])
+    on_chain = set(chain)
+    layer_adds: dict[int, list[int]] = defaultdict(list)
+    for j, add in enumerate(adds):
+        branch = [v for v in add.input if v != chain[j]]
+        layers = _branch_layers(branch, producer, on_chain, op_layer)
+        if len(layers) != 1:
+            return {}, (f"residual Add {add.name!r}: its branch holds the ops of layers {sorted(layers)}, "
+                        "expected one layer")
+        layer_adds[layers.pop()].append(j)
+    taps = {}
+    for layer, js in layer_adds.items():
+        if js != list(range(js[0], js[-1] + 1)):
+            return {}, f"layer {layer}: its residual Adds are not consecutive on the stream"
+        taps[layer] = LayerTap(layer, chain[js[0]], chain[js[-1] + 1])
+    return dict(sorted(taps.items())), ""
+
+
+def _branch_layers(values, producer, stop: set[str], op_layer) -> set[int]:
+    """Layer ids of the metrale ops that ``values`` depend on, not looking past the stream (with
+    none, the latest layer whose weights they read)."""
+    seen, todo, layers, read = set(), list(values), set(), set()
+    while todo:
+        v = todo.pop()
+        if v in seen or v in stop:
+            continue
+        seen.add(v)
+        node = producer.get(v)
+        if node is None:
+            continue
+        kind, layer = op_layer.get(id(node), (None, None))
+        if kind is not None:
+            (layers if kind == 0 else read).add(layer)
+        todo.extend(node.input)
+    return layers or ({max(read)} if read else set())

@@ -1,0 +1,121 @@
+"""Teacher-forced checks: every metrale op and every decoder layer of the PyTorch model run on the
+inputs ONNX Runtime gave that op or layer, and their outputs are compared with ONNX Runtime's.
+
+Because each piece starts from the other runtime's own input, an error of one piece cannot reach
+the next: a projection is held to the per-op bound and a layer to the per-layer bound whatever the
+depth (docs/ops.md, *Tolerances*). The PyTorch side is built from the checkpoint, so a wrong weight,
+scale or attribute in the export shows in the op that reads it.
+
+Invariants: torch.no_grad, CPU, float64 metrics; ``values`` are ONNX Runtime's outputs of the
+verification graph (taps.GraphTaps.values() exposed); nothing here raises for a mismatch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import torch
+
+from ..ops import tolerances
+from .metrics import rel_error
+from .taps import GraphTaps
+
+
+@dataclass
+class OpRow:
+    case: str
+    layer: int | None  # None: outside the decoder layers (lm_head)
+    projection: str
+    op_type: str
+    activation_format: str
+    rel_error: float
+    bound: float
+
+    @property
+    def ok(self) -> bool:
+        return bool(np.isfinite(self.rel_error)) and self.rel_error <= self.bound
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"ok": self.ok}
+
+
+@dataclass
+class LayerRow:
+    case: str
+    layer: int
+    output: str  # "residual" (the layer's update of the stream) or a state output's name
+    rel_error: float
+    bound: float
+
+    @property
+    def ok(self) -> bool:
+        return bool(np.isfinite(self.rel_error)) and self.rel_error <= self.bound
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"ok": self.ok}
+
+
+def layer_formats(taps: GraphTaps) -> dict[int | None, set[str]]:
+    """Activation formats of the metrale ops of each layer."""
+    out: dict[int | None, set[str]] = {}
+    for t in taps.ops:
+        out.setdefault(t.layer, set()).add(t.activation_format)
+    return out
+
+
+@torch.no_grad()
+def check_ops(model, taps: GraphTaps, values: dict, case: str) -> list[OpRow]:
+    # Projection and GroupedProjection modules by the checkpoint name their node carries.
+    modules = {m.spec.name: m for _, m in model.named_modules()
+               if isinstance(getattr(getattr(m, "spec", None), "name", None), str)}
+    rows = []
+    for t in taps.ops:
+        bound = tolerances.op_bound(t.activation_format)
+        module = modules.get(t.projection)
+        inputs = t.inputs or (t.x,)
+        if module is None or any(v not in values for v in (*inputs, t.y)):
+            rows.append(OpRow(case, t.layer, t.projection or t.node, t.op_type, t.activation_format,
+                              float("inf"), bound))
+            continue
+        args = [torch.from_numpy(np.ascontiguousarray(values[v])) for v in inputs]
+        args = [a.to(model.dtype) if a.is_floating_point() else a for a in args]
+        ref = module(*args).float().numpy()
+        rows.append(OpRow(case, t.layer, t.projection, t.op_type, t.activation_format,
+                          rel_error(values[t.y], ref), bound))
+    return rows
+
+
+def _new_part(spec, got: np.ndarray, ref: np.ndarray, past: int):
+    """The part of a state output the layer computed: for a cache growing along ``past``, the
+    appended positions; otherwise all of it."""
+    if "past" in spec.shape and past:
+        axis = spec.shape.index("past")
+        sl = [slice(None)] * ref.ndim
+        sl[axis] = slice(past, None)
+        return got[tuple(sl)], ref[tuple(sl)]
+    return got, ref
+
+
+@torch.no_grad()
+def check_layers(model, taps: GraphTaps, values: dict, feed: dict, case: str, past: int) -> list[LayerRow]:
+    formats = layer_formats(taps)
+    pos = torch.from_numpy(feed["position_ids"])
+    cos, sin = model.model.rotary_emb(pos, model.dtype)
+    rows = []
+    for i, tap in taps.layers.items():
+        if str(i) not in model.model.layers or tap.x_in not in values or tap.x_out not in values:
+            continue
+        bound = tolerances.layer_bound(formats.get(i, set()))
+        x_in = values[tap.x_in]
+        specs = model.states[i]
+        states = [torch.from_numpy(np.ascontiguousarray(feed[f"{s.name}.{i}"])) for s in specs]
+        out, *new = model.model.layers[str(i)](torch.from_numpy(np.ascontiguousarray(x_in)), cos, sin, *states)
+        rows.append(LayerRow(case, i, "residual", rel_error(values[tap.x_out], out.float().numpy(), base=x_in),
+                             bound))
+        for spec, t in zip(specs, new):
+            name = f"{spec.output}.{i}"
+            if name in values:
+                got, ref = _new_part(spec, np.asarray(values[name]), t.float().numpy(), past)
+                rows.append(LayerRow(case, i, name, rel_error(got, ref), bound))
+    return rows
