@@ -307,7 +307,7 @@ def _lower_w4a16(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
     n, k, g = int(a["n"]), int(a["k"]), int(a["group_size"])
     if g <= 0 or k % 2:
         raise LoweringError(f"node {key} (W4A16Proj): group_size {g} and an even k needed, found k={k}")
-    groups = contract.ceil_div(k, g)
+    groups = -(-k // g)
     weight = _constant(node, 1, "weight", key)
     scale = _constant(node, 2, "weight_scale", key)
     if scale.dtype != np.dtype(ml_dtypes.bfloat16):

@@ -23,7 +23,7 @@ extern "C" size_t metrale_w4a16_workspace_size(int64_t m, int64_t n, int64_t k, 
 }
 
 extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const int8_t* weight,
-    const float* weight_scale, const int8_t* zero_point, const float* bias, void* y, int64_t m, int64_t n,
+    const void* weight_scale, const int8_t* zero_point, const float* bias, void* y, int64_t m, int64_t n,
     int64_t k, int64_t group_size, void* workspace, size_t workspace_bytes, cudaStream_t stream)
 {
     if (!validShape(m, n, k) || !validDtype(x_dtype))
@@ -65,7 +65,7 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     }
     W4A16Policy::Params p{};
     p.codes = reinterpret_cast<const uint8_t*>(weight);
-    p.scale = weight_scale;
+    p.scale = static_cast<const uint16_t*>(weight_scale);
     p.zeroPoint = reinterpret_cast<const uint8_t*>(zero_point);
     p.bias = bias;
     p.groups = static_cast<int>(groups);

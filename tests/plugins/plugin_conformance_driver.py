@@ -104,10 +104,10 @@ def make_cases(seed: int = 20261129) -> list[Case]:
         ("w4a16_g128_bf16", 256, 512, 128, False, False, "bf16"),
         ("w4a16_g64_zp_bias_f16", 200, 320, 64, True, True, "f16"),
         ("w4a16_g32_f32", 256, 512, 32, False, False, "f32"),
+        ("w4a16_g128_partial_zp_bf16", 64, 160, 128, True, True, "bf16"),  # a partial last group (v2)
     ):
         q = w4a16.quantize(weight(n, k), group_size=g, symmetric=not zp)
-        # The plugin still takes float32 scales (its bf16 input: not done yet): the bf16 values, exact.
-        inputs = [("x", _x(gen, k, _DTYPES[dt])), ("weight", q.weight), ("weight_scale", q.weight_scale.float())]
+        inputs = [("x", _x(gen, k, _DTYPES[dt])), ("weight", q.weight), ("weight_scale", q.weight_scale)]
         if zp:
             inputs.append(("zero_point", q.zero_point))
         if has_bias:
@@ -223,8 +223,7 @@ def _call_op(c: Case, x: torch.Tensor, device: str) -> torch.Tensor:
     t = {name: (v.to(device) if v is not None else None) for name, v in c.inputs[1:]}
     x = x.to(device)
     if c.op == "W4A16Proj":
-        return torch.ops.metrale.w4a16_proj(x, t["weight"], t["weight_scale"].to(torch.bfloat16),
-                                            t.get("zero_point"), t.get("bias"),
+        return torch.ops.metrale.w4a16_proj(x, t["weight"], t["weight_scale"], t.get("zero_point"), t.get("bias"),
                                             f["n"], f["k"], f["group_size"], f["activation_format"], f["family"],
                                             f["name"])
     if c.op == "W8A8Proj":
