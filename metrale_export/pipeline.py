@@ -9,6 +9,7 @@ build); a skipped step says why in the summary; the summary names every output.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,8 @@ class JobOptions:
     build: BuildOptions
     compare: bool = True
     engines: bool = True
+    # The user left --moe-experts at its default: the job picks what its engines can build.
+    moe_experts_default: bool = False
 
 
 @dataclass
@@ -49,25 +52,44 @@ class JobResult:
         return {"output": str(self.output), "steps": self.steps}
 
 
+def moe_experts_for(options: JobOptions) -> tuple[str, str]:
+    """The MoE expert form the export writes, and why (empty when it is the user's choice).
+
+    The qdq lowering (no ``--plugins``) cannot express the grouped-expert ops (docs/ops.md), so a
+    job that builds engines without the plugins exports one projection per expert, which lowers."""
+    asked = options.export.request.moe_experts
+    if not options.moe_experts_default or not options.engines or options.build.plugins is not None:
+        return asked, ""
+    return "dense", ("MoE experts dense: the qdq lowering that builds these engines cannot express the "
+                     "grouped-expert ops; --plugins (the plugin lowering) or --moe-experts grouped keeps them")
+
+
 def run_job(model: Path, out: Path, options: JobOptions, events: Events | None = None) -> JobResult:
     """Export ``model`` into ``out``, compare the export, build its engines; see the module docstring."""
     events = events or Events()
+    experts, why = moe_experts_for(options)
+    if experts != options.export.request.moe_experts:
+        request = dataclasses.replace(options.export.request, moe_experts=experts)
+        options = dataclasses.replace(options, export=dataclasses.replace(options.export, request=request))
     result = JobResult(Path(out))
-    exported = _export(model, out, options, events)
+    exported = _export(model, out, options, events, why)
     result.steps["export"] = exported
     result.steps["compare"] = _compare(out, options, events)
     result.steps["engines"] = _engines(out, options, events)
     return result
 
 
-def _export(model, out, options: JobOptions, events: Events) -> dict:
+def _export(model, out, options: JobOptions, events: Events, experts_why: str) -> dict:
     from .exporter.export import export
 
     done = export(model, out, options.export, progress=events.export_progress)
     counts = done.manifest["op_counts"]
     text = ", ".join(f"{v} {k}" for k, v in counts.items()) or "no metrale ops"
-    events.say(f"[1/3] exported {model} -> {out}/model.onnx in {done.seconds:.1f} s ({text})")
-    return {"seconds": round(done.seconds, 2), "op_counts": counts, "onnx": str(Path(out) / "model.onnx")}
+    has_moe = any("/moe/" in k for k in counts)
+    note = f"; {experts_why}" if experts_why and has_moe else ""
+    events.say(f"[1/3] exported {model} -> {out}/model.onnx in {done.seconds:.1f} s ({text}){note}")
+    return {"seconds": round(done.seconds, 2), "op_counts": counts, "onnx": str(Path(out) / "model.onnx"),
+            "moe_experts": options.export.request.moe_experts if has_moe else None}
 
 
 def _compare(out, options: JobOptions, events: Events):
@@ -107,6 +129,7 @@ def _engines(out, options: JobOptions, events: Events):
                    f"then run: metrale-export build {out}")
         return "skipped: no TensorRT backend installed"
     from .engines.build import build_engines
+    from .engines.manifest import describe_size
 
     events.say(f"[3/3] building {len(options.build.profiles)} engine(s), one per profile, into "
                f"{Path(out) / 'engines'} (Ctrl-C stops cleanly) ...")
@@ -116,5 +139,7 @@ def _engines(out, options: JobOptions, events: Events):
     events.say(f"[3/3] built {len(manifest['engines'])} engine(s) with {manifest['backend']['name']} "
                f"{manifest['backend']['version']} (lowering {manifest['lowering']}) in {engine_dir}; "
                f"row invariance {'promised' if promise['promised'] else 'NOT promised'}: {promise['reason']}")
+    events.say(f"      {describe_size(manifest)}")
     return {"count": len(manifest["engines"]), "backend": manifest["backend"], "dir": str(engine_dir),
-            "max_context": manifest["max_context"]}
+            "max_context": manifest["max_context"], "float_weights": manifest["float_weights"],
+            "size": manifest["size"]}

@@ -47,7 +47,7 @@ def engine_progress(say):
 @click.option("--json", "as_json", is_flag=True, help="Print the engine manifest as JSON on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Show TensorRT's warnings and errors.")
 def command(source, output, profiles, policy, plugins, backend, lowering, timing_cache, max_context,
-            rtx_targets, quiet, as_json, verbose):
+            rtx_targets, float_weights, quiet, as_json, verbose):
     """Build one TensorRT engine per row-count profile of ONNX_OR_EXPORT_DIR.
 
     \b
@@ -56,10 +56,12 @@ def command(source, output, profiles, policy, plugins, backend, lowering, timing
           --profiles 1,2-8,9-32,33-128,129-4096 --activation-quantization declared
     """
     from ..engines.build import BuildOptions, UsageConflict, build_engines
+    from ..engines.manifest import describe_size
 
     options = BuildOptions(
         profiles=profiles, policy=policy, backend=backend, lowering=lowering, plugins=plugins,
-        timing_cache=timing_cache, max_context=max_context, rtx_targets=rtx_targets, verbose=verbose,
+        timing_cache=timing_cache, max_context=max_context, rtx_targets=rtx_targets,
+        float_weights=float_weights, verbose=verbose,
     )
     say = (lambda *a, **k: None) if quiet else (lambda msg: click.echo(msg, err=True))
 
@@ -75,3 +77,4 @@ def command(source, output, profiles, policy, plugins, backend, lowering, timing
         f"{manifest['backend']['version']}, lowering {manifest['lowering']}; row invariance "
         f"{'promised' if promise['promised'] else 'not promised'}: {promise['reason']}"
     )
+    say(describe_size(manifest))

@@ -13,9 +13,17 @@ import click
 @click.option("--hybrid", is_flag=True,
               help="A Qwen3-Next-shaped model instead: Gated DeltaNet and attention layers, MoE with a "
                    "shared expert.")
-def command(out_dir, seed, hybrid):
+@click.option("--moe", is_flag=True,
+              help="A Qwen3-MoE-shaped model instead: 4 experts (top 2) in layer 0, a dense MLP in layer 1.")
+def command(out_dir, seed, hybrid, moe):
     """Write a tiny random Qwen3 checkpoint (model.safetensors + config.json) into DIR."""
-    if hybrid:
+    if hybrid and moe:
+        raise click.BadParameter("choose one of --hybrid and --moe", param_hint="--moe")
+    if moe:
+        from ..exporter.demo import write_moe_demo
+
+        path = write_moe_demo(out_dir, seed)
+    elif hybrid:
         from ..exporter.demo_hybrid import write_hybrid_demo
 
         path = write_hybrid_demo(out_dir, seed)

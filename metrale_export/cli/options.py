@@ -13,6 +13,7 @@ import click
 from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
+from ..engines.policy import FLOAT_WEIGHTS
 from ..exporter.names import DTYPE_NAMES, WEIGHT_FORMATS
 
 
@@ -105,4 +106,7 @@ engine_options = _compose(
                       f"[default: min({DEFAULT_MAX_CONTEXT}, the model's max_position_embeddings)]."),
     click.option("--rtx-target", "rtx_targets", multiple=True, callback=_targets, metavar="MAJOR.MINOR",
                  help="TensorRT-RTX compute capability to build for (repeatable; default 8.9)."),
+    click.option("--float-weights", type=click.Choice(FLOAT_WEIGHTS), default="checkpoint", show_default=True,
+                 help="Engines' float weights (embedding, lm_head, router): checkpoint = bfloat16 where "
+                      "the values are (the lm_head and router then run in bf16); float32 = as exported."),
 )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import click
+from click.core import ParameterSource
 
 from . import options as opt
 from .build import engine_progress
@@ -59,7 +60,7 @@ def preflight(model, out, profiles, dtype: str, max_context: int | None, force: 
 @opt.json_option
 @click.pass_context
 def command(ctx, model, output, profiles, policy, plugins, backend, max_context, rtx_targets,
-            skip_compare, skip_engines, force, quiet, as_json, **_):
+            float_weights, skip_compare, skip_engines, force, quiet, as_json, **_):
     """The main job: export MODEL to ONNX with metrale ops, verify it, and build engines.
 
     MODEL is a .safetensors file with config.json beside it, a checkpoint directory, or a
@@ -75,12 +76,14 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     preflight(model, out, profiles, ctx.params["dtype"], max_context, force, skip_compare)
     export, _ = export_options(ctx.params, force)
     build = BuildOptions(profiles=profiles, policy=policy, backend=backend, plugins=plugins,
-                         max_context=max_context, rtx_targets=rtx_targets)
+                         max_context=max_context, rtx_targets=rtx_targets, float_weights=float_weights)
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
     events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
     try:
+        experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
         result = run_job(model, out, JobOptions(export, build, compare=not skip_compare,
-                                                engines=not skip_engines), events)
+                                                engines=not skip_engines,
+                                                moe_experts_default=experts_default), events)
     finally:
         bar.close()
     if as_json:

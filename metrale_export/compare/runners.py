@@ -67,7 +67,7 @@ def torch_model_factory(export_dir: Path, checkpoint: Path, manifest: dict):
             symmetric=not wq.get("asymmetric", False),
             w8a8_weight_scales=wq.get("w8a8_weight_scales") or "channel",
             w8a8_activation_scales=wq.get("w8a8_activation_scales") or "row",
-            quantize_lm_head=bool(wq.get("lm_head")))
+            quantize_lm_head=bool(wq.get("lm_head")), moe_experts=wq.get("moe_experts") or "grouped")
         source = select_source(ckpt, request)
         return CausalLM(cfg, source, DTYPES[manifest["dtype"]], manifest["layers"]).load_weights(source)
 

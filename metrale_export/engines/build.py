@@ -26,7 +26,7 @@ import onnx
 from polygraphy.backend.base import BaseLoader
 
 from ..errors import BuildError
-from . import backends, cancel, lowering, manifest as _manifest
+from . import backends, cancel, lowering, manifest as _manifest, weights as _weights
 from .plan import (  # noqa: F401 - the build's public names
     LOWERINGS, BuildOptions, BuildPlan, EngineStep, Source, UsageConflict, choose_backend, plan_build,
     resolve_lowering, resolve_source, sha256_file,
@@ -61,16 +61,24 @@ def load_plugin_library(backend: backends.Backend, path: Path) -> None:
 
 
 class LoweredGraphFromOnnx(BaseLoader):
-    """The source graph lowered for one set of formats, saved under the engine directory."""
+    """The source graph lowered for one set of formats, its float weights in the checkpoint's dtype
+    (``weights.float_weights_in_bf16``) unless asked otherwise, saved under the engine directory.
+    Returns what its weights take and a decode step reads (``weights.numbers``)."""
 
-    def __init__(self, model: Callable[[], onnx.ModelProto], lowering_name: str, formats: dict, path: Path):
-        self.model, self.lowering, self.formats, self.path = model, lowering_name, formats, path
+    def __init__(self, model: Callable[[], onnx.ModelProto], lowering_name: str, formats: dict,
+                 float_weights: str, path: Path):
+        self.model, self.lowering, self.formats, self.float_weights, self.path = \
+            model, lowering_name, formats, float_weights, path
 
-    def call_impl(self) -> Path:
+    def call_impl(self) -> dict:
         if self.lowering == "qdq":
             rewritten = lowering.lower_qdq(self.model(), self.formats)
         else:
             rewritten = lowering.with_activation_formats(self.model(), self.formats)
+        converted = []
+        if self.float_weights == "checkpoint":
+            rewritten, converted = _weights.float_weights_in_bf16(rewritten)
+        numbers = {**_weights.numbers(rewritten), "bf16_float_weights": converted}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
             lowering.save_model(rewritten, self.path)
@@ -80,7 +88,7 @@ class LoweredGraphFromOnnx(BaseLoader):
             if isinstance(e, OSError) and e.filename is None:
                 raise OSError(e.errno, e.strerror, str(self.path)) from e
             raise
-        return self.path
+        return numbers
 
 
 class EngineBytesFromLoweredGraph(BaseLoader):
@@ -152,9 +160,9 @@ def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, p
     """Carry out ``plan``: build what it says, reuse the rest, remove what it lists."""
     out = plan.out_dir
     model = functools.cache(lambda: onnx.load(str(plan.source.onnx_path)))  # read once, if at all
-    graphs = {rel: LoweredGraphFromOnnx(model, plan.lowering, formats, out / rel)
+    graphs = {rel: LoweredGraphFromOnnx(model, plan.lowering, formats, plan.float_weights, out / rel)
               for rel, formats in plan.graphs.items()}
-    written: set[str] = set()
+    written: dict[str, dict] = {}  # lowered graph -> its numbers
     previous = {s.reuse["file"]: s.reuse for s in plan.steps if s.reuse}
     pending = [e for e in _manifest.previous_engines(out) if e.get("file") not in previous]
     entries: list[dict] = []
@@ -166,13 +174,12 @@ def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, p
             continue
         progress("build", step.rows, details)
         if step.graph not in written:
-            graphs[step.graph]()
-            written.add(step.graph)
+            written[step.graph] = graphs[step.graph]()
         started = time.perf_counter()
         data = memoryview(_build(backend, plan, step, options))
         seconds = time.perf_counter() - started
         _manifest.write_atomic(out / step.file, data)
-        entries.append(_manifest.engine_entry(plan, step, data, seconds))
+        entries.append(_manifest.engine_entry(plan, step, data, seconds, written[step.graph]))
         progress("built", step.rows, {**details, "seconds": seconds, "bytes": data.nbytes})
         # Keep what is done if a later profile fails, and what the old manifest listed that is
         # still to be checked, so that it can still be reused.

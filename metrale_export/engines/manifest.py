@@ -78,8 +78,9 @@ def load(engine_dir: Path) -> dict:
     return manifest
 
 
-def engine_entry(plan, step, data: memoryview, seconds: float) -> dict:
-    """The manifest entry of an engine just built from ``step`` of ``plan``."""
+def engine_entry(plan, step, data: memoryview, seconds: float, numbers: dict) -> dict:
+    """The manifest entry of an engine just built from ``step`` of ``plan``; ``numbers`` are its
+    lowered graph's (``weights.numbers``: weight bytes, decode bytes per token, state bytes)."""
     return {
         "rows": {"lo": step.rows.lo, "hi": step.rows.hi}, "label": step.rows.label, "file": step.file,
         "bytes": data.nbytes, "sha256": hashlib.sha256(data).hexdigest(), "onnx": step.graph,
@@ -87,11 +88,48 @@ def engine_entry(plan, step, data: memoryview, seconds: float) -> dict:
         "backend": _backend(plan), "lowering": plan.lowering, "plugin_sha256": plan.plugin_sha,
         "build_seconds": round(seconds, 3),
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "key": step.key,
+        "weights": numbers["weights"], "decode_bytes_per_token": numbers["decode_bytes_per_token"],
+        "kv_cache_bytes_per_position": numbers["kv_cache_bytes_per_position"],
+        "fixed_state_bytes": numbers["fixed_state_bytes"],
+        "bf16_float_weights": numbers["bf16_float_weights"],
+    }
+
+
+def summary(entries: list[dict]) -> dict:
+    """What a user deploys: the engines' bytes in all, and per decode token (batch 1) the bytes the
+    largest of them reads (the engines share one graph's weights unless ``adaptive``)."""
+    sized = [e for e in entries if "decode_bytes_per_token" in e]
+    return {
+        "engine_bytes": sum(int(e.get("bytes", 0)) for e in entries),
+        "largest_engine_bytes": max((int(e.get("bytes", 0)) for e in entries), default=0),
+        "weight_bytes": max((e["weights"]["bytes"] for e in sized), default=None),
+        "decode_bytes_per_token": max((e["decode_bytes_per_token"] for e in sized), default=None),
+        "kv_cache_bytes_per_position": max((e["kv_cache_bytes_per_position"] for e in sized), default=None),
+        "fixed_state_bytes": max((e["fixed_state_bytes"] for e in sized), default=None),
     }
 
 
 def _backend(plan) -> dict:
     return {"name": plan.backend, "version": plan.backend_version, "targets": list(plan.targets)}
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def describe_size(manifest: dict) -> str:
+    """One line for a build summary: engine bytes, weight dtype choice, decode reads per token."""
+    size = manifest.get("size") or {}
+    words = f"{_mib(size.get('engine_bytes', 0))} of engines"
+    if size.get("weight_bytes") is not None:
+        fw = "bf16 where the checkpoint is" if manifest.get("float_weights") == "checkpoint" else "float32"
+        words += (f" (weights {_mib(size['weight_bytes'])}, float weights {fw}); a decode token reads "
+                  f"{_mib(size['decode_bytes_per_token'])} of weights at batch 1")
+        if size.get("kv_cache_bytes_per_position"):
+            words += f" + {size['kv_cache_bytes_per_position'] / 1024:.1f} KiB of KV cache per context position"
+        if size.get("fixed_state_bytes"):
+            words += f" + {size['fixed_state_bytes'] / 1024:.1f} KiB of fixed state"
+    return words
 
 
 def document(plan, entries: list[dict], complete: bool) -> dict:
@@ -111,6 +149,8 @@ def document(plan, entries: list[dict], complete: bool) -> dict:
         "max_context": plan.max_context,
         "plugins": {"path": str(plan.plugins), "sha256": plan.plugin_sha} if plan.plugin_sha else None,
         "timing_cache": str(plan.timing_cache) if plan.timing_cache else None,
+        "float_weights": plan.float_weights,
+        "size": summary(entries),
         "engines": entries,
     }
 

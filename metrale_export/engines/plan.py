@@ -28,6 +28,7 @@ import onnx
 from ..errors import InputError
 from ..invariance import audit, engine_promise
 from . import backends, lowering as _lowering, policy as _policy
+from .policy import FLOAT_WEIGHTS
 from .profiles import DEFAULT_MAX_CONTEXT, ProfileShapes, RowRange, optimization_profiles
 
 LOWERINGS = ("plugin", "qdq")
@@ -53,6 +54,9 @@ class BuildOptions:
     timing_cache: Path | None = None  # None: <out>/timing.cache (tensorrt only)
     max_context: int | None = None  # None: min(DEFAULT_MAX_CONTEXT, the model's positions)
     rtx_targets: tuple[tuple[int, int], ...] = (backends.DEFAULT_RTX_TARGET,)
+    # checkpoint: float weights exact in bfloat16 are stored (and the MatMuls on them run) in
+    # bfloat16 (engines/weights.py); float32: as the export has them.
+    float_weights: str = "checkpoint"
     verbose: bool = False
 
 
@@ -192,6 +196,24 @@ def resolve_max_context(max_context: int | None, model_max: int | None, where: P
     return max_context
 
 
+# The qdq lowering stores these weights as FLOAT8E4M3FN (docs/engines.md, Lowerings).
+_FP8_STORED = ("W8A8Proj", "W4A4Proj")
+_FP8_MIN_TARGET = (8, 9)  # TensorRT-RTX: "Cannot compile for target(s) sm86 ... fp8_e4m3"
+
+
+def check_rtx_targets(backend: str, lowering: str, targets, ops) -> None:
+    """Refuse, before any build, TensorRT-RTX targets that cannot hold the qdq graph's FP8 weights."""
+    if backend != "tensorrt-rtx" or lowering != "qdq":
+        return
+    fp8 = sorted({op.op_type for op in ops if op.op_type in _FP8_STORED})
+    old = [f"{a}.{b}" for a, b in targets if (a, b) < _FP8_MIN_TARGET]
+    if fp8 and old:
+        raise UsageConflict(
+            f"--rtx-target {', '.join(old)}: the qdq lowering stores {' and '.join(fp8)} weights as FP8 "
+            f"(e4m3), which TensorRT-RTX compiles for SM 8.9 and later only; use --rtx-target 8.9 or 12.0",
+            "--rtx-target")
+
+
 def profile_formats(policy: _policy.Policy, ops, profiles) -> list[dict[str, str]]:
     """Each profile's formats (op key -> activation format); every refusal at once as InputError."""
     out = []
@@ -215,10 +237,10 @@ def digest(parts: dict) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def graph_file(lowering: str, formats: dict, source_sha: str) -> str:
+def graph_file(lowering: str, formats: dict, source_sha: str, float_weights: str = "checkpoint") -> str:
     """The lowered graph's file (relative to the engine directory): one per distinct formats."""
     key = digest({"lowering": lowering, "formats": formats, "v": _lowering.LOWERING_VERSION,
-                  "source": source_sha})[:16]
+                  "source": source_sha, "float_weights": float_weights})[:16]
     return f"onnx/{lowering}-{key}.onnx"
 
 
@@ -259,6 +281,7 @@ class BuildPlan:
     promise_reason: str
     row_invariance: dict  # the engine manifest's entry (invariance.engine_promise)
     max_context: int
+    float_weights: str
     policy: str  # the policy as the user can write it again
     plugins: Path | None
     plugin_sha: str | None
@@ -307,9 +330,13 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     ``lowered_on_disk`` the files under ``onnx/`` now.
     """
     name, version = backend
+    if options.float_weights not in FLOAT_WEIGHTS:
+        raise UsageConflict(f"--float-weights {options.float_weights!r}: expected one of "
+                            f"{', '.join(FLOAT_WEIGHTS)}", "--float-weights")
     chosen, conflict = resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))
     if chosen is None:
         raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
+    check_rtx_targets(name, chosen, options.rtx_targets, source.ops)
     max_context = resolve_max_context(options.max_context, source.model_max_positions,
                                       source.onnx_path.parent / "manifest.json")
     all_formats = profile_formats(options.policy, source.ops, options.profiles)
@@ -335,18 +362,19 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
             "source": source.sha256, "rows": [rows.lo, rows.hi],
             "profiles": [s.as_json() for s in shapes], "formats": formats, "lowering": chosen,
             "lowering_version": _lowering.LOWERING_VERSION, "backend": f"{name} {version}",
-            "targets": list(targets), "plugins": plugin_sha,
+            "targets": list(targets), "plugins": plugin_sha, "float_weights": options.float_weights,
         })
         file = engine_file(rows)
         old = by_key.get(key)
         reuse = old if reusable(old, file, engine_sha(file) if old else None) else None
-        graph = reuse["onnx"] if reuse and reuse.get("onnx") else graph_file(chosen, formats, source.sha256)
+        graph = reuse["onnx"] if reuse and reuse.get("onnx") else \
+            graph_file(chosen, formats, source.sha256, options.float_weights)
         steps.append(EngineStep(rows, formats, shapes, key, file, graph, reuse))
     steps = tuple(steps)
     return BuildPlan(
         source=source, out_dir=Path(out_dir), backend=name, backend_version=version, lowering=chosen,
         targets=targets, promised=promised, promise_reason=reason, row_invariance=row_invariance,
-        max_context=max_context,
+        max_context=max_context, float_weights=options.float_weights,
         policy=options.policy.describe(), plugins=options.plugins, plugin_sha=plugin_sha,
         timing_cache=timing_cache, steps=steps,
         removals=removals(list(previous), steps, list(lowered_on_disk)),

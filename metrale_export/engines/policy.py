@@ -23,6 +23,9 @@ FORMATS = contract.ACTIVATION_FORMATS
 FAMILIES = contract.FAMILIES
 OP_TYPES = contract.op_types()
 DENSE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is None)
+# --float-weights: how an engine stores the export's float weights (engines/weights.py):
+# "checkpoint" in bfloat16 where every value is exact in it, "float32" as exported.
+FLOAT_WEIGHTS = ("checkpoint", "float32")
 # The grouped-expert ops run the table of their weight format's dense op (docs/ops.md).
 MOE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is not None)
 

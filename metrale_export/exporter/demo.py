@@ -1,4 +1,5 @@
-"""The built-in demo checkpoint: a tiny Qwen3-shaped model with seeded random weights.
+"""The built-in demo checkpoints: a tiny Qwen3-shaped model with seeded random weights, and its
+Qwen3-MoE variant (``write_moe_demo``: sparse experts with top-k routing, one dense layer).
 
 Written as a real checkpoint (``model.safetensors`` + ``config.json``) so the main job runs end to
 end on a fresh machine with no download. Invariants: the same seed gives the same bytes; every
@@ -59,16 +60,53 @@ def demo_tensors(config: dict, seed: int = 0, dtype: torch.dtype = torch.bfloat1
         t[f"{p}.mlp.gate_proj.weight"] = rnd(i, h)
         t[f"{p}.mlp.up_proj.weight"] = rnd(i, h)
         t[f"{p}.mlp.down_proj.weight"] = rnd(h, i)
+        if layer in _sparse_layers(config):  # Qwen3-MoE: the router and the experts replace the MLP
+            del t[f"{p}.mlp.gate_proj.weight"], t[f"{p}.mlp.up_proj.weight"], t[f"{p}.mlp.down_proj.weight"]
+            t[f"{p}.mlp.gate.weight"] = rnd(config["num_experts"], h, std=h ** -0.5)
+            mi = config["moe_intermediate_size"]
+            for e in range(config["num_experts"]):
+                t[f"{p}.mlp.experts.{e}.gate_proj.weight"] = rnd(mi, h)
+                t[f"{p}.mlp.experts.{e}.up_proj.weight"] = rnd(mi, h)
+                t[f"{p}.mlp.experts.{e}.down_proj.weight"] = rnd(h, mi)
     if not config.get("tie_word_embeddings"):
         t["lm_head.weight"] = rnd(v, h)
     return t
 
 
-def write_demo(out_dir: str | Path, seed: int = 0) -> Path:
-    """Write the demo checkpoint into ``out_dir`` and return the safetensors path."""
+def _sparse_layers(config: dict) -> list[int]:
+    """The layers with experts: none for dense Qwen3; Qwen3-MoE's rule (every ``decoder_sparse_step``
+    th layer, except ``mlp_only_layers``)."""
+    if "num_experts" not in config:
+        return []
+    step, only = config.get("decoder_sparse_step", 1), config.get("mlp_only_layers", [])
+    return [i for i in range(config["num_hidden_layers"]) if i not in only and (i + 1) % step == 0]
+
+
+# Qwen3-MoE: the dense demo's shapes, 4 experts (top 2) in layer 0, the dense MLP in layer 1.
+MOE_DEMO_CONFIG = {
+    **DEMO_CONFIG,
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "num_experts": 4,
+    "num_experts_per_tok": 2,
+    "moe_intermediate_size": 256,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [1],
+    "hidden_act": "silu",
+}
+
+
+def write_demo(out_dir: str | Path, seed: int = 0, config: dict = DEMO_CONFIG) -> Path:
+    """Write the demo checkpoint (or another ``config``'s) into ``out_dir``; return the safetensors path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(DEMO_CONFIG, indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     path = out / "model.safetensors"
-    save_file(demo_tensors(DEMO_CONFIG, seed), str(path), metadata={"format": "pt"})
+    save_file(demo_tensors(config, seed), str(path), metadata={"format": "pt"})
     return path
+
+
+def write_moe_demo(out_dir: str | Path, seed: int = 0) -> Path:
+    """Write the Qwen3-MoE demo checkpoint into ``out_dir`` and return the safetensors path."""
+    return write_demo(out_dir, seed, MOE_DEMO_CONFIG)

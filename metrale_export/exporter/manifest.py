@@ -74,6 +74,8 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
             "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
             "lm_head": req.quantize_lm_head,
             "declared": source.describe() if hasattr(source, "describe") else None,
+            # Only the non-default expert form is written, so default exports keep their bytes.
+            **({"moe_experts": req.moe_experts} if req.moe_experts != "grouped" else {}),
         },
         "dtype": options.dtype,
         "layers": model.layer_ids,

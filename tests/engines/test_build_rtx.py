@@ -215,3 +215,40 @@ def test_max_context_within_the_models_positions(tmp_path):
     manifest = build_engines(export, None, _options("1", max_context=1024))
     assert manifest["model"] == {"max_position_embeddings": 1024}
     assert (export / "engines" / "rows-1.engine").is_file()
+
+
+def _embedding_and_head(path, vocab=8192, hidden=256):
+    """ids [M] -> Gather(embedding) -> MatMul(lm_head [hidden, vocab]): weight-dominated, bf16-exact."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    emb, head = (rng.standard_normal(s).astype(ml_dtypes.bfloat16).astype(np.float32)
+                 for s in ((vocab, hidden), (hidden, vocab)))
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Gather", ["embed.weight", "ids"], ["h"], name="embed"),
+         onnx.helper.make_node("MatMul", ["h", "lm_head.weight"], ["logits"], name="lm_head")],
+        "head", [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["M"])],
+        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["M", vocab])],
+        [onnx.numpy_helper.from_array(emb, "embed.weight"), onnx.numpy_helper.from_array(head, "lm_head.weight")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    onnx.save(model, path)
+    return vocab * hidden
+
+
+def test_engines_keep_float_weights_in_bfloat16(tmp_path):
+    """The engine stores the bf16 weights (half the float32 engine), and the manifest's numbers are
+    those of the weights: bytes, and per decode token one embedding row plus the whole lm_head."""
+    n = _embedding_and_head(tmp_path / "head.onnx")
+    built = {fw: build_engines(tmp_path / "head.onnx", tmp_path / fw, _options("1-4", float_weights=fw))
+             for fw in ("checkpoint", "float32")}
+    for fw, size in (("checkpoint", 2), ("float32", 4)):
+        (engine,) = built[fw]["engines"]
+        assert engine["weights"]["bytes"] == 2 * n * size
+        assert engine["decode_bytes_per_token"] == n * size + 256 * size
+        # What TensorRT-RTX wrote holds those weights and little else (kernels, metadata).
+        assert 2 * n * size <= engine["bytes"] <= 2 * n * size + (1 << 20), (fw, engine["bytes"])
+        assert built[fw]["size"]["engine_bytes"] == engine["bytes"]
+        assert built[fw]["float_weights"] == fw
+    assert built["checkpoint"]["engines"][0]["bf16_float_weights"] == ["embed.weight", "lm_head.weight"]
+    assert built["float32"]["engines"][0]["bf16_float_weights"] == []

@@ -76,6 +76,7 @@ def test_keys_follow_what_the_engine_depends_on():
         "policy": _plan(_options(policy="bf16")),
         "backend version": _plan(backend=("tensorrt-rtx", "1.8")),
         "targets": _plan(_options(rtx_targets=((12, 0),))),
+        "float weights": _plan(_options(float_weights="float32")),
         "max context": _plan(source=_source(inputs={"input_ids": ["batch", "seq"],
                                                     "position_ids": ["batch", "seq"]}),
                              options=_options(max_context=256)),
@@ -123,21 +124,40 @@ def test_removals_name_what_no_engine_keeps():
 
 
 def test_backend_specific_parts():
-    rtx = _plan(_options(rtx_targets=((8, 6), (12, 0))))
-    assert rtx.targets == ("8.6", "12.0") and rtx.timing_cache is None
+    rtx = _plan(_options(rtx_targets=((8, 9), (12, 0))))
+    assert rtx.targets == ("8.9", "12.0") and rtx.timing_cache is None
     assert rtx.lowering == "qdq" and rtx.promised is False
     trt = _plan(backend=("tensorrt", "10.9"))
     assert trt.targets == ("build machine",) and trt.timing_cache == Path("/out/timing.cache")
     with pytest.raises(UsageConflict, match="no IPluginV3 layers") as e:
         _plan(_options(lowering="plugin", plugins=Path("/lib.so")))
     assert e.value.param == "--lowering"
+    with pytest.raises(UsageConflict, match="--float-weights 'fp16': expected one of checkpoint, float32"):
+        _plan(_options(float_weights="fp16"))
+
+
+def test_fp8_weights_need_sm89_with_tensorrt_rtx():
+    with pytest.raises(UsageConflict, match=r"--rtx-target 8\.6: the qdq lowering stores W4A4Proj and "
+                                            r"W8A8Proj weights as FP8") as e:
+        _plan(_options(rtx_targets=((8, 6), (12, 0))))
+    assert e.value.param == "--rtx-target"
+    w4a16_only = _source()
+    w4a16_only.ops = OPS[:1]
+    assert _plan(_options(rtx_targets=((8, 6),)), source=w4a16_only).targets == ("8.6",)
+    assert _plan(_options(rtx_targets=((8, 9),))).targets == ("8.9",)
 
 
 def test_manifest_document_round_trips_through_the_reader(tmp_path):
     plan = plan_build(_source(), tmp_path, _options("1,2-8"), RTX)
     step = plan.steps[1]
-    entry = manifest.engine_entry(plan, step, memoryview(b"engine"), 1.5)
+    numbers = {"weights": {"bytes": 4, "by_dtype": {"bfloat16": 4}}, "decode_bytes_per_token": 3,
+               "kv_cache_bytes_per_position": 2, "fixed_state_bytes": 1, "bf16_float_weights": ["w"]}
+    entry = manifest.engine_entry(plan, step, memoryview(b"engine"), 1.5, numbers)
     written = manifest.write(tmp_path, manifest.document(plan, [entry], complete=True))
+    assert written["size"] == {"engine_bytes": 6, "largest_engine_bytes": 6, "weight_bytes": 4,
+                               "decode_bytes_per_token": 3, "kv_cache_bytes_per_position": 2,
+                               "fixed_state_bytes": 1}
+    assert written["float_weights"] == "checkpoint"
     assert manifest.load(tmp_path) == written == json.loads((tmp_path / "manifest.json").read_text())
     assert written["engines"][0]["bytes"] == 6 and written["engines"][0]["onnx"] == step.graph
     assert manifest.previous_engines(tmp_path) == [entry]

@@ -260,3 +260,28 @@ def test_router_matches_transformers(hf_next):
         _, w_hf, id_hf = hf.model.layers[0].mlp.gate(x)
     ids, w = moe.route(x)
     assert torch.equal(ids.to(torch.int64), id_hf) and torch.equal(w, w_hf)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["none", "w8a8", "w4a16", "w4a4"])
+def test_hybrid_demo_grouped_export_against_transformers(tmp_path, fmt):
+    """The hybrid demo (Qwen3-Next-shaped: GDN, gated attention, 4 experts top-2 + a shared expert)
+    exports its routed experts as the grouped ops; ONNX Runtime against transformers' float32
+    forward: 1e-4 unquantized, docs/ops.md's per-format bound quantized (measured 2026-12-01 on the
+    CPU: none 5.8e-7, w8a8 0.070, w4a16 0.185, w4a4 0.216). Slow: 80-130 s per format here."""
+    from metrale_export.exporter.demo_hybrid import write_hybrid_demo
+    from metrale_export.ops import tolerances
+
+    write_hybrid_demo(tmp_path / "hyb")
+    ck = tmp_path / "hyb"
+    hf = transformers.AutoModelForCausalLM.from_pretrained(str(ck), dtype=torch.float32).eval()
+    ids = torch.randint(0, hf.config.vocab_size, (2, 8), generator=torch.Generator().manual_seed(1)).numpy()
+    with torch.no_grad():
+        full = hf(torch.from_numpy(ids)).logits.numpy()
+    out = export(ck, tmp_path / fmt, ExportOptions(request=QuantRequest(weight=fmt))).out_dir
+    graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
+    grouped = [n for n in graph.node if n.domain == "metrale" and n.op_type.endswith("MoEProj")]
+    assert len(grouped) == (0 if fmt == "none" else 3 * 3)  # three sparse layers, three ops each
+    got = np.concatenate(ort_steps(reference_session(out / "model.onnx"), ids, [6, 1, 1]), axis=1)
+    bound = tolerances.TRANSFORMERS if fmt == "none" else tolerances.QUANTIZED_VS_FLOAT[fmt]
+    assert rel(got, full) < bound, (fmt, rel(got, full))

@@ -1,0 +1,82 @@
+"""The main job (``metrale-export MODEL``) on the hybrid (Qwen3-Next) and Qwen3-MoE demos: export,
+compare and engines with TensorRT-RTX, in every weight format; and its engine options.
+
+The end-to-end runs are ``slow`` (an export, a comparison and two engine builds each: 1-5 minutes
+on two cores); the choices they rest on are tested fast (tests/engines/test_profiles.py places the
+GDN states, ``test_moe_experts_follow_the_lowering`` below).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from metrale_export.cli.main import cli
+from metrale_export.engines import backends
+from metrale_export.engines.plan import BuildOptions
+from metrale_export.engines.policy import parse_policy
+from metrale_export.engines.profiles import parse_profiles
+from metrale_export.exporter.export import ExportOptions
+from metrale_export.exporter.quantization import QuantRequest
+from metrale_export.pipeline import JobOptions, moe_experts_for
+
+needs_rtx = pytest.mark.skipif(backends.available()["tensorrt-rtx"] is None,
+                               reason=f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+
+
+def run(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def _job(plugins=None, engines=True, default=True, asked="grouped"):
+    build = BuildOptions(parse_profiles("1"), parse_policy("declared"), plugins=plugins)
+    return JobOptions(ExportOptions(request=QuantRequest(weight="w4a16", moe_experts=asked)), build,
+                      engines=engines, moe_experts_default=default)
+
+
+def test_moe_experts_follow_the_lowering():
+    assert moe_experts_for(_job())[0] == "dense"  # qdq cannot lower the grouped-expert ops
+    assert "qdq lowering" in moe_experts_for(_job())[1]
+    assert moe_experts_for(_job(plugins=Path("lib.so"))) == ("grouped", "")
+    assert moe_experts_for(_job(engines=False)) == ("grouped", "")
+    assert moe_experts_for(_job(default=False)) == ("grouped", "")  # the user's choice stands
+
+
+@pytest.fixture(scope="module")
+def demos(tmp_path_factory):
+    base = tmp_path_factory.mktemp("demos")
+    for kind, flag in (("hybrid", "--hybrid"), ("moe", "--moe")):
+        assert run("demo-model", base / kind, flag).exit_code == 0
+    return base
+
+
+@pytest.mark.slow
+@needs_rtx
+@pytest.mark.parametrize("kind", ["hybrid", "moe"])
+@pytest.mark.parametrize("weights", ["w4a16", "w8a8", "w4a4"])
+def test_main_job_builds_engines_for_hybrid_and_moe(demos, tmp_path, kind, weights, request):
+    if (kind, weights) == ("hybrid", "w8a8"):
+        request.applymarker(pytest.mark.xfail(
+            reason="compare's fixed 1e-3 bound on end-to-end logits: 1.04e-3 on the hybrid demo in w8a8 "
+                   "(the bf16 cascade, issue 14's verification part)", strict=False))
+    out = tmp_path / "job"
+    # SM 12.0: TensorRT-RTX compiles FP8 weights for SM 8.9 and later only.
+    r = run(demos / kind, "-o", out, "--weight-quantization", weights, "--profiles", "1,2-8",
+            "--max-context", "256", "--backend", "tensorrt-rtx", "--rtx-target", "12.0", "--json")
+    assert r.exit_code == 0, r.output
+    summary = json.loads(r.output[r.output.index("{\n"):])
+    assert summary["steps"]["compare"]["ok"] is True
+    engines = summary["steps"]["engines"]
+    assert engines["count"] == 2 and engines["max_context"] == 256
+    assert engines["backend"]["targets"] == ["12.0"]
+    manifest = json.loads((out / "engines" / "manifest.json").read_text())
+    assert [e["label"] for e in manifest["engines"]] == ["1", "2-8"]
+    inputs = manifest["engines"][1]["optimization_profiles"][0]["shapes"]
+    if kind == "hybrid":  # the GDN states take the profile's batch
+        assert inputs["conv_state.0"]["max"][0] == 8 and inputs["recurrent_state.0"]["min"][0] == 2
+        assert manifest["size"]["fixed_state_bytes"] > 0
+    assert summary["steps"]["export"]["moe_experts"] == "dense"
+    assert {"model.embed_tokens.weight", "lm_head.weight"} <= set(manifest["engines"][0]["bf16_float_weights"])
+    for e in manifest["engines"]:
+        assert (out / "engines" / e["file"]).stat().st_size == e["bytes"] > e["weights"]["bytes"]
