@@ -44,6 +44,11 @@ NVFP4_BLOCK = 16  # k per e4m3 scale of W4A4Proj
 GROUP_SIZES = (32, 64, 128)  # W4A16Proj group_size
 
 
+def ceil_div(a: int, b: int) -> int:
+    """ceil(a / b) for positive ints: the number of blocks of ``b`` covering ``a`` (block scales)."""
+    return -(-a // b)
+
+
 @dataclass(frozen=True)
 class Input:
     """One positional input after x: ``dtype`` as ONNX names it ("int8", "float32", ...; "x": the

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from metrale_export.cli.main import cli
-from metrale_export.engines.testing import Proj, projection_graph
+from support.graphs import Proj, projection_graph
 from metrale_export.exporter.demo import DEMO_CONFIG
 from metrale_export.invariance import PROJECTIONS_ONLY, audit, engine_promise
 

@@ -13,40 +13,37 @@ from . import options as opt
 
 
 def resolve_weight_format(weight: str, ckpt) -> str:
-    """``auto``: declared for a checkpoint that declares a quantization format, else w4a16."""
-    if weight != "auto":
-        return weight
-    from ..exporter.formats import detect
+    """``auto``: declared for a checkpoint that declares a quantization format, else w4a16
+    (``exporter.session.resolve_weight``)."""
+    from ..exporter.session import resolve_weight
 
-    return "declared" if detect(ckpt) is not None else "w4a16"
+    return resolve_weight(weight, ckpt)
 
 
 def export_options(ctx_params: dict, force: bool):
-    """(ExportOptions, Checkpoint) from the shared quantization options (validated against the model)."""
-    from ..exporter.checkpoint import Checkpoint
-    from ..exporter.config import parse_config
+    """(ExportOptions, ModelSession) from the shared quantization options (validated against the
+    model); ``export`` takes the session, so the checkpoint's header is read once."""
     from ..exporter.export import ExportOptions, parse_layers
-    from ..exporter.quantization import QuantRequest
+    from ..exporter.session import open_model
 
-    ckpt = Checkpoint.open(ctx_params["model"])
-    request = QuantRequest(
-        weight=resolve_weight_format(ctx_params["weight"], ckpt), group_size=int(ctx_params["group_size"]),
+    session = open_model(ctx_params["model"], dict(
+        weight=ctx_params["weight"], group_size=int(ctx_params["group_size"]),
         symmetric=not ctx_params["asymmetric"], w8a8_weight_scales=ctx_params["w8a8_weight_scales"],
         w8a8_activation_scales=ctx_params["w8a8_activation_scales"],
-        quantize_lm_head=ctx_params["quantize_lm_head"], moe_experts=ctx_params.get("moe_experts", "grouped"))
-    cfg = parse_config(ckpt.config, ckpt.root / "config.json")
-    layers = parse_layers(ctx_params["layers"], cfg.num_hidden_layers)
-    return ExportOptions(request=request, layers=layers, dtype=ctx_params["dtype"], force=force), ckpt
+        quantize_lm_head=ctx_params["quantize_lm_head"], moe_experts=ctx_params.get("moe_experts", "grouped")))
+    layers = parse_layers(ctx_params["layers"], session.config.num_hidden_layers)
+    options = ExportOptions(request=session.request, layers=layers, dtype=ctx_params["dtype"], force=force)
+    return options, session
 
 
 def run_export(params: dict, out, force: bool, quiet: bool):
     from ..exporter.export import export
     from .progress import ByteProgress
 
-    options, _ = export_options(params, force)
+    options, session = export_options(params, force)
     bar = ByteProgress("writing weights", enabled=not quiet)
     try:
-        return export(params["model"], out, options, progress=bar)
+        return export(session, out, options, progress=bar)
     finally:
         bar.close()
 

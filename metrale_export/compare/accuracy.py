@@ -28,7 +28,6 @@ from polygraphy.backend.onnxrt import OnnxrtRunner
 from polygraphy.common import TensorMetadata
 from polygraphy.comparator import Comparator, DataLoader
 
-from ..errors import InputError
 from ..ops import tolerances
 from ..ops.ort import load_graph, reference_session
 from . import metrics
@@ -147,10 +146,10 @@ class Report:
 
 
 def load_manifest(export_dir: Path) -> dict:
-    path = Path(export_dir) / "manifest.json"
-    if not path.exists():
-        raise InputError(f"{export_dir}: not an export directory (no manifest.json); run 'metrale-export export' first")
-    return json.loads(path.read_text())
+    """The export's manifest (``exporter.session.read_manifest``: its format_version checked)."""
+    from ..exporter.session import read_manifest
+
+    return read_manifest(export_dir)
 
 
 def _metadata(manifest: dict, case: Case) -> TensorMetadata:

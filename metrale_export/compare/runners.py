@@ -15,9 +15,8 @@ import torch
 from polygraphy.backend.base import BaseRunner
 from polygraphy.backend.onnxrt import OnnxrtRunner
 
-from ..exporter.checkpoint import Checkpoint
-from ..exporter.config import parse_config
-from ..exporter.export import DTYPES, select_source
+from ..exporter.export import DTYPES
+from ..exporter.session import open_model, request_from_manifest
 from ..exporter.layers.model import CausalLM
 from ..ops.ort import reference_session
 
@@ -55,21 +54,11 @@ class TorchRunner(BaseRunner):
 
 def torch_model_factory(export_dir: Path, checkpoint: Path, manifest: dict):
     """A callable building the export's PyTorch model from the checkpoint it was exported from."""
-    from ..exporter.quantization import QuantRequest
-
-    wq = manifest["weight_quantization"]
+    request = request_from_manifest(manifest)
 
     def build() -> CausalLM:
-        ckpt = Checkpoint.open(checkpoint)
-        cfg = parse_config(ckpt.config, ckpt.root / "config.json")
-        request = QuantRequest(
-            weight=wq["format"], group_size=wq.get("group_size") or 128,
-            symmetric=not wq.get("asymmetric", False),
-            w8a8_weight_scales=wq.get("w8a8_weight_scales") or "channel",
-            w8a8_activation_scales=wq.get("w8a8_activation_scales") or "row",
-            quantize_lm_head=bool(wq.get("lm_head")), moe_experts=wq.get("moe_experts") or "grouped")
-        source = select_source(ckpt, request)
-        return CausalLM(cfg, source, DTYPES[manifest["dtype"]], manifest["layers"]).load_weights(source)
+        session = open_model(checkpoint, request)
+        return session.model(DTYPES[manifest["dtype"]], manifest["layers"]).load_weights(session.source)
 
     return build
 

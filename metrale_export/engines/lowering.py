@@ -320,7 +320,7 @@ def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
         _expect_shape(scale, (n,), "weight_scale", key, node)
         w = e.dequantize(codes, scale, axis=1)
     elif granularity == "block128":
-        nb, kb = -(-n // _FP8_BLOCK), -(-k // _FP8_BLOCK)
+        nb, kb = contract.ceil_div(n, _FP8_BLOCK), contract.ceil_div(k, _FP8_BLOCK)
         _expect_shape(scale, (nb, kb), "weight_scale", key, node)
         per_column = np.repeat(scale.T, _FP8_BLOCK, axis=1)[:, :n].copy()  # [kb, N]
         w = e.dequantize(codes, per_column, axis=0, block=_FP8_BLOCK)
@@ -341,7 +341,7 @@ def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
             f"node {key} (W8A8Proj): activation_scale_granularity {act!r}: expected row or "
             f"row_block128"
         )
-    kb = -(-k // _FP8_BLOCK)
+    kb = contract.ceil_div(k, _FP8_BLOCK)
     padded = x
     if kb * _FP8_BLOCK != k:
         padded = e.op("Pad", [x, e.i64("pads", [0, 0, 0, kb * _FP8_BLOCK - k])])

@@ -25,6 +25,7 @@ from typing import Callable
 
 import onnx
 
+from ..hashing import sha256_file
 from ..errors import InputError
 from ..invariance import audit, engine_promise
 from . import backends, lowering as _lowering, policy as _policy
@@ -78,14 +79,6 @@ class Source:
     def model_max_positions(self) -> int | None:
         value = ((self.export_manifest or {}).get("model") or {}).get("max_position_embeddings")
         return int(value) if value else None
-
-
-def sha256_file(path: Path, chunk: int = 1 << 22) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def sha256_files(paths: list[Path]) -> str:

@@ -29,13 +29,12 @@ import torch
 
 from ..errors import ExportError, InputError
 from ..ops import onnx_translation
-from .checkpoint import Checkpoint
-from .config import parse_config
 from . import replicate
 from .layers.model import CausalLM
-from .manifest import build_manifest
+from .manifest import MANIFEST_NAME, build_manifest
 from .names import DTYPE_NAMES
-from .quantization import FloatSource, QuantRequest
+from .quantization import QuantRequest
+from .session import ModelSession, open_model, select_source  # noqa: F401  (select_source: re-exported)
 from .writer import (DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory, check_location,
                      tensor_digest)
 
@@ -83,24 +82,6 @@ def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:
     if bad:
         raise InputError(f"--layers: layer {bad[0]} does not exist; the model has layers 0-{num_layers - 1}")
     return sorted(ids)
-
-
-def select_source(ckpt: Checkpoint, request: QuantRequest):
-    """The projection source for this checkpoint: the reader of the quantization format it declares
-    (``formats.detect``; a request it cannot honour is refused there), else its float weights
-    quantized as requested."""
-    from .formats import declared_source
-
-    source = declared_source(ckpt, request)
-    if source is not None:
-        return source
-    if request.weight == "declared":
-        raise InputError(
-            f"{ckpt.root}: --weight-quantization declared: the checkpoint declares no quantization format "
-            "(no quantization_config in config.json, no hf_quant_config.json); it holds float weights: "
-            "choose none, w4a16, w8a8 or w4a4"
-        )
-    return FloatSource(ckpt, request)
 
 
 def _dynamic_shapes(model: CausalLM):
@@ -204,24 +185,25 @@ def _version() -> str:
     return __version__
 
 
-def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions | None = None,
+def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: ExportOptions | None = None,
            progress=None) -> ExportResult:
-    """Export ``model_path`` into ``out_dir``.
+    """Export ``model_path`` (a path, or a session ``open_model`` made with ``options.request``)
+    into ``out_dir``.
 
     ``progress``, if given, has ``note(text)`` (the plan, before tracing), ``start(total_bytes)``
     (before any weight is read) and ``update(n_bytes)`` (as weights stream).
     """
     options = options or ExportOptions()
-    options.model_path = str(model_path)
     t0 = time.time()
     if options.dtype not in DTYPES:
         raise InputError(f"--dtype: expected one of {', '.join(DTYPES)}, found {options.dtype!r}")
     dtype = DTYPES[options.dtype]
-    ckpt = Checkpoint.open(model_path)
-    cfg = parse_config(ckpt.config, ckpt.root / "config.json")
-    source = select_source(ckpt, options.request)
+    session = model_path if isinstance(model_path, ModelSession) else open_model(model_path, options.request)
+    options.request = session.request  # the session's request is what the manifest records
+    options.model_path = str(session.path)
+    ckpt, cfg, source = session.checkpoint, session.config, session.source
     with torch.device("meta"):
-        model = CausalLM(cfg, source, dtype, options.layers)
+        model = session.model(dtype, options.layers)
     check_location(Path(out_dir), options.force, model.weight_nbytes())  # before any tracing
     if progress is not None:
         n_proj = len(model.projections())
@@ -231,7 +213,7 @@ def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions |
     if options.replicate_layers:
         def make_model(layer_ids):
             with torch.device("meta"):
-                return CausalLM(cfg, source, dtype, layer_ids)
+                return session.model(dtype, layer_ids)
         try:
             traced = replicate.trace_replicated(model, make_model, trace)
         except replicate.NotReplicable as e:
@@ -276,5 +258,5 @@ def export(model_path: str | Path, out_dir: str | Path, options: ExportOptions |
         except onnx.checker.ValidationError as e:
             raise ExportError(f"{onnx_path}: onnx.checker rejected the exported graph: {e}") from e
         manifest = build_manifest(ckpt, cfg, model, options, tmp, proto, source)
-        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return ExportResult(Path(out_dir), manifest, time.time() - t0)

@@ -19,6 +19,11 @@ from ..invariance import audit
 from ..ops.onnx_translation import DOMAIN
 from .writer import sha256_file
 
+MANIFEST_NAME = "manifest.json"
+# Bump when a reader of an older manifest would misread this one (session.read_manifest refuses
+# other versions).
+FORMAT_VERSION = 1
+
 
 ROW_INVARIANCE_SCOPE = ("engines built with --lowering plugin and a fixed --activation-quantization: "
                         "the outputs listed under covers; the ops under left_to_tensorrt are not covered")
@@ -42,6 +47,23 @@ def _value_info(v: onnx.ValueInfoProto) -> dict:
     return {"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": dims}
 
 
+def weight_quantization(req, source=None) -> dict:
+    """The manifest's ``weight_quantization``: the request (the fields that apply to its format) and
+    the checkpoint's declared format. ``session.request_from_manifest`` inverts it."""
+    return {
+        "format": req.weight,
+        "group_size": req.group_size if req.weight == "w4a16" else None,
+        "asymmetric": (not req.symmetric) if req.weight == "w4a16" else None,
+        "w8a8_weight_scales": req.w8a8_weight_scales if req.weight == "w8a8" else None,
+        "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
+        "lm_head": req.quantize_lm_head,
+        "declared": source.describe() if hasattr(source, "describe") else None,
+        # Always written (tests/support/export_hashes.json records it), read back by
+        # session.request_from_manifest (absent in older manifests: grouped).
+        "moe_experts": req.moe_experts,
+    }
+
+
 def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto, source=None) -> dict:
     """``source``: the projection source the export read; a declared-format source's ``describe()``
     goes under ``weight_quantization.declared`` (None for a float checkpoint)."""
@@ -52,7 +74,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
     config_hash = hashlib.sha256((ckpt.root / "config.json").read_bytes()).hexdigest()
     req = options.request
     return {
-        "format_version": 1,
+        "format_version": FORMAT_VERSION,
         "producer": f"metrale-export {__version__}",
         "model": {
             "architecture": cfg.architecture,
@@ -66,17 +88,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
             "head_dim": cfg.head_dim,
             "max_position_embeddings": cfg.max_position_embeddings,
         },
-        "weight_quantization": {
-            "format": req.weight,
-            "group_size": req.group_size if req.weight == "w4a16" else None,
-            "asymmetric": (not req.symmetric) if req.weight == "w4a16" else None,
-            "w8a8_weight_scales": req.w8a8_weight_scales if req.weight == "w8a8" else None,
-            "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
-            "lm_head": req.quantize_lm_head,
-            "declared": source.describe() if hasattr(source, "describe") else None,
-            # Only the non-default expert form is written, so default exports keep their bytes.
-            **({"moe_experts": req.moe_experts} if req.moe_experts != "grouped" else {}),
-        },
+        "weight_quantization": weight_quantization(req, source),
         "dtype": options.dtype,
         "layers": model.layer_ids,
         "op_counts": dict(sorted(counts.items())),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..contract import ceil_div
 from ..errors import CheckpointError, InputError
 from ..ops import w4a4, w4a16, w8a8
 from ..ops.numerics import FP8_BLOCK, NVFP4_BLOCK
@@ -46,10 +47,6 @@ class QuantRequest:
             raise InputError(f"--w8a8-activation-scales: expected row or row_block128, found {self.w8a8_activation_scales!r}")
         if self.moe_experts not in ("grouped", "dense"):
             raise InputError(f"--moe-experts: expected grouped or dense, found {self.moe_experts!r}")
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 class FloatSource:
@@ -91,7 +88,7 @@ class FloatSource:
                 tensors["zero_point"] = ((n, g), i8)
             attrs = {"group_size": req.group_size}
         elif kind == "w8a8":
-            ws = (n,) if req.w8a8_weight_scales == "channel" else (_ceil_div(n, FP8_BLOCK), _ceil_div(k, FP8_BLOCK))
+            ws = (n,) if req.w8a8_weight_scales == "channel" else (ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK))
             tensors = {"weight": ((n, k), i8), "weight_scale": (ws, f32)}
             attrs = {"weight_scale_granularity": req.w8a8_weight_scales,
                      "activation_scale_granularity": req.w8a8_activation_scales}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import onnx_ir as ir
 from onnx_ir._cloner import Cloner
@@ -101,13 +102,10 @@ def _residual(values, hidden_shape: str, dtype, where: str) -> ir.Value:
     return found[0]
 
 
-def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
-              new_initializer: Callable[[str, ir.Value], ir.Value]) -> ir.Model:
-    """Expand ``traced`` (a trace of the representative layers, ``sorted(set(reps.values()))``) into
-    the graph of every layer of ``model``; ``new_initializer(name, like)`` makes the initializer
-    ``name`` of a cloned layer (typed like its representative's ``like``)."""
-    graph = traced.graph
-    rep_ids = sorted(set(reps.values()))
+def layer_nodes(graph: ir.Graph, rep_ids: list[int]) -> dict[int, list[ir.Node]]:
+    """Phase 1: the nodes of each traced layer (by their name scope), checked to be clonable: every
+    scoped node belongs to a traced layer, each traced layer has nodes, no unscoped node sits
+    between layers, and no subgraph mixes layers."""
     nodes_of: dict[int, list[ir.Node]] = {r: [] for r in rep_ids}
     for node in graph:
         layer = _layer_of(node)
@@ -132,9 +130,24 @@ def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
             for inner in ir.traversal.RecursiveGraphIterator(sub):
                 if _layer_of(inner) not in (None, _layer_of(node)):
                     raise NotReplicable(f"subgraph of {node.name} holds nodes of another layer")
+    return nodes_of
 
-    outputs = {v.name: v for v in graph.outputs}
-    inputs = {v.name: v for v in graph.inputs}
+
+@dataclass
+class Residual:
+    """The residual stream through the traced layers: the embedding's output ``x0``, each layer's
+    input and output, and the uses of the last layer's output after the layers (final norm)."""
+
+    x0: ir.Value
+    x_in: dict[int, ir.Value]
+    x_out: dict[int, ir.Value]
+    tail_uses: list[tuple[ir.Node, int]]
+
+
+def residual_stream(graph: ir.Graph, nodes_of: dict[int, list[ir.Node]]) -> Residual:
+    """Phase 2: find the residual stream, checked to run embedding -> layer -> layer -> tail."""
+    rep_ids = sorted(nodes_of)
+    outputs = {v.name for v in graph.outputs}
     embed = next((n for n in graph if n.op_type == "Gather"
                   and any(v is not None and v.name == "model.embed_tokens.weight" for v in n.inputs)), None)
     if embed is None:
@@ -165,80 +178,115 @@ def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
     last = x_out[rep_ids[-1]]
     last_own = {id(n) for n in _with_subgraph_nodes(nodes_of[rep_ids[-1]])}
     tail_uses = [(u.node, u.idx) for u in last.uses() if id(u.node) not in last_own]
+    return Residual(x0, x_in, x_out, tail_uses)
+
+
+def clone_layer(graph: ir.Graph, nodes: list[ir.Node], r: int, i: int, states, prev: ir.Value,
+                res: Residual, new_initializer: Callable[[str, ir.Value], ir.Value]):
+    """Phase 3: layer ``i`` as a clone of its representative ``r``'s ``nodes``, reading ``prev``.
+
+    Returns (clones, its state inputs, its state outputs, its residual output). Values and nodes
+    are renamed ``*.layer{i}``, string attributes and name scopes moved to ``model.layers.{i}``,
+    and the layer's own initializers made by ``new_initializer`` and registered in ``graph``."""
+    inputs = {v.name: v for v in graph.inputs}
+    outputs = {v.name: v for v in graph.outputs}
+    value_map: dict[ir.Value, ir.Value] = {res.x_in[r]: prev}
+    new_inputs = []
+    for s in states:
+        old = inputs[f"{s.name}.{r}"]
+        new = ir.Value(name=f"{s.name}.{i}", type=old.type, shape=old.shape.copy())
+        value_map[old] = new
+        new_inputs.append(new)
+    src_prefix, dst_prefix = f"model.layers.{r}.", f"model.layers.{i}."
+    for node in nodes:
+        for v in node.inputs:
+            if v is not None and v.is_initializer() and v not in value_map:
+                if not v.name.startswith(src_prefix):
+                    continue  # shared (a constant the tracer lifted)
+                new = new_initializer(dst_prefix + v.name[len(src_prefix):], v)
+                graph.register_initializer(new)
+                value_map[v] = new
+
+    def rename(node: ir.Node) -> None:
+        node.name = f"{node.name}.layer{i}" if node.name else None
+        for o in node.outputs:
+            o.name = f"{o.name}.layer{i}"
+        for key, attr in list(node.attributes.items()):
+            if attr.type == ir.AttributeType.STRING and attr.as_string().startswith(src_prefix):
+                node.attributes[key] = ir.AttrString(key, dst_prefix + attr.as_string()[len(src_prefix):])
+        scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
+        if scopes:
+            node.metadata_props["pkg.torch.onnx.name_scopes"] = scopes.replace(
+                f"'model.layers.{r}", f"'model.layers.{i}")
+
+    cloner = Cloner(attr_map={}, value_map=value_map, metadata_props={}, post_process=rename,
+                    allow_outer_scope_values=True)
+    clones = [cloner.clone_node(n) for n in nodes]
+    for clone in clones:  # subgraph inputs keep their names: make them unique too
+        for sub in _subgraphs(clone):
+            for v in sub.inputs:
+                v.name = f"{v.name}.layer{i}"
+    new_outputs = []
+    for s in states:
+        out = value_map[outputs[f"{s.output}.{r}"]]
+        out.name = f"{s.output}.{i}"
+        new_outputs.append(out)
+    return clones, new_inputs, new_outputs, value_map[res.x_out[r]]
+
+
+def order_nodes(graph: ir.Graph, nodes_of: dict[int, list[ir.Node]], layers: list[list[ir.Node]]) -> None:
+    """Phase 4: the graph's nodes as what precedes the first traced layer, ``layers`` in order,
+    then the rest (the traced layers' own nodes replaced by ``layers``), topologically sorted."""
+    layered = {id(n) for ns in nodes_of.values() for n in ns}
+    all_nodes = list(graph)
+    first = next(k for k, n in enumerate(all_nodes) if id(n) in layered)
+    head = all_nodes[:first]
+    rest = [n for n in all_nodes[first:] if id(n) not in layered]
+    order = head + [n for ns in layers for n in ns] + rest
+    graph.remove(all_nodes)
+    graph.extend(order)
+    graph.sort()
+
+
+def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
+              new_initializer: Callable[[str, ir.Value], ir.Value]) -> ir.Model:
+    """Expand ``traced`` (a trace of the representative layers, ``sorted(set(reps.values()))``) into
+    the graph of every layer of ``model``; ``new_initializer(name, like)`` makes the initializer
+    ``name`` of a cloned layer (typed like its representative's ``like``). The four phases:
+    ``layer_nodes``, ``residual_stream``, ``clone_layer`` per layer, ``order_nodes``."""
+    graph = traced.graph
+    nodes_of = layer_nodes(graph, sorted(set(reps.values())))
+    res = residual_stream(graph, nodes_of)
+    inputs = {v.name: v for v in graph.inputs}
+    outputs = {v.name: v for v in graph.outputs}
 
     # Build every layer in order: representatives keep their nodes (rewired), others are clones.
     new_inputs = [inputs["input_ids"], inputs["position_ids"]]
     new_outputs = [outputs["logits"]]
-    layer_nodes: dict[int, list[ir.Node]] = {}
-    prev = x0
+    layers: list[list[ir.Node]] = []
+    prev = res.x0
     for i in model.layer_ids:
         r = reps[i]
         states = model.states[i]
         if i == r:
             for node in nodes_of[r]:
                 for idx, v in enumerate(node.inputs):
-                    if v is x_in[r]:
+                    if v is res.x_in[r]:
                         node.replace_input_with(idx, prev)
-            layer_nodes[i] = nodes_of[r]
+            layers.append(nodes_of[r])
             new_inputs += [inputs[f"{s.name}.{i}"] for s in states]
             new_outputs += [outputs[f"{s.output}.{i}"] for s in states]
-            prev = x_out[r]
+            prev = res.x_out[r]
             continue
-        value_map: dict[ir.Value, ir.Value] = {x_in[r]: prev}
-        for s in states:
-            old = inputs[f"{s.name}.{r}"]
-            new = ir.Value(name=f"{s.name}.{i}", type=old.type, shape=old.shape.copy())
-            value_map[old] = new
-            new_inputs.append(new)
-        src_prefix, dst_prefix = f"model.layers.{r}.", f"model.layers.{i}."
-        for node in nodes_of[r]:
-            for v in node.inputs:
-                if v is not None and v.is_initializer() and v not in value_map:
-                    if not v.name.startswith(src_prefix):
-                        continue  # shared (a constant the tracer lifted)
-                    new = new_initializer(dst_prefix + v.name[len(src_prefix):], v)
-                    graph.register_initializer(new)
-                    value_map[v] = new
+        clones, state_in, state_out, prev = clone_layer(graph, nodes_of[r], r, i, states, prev, res,
+                                                        new_initializer)
+        layers.append(clones)
+        new_inputs += state_in
+        new_outputs += state_out
 
-        def rename(node: ir.Node, i=i, r=r, src_prefix=src_prefix, dst_prefix=dst_prefix) -> None:
-            node.name = f"{node.name}.layer{i}" if node.name else None
-            for o in node.outputs:
-                o.name = f"{o.name}.layer{i}"
-            for key, attr in list(node.attributes.items()):
-                if attr.type == ir.AttributeType.STRING and attr.as_string().startswith(src_prefix):
-                    node.attributes[key] = ir.AttrString(key, dst_prefix + attr.as_string()[len(src_prefix):])
-            scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
-            if scopes:
-                node.metadata_props["pkg.torch.onnx.name_scopes"] = scopes.replace(
-                    f"'model.layers.{r}", f"'model.layers.{i}")
-
-        cloner = Cloner(attr_map={}, value_map=value_map, metadata_props={}, post_process=rename,
-                        allow_outer_scope_values=True)
-        clones = [cloner.clone_node(n) for n in nodes_of[r]]
-        for clone in clones:  # subgraph inputs keep their names: make them unique too
-            for sub in _subgraphs(clone):
-                for v in sub.inputs:
-                    v.name = f"{v.name}.layer{i}"
-        layer_nodes[i] = clones
-        for s in states:
-            out = value_map[outputs[f"{s.output}.{r}"]]
-            out.name = f"{s.output}.{i}"
-            new_outputs.append(out)
-        prev = value_map[x_out[r]]
-
-    for node, idx in tail_uses:
+    for node, idx in res.tail_uses:
         node.replace_input_with(idx, prev)
-
-    # Node order: what precedes the first traced layer, the layers in order, then the rest.
-    layered = {id(n) for ns in nodes_of.values() for n in ns}
-    all_nodes = list(graph)
-    first = next(k for k, n in enumerate(all_nodes) if id(n) in layered)
-    head = all_nodes[:first]
-    rest = [n for n in all_nodes[first:] if id(n) not in layered]
-    order = head + [n for i in model.layer_ids for n in layer_nodes[i]] + rest
-    graph.remove(all_nodes)
-    graph.extend(order)
-    graph.sort()
+    order_nodes(graph, nodes_of, layers)
     graph.inputs.clear()
     graph.inputs.extend(new_inputs)
     graph.outputs.clear()

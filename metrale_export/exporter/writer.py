@@ -29,19 +29,12 @@ from pathlib import Path
 import torch
 
 from ..errors import OutputExistsError, OutputLocationError
+from ..hashing import sha256_file  # noqa: F401  (re-exported: the manifest's file hashes)
 
 DATA_NAME = "model.onnx.data"
 ONNX_NAME = "model.onnx"
 INLINE_LIMIT = 1 << 30  # 1 GiB
 _ALIGN = 64
-
-
-def tensor_bytes(t: torch.Tensor) -> bytes:
-    """Raw little-endian bytes of a CPU tensor (bfloat16 and float8 included)."""
-    t = t.detach().contiguous().cpu()
-    if t.dtype in (torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2):
-        t = t.view(torch.uint8 if t.element_size() == 1 else torch.int16)
-    return t.numpy().tobytes()
 
 
 def _byte_array(t: torch.Tensor):
@@ -76,14 +69,6 @@ class DataWriter:
 
     def close(self) -> None:
         self._f.close()
-
-
-def sha256_file(path: Path, chunk: int = 1 << 24) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 PRODUCER = "metrale-export"  # how an export's and an engine directory's manifest.json name the tool

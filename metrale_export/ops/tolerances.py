@@ -5,8 +5,6 @@ Invariants: a bound here is a promise checked by a test; changing one needs the 
 
 # One op against a float64 evaluation of the contract, by output dtype (and activation format).
 OP_FP32 = {"bf16": 1e-5, "nvfp4": 1e-5, "fp8": 1e-4}
-OP_BF16 = 8e-3
-OP_FP16 = 1e-3
 
 # A whole export, ONNX Runtime vs the PyTorch reference of the same model: the floors of the
 # end-to-end bounds (end_to_end_bound below: deeper models get depth x LAYER).

@@ -26,7 +26,6 @@ from .numerics import (
     unpack_nibbles,
 )
 
-ACT_FORMATS = ("bf16", "nvfp4")
 _GLOBAL_DIV = E2M1_MAX * E4M3_MAX  # 2688
 
 

@@ -11,15 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..contract import ceil_div
 from .numerics import E4M3_MAX, FP8_BLOCK, bf16_round, e4m3_from_bits, e4m3_round, e4m3_to_bits
 
 WEIGHT_SCALE_GRANULARITIES = ("channel", "block128")
 ACT_SCALE_GRANULARITIES = ("row", "row_block128")
-ACT_FORMATS = ("bf16", "fp8")
-
-
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 @dataclass(frozen=True)
@@ -43,7 +39,7 @@ def quantize(w: torch.Tensor, granularity: str = "channel") -> W8A8Weight:
         scale = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
         q = e4m3_round(w / scale[:, None])
     else:
-        nb, kb = _ceil_div(n, FP8_BLOCK), _ceil_div(k, FP8_BLOCK)
+        nb, kb = ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK)
         padded = torch.zeros(nb * FP8_BLOCK, kb * FP8_BLOCK)
         padded[:n, :k] = w
         blocks = padded.reshape(nb, FP8_BLOCK, kb, FP8_BLOCK)
@@ -85,7 +81,7 @@ def quantize_activation(x: torch.Tensor, granularity: str) -> tuple[torch.Tensor
         sx = torch.where(amax > 0, amax / E4M3_MAX, torch.ones_like(amax))
         xq = e4m3_round(x / sx).to(torch.float32)
         return xq, sx
-    kb = _ceil_div(k, FP8_BLOCK)
+    kb = ceil_div(k, FP8_BLOCK)
     padded = torch.zeros(m, kb * FP8_BLOCK, dtype=torch.float32, device=x.device)
     padded[:, :k] = x
     amax = padded.reshape(m, kb, FP8_BLOCK).abs().amax(dim=2)
@@ -116,7 +112,7 @@ def proj(
             acc = (xq @ wq.T) * sx * weight_scale.to(torch.float32)[None, :]
         else:
             acc = torch.zeros(x.shape[0], n, dtype=torch.float32, device=x.device)
-            for b in range(_ceil_div(k, FP8_BLOCK)):
+            for b in range(ceil_div(k, FP8_BLOCK)):
                 ks = slice(b * FP8_BLOCK, min(k, (b + 1) * FP8_BLOCK))
                 partial = xq[:, ks] @ wq[:, ks].T
                 sxb = sx[:, :1] if activation_scale_granularity == "row" else sx[:, b : b + 1]

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from metrale_export.engines import backends
-from metrale_export.engines.testing import Proj, projection_graph
+from support.graphs import Proj, projection_graph
 
 try:
     from metrale_export.cli.main import cli

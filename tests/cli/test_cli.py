@@ -162,7 +162,7 @@ def test_auto_weight_format_is_w4a16_for_float_checkpoints(demo_checkpoint):
 def test_auto_weight_format_keeps_what_a_quantized_checkpoint_declares(tmp_path):
     from metrale_export.cli.export import resolve_weight_format
     from metrale_export.exporter.checkpoint import Checkpoint
-    from metrale_export.exporter.formats.testing import write_fp8_block
+    from support.checkpoints import write_fp8_block
 
     write_fp8_block(tmp_path / "fp8")
     assert resolve_weight_format("auto", Checkpoint.open(tmp_path / "fp8")) == "declared"

@@ -2,7 +2,7 @@
 checkpoint of every format and on its export, ``--weight-quantization`` / ``--activation-quantization
 declared`` and the requests a checkpoint cannot honour.
 
-Checkpoints come from ``exporter/formats/testing.py``: compressed-tensors and ModelOpt ones are made
+Checkpoints come from ``tests/support/checkpoints.py``: compressed-tensors and ModelOpt ones are made
 by those libraries (each case skips with the reason when its library is missing); FP8 block, GPTQ and
 AWQ by the generators.
 """
@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from metrale_export.cli.main import cli
 from metrale_export.engines import backends
-from metrale_export.exporter.formats import testing as T
+from support import checkpoints as T
 
 LIBRARY = {"ct": ("compressed_tensors", "compressed-tensors"), "mo": ("modelopt.torch.quantization", "nvidia-modelopt")}
 

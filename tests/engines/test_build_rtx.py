@@ -17,7 +17,7 @@ from metrale_export.engines import backends
 from metrale_export.engines.build import BuildOptions, build_engines
 from metrale_export.engines.policy import parse_policy
 from metrale_export.engines.profiles import parse_profiles
-from metrale_export.engines.testing import Proj, model_graph, projection_graph
+from support.graphs import Proj, model_graph, projection_graph
 from metrale_export.errors import BuildError, InputError
 
 _found = backends.available()

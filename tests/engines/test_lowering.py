@@ -12,7 +12,7 @@ from metrale_export.engines.lowering import (
     metrale_ops,
     with_activation_formats,
 )
-from metrale_export.engines.testing import Proj, projection_graph, reference
+from support.graphs import Proj, projection_graph, reference
 
 ROWS = (1, 3, 7, 31, 1000)
 

@@ -11,7 +11,7 @@ pytest.importorskip("compressed_tensors", reason="compressed-tensors is a test d
 
 from metrale_export.errors import InputError  # noqa: E402
 from metrale_export.exporter.formats import CompressedTensorsSource  # noqa: E402
-from metrale_export.exporter.formats import testing as T  # noqa: E402
+from support import checkpoints as T  # noqa: E402
 
 # scheme -> (contract kind, contract attributes every quantized projection must carry)
 SCHEMES = {

@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 
 from metrale_export.errors import CheckpointError, InputError
 from metrale_export.exporter.formats import AwqSource, Fp8BlockSource, GptqSource
-from metrale_export.exporter.formats import testing as T
+from support import checkpoints as T
 
 
 # --- the libraries' reference dequantizers, transcribed ---------------------------------------------

@@ -14,7 +14,7 @@ pytest.importorskip("modelopt.torch.quantization", reason="nvidia-modelopt is a 
 from safetensors.torch import load_file  # noqa: E402
 
 from metrale_export.exporter.formats import ModelOptSource  # noqa: E402
-from metrale_export.exporter.formats import testing as T  # noqa: E402
+from support import checkpoints as T  # noqa: E402
 
 
 @pytest.fixture(scope="module")

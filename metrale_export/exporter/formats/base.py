@@ -17,7 +17,7 @@ import re
 
 import torch
 
-from ...contract import op_type_of
+from ...contract import ceil_div, op_type_of  # noqa: F401  (ceil_div: for the format modules)
 from ...errors import CheckpointError, InputError
 from ..checkpoint import Checkpoint, all_finite
 from ..projection import ProjSpec
@@ -157,10 +157,6 @@ class DeclaredSource:
             return torch.Size(shape)
         want = "[] or [1]" + (f", [{n}] or [{n}, 1]" if n is not None else "")
         raise CheckpointError(f"{info.file}: tensor {name!r}: expected shape {want}, found {list(shape)}")
-
-
-def ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
 
 
 def to_channel_scale(t: torch.Tensor, n: int) -> torch.Tensor:

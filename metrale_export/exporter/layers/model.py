@@ -8,7 +8,7 @@ Invariants: module paths equal checkpoint tensor prefixes, so ONNX initializer n
 names (plus the contract's suffixes for quantized projections); ``iter_weights`` yields every buffer
 exactly once, one projection at a time.
 
-The decoder-layer protocol (``LAYER_BUILDERS[family]``): static ``plan(cfg, source, prefix)`` and
+The decoder-layer protocol (``registry.LAYERS[family]``): static ``plan(cfg, source, prefix)`` and
 ``plain_tensors(cfg, prefix)``; the constructor ``(cfg, specs, dtype)``; ``state_specs()`` (the
 layer's state tensors, in the order ``forward(x, cos, sin, *states) -> (x, *new_states)`` takes and
 returns them). Optional: static ``recipes(cfg, checkpoint, prefix)`` (tensors assembled from the
@@ -17,9 +17,7 @@ checkpoint's layout, ``views.RowRecipe``), ``rotary_dim(cfg)`` and ``final_norm`
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -28,31 +26,14 @@ from ...errors import CheckpointError
 from ..checkpoint import all_finite
 from ..experts import GroupedProjection
 from ..projection import Projection
-from .attention import Attention, attention_plan
-from .ffn import SwiGLU
 from .norm import RMSNorm
+from .qwen3 import DecoderLayer  # noqa: F401  (re-exported)
+from .registry import layer_builder
 from .rope import Rotary, inv_freq
+from .state import StateSpec  # noqa: F401  (re-exported)
 from .views import with_recipes
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-@dataclass(frozen=True)
-class StateSpec:
-    """One state tensor of a layer: graph input ``{name}.{i}``, output ``{output}.{i}``.
-
-    ``shape`` holds ints and the dynamic axes ``"batch"`` and ``"past"``; ``dtype`` None means the
-    model's dtype."""
-
-    name: str
-    output: str
-    shape: tuple[int | str, ...]
-    dtype: torch.dtype | None = None
-
-    def example(self, batch: int, past: int, dtype: torch.dtype, device) -> torch.Tensor:
-        sizes = {"batch": batch, "past": past}
-        shape = tuple(sizes[d] if isinstance(d, str) else d for d in self.shape)
-        return torch.zeros(shape, dtype=self.dtype or dtype, device=device)
 
 
 class Embedding(nn.Module):
@@ -64,64 +45,6 @@ class Embedding(nn.Module):
 
     def forward(self, input_ids):
         return torch.nn.functional.embedding(input_ids, self.weight)
-
-
-class DecoderLayer(nn.Module):
-    """Pre-norm attention and FFN with residuals (Qwen3 dense)."""
-
-    def __init__(self, cfg, specs: dict, dtype: torch.dtype):
-        super().__init__()
-        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.self_attn = Attention(cfg, specs["self_attn"], dtype)
-        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.mlp = SwiGLU(specs["mlp"], dtype)
-
-    def forward(self, x, cos, sin, past_k, past_v):
-        h, k, v = self.self_attn(self.input_layernorm(x), cos, sin, past_k, past_v)
-        x = x + h
-        x = x + self.mlp(self.post_attention_layernorm(x))
-        return x, k, v
-
-    def state_specs(self) -> tuple[StateSpec, ...]:
-        attn = self.self_attn
-        shape = ("batch", attn.kv_heads, "past", attn.head_dim)
-        return (StateSpec("past_key", "present_key", shape), StateSpec("past_value", "present_value", shape))
-
-    @staticmethod
-    def plan(cfg, source, prefix: str) -> dict:
-        """The projection specs of one layer (headers checked, nothing read)."""
-        h = cfg.hidden_size
-        attn = attention_plan(cfg, source, prefix)
-        i = cfg.intermediate_size
-        mlp = {
-            "gate_proj": source.spec(f"{prefix}.mlp.gate_proj", i, h, "ffn"),
-            "up_proj": source.spec(f"{prefix}.mlp.up_proj", i, h, "ffn"),
-            "down_proj": source.spec(f"{prefix}.mlp.down_proj", h, i, "ffn"),
-        }
-        return {"self_attn": attn, "mlp": mlp}
-
-    @staticmethod
-    def plain_tensors(cfg, prefix: str) -> dict[str, tuple[int, ...]]:
-        h, hd = cfg.hidden_size, cfg.head_dim
-        return {
-            f"{prefix}.input_layernorm.weight": (h,),
-            f"{prefix}.post_attention_layernorm.weight": (h,),
-            f"{prefix}.self_attn.q_norm.weight": (hd,),
-            f"{prefix}.self_attn.k_norm.weight": (hd,),
-        }
-
-
-# Decoder layer classes by config family; other families (MoE, GDN) register theirs.
-LAYER_BUILDERS: dict[str, type] = {"qwen3": DecoderLayer}
-# The module that registers a family, imported on first use (it builds on this module).
-LAYER_MODULES: dict[str, str] = {"qwen3_moe": "moe", "qwen3_next": "qwen3_next"}
-
-
-def layer_builder(family: str) -> type:
-    """The decoder-layer class of a config family."""
-    if family not in LAYER_BUILDERS and family in LAYER_MODULES:
-        importlib.import_module(f"{__package__}.{LAYER_MODULES[family]}")
-    return LAYER_BUILDERS[family]
 
 
 class CausalLM(nn.Module):

@@ -31,7 +31,7 @@ from ...errors import ConfigError
 from ..experts import LAYOUTS, GroupedExperts, grouped_specs
 from .attention import Attention, attention_plan
 from .ffn import SwiGLU
-from .model import LAYER_BUILDERS, DecoderLayer
+from .qwen3 import DecoderLayer
 from .norm import RMSNorm
 from .views import Part, RowRecipe
 
@@ -296,5 +296,3 @@ class Qwen3MoeDecoderLayer(DecoderLayer):
         moe = moe_config(cfg)
         return expert_recipes(cfg, moe, ckpt, prefix) if moe.is_sparse(layer_index(prefix)) else {}
 
-
-LAYER_BUILDERS["qwen3_moe"] = Qwen3MoeDecoderLayer

@@ -22,7 +22,7 @@ from torch import nn
 from ...errors import ConfigError
 from .attention import Attention, cached_attention
 from .gdn import GatedDeltaNet, gdn_config, gdn_plain_tensors, gdn_plan, gdn_recipes
-from .model import LAYER_BUILDERS, StateSpec
+from .state import StateSpec
 from .moe import build_mlp, expert_recipes, layer_index, mlp_plain_tensors, mlp_plan, moe_config
 from .norm import mean_square
 from .rope import apply_rotary
@@ -180,5 +180,3 @@ class Qwen3NextDecoderLayer(nn.Module):
             out.update(expert_recipes(cfg, moe, ckpt, prefix))
         return out
 
-
-LAYER_BUILDERS["qwen3_next"] = Qwen3NextDecoderLayer

@@ -9,7 +9,7 @@ A tiny Qwen3 is built with transformers (``Qwen3Config`` / ``Qwen3ForCausalLM``,
   follow the published layouts (the module docstrings of their readers), because their libraries
   (AutoGPTQ/GPTQModel, AutoAWQ) do not install on a CPU-only machine.
 Invariants: the same arguments give the same checkpoint; every dimension is a multiple of 128, so
-every group size and the 128x128 blocks apply; nothing here is imported by the exporter.
+every group size and the 128x128 blocks apply; test code only (it imports the test extras).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ...ops import w8a8
+from metrale_export.ops import w8a8
 
 TINY = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096,
@@ -292,9 +292,9 @@ def export_and_compare(ckpt_dir: str | Path, out_dir: str | Path, layers: list[i
     ops) with the PyTorch model built from the same checkpoint (docs/ops.md: 1e-3 relative).
 
     Returns (ExportResult, compare Report)."""
-    from ...compare.accuracy import Case, compare_export
-    from ..export import ExportOptions, export
-    from ..quantization import QuantRequest
+    from metrale_export.compare.accuracy import Case, compare_export
+    from metrale_export.exporter.export import ExportOptions, export
+    from metrale_export.exporter.quantization import QuantRequest
 
     result = export(ckpt_dir, out_dir, ExportOptions(request=QuantRequest(weight="declared"), layers=layers))
     report = compare_export(result.out_dir, Path(ckpt_dir), cases=(Case("prefill", 2, 5, 0), Case("decode", 2, 1, 6)),
@@ -304,16 +304,16 @@ def export_and_compare(ckpt_dir: str | Path, out_dir: str | Path, layers: list[i
 
 def source_for(ckpt_dir: str | Path, weight: str = "declared"):
     """The declared-format source of a checkpoint directory (what export selects)."""
-    from ..checkpoint import Checkpoint
-    from ..export import select_source
-    from ..quantization import QuantRequest
+    from metrale_export.exporter.checkpoint import Checkpoint
+    from metrale_export.exporter.session import select_source
+    from metrale_export.exporter.quantization import QuantRequest
 
     return select_source(Checkpoint.open(ckpt_dir), QuantRequest(weight=weight))
 
 
 def contract_weight(source, name: str, n: int, k: int) -> torch.Tensor:
     """The float32 weight [N, K] the contract computes from ``source``'s tensors for ``name``."""
-    from ...ops import w4a4, w4a16
+    from metrale_export.ops import w4a4, w4a16
 
     spec = source.spec(name, n, k, "ffn")
     t = source.load(spec)

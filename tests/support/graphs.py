@@ -15,8 +15,8 @@ import onnx
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from .. import contract
-from ..ops import w4a4, w4a16, w8a8
+from metrale_export import contract
+from metrale_export.ops import w4a4, w4a16, w8a8
 
 MODEL_OPSET = 21
 

@@ -1,0 +1,123 @@
+"""One export session: a checkpoint opened once, its config parsed, the weight request resolved
+and the projection source chosen, for the export, the comparison and the CLI alike.
+
+``open_model(path, request)`` owns the ``auto`` rule (declared for a checkpoint that declares a
+quantization format, else w4a16); ``request_from_manifest`` is the reverse mapping, from an export's
+``manifest.json`` back to the request that made it (so ``compare`` rebuilds the same model);
+``read_manifest`` reads that file and refuses a ``format_version`` it does not know.
+
+Invariants: a session reads the checkpoint's header once; ``request_from_manifest`` inverts
+``manifest.build_manifest``'s ``weight_quantization`` for every request (tested round trip).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from ..errors import InputError
+from .checkpoint import Checkpoint
+from .config import ModelConfig, parse_config
+from .manifest import FORMAT_VERSION, MANIFEST_NAME
+from .quantization import FloatSource, QuantRequest
+
+AUTO = "auto"
+
+
+@dataclass
+class ModelSession:
+    """An opened checkpoint with its config, the resolved request and the projection source."""
+
+    path: Path
+    checkpoint: Checkpoint
+    config: ModelConfig
+    request: QuantRequest
+    source: object  # FloatSource or a declared-format source (exporter/formats/)
+
+    def model(self, dtype, layers: list[int] | None = None):
+        """A ``CausalLM`` of the session on the current default device (``meta`` to trace)."""
+        from .layers.model import CausalLM
+
+        return CausalLM(self.config, self.source, dtype, layers)
+
+
+def resolve_weight(weight: str, ckpt: Checkpoint) -> str:
+    """``auto``: declared for a checkpoint that declares a quantization format, else w4a16."""
+    if weight != AUTO:
+        return weight
+    from .formats import detect
+
+    return "declared" if detect(ckpt) is not None else "w4a16"
+
+
+def select_source(ckpt: Checkpoint, request: QuantRequest):
+    """The projection source for this checkpoint: the reader of the quantization format it declares
+    (``formats.detect``; a request it cannot honour is refused there), else its float weights
+    quantized as requested."""
+    from .formats import declared_source
+
+    source = declared_source(ckpt, request)
+    if source is not None:
+        return source
+    if request.weight == "declared":
+        raise InputError(
+            f"{ckpt.root}: --weight-quantization declared: the checkpoint declares no quantization format "
+            "(no quantization_config in config.json, no hf_quant_config.json); it holds float weights: "
+            "choose none, w4a16, w8a8 or w4a4"
+        )
+    return FloatSource(ckpt, request)
+
+
+def open_model(path: str | Path, request: QuantRequest | Mapping | None = None) -> ModelSession:
+    """Open ``path`` (a .safetensors file, a checkpoint directory or a sharded index) for export.
+
+    ``request`` is a ``QuantRequest`` or a mapping of its fields in which ``weight`` may be
+    ``auto``; None requests the default (``QuantRequest()``).
+    """
+    ckpt = Checkpoint.open(path)
+    config = parse_config(ckpt.config, ckpt.root / "config.json")
+    if request is None:
+        request = QuantRequest()
+    elif isinstance(request, Mapping):
+        known = {f.name for f in fields(QuantRequest)}
+        unknown = sorted(set(request) - known)
+        if unknown:
+            raise TypeError(f"open_model: unknown request fields {unknown}; expected some of {sorted(known)}")
+        request = QuantRequest(**{**request, "weight": resolve_weight(request.get("weight", "none"), ckpt)})
+    return ModelSession(Path(path), ckpt, config, request, select_source(ckpt, request))
+
+
+def request_from_manifest(manifest: Mapping) -> QuantRequest:
+    """The request an export was made with, from its manifest's ``weight_quantization``."""
+    wq = manifest["weight_quantization"]
+    default = QuantRequest()
+    return QuantRequest(
+        weight=wq["format"],
+        group_size=wq.get("group_size") or default.group_size,
+        symmetric=not wq.get("asymmetric"),
+        w8a8_weight_scales=wq.get("w8a8_weight_scales") or default.w8a8_weight_scales,
+        w8a8_activation_scales=wq.get("w8a8_activation_scales") or default.w8a8_activation_scales,
+        quantize_lm_head=bool(wq.get("lm_head")),
+        moe_experts=wq.get("moe_experts") or default.moe_experts,
+    )
+
+
+def read_manifest(export_dir: str | Path) -> dict:
+    """An export directory's ``manifest.json``, refused when missing, unreadable or of a
+    ``format_version`` this version does not read."""
+    path = Path(export_dir) / MANIFEST_NAME
+    if not path.is_file():
+        raise InputError(f"{export_dir}: not an export directory (no {MANIFEST_NAME}); run 'metrale-export export' first")
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise InputError(f"{path}: not a readable manifest ({e})") from e
+    version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version != FORMAT_VERSION:
+        raise InputError(
+            f"{path}: format_version {version!r}; this metrale-export reads format_version {FORMAT_VERSION} "
+            "(re-export the model with this version)"
+        )
+    return manifest
