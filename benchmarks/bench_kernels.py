@@ -113,7 +113,7 @@ def bench_shape(name: str, n: int, k: int, m_values, out_rows: list, copy_tbs: f
     w, q4, q8, qf = _weights(n, k, dev)
     wb = w.to(torch.bfloat16)
     bytes_bf16 = n * k * 2
-    bytes_w4 = q4.weight.numel() + q4.weight_scale.numel() * 4
+    bytes_w4 = q4.weight.numel() + q4.weight_scale.numel() * q4.weight_scale.element_size()
     bytes_w8 = q8.weight.numel() + q8.weight_scale.numel() * 4
     bytes_f4 = qf.weight.numel() + qf.weight_scale.numel() + 4
     bytes_tiny = n * k // 2 + (k // 128) * n * 4

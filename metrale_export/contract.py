@@ -187,14 +187,19 @@ def _common_tail() -> tuple[Attribute, ...]:
 _BIAS = Input("bias", "float32", ("n",), "has_bias")
 _X_DOC = "x: [M, K], float32, float16 or bfloat16; y: [M, N], the dtype of x"
 
+# W4A16Proj version 2: bfloat16 group scales (rounded once from whatever precision they come in,
+# ops/w4a16.store_scale) and a partial last group when group_size does not divide k (k even).
+# Version 1 had float32 scales and group_size dividing k; its graphs are refused (``outdated``).
+W4A16_SCALE_DTYPE = "bfloat16"
 W4A16 = OpSpec(
-    "W4A16Proj", "w4a16", 1, "int4",
+    "W4A16Proj", "w4a16", 2, "int4",
     inputs=(Input("weight", "int8", ("n", "k/2"), doc="two unsigned 4-bit codes a byte, even k low"),
-            Input("weight_scale", "float32", ("n", "k/group_size")),
-            Input("zero_point", "int8", ("n", "k/group_size"), "has_zero_point", "0..15; absent: 8"),
+            Input("weight_scale", W4A16_SCALE_DTYPE, ("n", "ceil(k/group_size)"),
+                  doc="bf16, one per row and group of group_size consecutive k (the last may be shorter)"),
+            Input("zero_point", "int8", ("n", "ceil(k/group_size)"), "has_zero_point", "0..15; absent: 8"),
             _BIAS),
     attributes=(*_common_head(),
-                Attribute("group_size", "int", GROUP_SIZES, doc="divides k"),
+                Attribute("group_size", "int", GROUP_SIZES, doc="k even; a partial last group when it does not divide k"),
                 Attribute("has_zero_point", "int", (0, 1), 0),
                 _act(("bf16",), "bf16"),
                 *_common_tail()),
@@ -284,6 +289,42 @@ def op_type_of(kind: str) -> str | None:
 def domain_version() -> int:
     """The opset version of the ``metrale`` domain: the newest op version."""
     return max(o.version for o in OPS.values())
+
+
+# What changed in an op since an older version (the refusal of an older graph says it).
+_V1_SCALES = "float32 group scales; version 2 stores them as bfloat16"
+OLDER_VERSIONS = {("W4A16Proj", 1): _V1_SCALES, ("W4A16MoEProj", 1): _V1_SCALES}
+
+
+def names_plugin_version(spec: OpSpec) -> bool:
+    """Whether a node of ``spec`` carries the string attribute ``plugin_version`` (its version):
+    a plugin op whose version is not TensorRT's default "1". TensorRT's ONNX parser finds the
+    creator by it; it is not a plugin field."""
+    return spec.has_plugin and spec.version > 1
+
+
+def outdated(op_type: str, imported: int | None) -> str | None:
+    """Why a node of ``op_type`` in a graph importing metrale opset ``imported`` cannot be read, or
+    None: a graph older than the op's version follows an older layout and must be re-exported."""
+    spec = OPS.get(op_type)
+    if spec is None or imported is None or imported >= spec.version:
+        return None
+    change = OLDER_VERSIONS.get((op_type, imported), "an older layout")
+    return (f"{op_type} of metrale op contract version {imported} ({change}); this metrale-export reads "
+            f"{op_type} version {spec.version}: re-export the model with this metrale-export")
+
+
+def check_model(model, where: str) -> None:
+    """Raise ``InputError`` when ``model`` (an onnx ModelProto, read duck-typed) holds a metrale op
+    older than this contract's version of it (docs/ops.md, Older exports)."""
+    from .errors import InputError
+
+    imported = next((int(o.version) for o in model.opset_import if o.domain == DOMAIN), None)
+    for node in model.graph.node:
+        if node.domain == DOMAIN:
+            why = outdated(node.op_type, imported)
+            if why:
+                raise InputError(f"{where}: {why}")
 
 
 def to_dict() -> dict:

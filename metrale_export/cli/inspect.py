@@ -28,6 +28,7 @@ def summarize(path: Path) -> dict:
 
     from ..exporter.manifest import ROW_INVARIANCE_SCOPE, metrale_ops
     from ..invariance import audit
+    from .. import contract
 
     onnx_path = path / "model.onnx" if path.is_dir() else path
     if not onnx_path.exists():
@@ -36,6 +37,7 @@ def summarize(path: Path) -> dict:
         model = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as e:
         raise InputError(f"{onnx_path}: not a readable ONNX model ({e})") from e
+    contract.check_model(model, str(onnx_path))  # an older op contract: say to re-export
     sizes = {}
     for init in model.graph.initializer:
         ext = {e.key: e.value for e in init.external_data}

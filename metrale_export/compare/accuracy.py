@@ -28,6 +28,7 @@ from polygraphy.backend.onnxrt import OnnxrtRunner
 from polygraphy.common import TensorMetadata
 from polygraphy.comparator import Comparator, DataLoader
 
+from .. import contract
 from ..ops import tolerances
 from ..ops.ort import load_graph, reference_session
 from . import metrics
@@ -187,6 +188,7 @@ def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAU
     manifest = load_manifest(export_dir)
     checkpoint = Path(checkpoint or manifest["model"]["checkpoint_path"])
     graph = load_graph(export_dir / "model.onnx")
+    contract.check_model(graph, str(export_dir / "model.onnx"))  # an older op contract: re-export
     taps = find_taps(graph.graph)
     model = torch_model_factory(export_dir, checkpoint, manifest)().eval()
     ort_runner = OnnxrtRunner(lambda: reference_session(graph, base_dir=export_dir, extra_outputs=taps.values()),

@@ -6,9 +6,12 @@ emulated as the contract defines them. ``with_activation_formats`` rewrites the 
 ``activation_format`` attributes on a copy, for the plugin path.
 
 How each weight format is stored (weights are transposed to [K, N] so MatMul needs no Transpose):
-- W4A16, symmetric: INT4 ``code - 8`` with float32 group scales, blocked DequantizeLinear
-  (axis 0, block_size = group_size). TensorRT has no UINT4 weights and no zero points in
-  DequantizeLinear, so with zero points the weight is INT8 ``code - z`` with the same scales.
+- W4A16, symmetric: INT4 ``code - 8`` with the bfloat16 group scales widened to float32 (exact),
+  blocked DequantizeLinear (axis 0, block_size = group_size), then ``bf16(w)``: the product
+  ``(code - z) * s`` is exact in float32, so this is the contract's one rounding. TensorRT has no
+  UINT4 weights and no zero points in DequantizeLinear, so with zero points the weight is INT8
+  ``code - z`` with the same scales. A partial last group is padded with zero codes to a whole
+  group and the activation with zero columns (Pad), so every block is whole.
 - W8A8: FLOAT8E4M3FN codes with per-channel scales (axis 1) or, for 128x128 blocks, scales
   repeated along N and blocked along K (axis 0, block_size = 128).
 - W4A4: neither ONNX Runtime nor TensorRT before SM 10.0 runs FLOAT4E2M1, so the e2m1 values are
@@ -105,6 +108,13 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
             f"{', '.join(contract.op_types())} (docs/ops.md)"
         )
     spec = contract.op(node_op)
+    if contract.names_plugin_version(spec) and "plugin_version" in attrs:
+        # TensorRT's plugin lookup key (docs/ops.md), not an op attribute; it must name this version.
+        attrs = dict(attrs)
+        found = _text(attrs.pop("plugin_version"))
+        if found != str(spec.version):
+            raise LoweringError(f"node {key} ({node_op}): plugin_version {found!r}: expected "
+                                f"{str(spec.version)!r} (docs/ops.md)")
     unknown = sorted(set(attrs) - set(spec.attribute_names))
     if unknown:
         raise LoweringError(
@@ -138,7 +148,12 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
 
 
 def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
-    """The metrale nodes of the main graph, in graph order, checked against the contract."""
+    """The metrale nodes of the main graph, in graph order, checked against the contract (a graph
+    of an older op contract is refused: ``contract.check_model``)."""
+    try:
+        contract.check_model(model, "the ONNX graph")
+    except InputError as e:
+        raise LoweringError(str(e)) from e
     ops = []
     for i, node in enumerate(model.graph.node):
         if node.domain != DOMAIN:
@@ -290,21 +305,31 @@ def _expect_shape(arr: np.ndarray, shape: tuple, what: str, key: str, node: gs.N
 
 def _lower_w4a16(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
     n, k, g = int(a["n"]), int(a["k"]), int(a["group_size"])
-    if g <= 0 or k % g:
-        raise LoweringError(f"node {key} (W4A16Proj): group_size {g} must divide k={k}")
+    if g <= 0 or k % 2:
+        raise LoweringError(f"node {key} (W4A16Proj): group_size {g} and an even k needed, found k={k}")
+    groups = -(-k // g)
     weight = _constant(node, 1, "weight", key)
-    scale = _constant(node, 2, "weight_scale", key).astype(np.float32)
+    scale = _constant(node, 2, "weight_scale", key)
+    if scale.dtype != np.dtype(ml_dtypes.bfloat16):
+        raise LoweringError(f"node {key} (W4A16Proj): weight_scale: expected bfloat16 (op version 2), "
+                            f"found {scale.dtype}")
+    scale = scale.astype(np.float32)  # exact
     _expect_shape(weight, (n, k // 2), "weight", key, node)
-    _expect_shape(scale, (n, k // g), "weight_scale", key, node)
+    _expect_shape(scale, (n, groups), "weight_scale", key, node)
     idx = 3
     codes = _unpack(weight).astype(np.int16)
     if a["has_zero_point"]:
         zp = _constant(node, idx, "zero_point", key).astype(np.int16)
-        _expect_shape(zp, (n, k // g), "zero_point", key, node)
+        _expect_shape(zp, (n, groups), "zero_point", key, node)
         idx += 1
-        q = (codes - np.repeat(zp, g, axis=1)).T.astype(np.int8)
+        q = codes - np.repeat(zp, g, axis=1)[:, :k]
     else:
-        q = (codes - 8).T.astype(ml_dtypes.int4)
+        q = codes - 8
+    pad = groups * g - k
+    if pad:  # a partial last group: zero codes (weights 0) and zero activations make it whole
+        q = np.concatenate((q, np.zeros((n, pad), dtype=q.dtype)), axis=1)
+        x = e.op("Pad", [x, e.i64("pads", [0, 0, 0, pad])])
+    q = q.T.astype(np.int8 if a["has_zero_point"] else ml_dtypes.int4)
     w = e.bf16_round(e.dequantize(q, scale.T.copy(), axis=0, block=g))
     return e.op("MatMul", [x, w]), idx
 

@@ -79,12 +79,10 @@ class FloatSource:
         if kind == "none":
             tensors = {"weight": ((n, k), f32)}
         elif kind == "w4a16":
-            if k % req.group_size:
-                raise InputError(
-                    f"{weight_name}: --group-size {req.group_size} does not divide K={k}; "
-                    f"use a group size that divides {k}"
-                )
-            g = k // req.group_size
+            why = w4a16.check_shape(k, req.group_size)
+            if why:
+                raise InputError(f"{weight_name}: W4A16Proj: {why}")
+            g = w4a16.num_groups(k, req.group_size)  # the last group may be partial (op version 2)
             tensors = {"weight": ((n, k // 2), i8), "weight_scale": ((n, g), w4a16.SCALE_DTYPE)}
             if not req.symmetric:
                 tensors["zero_point"] = ((n, g), i8)

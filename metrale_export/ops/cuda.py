@@ -133,6 +133,7 @@ def launch_w4a16(x2: Tensor, weight: Tensor, weight_scale: Tensor, zero_point: O
     contiguous, with the dtypes of docs/ops.md."""
     lib = load_library()
     m = x2.shape[0]
+    weight_scale = _bf16("metrale::w4a16_proj", name, weight_scale)
     with torch.cuda.device(x2.device):
         ws = _workspace(lib.metrale_w4a16_workspace_size(m, n, k, group_size), x2.device)
         err = lib.metrale_w4a16_proj(x2.data_ptr(), _DTYPE_CODES[x2.dtype], weight.data_ptr(),
@@ -183,6 +184,13 @@ def _f32(t: Optional[Tensor]) -> Optional[Tensor]:
     return None if t is None else t.to(torch.float32).contiguous()
 
 
+def _bf16(op: str, name: str, t: Tensor) -> Tensor:
+    """W4A16's group scales: bfloat16 (op version 2), never a silent conversion."""
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"{op} ({name}): weight_scale must be bfloat16 (op version 2), found {t.dtype}")
+    return t.contiguous()
+
+
 def w4a16_proj_cuda(x, weight, weight_scale, zero_point, bias, n, k, group_size, activation_format,
                     family, name):
     op = "metrale::w4a16_proj"
@@ -192,7 +200,7 @@ def w4a16_proj_cuda(x, weight, weight_scale, zero_point, bias, n, k, group_size,
                                              zero_point=zero_point, bias=bias))
     y = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
     zp = None if zero_point is None else zero_point.contiguous()
-    launch_w4a16(x2, weight.contiguous(), _f32(weight_scale), zp, _f32(bias), y, n, k, group_size, name)
+    launch_w4a16(x2, weight.contiguous(), weight_scale.contiguous(), zp, _f32(bias), y, n, k, group_size, name)
     return y.reshape(*lead, n)
 
 
@@ -294,7 +302,7 @@ def w4a16_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, zero_po
                         x.device)
         zp = None if zero_point is None else zero_point.contiguous()
         err = lib.metrale_w4a16_moe_proj(x.data_ptr(), _DTYPE_CODES[x.dtype], ids.data_ptr(), _ptr(tw),
-                                         weight.contiguous().data_ptr(), _f32(weight_scale).data_ptr(), _ptr(zp),
+                                         weight.contiguous().data_ptr(), _bf16(op, name, weight_scale).data_ptr(), _ptr(zp),
                                          _ptr(_f32(bias)), y.data_ptr(), m, top_k, num_experts, n, k, group_size,
                                          int(combine), ws.data_ptr(), ws.numel(), _stream(x.device))
     _check(err, op, name, f"m={m} top_k={top_k} experts={num_experts} n={n} k={k} group_size={group_size}")

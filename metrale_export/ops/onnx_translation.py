@@ -5,7 +5,8 @@ The schemas declare optional inputs so tracing can emit one node shape; ``compac
 drops the absent ones, giving the contract's form (present inputs only, in order, with ``has_*``
 attributes), which is what TensorRT's parser hands to the plugin. Invariants: a node carries
 exactly the contract's attributes (``OpSpec.emitted_attributes`` order), each schema has its op's
-own version as since_version.
+own version as since_version; a plugin op above version 1 also carries ``plugin_version`` (its
+version as a string, which TensorRT's parser finds the plugin creator by; not a plugin field).
 """
 
 from __future__ import annotations
@@ -34,8 +35,14 @@ def present_flag(op_type: str, name: str) -> str:
 
 
 def attribute_names(op_type: str) -> tuple[str, ...]:
-    """Every attribute a node of ``op_type`` carries, in the order an export writes them."""
+    """The contract's attributes a node of ``op_type`` carries, in the order an export writes them."""
     return contract.op(op_type).emitted_attributes
+
+
+def node_attribute_names(op_type: str) -> tuple[str, ...]:
+    """Every attribute a node of ``op_type`` carries: the contract's, and ``plugin_version``."""
+    spec = contract.op(op_type)
+    return spec.emitted_attributes + (("plugin_version",) if contract.names_plugin_version(spec) else ())
 
 
 def onnx_type(dtype: str) -> str:
@@ -55,6 +62,9 @@ def _schema(spec: contract.OpSpec) -> OpSchema:
     # In the emitted order: the exporter writes a node's attributes in the schema's order.
     attrs = [OpSchema.Attribute(a.name, _ATTR_TYPES[a.type], a.doc or a.name)
              for a in map(spec.attribute, spec.emitted_attributes)]
+    if contract.names_plugin_version(spec):
+        attrs.append(OpSchema.Attribute("plugin_version", OpSchema.AttrType.STRING,
+                                        "the TensorRT plugin version (the op version)"))
     return OpSchema(spec.op_type, DOMAIN, spec.version, doc=f"metrale {spec.op_type}: see docs/ops.md",
                     inputs=inputs, outputs=[fp("y", "T")],
                     type_constraints=[("T", _ACT_TYPES, "activation and output dtype")], attributes=attrs)
@@ -93,6 +103,8 @@ def translation(spec: contract.OpSpec):
         values = signature.bind(*args, **kwargs).arguments
         attrs = {a: (int(values[gates[a]] is not None) if a in gates else values[a])
                  for a in spec.emitted_attributes}
+        if contract.names_plugin_version(spec):
+            attrs["plugin_version"] = str(spec.version)
         inputs = [values["x"], *(values[i.name] for i in spec.inputs)]
         return getattr(_opset(), spec.op_type)(*inputs, **attrs)
 

@@ -4,8 +4,10 @@ reference implementations (docs/ops.md) through onnxruntime-extensions' Python c
 onnxruntime-extensions serves Python ops only in its own domain (``ai.onnx.contrib``) and with a
 fixed input list per op, so the session runs on a copy of the graph in which every metrale node is
 moved to that domain and renamed to a variant naming its activation dtype and present optional
-inputs (e.g. ``W4A16Proj__float__x_w_s_b``); each variant is registered once per process. The file
-on disk is never modified.
+inputs (e.g. ``W4A16Proj__float__x_w_s_b``); each variant is registered once per process. Inputs of
+a dtype the Python ops do not take (W4A16Proj's bfloat16 scales) reach them through a Cast to
+float32, exact, and are narrowed back before the reference runs. The file on disk is never
+modified; a graph of an older op contract is refused (``contract.check_model``).
 
 Invariants: the weights are never loaded into the graph proto nor re-serialized: the graph is read
 with ``load_external_data=False``, shape inference sees only the weights' declared types and
@@ -32,7 +34,10 @@ from . import torch_ops
 CONTRIB = "ai.onnx.contrib"
 _DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
        onnx.TensorProto.FLOAT16: ("float16", PyCustomOpDef.dt_float16)}
-_INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32}
+# Contract dtypes the Python ops take widened (exactly) to float32 through a Cast, and their torch dtype.
+_WIDENED = {"bfloat16": torch.bfloat16}
+_INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32,
+             **{d: PyCustomOpDef.dt_float for d in _WIDENED}}
 _ATTR_DT = {"int": PyCustomOpDef.dt_int64, "string": PyCustomOpDef.dt_string}
 _registered: set[str] = set()
 
@@ -42,6 +47,9 @@ def _impl(op_type: str, present: list[str]):
 
     def run(x, *rest, **attrs):
         t = dict(zip(present, (torch.from_numpy(np.ascontiguousarray(a)) for a in rest)))
+        for i in contract.op(op_type).inputs:
+            if i.dtype in _WIDENED and i.name in t:
+                t[i.name] = t[i.name].to(_WIDENED[i.dtype])  # back from the exact float32 Cast
         xt = torch.from_numpy(np.ascontiguousarray(x))
         return torch_ops.reference(op_type, xt, t, attrs).numpy()
 
@@ -114,6 +122,7 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
     """A copy of ``model`` whose metrale nodes run as onnxruntime-extensions Python ops, returning
     also the intermediate values ``extra_outputs`` (for verification). External weights stay
     references."""
+    contract.check_model(model, "the ONNX Runtime reference")
     out = onnx.ModelProto()
     out.CopyFrom(model)
     types = value_types(out)
@@ -125,14 +134,30 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
     float_inputs = [v.type.tensor_type.elem_type for v in out.graph.input
                     if v.type.tensor_type.elem_type in _DT]
     fallback = float_inputs[0] if float_inputs else onnx.TensorProto.FLOAT
-    for node in out.graph.node:
+    nodes = []
+    for original in out.graph.node:
+        node = onnx.NodeProto()
+        node.CopyFrom(original)
+        nodes.append(node)
         if node.domain != contract.DOMAIN:
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         spec = contract.op(node.op_type)
         flags = {i.name: bool(attrs.get(i.gate, 0)) for i in spec.inputs if i.optional}
+        present = [i for i in spec.inputs if not i.optional or flags[i.name]]
+        for pos, i in enumerate(present, start=1):
+            if i.dtype in _WIDENED and pos < len(node.input):
+                wide = f"{node.input[pos]}__float32"
+                nodes.insert(len(nodes) - 1, onnx.helper.make_node(
+                    "Cast", [node.input[pos]], [wide], to=onnx.TensorProto.FLOAT, name=f"{node.name}__cast_{i.name}"))
+                node.input[pos] = wide
         node.op_type = _variant(node.op_type, types.get(node.input[0], fallback), flags)
         node.domain = CONTRIB
+        for j in reversed(range(len(node.attribute))):
+            if node.attribute[j].name == "plugin_version":  # TensorRT's, not the Python op's
+                del node.attribute[j]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
     kept = [o for o in out.opset_import if o.domain != contract.DOMAIN]
     del out.opset_import[:]
     out.opset_import.extend(kept + [onnx.helper.make_opsetid(CONTRIB, 1)])

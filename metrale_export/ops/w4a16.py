@@ -1,11 +1,16 @@
-"""W4A16Proj: int4 weights with float32 group scales (optional zero points), bf16 activations.
+"""W4A16Proj (op version 2): int4 weights with bfloat16 group scales (optional zero points), bf16
+activations.
 
 Quantizer (from a float weight: the full int4 grid and a per-group scale search), dequantizer and the
 CPU reference of the op, all following docs/ops.md. Invariants: codes are 0..15 with the zero point 8
-when symmetric; every candidate scale is judged as stored (``stored_scale``); the quantizer is a
-pure function of the weight (no randomness, no data-dependent thread split), so exports are
-byte-identical run to run; the reference rounds the dequantized weight to bf16 once and accumulates
-in float32.
+when symmetric; group scales are signed and stored as bfloat16, rounded once from whatever precision
+they were found or computed in (``store_scale``, the one place that rounding happens: the quantizer
+applies it to every search candidate, so the error it minimises is the exported one; checkpoint
+readers apply it to the stored fp16/fp32 scales); the groups are ``group_size`` consecutive k from
+k = 0, the last one shorter when ``group_size`` does not divide K; the quantizer is a pure function of
+the weight (no randomness, no data-dependent thread split), so exports are byte-identical run to run;
+the reference rounds the dequantized weight ``(code - z) * s`` (exact in float32) to bf16 once and
+accumulates in float32.
 """
 
 from __future__ import annotations
@@ -18,9 +23,8 @@ from .. import contract
 from .numerics import bf16_round, pack_nibbles, unpack_nibbles
 
 GROUP_SIZES = contract.GROUP_SIZES
-# The stored dtype of weight_scale, from the contract (docs/ops.md): the search judges candidates in it.
-SCALE_DTYPE = getattr(torch, contract.W4A16.input("weight_scale").dtype)
-# Scale search. Candidates are evaluated with the scale as the op stores it (``stored_scale``), so the
+SCALE_DTYPE = getattr(torch, contract.W4A16_SCALE_DTYPE)  # op version 2: bfloat16 (version 1: float32)
+# Scale search. Candidates are evaluated with the scale as the op stores it (``store_scale``), so the
 # chosen error is the exported one. Divisors of a group's signed largest-magnitude value m
 # (scale = m / d): d = -8 puts m on code 0 exactly (value -8 * scale = m, the full [-8, 7] grid:
 # the scale ONNX Runtime GenAI's int4 uses); the others shrink the step, clip m, and win only where
@@ -32,20 +36,40 @@ ASYMMETRIC_SHRINK = (1.0, 0.93, 0.86)
 _CHUNK_ELEMENTS = 1 << 22
 
 
+def num_groups(k: int, group_size: int) -> int:
+    """Groups per weight row: ceil(K / group_size) (a partial last group when it does not divide K)."""
+    return -(-k // group_size)
+
+
+def check_shape(k: int, group_size: int) -> str | None:
+    """Why an [N, K] weight cannot be W4A16Proj at ``group_size``, or None."""
+    if group_size not in GROUP_SIZES:
+        return f"group size must be one of {GROUP_SIZES}, found {group_size}"
+    if k % 2:
+        return f"K={k} is odd; two 4-bit codes a byte need an even K"
+    return None
+
+
+def store_scale(s: torch.Tensor) -> torch.Tensor:
+    """The stored form of group scales: bfloat16, rounded once (RNE) from float32, float16 or
+    bfloat16 values (float16 -> float32 is exact, so this is one rounding for every source)."""
+    return s.to(torch.float32).to(SCALE_DTYPE)
+
+
 @dataclass(frozen=True)
 class W4A16Weight:
     weight: torch.Tensor  # int8 [N, K/2]
-    weight_scale: torch.Tensor  # SCALE_DTYPE [N, K/group]; negative where a group's largest value is > 0
-    zero_point: torch.Tensor | None  # int8 [N, K/group] or None (symmetric, 8)
+    weight_scale: torch.Tensor  # bfloat16 [N, ceil(K/group)]; negative where a group's largest value is > 0
+    zero_point: torch.Tensor | None  # int8 [N, ceil(K/group)] or None (symmetric, 8)
     group_size: int
 
 
 def stored_scale(s: torch.Tensor) -> torch.Tensor:
-    """A group scale as W4A16Proj stores it (docs/ops.md, ``weight_scale``), back in float32.
+    """A group scale as W4A16Proj stores it (``store_scale``), back in float32.
 
     The scale search evaluates every candidate through this, so the error it minimises is the
     exported one."""
-    return s.to(SCALE_DTYPE).to(torch.float32)
+    return store_scale(s).to(torch.float32)
 
 
 def quantize(w: torch.Tensor, group_size: int = 128, symmetric: bool = True,
@@ -53,35 +77,47 @@ def quantize(w: torch.Tensor, group_size: int = 128, symmetric: bool = True,
     """int4 quantization of a float [N, K] weight, per row and group of ``group_size`` along K.
 
     Symmetric: codes 0..15 around 8 on the full [-8, 7] grid; the scale is signed, ``m / -8`` for the
-    group's largest-magnitude value ``m``, so ``m`` lands on code 0 and dequantizes exactly (for a
-    bf16 checkpoint; for float32, to ``stored_scale`` precision). Asymmetric: scale and zero point
-    from the group's range. With ``search``, each group takes the candidate scale (or clipped range)
-    of lowest squared error (``SYMMETRIC_DIVISORS``, ``ASYMMETRIC_SHRINK``); the first candidate is
-    the plain round-to-nearest one and is kept unless another is strictly better.
+    group's largest-magnitude value ``m``, so ``m`` lands on code 0 and dequantizes exactly (to
+    ``store_scale`` precision). Asymmetric: scale and zero point from the group's range (which holds
+    0). With ``search``, each group takes the candidate scale (or clipped range) of lowest squared
+    error (``SYMMETRIC_DIVISORS``, ``ASYMMETRIC_SHRINK``); the first candidate is the plain
+    round-to-nearest one and is kept unless another is strictly better. Every candidate is judged
+    with its stored (bf16) scale.
+
+    A partial last group (``group_size`` not dividing K) is padded with zeros to a whole group: a zero
+    quantizes with zero error in both modes (code 8; code z with the range holding 0) and changes no
+    group's largest magnitude or range, so the group's scale, zero point and codes are those of its
+    real values alone, and the padding's codes are dropped.
     """
     n, k = w.shape
-    if group_size not in GROUP_SIZES:
-        raise ValueError(f"group size must be one of {GROUP_SIZES}, found {group_size}")
-    if k % group_size:
-        raise ValueError(f"group size {group_size} does not divide K={k}")
-    groups = k // group_size
-    codes = torch.empty(n, k, dtype=torch.uint8)
+    why = check_shape(k, group_size)
+    if why:
+        raise ValueError(why)
+    groups = num_groups(k, group_size)
+    kp = groups * group_size
+    codes = torch.empty(n, kp, dtype=torch.uint8)
     scale = torch.empty(n, groups, dtype=torch.float32)
     zero = None if symmetric else torch.empty(n, groups, dtype=torch.int8)
-    rows = max(1, _CHUNK_ELEMENTS // k)
+    rows = max(1, _CHUNK_ELEMENTS // kp)
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
+        block = w[r0:r1]
+        if kp != k:
+            block = torch.cat((block, block.new_zeros(r1 - r0, kp - k)), dim=1)
         # [group_size, groups of the chunk]: per-group values broadcast along the contiguous axis.
-        chunk = w[r0:r1].reshape(-1, group_size).t()
+        chunk = block.reshape(-1, group_size).t()
         g = torch.empty(chunk.shape, dtype=torch.float32).copy_(chunk)
         if symmetric:
             s, q = _symmetric(g, SYMMETRIC_DIVISORS if search else SYMMETRIC_DIVISORS[:1])
         else:
             s, zp, q = _asymmetric(g, ASYMMETRIC_SHRINK if search else ASYMMETRIC_SHRINK[:1])
             zero[r0:r1] = zp.reshape(r1 - r0, groups).to(torch.int8)
-        codes[r0:r1] = q.t().reshape(r1 - r0, k)
+        codes[r0:r1] = q.t().reshape(r1 - r0, kp)
         scale[r0:r1] = s.reshape(r1 - r0, groups)
-    return W4A16Weight(pack_nibbles(codes), scale.to(SCALE_DTYPE), zero, group_size)
+    if kp != k:
+        codes = codes[:, :k].contiguous()
+    # The scales are already stored values (float32 holding bf16): this rounding is exact.
+    return W4A16Weight(pack_nibbles(codes), store_scale(scale), zero, group_size)
 
 
 def _pick(best: tuple | None, err: torch.Tensor, *values: torch.Tensor) -> tuple:
@@ -142,11 +178,11 @@ def dequantize(
     zero_point: torch.Tensor | None,
     group_size: int,
 ) -> torch.Tensor:
-    """The contract's w[n, k] = (code - z) * s in float32 (not yet rounded to bf16)."""
+    """The contract's w[n, k] = (code - z) * s in float32 (exact; not yet rounded to bf16)."""
     codes = unpack_nibbles(weight).to(torch.float32)
-    n, k = codes.shape
-    z = 8.0 if zero_point is None else zero_point.to(torch.float32).repeat_interleave(group_size, 1)
-    s = weight_scale.to(torch.float32).repeat_interleave(group_size, 1)
+    k = codes.shape[1]
+    z = 8.0 if zero_point is None else zero_point.to(torch.float32).repeat_interleave(group_size, 1)[:, :k]
+    s = weight_scale.to(torch.float32).repeat_interleave(group_size, 1)[:, :k]
     return (codes - z) * s
 
 
@@ -162,6 +198,8 @@ def proj(
     """CPU reference of W4A16Proj: y = bf16(x) @ bf16(w)^T (+ bias), in the dtype of x."""
     if activation_format != "bf16":
         raise ValueError(f"W4A16Proj runs only bf16 activations, asked for {activation_format!r}")
+    if weight_scale.dtype != SCALE_DTYPE:
+        raise ValueError(f"W4A16Proj (op version 2) takes bfloat16 group scales, found {weight_scale.dtype}")
     wb = bf16_round(dequantize(weight, weight_scale, zero_point, group_size))
     acc = bf16_round(x.to(torch.float32)) @ wb.T
     if bias is not None:

@@ -127,7 +127,7 @@ FieldReader::FieldReader(
                 expected += expected.empty() ? k : cat(", ", k);
             }
             throw PluginError(cat("unknown field '", name, "'; expected fields: ", expected,
-                " (docs/ops.md, the metrale op contract version ", kPLUGIN_VERSION, ")"));
+                " (docs/ops.md, the metrale op contract)"));
         }
         for (int32_t j = 0; j < i; ++j)
         {

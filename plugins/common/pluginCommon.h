@@ -29,7 +29,8 @@ namespace metrale
 namespace plugin
 {
 
-//! The namespace and version every metrale plugin registers under (docs/ops.md).
+//! The namespace every metrale plugin registers under, and the version of the plugins whose op is
+//! at version 1 (docs/ops.md; each plugin class names its own kPLUGIN_VERSION, metrale_export/contract.py).
 constexpr char const* kPLUGIN_NAMESPACE{"metrale"};
 constexpr char const* kPLUGIN_VERSION{"1"};
 

@@ -23,7 +23,9 @@ METRALE_PLUGIN_API nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t
     static metrale::plugin::W4A16ProjPluginCreator sW4A16Creator;
     static metrale::plugin::W8A8ProjPluginCreator sW8A8Creator;
     static metrale::plugin::W4A4ProjPluginCreator sW4A4Creator;
-    static nvinfer1::IPluginCreatorInterface* const kCREATORS[] = {&sW4A16Creator, &sW8A8Creator, &sW4A4Creator};
+    static metrale::plugin::W4A16ProjRetiredCreator sW4A16V1Creator;  // refuses version-1 graphs
+    static nvinfer1::IPluginCreatorInterface* const kCREATORS[]
+        = {&sW4A16Creator, &sW8A8Creator, &sW4A4Creator, &sW4A16V1Creator};
     nbCreators = static_cast<int32_t>(sizeof(kCREATORS) / sizeof(kCREATORS[0]));
     return kCREATORS;
 }

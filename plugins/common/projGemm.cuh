@@ -621,6 +621,27 @@ inline cudaError_t launchProjGemm(const typename P::Params& p, const uint16_t* X
     return cudaGetLastError();
 }
 
+/* The epilogue hooks of a policy whose accumulator needs no scaling: y = acc, and no per-block
+ * scales. A policy with its own finish (or block scales) defines it and hides this one. */
+struct IdentityEpilogue
+{
+    template <class Params>
+    __device__ static float finish(const Params&, float acc, int, int)
+    {
+        return acc;
+    }
+    template <class Params>
+    __device__ static float blockRowScale(const Params&, int, int)
+    {
+        return 1.0f;
+    }
+    template <class Params>
+    __device__ static float blockColScale(const Params&, int, int)
+    {
+        return 1.0f;
+    }
+};
+
 /* A weight policy with no lookup table. */
 struct NoTable
 {

@@ -154,7 +154,7 @@ private:
     std::string mMetadata;
 };
 
-//! The creator of a projection plugin: Plugin supplies kOP_TYPE, fieldNames() and
+//! The creator of a projection plugin: Plugin supplies kOP_TYPE, kPLUGIN_VERSION, fieldNames() and
 //! create(layerName, fc). kBUILD and kRUNTIME creation parse the same fields.
 template <typename Plugin>
 class ProjectionPluginCreator : public nvinfer1::IPluginCreatorV3One
@@ -196,12 +196,55 @@ public:
     }
     char const* getPluginVersion() const noexcept override
     {
-        return kPLUGIN_VERSION;
+        return Plugin::kPLUGIN_VERSION;
     }
     char const* getPluginNamespace() const noexcept override
     {
         return kPLUGIN_NAMESPACE;
     }
+};
+
+//! The creator registered under an op's older plugin version: it refuses every plugin, saying
+//! that the graph follows an older op contract and must be re-exported (docs/ops.md, "Older
+//! exports"), so an old graph is never read with the new layout.
+template <typename Plugin>
+class RetiredPluginCreator : public nvinfer1::IPluginCreatorV3One
+{
+public:
+    RetiredPluginCreator(char const* version, char const* change)
+        : mVersion(version)
+        , mChange(change)
+    {
+    }
+    nvinfer1::IPluginV3* createPlugin(
+        char const* name, nvinfer1::PluginFieldCollection const*, nvinfer1::TensorRTPhase) noexcept override
+    {
+        reportError(nullptr, nvinfer1::ErrorCode::kINVALID_ARGUMENT,
+            cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "': plugin version ",
+                mVersion, " (", mChange, ") is an older metrale op contract; this library implements version ",
+                Plugin::kPLUGIN_VERSION, ": re-export the model with metrale-export"));
+        return nullptr;
+    }
+    nvinfer1::PluginFieldCollection const* getFieldNames() noexcept override
+    {
+        return Plugin::fieldNames();
+    }
+    char const* getPluginName() const noexcept override
+    {
+        return Plugin::kOP_TYPE;
+    }
+    char const* getPluginVersion() const noexcept override
+    {
+        return mVersion;
+    }
+    char const* getPluginNamespace() const noexcept override
+    {
+        return kPLUGIN_NAMESPACE;
+    }
+
+private:
+    char const* mVersion;
+    char const* mChange;
 };
 
 } // namespace plugin

@@ -42,7 +42,7 @@ extern "C" size_t metrale_w4a16_moe_workspace_size(int64_t m, int64_t top_k, int
 }
 
 extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, const int32_t* topk_ids,
-    const void* topk_weights, const int8_t* weight, const float* weight_scale, const int8_t* zero_point,
+    const void* topk_weights, const int8_t* weight, const void* weight_scale, const int8_t* zero_point,
     const float* bias, void* y, int64_t m, int64_t top_k, int64_t num_experts, int64_t n, int64_t k,
     int64_t group_size, int32_t combine, void* workspace, size_t workspace_bytes, cudaStream_t stream)
 {
@@ -74,9 +74,10 @@ extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, co
     {
         return cudaErrorInvalidValue;
     }
-    if ((n * (k / 2)) % 16 != 0 || (zero_point != nullptr && (n * (k / group_size)) % 4 != 0))
+    if ((n * (k / 2)) % 16 != 0 || (n * (k / group_size)) % 2 != 0
+        || (zero_point != nullptr && (n * (k / group_size)) % 4 != 0))
     {
-        return cudaErrorNotSupported;  // every expert's codes 16-byte, zero-point words 4-byte aligned
+        return cudaErrorNotSupported;  // every expert's codes 16-byte, bf16 scale and zero-point words 4-byte aligned
     }
     uint8_t* ws = static_cast<uint8_t*>(workspace);
     MoeRouting r{};
@@ -97,7 +98,7 @@ extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, co
     const int64_t g = k / group_size;
     W4A16Policy::Params p{};
     p.codes = reinterpret_cast<const uint8_t*>(weight);
-    p.scale = weight_scale;
+    p.scale = static_cast<const uint16_t*>(weight_scale);  // bf16 (op version 2)
     p.zeroPoint = reinterpret_cast<const uint8_t*>(zero_point);
     p.bias = bias;
     p.groups = static_cast<int>(g);

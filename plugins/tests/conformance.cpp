@@ -562,6 +562,7 @@ struct Library
 {
     void* handle{nullptr};
     std::map<std::string, IPluginCreatorV3One*> creators;
+    IPluginCreatorV3One* retired{nullptr};  // W4A16Proj version "1"
 };
 
 using GetCreatorsFn = IPluginCreatorInterface* const* (*) (int32_t&);
@@ -595,7 +596,10 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
     }
     int32_t n = -1;
     IPluginCreatorInterface* const* list = getCreators(n);
-    check(list != nullptr && n == 3, "getCreators returns 3 creators (found " + std::to_string(n) + ")");
+    // The plugin version of each op (docs/ops.md; metrale_export/contract.py), and W4A16Proj's
+    // retired version "1", whose creator refuses every plugin (an older export: re-export).
+    std::map<std::string, std::string> const versions{{"W4A16Proj", "2"}, {"W8A8Proj", "1"}, {"W4A4Proj", "1"}};
+    check(list != nullptr && n == 4, "getCreators returns 4 creators (found " + std::to_string(n) + ")");
     for (int32_t i = 0; list != nullptr && i < n; ++i)
     {
         InterfaceInfo const info = list[i]->getInterfaceInfo();
@@ -608,10 +612,18 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
         }
         auto* creator = static_cast<IPluginCreatorV3One*>(list[i]);
         std::string const name = creator->getPluginName();
-        check(std::strcmp(creator->getPluginNamespace(), "metrale") == 0
-                && std::strcmp(creator->getPluginVersion(), "1") == 0,
-            "creator " + name + ": namespace 'metrale', version '1' (found '" + creator->getPluginNamespace() + "', '"
-                + creator->getPluginVersion() + "')");
+        if (name == "W4A16Proj" && std::strcmp(creator->getPluginVersion(), "1") == 0)
+        {
+            PluginFieldCollection const empty{0, nullptr};
+            IPluginV3* const refused = creator->createPlugin("old", &empty, TensorRTPhase::kBUILD);
+            check(refused == nullptr, "W4A16Proj version 1 (an older op contract) is refused");
+            lib.retired = creator;
+            continue;
+        }
+        std::string const want = versions.count(name) ? versions.at(name) : "?";
+        check(std::strcmp(creator->getPluginNamespace(), "metrale") == 0 && want == creator->getPluginVersion(),
+            "creator " + name + ": namespace 'metrale', version '" + want + "' (found '"
+                + creator->getPluginNamespace() + "', '" + creator->getPluginVersion() + "')");
         lib.creators[name] = creator;
     }
     for (char const* op : {"W4A16Proj", "W8A8Proj", "W4A4Proj"})
@@ -976,7 +988,7 @@ void runCase(
         return;
     }
     check(c.op == h.core->getPluginName() && std::string("metrale") == h.core->getPluginNamespace()
-            && std::string("1") == h.core->getPluginVersion(),
+            && std::string(c.op == "W4A16Proj" ? "2" : "1") == h.core->getPluginVersion(),
         c.id + ": plugin name/namespace/version " + h.core->getPluginName() + "/" + h.core->getPluginNamespace() + "/"
             + h.core->getPluginVersion());
     check(h.build->getNbOutputs() == 1, c.id + ": one output");

@@ -31,14 +31,15 @@ nvinfer1::PluginFieldCollection const* W4A16ProjPlugin::fieldNames() noexcept
 
 W4A16ProjPlugin* W4A16ProjPlugin::create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
 {
+    // plugin_version is the node attribute TensorRT's parser finds this creator by (version "2");
+    // the parser passes only the fields fieldNames() lists, so it never arrives here.
     FieldReader const reader(
         fc, {"n", "k", "group_size", "has_zero_point", "activation_format", "has_bias", "family", "name"});
     CommonAttributes attrs = parseCommonAttributes(reader, {"bf16"}, "bf16");
     int32_t const groupSize = reader.getInt("group_size");
-    METRALE_REQUIRE(groupSize == 32 || groupSize == 64 || groupSize == 128, 
+    METRALE_REQUIRE(groupSize == 32 || groupSize == 64 || groupSize == 128,
         "field 'group_size': expected 32, 64 or 128, found ", groupSize);
-    METRALE_REQUIRE(attrs.k % groupSize == 0, "field 'k': K=", attrs.k,
-        " is not a multiple of group_size=", groupSize);
+    METRALE_REQUIRE(attrs.k % 2 == 0, "field 'k': K=", attrs.k, " is odd (two 4-bit codes a byte)");
     int32_t const hasZeroPoint = parseFlag(reader, "has_zero_point") ? 1 : 0;
     return new W4A16ProjPlugin(layerName, std::move(attrs), groupSize, hasZeroPoint);
 }
@@ -63,9 +64,9 @@ nvinfer1::IPluginV3* W4A16ProjPlugin::clone() noexcept
 std::vector<InputSpec> W4A16ProjPlugin::weightInputs() const
 {
     int64_t const n = mAttrs.n;
-    int64_t const groups = mAttrs.k / mGroupSize;
+    int64_t const groups = (mAttrs.k + mGroupSize - 1) / mGroupSize;  // a partial last group
     std::vector<InputSpec> specs{{"weight", DataType::kINT8, {n, mAttrs.k / 2}},
-        {"weight_scale", DataType::kFLOAT, {n, groups}}};
+        {"weight_scale", DataType::kBF16, {n, groups}}};
     if (mHasZeroPoint)
     {
         specs.push_back({"zero_point", DataType::kINT8, {n, groups}});
@@ -88,7 +89,7 @@ cudaError_t W4A16ProjPlugin::launch(int32_t xDType, void const* const* inputs, v
     int32_t const zp = zeroPointIdx();
     int32_t const bias = biasIdx();
     return metrale_w4a16_proj(inputs[kX_IDX], xDType, static_cast<int8_t const*>(inputs[kWEIGHT_IDX]),
-        static_cast<float const*>(inputs[kWEIGHT_SCALE_IDX]),
+        inputs[kWEIGHT_SCALE_IDX],
         zp < 0 ? nullptr : static_cast<int8_t const*>(inputs[zp]),
         bias < 0 ? nullptr : static_cast<float const*>(inputs[bias]), y, m, mAttrs.n, mAttrs.k, mGroupSize,
         workspace, workspaceBytes, stream);

@@ -21,6 +21,9 @@ class W4A16ProjPlugin : public ProjectionPlugin
 {
 public:
     static constexpr char const* kOP_TYPE{"W4A16Proj"};
+    //! Op version 2: bfloat16 group scales, a partial last group (docs/ops.md). Version "1" (float32
+    //! scales) is answered by W4A16ProjRetiredCreator.
+    static constexpr char const* kPLUGIN_VERSION{"2"};
 
     //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
     static W4A16ProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc);
@@ -29,6 +32,10 @@ public:
     char const* getPluginName() const noexcept override
     {
         return kOP_TYPE;
+    }
+    char const* getPluginVersion() const noexcept override
+    {
+        return kPLUGIN_VERSION;
     }
     nvinfer1::IPluginV3* clone() noexcept override;
 
@@ -63,6 +70,15 @@ private:
 
 class W4A16ProjPluginCreator : public ProjectionPluginCreator<W4A16ProjPlugin>
 {
+};
+
+class W4A16ProjRetiredCreator : public RetiredPluginCreator<W4A16ProjPlugin>
+{
+public:
+    W4A16ProjRetiredCreator()
+        : RetiredPluginCreator<W4A16ProjPlugin>("1", "float32 group scales; version 2 stores them as bfloat16")
+    {
+    }
 };
 
 } // namespace plugin

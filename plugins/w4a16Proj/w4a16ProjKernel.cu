@@ -23,7 +23,7 @@ extern "C" size_t metrale_w4a16_workspace_size(int64_t m, int64_t n, int64_t k, 
 }
 
 extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const int8_t* weight,
-    const float* weight_scale, const int8_t* zero_point, const float* bias, void* y, int64_t m, int64_t n,
+    const void* weight_scale, const int8_t* zero_point, const float* bias, void* y, int64_t m, int64_t n,
     int64_t k, int64_t group_size, void* workspace, size_t workspace_bytes, cudaStream_t stream)
 {
     if (!validShape(m, n, k) || !validDtype(x_dtype))
@@ -34,11 +34,16 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     {
         return cudaErrorNotSupported;
     }
-    if (k % group_size != 0)
+    if (k % 2 != 0)
     {
         return cudaErrorInvalidValue;
     }
-    if (n * (k / group_size) > kMAX_DIM || n * (k / 2) > kMAX_DIM)
+    if (k % 32 != 0)
+    {
+        return cudaErrorNotSupported;  // 16-byte weight rows for the copies (plugins/KERNELS.md, Limits)
+    }
+    const int64_t groups = (k + group_size - 1) / group_size;  // a partial last group (op version 2)
+    if (n * groups > kMAX_DIM || n * (k / 2) > kMAX_DIM)
     {
         return cudaErrorNotSupported;  // 32-bit indexing of the weight and its scales
     }
@@ -60,10 +65,10 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     }
     W4A16Policy::Params p{};
     p.codes = reinterpret_cast<const uint8_t*>(weight);
-    p.scale = weight_scale;
+    p.scale = static_cast<const uint16_t*>(weight_scale);
     p.zeroPoint = reinterpret_cast<const uint8_t*>(zero_point);
     p.bias = bias;
-    p.groups = static_cast<int>(k / group_size);
+    p.groups = static_cast<int>(groups);
     p.groupShift = group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
     p.perBlock = static_cast<int>(128 / group_size);
     p.totalGroups = static_cast<int>(n * p.groups);

@@ -1,11 +1,17 @@
 /*
- * W4A16Proj weight policy for projGemm.cuh: int4 codes with float32 group scales and optional zero
- * points, dequantized in registers to the bf16 B fragment.
+ * W4A16Proj (op version 2) weight policy for projGemm.cuh, projStream.cuh and projWgmma.cuh: int4
+ * codes with bfloat16 group scales and optional zero points, dequantized in registers to the bf16
+ * operand fragment.
  *
- * Invariants (docs/ops.md): wb[n, k] = bf16((code - z) * s) with the product rounded once to
- * float32, then once to bf16. The magic-number decode builds (code - z) * 2^(4p) exactly in float32
- * and multiplies by s * 2^(-4p) (exact power-of-two scaling), so the one float32 rounding is that of
- * (code - z) * s. A thread's 32 codes per block lie in one group (group size >= 32).
+ * Invariants (docs/ops.md): wb[n, k] = bf16((code - z) * s), one rounding of the exact product.
+ * Two elements at a time in bf16x2: LOP3 of the code nibbles into the bf16 values 128 + code (the
+ * magic 0x4300: exponent 2^7, the nibble in the low mantissa bits; exact), an HFMA2 adding
+ * -(128 + z) (an exact small integer), and an HFMA2 multiplying by the bf16 scale with -0 added
+ * (the product rounded once, RNE, as bf16(float32((code - z) * s)) is: that product is exact in
+ * float32). The contract's nibble order puts k and k + 1 in one byte; the fragment needs them in
+ * the two halves of a register, so a PRMT pairs the byte with the same byte of the word shifted by
+ * 4 first. A thread's 32 codes per block lie in one group (group size >= 32, groups start at
+ * multiples of it; the last may be partial).
  */
 #ifndef METRALE_W4A16_PROJ_KERNEL_CUH
 #define METRALE_W4A16_PROJ_KERNEL_CUH
@@ -25,21 +31,42 @@ __device__ __forceinline__ uint32_t maskOr(uint32_t a, uint32_t mask, uint32_t b
     return d;
 }
 
-struct W4A16Policy : NoTable
+/* Bytes of {a, b} picked by sel (PRMT). */
+__device__ __forceinline__ uint32_t bytePerm(uint32_t a, uint32_t b, uint32_t sel)
+{
+    uint32_t d;
+    asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+/* a * b + c in bf16x2, one RNE rounding per half (HFMA2.BF16; sm_80 and later). */
+__device__ __forceinline__ uint32_t fmaBf16x2(uint32_t a, uint32_t b, uint32_t c)
+{
+    uint32_t d;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+struct W4A16Policy : NoTable, IdentityEpilogue
 {
     static constexpr bool kF16 = false;
     static constexpr int kCB = 64;        // 128 codes per row per block
     static constexpr int kCODE_BITS = 4;
-    static constexpr int kMW = 6;         // up to 4 scales + 2 words covering the zero points
+    static constexpr int kSCALE_WORDS = 3; // up to 4 bf16 scales from an even index: 3 words
+    static constexpr int kMW = kSCALE_WORDS + 2;  // + 2 words covering the zero points
     static constexpr bool kPER_BLOCK = false;
+    static constexpr uint32_t kMAGIC = 0x43004300u;     // bf16x2 (128, 128)
+    static constexpr uint32_t kNIBBLES = 0x000F000Fu;
+    static constexpr uint32_t kONE = 0x3F803F80u;       // bf16x2 (1, 1)
+    static constexpr uint32_t kNEG_ZERO = 0x80008000u;  // bf16x2 (-0, -0)
 
     struct Params
     {
         const uint8_t* codes;     // [N, K/2]
-        const float* scale;       // [N, G]
+        const uint16_t* scale;    // [N, G] bf16 bit patterns
         const uint8_t* zeroPoint; // [N, G] or null (8)
         const float* bias;        // [N] or null
-        int groups;               // G = K / group_size
+        int groups;               // G = ceil(K / group_size): the last group may be partial
         int groupShift;           // log2(group_size)
         int perBlock;             // 128 / group_size
         int totalGroups;          // N * G (< 2^31, launcher check)
@@ -47,26 +74,29 @@ struct W4A16Policy : NoTable
 
     struct BlockState
     {
-        float s[4];   // s * 2^(-4p)
-        float off[4]; // 2^23 + z * 2^(4p)
+        uint32_t s2;   // bf16x2 (s, s)
+        uint32_t nz2;  // bf16x2 (-(128 + z), -(128 + z))
     };
 
     __device__ static void metaSrc(const Params& p, int n, int kb, int w, const void*& src, int& bytes)
     {
-        // Only the words a block needs are copied: perBlock scales, and the zero-point words when
-        // there are zero points. Indices fit in 32 bits (launcher check).
+        // The 4-byte words holding the block's perBlock scales (from the even index below the
+        // first), and the zero-point words when there are zero points; only whole words inside the
+        // tensors are copied (blockState reads a tail from global memory). 32-bit indices
+        // (launcher check).
         const int first = n * p.groups + kb * p.perBlock;
-        if (w < 4)
+        if (w < kSCALE_WORDS)
         {
-            if (w < p.perBlock && kb * p.perBlock + w < p.groups)
+            const int elem = (first & ~1) + 2 * w;
+            if (2 * w <= p.perBlock && elem + 2 <= p.totalGroups)
             {
-                src = p.scale + first + w;
+                src = p.scale + elem;
                 bytes = 4;
             }
         }
         else if (p.zeroPoint != nullptr)
         {
-            const int wordAddr = (first & ~3) + 4 * (w - 4);
+            const int wordAddr = (first & ~3) + 4 * (w - kSCALE_WORDS);
             if (wordAddr + 4 <= p.totalGroups)
             {
                 src = p.zeroPoint + wordAddr;
@@ -78,51 +108,45 @@ struct W4A16Policy : NoTable
     /* Whether meta word w is copied at all (uniform per launch): skips dead copies. */
     __device__ static bool metaUsed(const Params& p, int w)
     {
-        return w < 4 ? w < p.perBlock : p.zeroPoint != nullptr;
+        return w < kSCALE_WORDS ? 2 * w <= p.perBlock : p.zeroPoint != nullptr;
     }
 
-    /* The exact power-of-two rescaling of the magic-number decode, from the group's s and z. */
-    __device__ static BlockState makeState(float s, float z)
+    __device__ static BlockState makeState(uint32_t sBits, uint32_t z)
     {
-        BlockState b;
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-        {
-            const float pw = static_cast<float>(1 << (4 * q));
-            b.s[q] = __fmul_rn(s, 1.0f / static_cast<float>(1 << (4 * q)));  // exact: a power of two
-            b.off[q] = __fadd_rn(8388608.0f, __fmul_rn(z, pw));
-        }
-        return b;
+        const uint32_t nz = 0xC300u | z;  // bf16 -(128 + z): exponent 2^7, z in the low mantissa bits
+        return BlockState{sBits | (sBits << 16), nz | (nz << 16)};
     }
 
     __device__ static BlockState blockState(const Params& p, const uint32_t* mw, int t, int kb, int n)
     {
         const int gi = (32 * t) >> p.groupShift;  // the thread's group within the block
-        const float s = __uint_as_float(mw[gi]);
-        float z = 8.0f;
+        const int first = n * p.groups + kb * p.perBlock;
+        const int addr = first + gi;
+        const uint32_t s = addr < (p.totalGroups & ~1) ? reinterpret_cast<const uint16_t*>(mw)[(first & 1) + gi]
+            : addr < p.totalGroups                    ? p.scale[addr]
+                                                      : 0u;
+        uint32_t z = 8;
         if (p.zeroPoint != nullptr)
         {
-            const int first = n * p.groups + kb * p.perBlock;
             const int off = (first & 3) + gi;
-            const int addr = first + gi;
-            const uint8_t zb = addr < (p.totalGroups & ~3) ? reinterpret_cast<const uint8_t*>(mw + 4)[off]
+            const uint8_t zb = addr < (p.totalGroups & ~3) ? reinterpret_cast<const uint8_t*>(mw + kSCALE_WORDS)[off]
                 : addr < p.totalGroups                       ? p.zeroPoint[addr]
                                                              : 0;
-            z = static_cast<float>(zb & 0xF);
+            z = zb & 0xFu;
         }
         return makeState(s, z);
     }
 
-    /* The streaming tier's view of the same meta: the thread's group scale and zero point, read
+    /* The streaming tiers' view of the same meta: the thread's group scale and zero point, read
      * from global memory (zero where blockState's staged copy is zero-filled). */
     struct StreamMeta
     {
-        float s;
+        uint32_t s;
         uint32_t z;
     };
     __device__ static StreamMeta loadStreamMeta(const Params& p, int t, int kb, int n, bool nOk)
     {
-        StreamMeta r{0.0f, p.zeroPoint != nullptr ? 0u : 8u};
+        StreamMeta r{0u, p.zeroPoint != nullptr ? 0u : 8u};
         const int gcol = kb * p.perBlock + ((32 * t) >> p.groupShift);
         if (nOk)
         {
@@ -140,37 +164,23 @@ struct W4A16Policy : NoTable
     }
     __device__ static BlockState streamState(const Params&, const StreamMeta& m)
     {
-        return makeState(m.s, static_cast<float>(m.z));
+        return makeState(m.s, m.z);
     }
 
+    /* Step s of a block: elements k = 4s + j (j = 0..3) of the thread's 32, as (j = 0, 1) in b0 and
+     * (j = 2, 3) in b1: nibbles 4(s & 1) + j of code word s / 2. */
     template <int kCW>
     __device__ static void dequant(const uint32_t (&codes)[kCW], const BlockState& b, int s, const uint8_t*, int,
         uint32_t& b0, uint32_t& b1)
     {
         const uint32_t w = codes[s >> 1];
-        const uint32_t h = (s & 1) ? (w >> 16) : w;
-        float v[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q)
-        {
-            const float f = __uint_as_float(maskOr(h, 0xFu << (4 * q), 0x4B000000u));
-            v[q] = __fmul_rn(__fsub_rn(f, b.off[q]), b.s[q]);
-        }
-        b0 = packBf16x2(v[0], v[1]);
-        b1 = packBf16x2(v[2], v[3]);
-    }
-
-    __device__ static float finish(const Params&, float acc, int, int)
-    {
-        return acc;
-    }
-    __device__ static float blockRowScale(const Params&, int, int)
-    {
-        return 1.0f;
-    }
-    __device__ static float blockColScale(const Params&, int, int)
-    {
-        return 1.0f;
+        // Bytes (w.b, w.b + 1, (w >> 4).b, (w >> 4).b + 1) with b = 0 or 2: nibble 2j of the pair's
+        // byte at bit 0, nibble 2j + 1 at bit 16, for the pair j = 0 and, 8 bits up, j = 1.
+        const uint32_t x = bytePerm(w, w >> 4, (s & 1) ? 0x7632u : 0x5410u);
+        const uint32_t lo = maskOr(x, kNIBBLES, kMAGIC);
+        const uint32_t hi = maskOr(x >> 8, kNIBBLES, kMAGIC);
+        b0 = fmaBf16x2(fmaBf16x2(lo, kONE, b.nz2), b.s2, kNEG_ZERO);
+        b1 = fmaBf16x2(fmaBf16x2(hi, kONE, b.nz2), b.s2, kNEG_ZERO);
     }
 };
 

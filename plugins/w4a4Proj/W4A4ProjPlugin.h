@@ -21,6 +21,7 @@ class W4A4ProjPlugin : public ProjectionPlugin
 {
 public:
     static constexpr char const* kOP_TYPE{"W4A4Proj"};
+    static constexpr char const* kPLUGIN_VERSION{"1"};
 
     //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
     static W4A4ProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc);

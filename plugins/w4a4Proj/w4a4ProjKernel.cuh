@@ -96,7 +96,7 @@ struct W4A4Meta
     }
 };
 
-struct W4A4Nvfp4Policy : E2m1Table, W4A4Meta
+struct W4A4Nvfp4Policy : E2m1Table, W4A4Meta, IdentityEpilogue
 {
     static constexpr bool kF16 = true;
     static constexpr int kCB = 64;
@@ -148,17 +148,9 @@ struct W4A4Nvfp4Policy : E2m1Table, W4A4Meta
     {
         return __fmul_rn(acc, __fmul_rn(p.ga[m], *p.globalScale));
     }
-    __device__ static float blockRowScale(const Params&, int, int)
-    {
-        return 1.0f;
-    }
-    __device__ static float blockColScale(const Params&, int, int)
-    {
-        return 1.0f;
-    }
 };
 
-struct W4A4Bf16Policy : E2m1Table, W4A4Meta
+struct W4A4Bf16Policy : E2m1Table, W4A4Meta, IdentityEpilogue
 {
     static constexpr bool kF16 = false;
     static constexpr int kCB = 64;
@@ -211,18 +203,6 @@ struct W4A4Bf16Policy : E2m1Table, W4A4Meta
         }
         b0 = out[0];
         b1 = out[1];
-    }
-    __device__ static float finish(const Params&, float acc, int, int)
-    {
-        return acc;
-    }
-    __device__ static float blockRowScale(const Params&, int, int)
-    {
-        return 1.0f;
-    }
-    __device__ static float blockColScale(const Params&, int, int)
-    {
-        return 1.0f;
     }
 };
 

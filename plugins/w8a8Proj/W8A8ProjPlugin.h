@@ -21,6 +21,7 @@ class W8A8ProjPlugin : public ProjectionPlugin
 {
 public:
     static constexpr char const* kOP_TYPE{"W8A8Proj"};
+    static constexpr char const* kPLUGIN_VERSION{"1"};
 
     //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
     static W8A8ProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc);

@@ -35,7 +35,7 @@ __device__ __forceinline__ float w8a8WeightScale(const W8A8Params& p, int n, int
 }
 
 /* bf16 activations (W8A16): dequantize to bf16 in registers. */
-struct W8A8Bf16Policy : NoTable
+struct W8A8Bf16Policy : NoTable, IdentityEpilogue
 {
     static constexpr bool kF16 = false;
     static constexpr int kCB = 128;
@@ -87,18 +87,6 @@ struct W8A8Bf16Policy : NoTable
         const float f3 = __half2float(__ushort_as_half(static_cast<unsigned short>(h23 >> 16)));
         b0 = packBf16x2(__fmul_rn(f0, b.s), __fmul_rn(f1, b.s));
         b1 = packBf16x2(__fmul_rn(f2, b.s), __fmul_rn(f3, b.s));
-    }
-    __device__ static float finish(const Params&, float acc, int, int)
-    {
-        return acc;
-    }
-    __device__ static float blockRowScale(const Params&, int, int)
-    {
-        return 1.0f;
-    }
-    __device__ static float blockColScale(const Params&, int, int)
-    {
-        return 1.0f;
     }
 };
 

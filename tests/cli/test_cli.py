@@ -1,9 +1,11 @@
 """The CLI through click's CliRunner: exit codes, messages and the files written (or not)."""
 
 import json
+import shutil
 import struct
 from pathlib import Path
 
+import onnx
 import pytest
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
@@ -124,16 +126,41 @@ def test_wrong_dtype(broken, tmp_path):
     _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o", "model.norm.weight", "expected dtype")
 
 
-def test_group_size_must_divide_k(tmp_path):
-    d = tmp_path / "odd"
+def test_partial_last_group_exports_and_matches(tmp_path):
+    # W4A16Proj version 2: K = 400 (down_proj) at group 128 has a partial last group of 16.
+    d = tmp_path / "k400"
     write_demo(d)
     cfg = json.loads((d / "config.json").read_text())
-    cfg["intermediate_size"] = 96 * 5  # 480: not a multiple of 128
+    cfg["intermediate_size"] = 400
     (d / "config.json").write_text(json.dumps(cfg))
     from metrale_export.exporter.demo import demo_tensors
     save_file(demo_tensors(cfg), str(d / "model.safetensors"))
-    _expect_usage_error(["export", d, "-o", tmp_path / "o", "--group-size", "128"], tmp_path, "o",
-                        "--group-size 128 does not divide K=480")
+    r = run("export", d, "-o", tmp_path / "o", "--group-size", "128", "-q")
+    assert r.exit_code == 0, r.output
+    model = onnx.load(str(tmp_path / "o" / "model.onnx"))
+    inits = {t.name: t for t in model.graph.initializer}
+    downs = [n for n in model.graph.node if n.op_type == "W4A16Proj" and "down_proj" in n.input[1]]
+    assert downs
+    scale = inits[downs[0].input[2]]
+    assert scale.data_type == onnx.TensorProto.BFLOAT16 and list(scale.dims) == [cfg["hidden_size"], 4]
+    r = run("compare", tmp_path / "o")
+    assert r.exit_code == 0, r.output
+
+
+def test_export_of_an_older_op_contract_is_refused(demo_exports, tmp_path):
+    # A version-1 export (metrale opset 1: W4A16Proj with float32 scales) is refused by every
+    # command that reads it, in one line that says to re-export; nothing reads it as version 2.
+    old = tmp_path / "v1"
+    shutil.copytree(demo_exports["w4a16"], old)
+    model = onnx.load(str(old / "model.onnx"))
+    for o in model.opset_import:
+        if o.domain == "metrale":
+            o.version = 1
+    onnx.save(model, str(old / "model.onnx"))
+    for args in (["inspect", old], ["compare", old], ["build", old, "-o", tmp_path / "e"]):
+        r = run(*args)
+        assert r.exit_code == 2, (args, r.output)
+        assert "contract version 1" in r.output and "re-export" in r.output, (args, r.output)
 
 
 def test_existing_output_needs_force(demo_checkpoint, tmp_path):

@@ -55,7 +55,7 @@ def demos(tmp_path_factory):
 @needs_rtx
 @pytest.mark.parametrize("kind", ["hybrid", "moe"])
 @pytest.mark.parametrize("weights", ["w4a16", "w8a8", "w4a4"])
-def test_main_job_builds_engines_for_hybrid_and_moe(demos, tmp_path, kind, weights, request):
+def test_main_job_builds_engines_for_hybrid_and_moe(demos, tmp_path, kind, weights):
     out = tmp_path / "job"
     # SM 12.0: TensorRT-RTX compiles FP8 weights for SM 8.9 and later only.
     r = run(demos / kind, "-o", out, "--weight-quantization", weights, "--profiles", "1,2-8",

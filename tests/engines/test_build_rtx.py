@@ -151,6 +151,16 @@ def test_bfloat16_graph_builds(tmp_path):
     assert manifest["row_invariance"]["promised"] is False
 
 
+def test_partial_last_group_builds(tmp_path):
+    # W4A16Proj version 2: bf16 group scales and K = 400 at group 128 (a partial last group).
+    chain = projection_graph(400, [Proj("W4A16Proj", 64, options={"group_size": 128}),
+                                   Proj("W4A16Proj", 48, options={"group_size": 32, "symmetric": False})],
+                             seed=6)
+    onnx.save(chain.model, tmp_path / "partial.onnx")
+    manifest = build_engines(tmp_path / "partial.onnx", tmp_path / "out", _options("1,2-64"))
+    assert [e["label"] for e in manifest["engines"]] == ["1", "2-64"]
+
+
 @pytest.mark.parametrize("weights", ["w4a16", "w8a8", "w4a4"])
 def test_demo_model_builds_every_default_profile(weights, demo_exports, tmp_path):
     """The acceptance check: the demo model's qdq engines for every default profile (SM 8.9)."""

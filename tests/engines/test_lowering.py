@@ -24,6 +24,10 @@ CASES = {
     "w4a16-zp-g64-bias": (192, [Proj("W4A16Proj", 40, bias=True,
                                      options={"group_size": 64, "symmetric": False})]),
     "w4a16-g128": (256, [Proj("W4A16Proj", 24, options={"group_size": 128})]),
+    # K = 400 and 98: a partial last group (op version 2), padded to whole blocks by the lowering.
+    "w4a16-g128-partial": (400, [Proj("W4A16Proj", 24, options={"group_size": 128})]),
+    "w4a16-zp-g32-partial-bias": (98, [Proj("W4A16Proj", 40, bias=True,
+                                            options={"group_size": 32, "symmetric": False})]),
     "w8a8-channel-fp8": (100, [Proj("W8A8Proj", 40)]),
     "w8a8-channel-bf16-bias": (100, [Proj("W8A8Proj", 40, activation_format="bf16", bias=True)]),
     "w8a8-block-rowblock": (200, [Proj("W8A8Proj", 136, options={
@@ -59,6 +63,16 @@ def test_lowered_matches_reference(case):
         ref = reference(chain, x).numpy()
         assert y.shape == ref.shape == (m, projs[-1].n)
         assert _rel(y, ref) <= TOL[fmt], f"{case}: {m} rows: relative error {_rel(y, ref):.2e}"
+
+
+def test_graph_of_an_older_op_contract_is_refused():
+    # A version-1 graph (metrale opset 1: W4A16Proj with float32 scales) is never read as version 2.
+    chain = projection_graph(128, [Proj("W4A16Proj", 16)], seed=1)
+    for o in chain.model.opset_import:
+        if o.domain == "metrale":
+            o.version = 1
+    with pytest.raises(LoweringError, match="contract version 1 .*re-export"):
+        lower_qdq(chain.model)
 
 
 def test_zero_rows_stay_finite():

@@ -31,8 +31,12 @@ def test_graph_is_valid_and_every_op_carries_the_contract(demo_exports):
         assert len(ops) == (0 if fmt == "none" else 14), fmt
         for node in ops:
             names = {a.name for a in node.attribute}
-            assert names == set(onnx_translation.attribute_names(node.op_type)), node.name
+            assert names == set(onnx_translation.node_attribute_names(node.op_type)), node.name
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            if node.op_type == "W4A16Proj":  # op version 2: bf16 scales, and the plugin's version
+                assert attrs["plugin_version"] == b"2"
+                scale = next(t for t in model.graph.initializer if t.name == node.input[2])
+                assert scale.data_type == onnx.TensorProto.BFLOAT16, node.name
             present = 3 + (node.op_type == "W4A4Proj") + sum(v for k, v in attrs.items() if k.startswith("has_"))
             assert len(node.input) == present and all(node.input), node.name
         manifest = json.loads((d / "manifest.json").read_text())

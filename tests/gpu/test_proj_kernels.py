@@ -39,6 +39,9 @@ CASES = [
     ("w4a16", dict(group_size=128, symmetric=True, bias=True), 200, 1152),
     ("w4a16", dict(group_size=32, symmetric=False, bias=False), 197, 96),
     ("w4a16", dict(group_size=64, symmetric=False, bias=True), 72, 1088),
+    # W4A16Proj version 2: a partial last group (K = 160 at group 128: 32 k; 1056 at 64: 32 k).
+    ("w4a16", dict(group_size=128, symmetric=False, bias=True), 200, 160),
+    ("w4a16", dict(group_size=64, symmetric=True, bias=False), 197, 1056),
     ("w8a8", dict(gran="channel", act="fp8", agran="row", bias=True), 200, 1040),
     ("w8a8", dict(gran="block128", act="fp8", agran="row", bias=False), 197, 272),
     ("w8a8", dict(gran="channel", act="fp8", agran="row_block128", bias=False), 136, 1040),

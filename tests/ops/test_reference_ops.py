@@ -39,18 +39,28 @@ def fp8_bits_to_f64(bits):
     return bits.view(torch.uint8).numpy().view(ml_dtypes.float8_e4m3fn).astype(np.float64)
 
 
+def scales_f64(t):
+    """bfloat16 group scales as float64, through the bit patterns (ml_dtypes decodes them)."""
+    assert t.dtype == torch.bfloat16
+    return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).astype(np.float64)
+
+
 @pytest.mark.parametrize("m", ROWS)
-@pytest.mark.parametrize("group,symmetric", [(128, True), (64, False), (32, True)])
-def test_w4a16_matches_float64(m, group, symmetric):
-    g = torch.Generator().manual_seed(m * 7 + group)
-    n, k = 72, 256
+@pytest.mark.parametrize("group,symmetric,k", [(128, True, 256), (64, False, 256), (32, True, 256),
+                                               (128, False, 400), (64, True, 402), (32, False, 98)])
+def test_w4a16_matches_float64(m, group, symmetric, k):
+    # k = 400, 402, 98: a partial last group (op version 2); 402 is not even a multiple of 4.
+    g = torch.Generator().manual_seed(m * 7 + group + k)
+    n = 72
     w = torch.randn(n, k, generator=g)
     x = torch.randn(m, k, generator=g) * 3
     q = w4a16.quantize(w, group, symmetric)
+    groups = -(-k // group)
+    assert q.weight_scale.shape == (n, groups) and q.weight_scale.dtype == torch.bfloat16
     y = w4a16.proj(x, q.weight, q.weight_scale, q.zero_point, None, group).numpy()
     codes = codes_of(q.weight)
-    z = 8.0 if q.zero_point is None else np.repeat(q.zero_point.numpy().astype(np.float64), group, 1)
-    s = np.repeat(q.weight_scale.numpy().astype(np.float64), group, 1)
+    z = 8.0 if q.zero_point is None else np.repeat(q.zero_point.numpy().astype(np.float64), group, 1)[:, :k]
+    s = np.repeat(scales_f64(q.weight_scale), group, 1)[:, :k]
     ref = bf16(x.numpy()) @ bf16((codes - z) * s).T
     assert rel(y, ref) < tolerances.OP_FP32["bf16"]
     assert rel(y, x.numpy() @ w.numpy().T) < 0.2  # and it is still the product it quantizes
@@ -134,5 +144,35 @@ def test_formats_refuse_activation_formats_outside_the_contract():
     q = w4a16.quantize(torch.randn(8, 128))
     with pytest.raises(ValueError, match="only bf16"):
         w4a16.proj(torch.randn(1, 128), q.weight, q.weight_scale, None, None, 128, "fp8")
-    with pytest.raises(ValueError, match="divide"):
-        w4a16.quantize(torch.randn(8, 96), 64)
+    with pytest.raises(ValueError, match="odd"):
+        w4a16.quantize(torch.randn(8, 97), 64)
+    with pytest.raises(ValueError, match="bfloat16 group scales"):  # a version-1 (float32) scale
+        w4a16.proj(torch.randn(1, 128), q.weight, q.weight_scale.float(), None, None, 128)
+
+
+def test_w4a16_partial_group_statistics_ignore_padding():
+    # The last group of K = 160 at group 128 holds 32 values, all in [2, 3]: the quantizer pads it
+    # with zeros, which quantize with zero error and change neither the largest magnitude nor the
+    # range (that holds 0 anyway), so the group quantizes exactly as its 32 values alone would.
+    w = torch.cat((torch.randn(4, 128), 2 + torch.rand(4, 32)), dim=1)
+    for symmetric in (True, False):
+        q = w4a16.quantize(w, 128, symmetric=symmetric)
+        alone = w4a16.quantize(w[:, 128:], 32, symmetric=symmetric)
+        assert q.weight_scale.shape == (4, 2) and q.weight_scale.dtype == torch.bfloat16
+        assert torch.equal(q.weight_scale[:, 1:], alone.weight_scale)
+        assert torch.equal(q.weight[:, 64:], alone.weight)
+        if not symmetric:
+            assert torch.equal(q.zero_point[:, 1:], alone.zero_point)
+        # Nothing is clipped to the padding: the error stays within the search's own clipping
+        # (under 2.5 steps for any candidate: 1.5 at d = -9.5, 2.44 at shrink 0.86).
+        d = w4a16.dequantize(q.weight, q.weight_scale, q.zero_point, 128)[:, 128:]
+        assert ((d - w[:, 128:]).abs() <= alone.weight_scale.float().abs() * 2.5 + 1e-6).all()
+
+
+def test_store_scale_rounds_once_to_bf16():
+    s = torch.tensor([1.0 + 2**-8, 1.0 + 3 * 2**-9, 3.0e-5], dtype=torch.float32)
+    out = w4a16.store_scale(s)
+    assert out.dtype == torch.bfloat16
+    assert out.float().tolist() == [1.0, 1.0 + 2**-7, float(torch.tensor(3.0e-5).to(torch.bfloat16))]
+    # float16 input: widened exactly, then one rounding (the same result as from float32).
+    assert torch.equal(w4a16.store_scale(s.half()), w4a16.store_scale(s.half().float()))

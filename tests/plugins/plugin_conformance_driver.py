@@ -104,6 +104,7 @@ def make_cases(seed: int = 20261129) -> list[Case]:
         ("w4a16_g128_bf16", 256, 512, 128, False, False, "bf16"),
         ("w4a16_g64_zp_bias_f16", 200, 320, 64, True, True, "f16"),
         ("w4a16_g32_f32", 256, 512, 32, False, False, "f32"),
+        ("w4a16_g128_partial_zp_bf16", 64, 160, 128, True, True, "bf16"),  # a partial last group (v2)
     ):
         q = w4a16.quantize(weight(n, k), group_size=g, symmetric=not zp)
         inputs = [("x", _x(gen, k, _DTYPES[dt])), ("weight", q.weight), ("weight_scale", q.weight_scale)]

@@ -3,7 +3,7 @@
 The library is loaded through ``IPluginRegistry.load_library`` of whichever TensorRT Python
 bindings are importable (``tensorrt``, else TensorRT-RTX's ``tensorrt_rtx_bindings``), which looks
 up ``getCreators``/``setLoggerFinder`` as ``trtexec --dynamicPlugins`` and Polygraphy do; then each
-creator must be found by (op type, "1", "metrale") and create a plugin from ONNX-like fields.
+creator must be found by (op type, its plugin version, "metrale") and create a plugin from ONNX-like fields.
 
 Note: TensorRT-RTX has no plugin layers; its ONNX parser finds our creator by the node's domain and
 creates the plugin, and then the process terminates. Graphs with metrale nodes are for TensorRT
@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+from metrale_export import contract
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("METRALE_PLUGIN_BUILD", REPO / "build" / "plugins-trt"))
@@ -69,8 +71,9 @@ def _fields(trt, values: dict):
 
 @pytest.mark.parametrize("op", sorted(FIELDS))
 def test_creator_is_registered_and_creates_plugins(trt, registry, op):
-    creator = registry.get_creator(op, "1", "metrale")
-    assert creator is not None, f"{op}: no creator registered under namespace 'metrale', version '1'"
+    version = str(contract.op(op).version)  # W4A16Proj: "2" (op version 2)
+    creator = registry.get_creator(op, version, "metrale")
+    assert creator is not None, f"{op}: no creator registered under namespace 'metrale', version {version!r}"
     advertised = {f.name: f.type for f in creator.field_names}
     expected = {name: trt.PluginFieldType.INT32 if isinstance(v, int) else trt.PluginFieldType.CHAR
                 for name, v in FIELDS[op].items()}
@@ -80,6 +83,10 @@ def test_creator_is_registered_and_creates_plugins(trt, registry, op):
 
 
 def test_bad_fields_are_refused_not_fatal(trt, registry):
-    creator = registry.get_creator("W4A16Proj", "1", "metrale")
+    creator = registry.get_creator("W4A16Proj", "2", "metrale")
     bad = dict(FIELDS["W4A16Proj"], group_size=96)
     assert creator.create_plugin("layer", _fields(trt, bad), trt.TensorRTPhase.BUILD) is None
+    # A version-1 graph (float32 scales) finds the retired creator, which refuses every plugin.
+    old = registry.get_creator("W4A16Proj", "1", "metrale")
+    assert old is not None
+    assert old.create_plugin("layer", _fields(trt, FIELDS["W4A16Proj"]), trt.TensorRTPhase.BUILD) is None

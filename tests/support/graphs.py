@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import ml_dtypes
 import numpy as np
 import onnx
 import torch
@@ -49,6 +50,10 @@ def _i8(t: torch.Tensor) -> np.ndarray:
     return t.contiguous().view(torch.int8).numpy().copy()
 
 
+def _bf16(t: torch.Tensor) -> np.ndarray:
+    return t.contiguous().view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+
+
 def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str = "x",
                      dtype: int = TensorProto.FLOAT) -> Chain:
     """The chain ``projs`` applied to ``x [M, k]``, in and out in ``dtype`` (an ONNX type)."""
@@ -72,8 +77,10 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
         if p.op_type == "W4A16Proj":
             q = w4a16.quantize(w, p.options.get("group_size", 32), p.options.get("symmetric", True))
             attrs.update(group_size=q.group_size, has_zero_point=int(q.zero_point is not None))
+            if contract.names_plugin_version(contract.op("W4A16Proj")):
+                attrs["plugin_version"] = str(contract.op("W4A16Proj").version)
             add("weight", _i8(q.weight))
-            add("weight_scale", q.weight_scale.numpy())
+            add("weight_scale", _bf16(q.weight_scale))
             if q.zero_point is not None:
                 add("zero_point", _i8(q.zero_point))
             weights = dict(weight=q.weight, weight_scale=q.weight_scale, zero_point=q.zero_point,
@@ -120,7 +127,7 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
         inits,
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", 1)],
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", contract.domain_version())],
         producer_name="metrale-export-tests",
     )
     model.ir_version = 10
@@ -214,7 +221,7 @@ def model_graph(hidden: int = 64, vocab: int = 96, kv_heads: int = 2, head_dim: 
     outs += [helper.make_tensor_value_info(o, TensorProto.FLOAT, present) for o in outputs]
     graph = helper.make_graph(nodes, "metrale_toy_model", inputs, outs, inits)
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", 1)],
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", contract.domain_version())],
         producer_name="metrale-export-tests",
     )
     model.ir_version = 10

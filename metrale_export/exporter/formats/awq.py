@@ -7,7 +7,7 @@ column 8c + AWQ_ORDER[i], AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]; ``scales`` fp16 
 Dequantization: w[n, k] = (q[k, n] - z[k // g, n]) * s[k // g, n] (zeros stored as is, no offset).
 
 Mapping to ``W4A16Proj``: the interleave undone, codes transposed to [N, K] and repacked two a byte;
-zeros to int8 [N, K/g]; scales transposed and widened to float32 (exact).
+zeros to int8 [N, K/g]; scales transposed and rounded once to bfloat16 (``w4a16.store_scale``).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ A declared-format source has the ``FloatSource`` interface (``checkpoint``, ``sp
 the export manifest records, and ``describe_text`` puts into one line for both.
 
 Invariants: nothing is re-quantized: ``load`` only repacks, transposes, widens (bf16/fp16 ->
-float32, exact) or broadcasts the stored tensors; a projection is quantized exactly
+float32, exact), broadcasts the stored tensors, or rounds int4 group scales once to bfloat16 (the
+op's scale dtype, ``w4a16.store_scale``; exact for bf16 checkpoints); a projection is quantized exactly
 when its stored tensors say so (``is_quantized``), so ignore lists and an unquantized ``lm_head``
 are handled tensor by tensor; every stored tensor is checked against the header before it is read.
 """

@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from ...errors import CheckpointError, InputError
+from ...ops import w4a16
 from ...ops.numerics import FP8_BLOCK, NVFP4_BLOCK
 from ..projection import DEFAULT_ACTIVATION, ProjSpec
 from .base import (F32, FP8_DTYPES, I8, SCALE_DTYPES, DeclaredSource, ceil_div, match_module,
@@ -180,7 +181,7 @@ class CompressedTensorsSource(DeclaredSource):
             ck.expect(f"{name}.weight_packed", (n, k // 8), (torch.int32,))
             ck.expect(f"{name}.weight_scale", (n, k // g), SCALE_DTYPES, hint=f" for group size {g}")
             ck.expect(f"{name}.weight_shape", (2,), (torch.int64, torch.int32))
-            tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // g), F32)}
+            tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // g), w4a16.SCALE_DTYPE)}
             if not self.symmetric:
                 ck.expect(f"{name}.weight_zero_point", (ceil_div(n, 8), k // g), (torch.int32,),
                           hint=" (int4 zero points packed 8 a word along N)")
@@ -222,7 +223,7 @@ class CompressedTensorsSource(DeclaredSource):
             # 8 codes a little-endian int32, element i at bits 4i: the bytes are already the
             # contract's low-nibble-first pairs; codes are stored offset by +8 (unsigned).
             out = {"weight": ck.get(f"{name}.weight_packed").view(torch.int8).reshape(n, k // 2),
-                   "weight_scale": ck.get(f"{name}.weight_scale").to(F32)}
+                   "weight_scale": w4a16.store_scale(ck.get(f"{name}.weight_scale"))}  # bf16: exact
             if not self.symmetric:
                 zp = ck.get(f"{name}.weight_zero_point")  # [ceil(N/8), G], packed along N
                 codes = packed_int32_nibbles(zp.t().contiguous())[:, :n]  # [G, N], value + 8

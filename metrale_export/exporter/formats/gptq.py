@@ -9,7 +9,7 @@ Dequantization: w[n, k] = (q[k, n] - z[g_idx[k], n]) * s[g_idx[k], n], where for
 (z = stored + 1) and for ``gptq_v2`` the stored zero is z.
 
 Mapping to ``W4A16Proj``: codes transposed to [N, K] and repacked two a byte; scales transposed and
-widened to float32 (exact); zero points z as int8 0..15 (a v1 zero of 16, possible when the
+rounded once to bfloat16 (``w4a16.store_scale``: the op's scales are bf16, docs/formats.md); zero points z as int8 0..15 (a v1 zero of 16, possible when the
 quantizer wrapped a zero of 0, has no contract code and is refused). ``sym: true`` exports without
 zero points after checking every z is 8. Act-order (``desc_act``): the contract's groups are
 contiguous ranges of k, so the checkpoint is accepted only when ``g_idx[k] == k // group_size``
@@ -25,7 +25,7 @@ import torch
 
 from ...errors import CheckpointError, InputError
 from ...ops.numerics import pack_nibbles
-from ...ops.w4a16 import GROUP_SIZES
+from ...ops.w4a16 import GROUP_SIZES, SCALE_DTYPE, store_scale
 from ..projection import ProjSpec
 from .base import F32, I8, SCALE_DTYPES, DeclaredSource, ceil_div, match_module, packed_int32_nibbles
 
@@ -97,7 +97,7 @@ class Int4KNSource(DeclaredSource):
         ck.expect(f"{name}.scales", (k // g, n), SCALE_DTYPES, hint=f" for group size {g}")
         ck.expect(f"{name}.qzeros", (k // g, ceil_div(n, 8)), (torch.int32,))
         self.check_g_idx(name, n, k)
-        tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // g), F32)}
+        tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // g), SCALE_DTYPE)}
         if not self.symmetric:
             tensors["zero_point"] = ((n, k // g), I8)
         return ProjSpec(name=name, kind="w4a16", n=n, k=k, family=family, tensors=tensors,
@@ -127,7 +127,7 @@ class Int4KNSource(DeclaredSource):
                 + (" (a GPTQ v1 zero of 0 stored as -1 and wrapped: re-quantize, or convert to gptq_v2)"
                    if int(z[r, c]) == 16 else "")
             )
-        out = {"weight": pack_nibbles(codes), "weight_scale": ck.get(f"{name}.scales").to(F32).t().contiguous()}
+        out = {"weight": pack_nibbles(codes), "weight_scale": store_scale(ck.get(f"{name}.scales")).t().contiguous()}
         if self.symmetric:
             if not bool((z == 8).all()):
                 raise CheckpointError(f"{ck.root}: {name}.qzeros: the config says sym: true, but not every zero point is 8")

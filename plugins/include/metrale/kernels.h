@@ -36,11 +36,13 @@ enum MetraleWeightScale { kMETRALE_WSCALE_CHANNEL = 0, kMETRALE_WSCALE_BLOCK128 
 /* activation_scale_granularity (W8A8Proj with fp8 activations). */
 enum MetraleActScale { kMETRALE_ASCALE_ROW = 0, kMETRALE_ASCALE_ROW_BLOCK128 = 1 };
 
-/* W4A16Proj. weight: int8 [n, k/2] packed codes; weight_scale: float32 [n, k/group_size];
- * zero_point: int8 [n, k/group_size] or NULL (symmetric, zero point 8); bias: float32 [n] or NULL. */
+/* W4A16Proj (op version 2). weight: int8 [n, k/2] packed codes; weight_scale: bfloat16 bit patterns
+ * [n, ceil(k/group_size)]; zero_point: int8 [n, ceil(k/group_size)] or NULL (symmetric, zero point
+ * 8); bias: float32 [n] or NULL. k even (a partial last group allowed); k a multiple of 32, else
+ * cudaErrorNotSupported. */
 size_t metrale_w4a16_workspace_size(int64_t m, int64_t n, int64_t k, int64_t group_size);
 cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const int8_t* weight,
-    const float* weight_scale, const int8_t* zero_point, const float* bias, void* y, int64_t m,
+    const void* weight_scale, const int8_t* zero_point, const float* bias, void* y, int64_t m,
     int64_t n, int64_t k, int64_t group_size, void* workspace, size_t workspace_bytes,
     cudaStream_t stream);
 
@@ -71,7 +73,7 @@ cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const int8_t* weig
 size_t metrale_w4a16_moe_workspace_size(int64_t m, int64_t top_k, int64_t num_experts, int64_t n,
     int64_t k, int32_t x_dtype);
 cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, const int32_t* topk_ids,
-    const void* topk_weights, const int8_t* weight, const float* weight_scale, const int8_t* zero_point,
+    const void* topk_weights, const int8_t* weight, const void* weight_scale, const int8_t* zero_point,
     const float* bias, void* y, int64_t m, int64_t top_k, int64_t num_experts, int64_t n, int64_t k,
     int64_t group_size, int32_t combine, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 size_t metrale_w8a8_moe_workspace_size(int64_t m, int64_t top_k, int64_t num_experts, int64_t n,
