@@ -147,10 +147,19 @@ def gpu(root: Path, out: Path) -> int:
             # Each projection alone: rows of one 33-row launch vs the same rows launched alone.
             g = torch.Generator().manual_seed(3)
             x = (torch.randn(33, proj.spec.k, generator=g)).cuda()
+            route = ()
+            if hasattr(proj.spec, "num_experts"):  # a grouped-expert op: each row's own routing
+                s = proj.spec
+                ids = torch.stack([torch.randperm(s.num_experts, generator=g)[:s.top_k] for _ in range(33)])
+                route = (ids.to(torch.int32).cuda(),)
+                if s.combine:  # down_proj: one input row per (row, slot), weighted and summed
+                    x = torch.randn(33, s.top_k, s.k, generator=g).cuda()
+                    route += (torch.rand(33, s.top_k, generator=g).cuda(),)
             with torch.no_grad():
-                together = proj(x)
-                bad = [i for i in range(33) if not torch.equal(proj(x[i:i + 1])[0].view(torch.int8),
-                                                                together[i].view(torch.int8))]
+                together = proj(x, *route)
+                bad = [i for i in range(33)
+                       if not torch.equal(proj(x[i:i + 1], *(r[i:i + 1] for r in route))[0].view(torch.int8),
+                                          together[i].view(torch.int8))]
             if bad:
                 inv_lines.append(f"| {name} | {fmt} | projection {pname} (n={proj.spec.n}, k={proj.spec.k}) | 33 | "
                                  f"rows differing: {bad[:8]} | - |")

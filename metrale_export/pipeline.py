@@ -131,7 +131,8 @@ def _engines(out, options: JobOptions, events: Events):
     from .engines.build import build_engines
     from .engines.manifest import describe_size
 
-    events.say(f"[3/3] building {len(options.build.profiles)} engine(s), one per profile, into "
+    count = f"{len(options.build.profiles)} engine(s)" if options.build.profiles else "the engines"
+    events.say(f"[3/3] building {count}, one per profile, into "
                f"{Path(out) / 'engines'} (Ctrl-C stops cleanly) ...")
     manifest = build_engines(Path(out), None, options.build, events.build_progress)
     promise = manifest["row_invariance"]

@@ -70,10 +70,12 @@ def default_output(model: Path) -> Path:
 
 
 def _profiles(ctx, param, value):
+    if value is None:
+        return None  # the default, cut to the engines' context by the build plan
     try:
         return parse_profiles(value)
     except ProfileError as e:
-        raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+        raise click.BadParameter(str(e).removeprefix("--profiles: "), ctx=ctx, param=param) from e
 
 
 def _policy(ctx, param, value):
@@ -95,8 +97,9 @@ def _targets(ctx, param, values):
 
 # The engine options of ``build`` and of the main job (engines.plan.BuildOptions).
 engine_options = _compose(
-    click.option("--profiles", default=DEFAULT_PROFILES, show_default=True, callback=_profiles,
-                 help="Row ranges of M = batch*seq, one engine each: sorted, disjoint, positive."),
+    click.option("--profiles", default=None, callback=_profiles,
+                 help=f"Row ranges of M = batch*seq, one engine each: sorted, disjoint, positive "
+                      f"[default: {DEFAULT_PROFILES}, the last range ending at --max-context]."),
     click.option("--activation-quantization", "policy", default="declared", show_default=True,
                  callback=_policy,
                  help="adaptive | declared | bf16 | fp8 | nvfp4 | per family: ffn=fp8,attn=bf16,..."),

@@ -42,10 +42,12 @@ def preflight(model, out, profiles, dtype: str, max_context: int | None, force: 
     ckpt = Checkpoint.open(model)
     model_max = ckpt.config.get("max_position_embeddings")
     limit = resolve_max_context(max_context, int(model_max) if model_max else None, ckpt.root / "config.json")
+    if profiles is None:
+        return  # the default profiles are cut to ``limit`` by the build plan
     try:
         parse_profiles(format_profiles(profiles), max_rows=limit)
     except ProfileError as e:
-        raise click.BadParameter(str(e), param_hint="--profiles") from e
+        raise click.BadParameter(str(e).removeprefix("--profiles: "), param_hint="--profiles") from e
 
 
 @click.command("run")

@@ -30,7 +30,8 @@ from ..errors import InputError
 from ..invariance import audit, engine_promise
 from . import backends, lowering as _lowering, policy as _policy
 from .policy import FLOAT_WEIGHTS
-from .profiles import DEFAULT_MAX_CONTEXT, ProfileShapes, RowRange, optimization_profiles
+from .profiles import (DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileShapes, RowRange, fit_profiles,
+                       optimization_profiles, parse_profiles)
 
 LOWERINGS = ("plugin", "qdq")
 
@@ -47,7 +48,8 @@ class UsageConflict(InputError):
 class BuildOptions:
     """Everything a build depends on besides the source graph."""
 
-    profiles: tuple[RowRange, ...]
+    # None: the default profiles (profiles.DEFAULT_PROFILES) cut to the engines' context.
+    profiles: tuple[RowRange, ...] | None
     policy: _policy.Policy
     backend: str | None = None  # None: tensorrt if it imports, else tensorrt-rtx
     lowering: str | None = None  # None: plugin with --plugins, else qdq
@@ -173,6 +175,13 @@ def resolve_lowering(backend: str, lowering: str | None, plugins: Path | None, h
     elif plugins is not None:
         return None, "--plugins is only used by --lowering plugin; drop it or choose that lowering"
     return chosen, ""
+
+
+def resolve_profiles(profiles: tuple[RowRange, ...] | None, max_context: int) -> tuple[RowRange, ...]:
+    """The profiles to build: the user's, or the default ones cut to ``max_context``."""
+    if profiles is not None:
+        return profiles
+    return fit_profiles(parse_profiles(DEFAULT_PROFILES), max_context)
 
 
 def resolve_max_context(max_context: int | None, model_max: int | None, where: Path) -> int:
@@ -332,9 +341,9 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     check_rtx_targets(name, chosen, options.rtx_targets, source.ops)
     max_context = resolve_max_context(options.max_context, source.model_max_positions,
                                       source.onnx_path.parent / "manifest.json")
-    all_formats = profile_formats(options.policy, source.ops, options.profiles)
-    all_shapes = [optimization_profiles(source.inputs, rows, max_context)
-                  for rows in options.profiles]
+    profiles = resolve_profiles(options.profiles, max_context)
+    all_formats = profile_formats(options.policy, source.ops, profiles)
+    all_shapes = [optimization_profiles(source.inputs, rows, max_context) for rows in profiles]
     plugin_sha = None
     if options.plugins is not None and chosen == "plugin":
         if not Path(options.plugins).is_file():
@@ -350,7 +359,7 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     promised, reason = row_invariance["promised"], row_invariance["reason"]
     by_key = {e.get("key"): e for e in previous if isinstance(e, dict)}
     steps = []
-    for rows, formats, shapes in zip(options.profiles, all_formats, all_shapes):
+    for rows, formats, shapes in zip(profiles, all_formats, all_shapes):
         key = digest({
             "source": source.sha256, "rows": [rows.lo, rows.hi],
             "profiles": [s.as_json() for s in shapes], "formats": formats, "lowering": chosen,

@@ -101,6 +101,12 @@ def parse_profiles(spec: str, max_rows: int | None = None) -> tuple[RowRange, ..
     return tuple(ranges)
 
 
+def fit_profiles(ranges: tuple[RowRange, ...], max_rows: int) -> tuple[RowRange, ...]:
+    """The default profiles cut to a model's limit: a range past ``max_rows`` ends there, and a
+    range that starts past it is dropped (used only when the user gave no ``--profiles``)."""
+    return tuple(RowRange(r.lo, min(r.hi, max_rows)) for r in ranges if r.lo <= max_rows)
+
+
 def format_profiles(ranges: tuple[RowRange, ...]) -> str:
     """The canonical spec of parsed ranges (``parse_profiles(format_profiles(r)) == r``)."""
     return ",".join(r.label for r in ranges)

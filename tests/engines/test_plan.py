@@ -53,6 +53,18 @@ def test_max_context_against_the_model():
     assert e.value.param == "--max-context"
 
 
+def test_default_profiles_end_at_the_context():
+    """No --profiles: the default ranges are cut to the engines' context, never refused."""
+    options = BuildOptions(None, parse_policy("declared"))
+    rows = [s.rows.label for s in _plan(options, _source(model_max=2048)).steps]
+    assert rows == ["1", "2-8", "9-32", "33-128", "129-2048"]
+    rows = [s.rows.label for s in _plan(options, _source(model_max=64)).steps]
+    assert rows == ["1", "2-8", "9-32", "33-64"]
+    assert [s.rows.label for s in _plan(options, _source()).steps][-1] == "129-4096"
+    # Ranges the user wrote are kept as written.
+    assert [s.rows.label for s in _plan(_options("1,2-4096"), _source(model_max=2048)).steps] == ["1", "2-4096"]
+
+
 def test_profile_formats_refuse_every_projection_at_once():
     profiles = parse_profiles("1,2-64")
     assert profile_formats(parse_policy("declared"), OPS, profiles)[1] == {

@@ -42,6 +42,8 @@ CASES = [
     # W4A16Proj version 2: a partial last group (K = 160 at group 128: 32 k; 1056 at 64: 32 k).
     ("w4a16", dict(group_size=128, symmetric=False, bias=True), 200, 160),
     ("w4a16", dict(group_size=64, symmetric=True, bias=False), 197, 1056),
+    # Signed scales (the float quantizer stores m / -8, issue 15): every scale negated.
+    ("w4a16", dict(group_size=32, symmetric=True, bias=True, negative_scales=True), 200, 1056),
     ("w8a8", dict(gran="channel", act="fp8", agran="row", bias=True), 200, 1040),
     ("w8a8", dict(gran="block128", act="fp8", agran="row", bias=False), 197, 272),
     ("w8a8", dict(gran="channel", act="fp8", agran="row_block128", bias=False), 136, 1040),
@@ -86,7 +88,8 @@ class Layer:
         self.bias = torch.randn(n, generator=g) if o.get("bias") else None
         if op == "w4a16":
             q = w4a16.quantize(w, o["group_size"], o["symmetric"])
-            self.cpu = dict(weight=q.weight, weight_scale=q.weight_scale, zero_point=q.zero_point)
+            scale = -q.weight_scale.abs() if o.get("negative_scales") else q.weight_scale
+            self.cpu = dict(weight=q.weight, weight_scale=scale, zero_point=q.zero_point)
             self.fmt = "bf16"
         elif op == "w8a8":
             q = w8a8.quantize(w, o["gran"])
