@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import io
+import signal
+import threading
 import json
 import logging
 import time
@@ -94,7 +96,7 @@ def trace(model: CausalLM) -> ir.Model:
     """Trace the (meta-device) model to an onnx_ir model whose initializers hold no data."""
     buf = io.StringIO()
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stdout(buf):
+        with _sigint_noted() as interrupted, warnings.catch_warnings(), contextlib.redirect_stdout(buf):
             warnings.simplefilter("ignore")
             logging.getLogger("torch").setLevel(logging.ERROR)
             program = torch.onnx.export(
@@ -104,8 +106,30 @@ def trace(model: CausalLM) -> ir.Model:
                 output_names=model.output_names(), verbose=False, report=False,
             )
     except Exception as e:
+        if interrupted:  # torch.onnx wraps a KeyboardInterrupt raised inside it in its own errors
+            raise KeyboardInterrupt from e
         raise ExportError(f"tracing the model to ONNX failed: {e}\n{buf.getvalue()[-2000:]}") from e
     return program.model
+
+
+@contextlib.contextmanager
+def _sigint_noted():
+    """Note a Ctrl-C during tracing (the previous handler still runs: tracing stops at once)."""
+    noted: list[bool] = []
+    old = signal.getsignal(signal.SIGINT)
+    if threading.current_thread() is not threading.main_thread() or not callable(old):
+        yield noted
+        return
+
+    def handler(signum, frame):
+        noted.append(True)
+        old(signum, frame)
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield noted
+    finally:
+        signal.signal(signal.SIGINT, old)
 
 
 def _attach_weights(model: ir.Model, offsets: dict[str, tuple[int, int]], base_dir: Path) -> None:

@@ -44,7 +44,8 @@ DEFAULT_CASES = ("demo-none", "demo-w4a16", "demo-w8a8", "demo-w4a4", "hybrid-w4
 
 
 def file_hashes(out_dir: Path) -> dict[str, str]:
-    """sha256 of every file of an export directory (the manifest's checkpoint path blanked)."""
+    """sha256 of every file of an export directory (the manifest's checkpoint name and path
+    blanked: they name the folder the checkpoint sits in, which differs between callers)."""
     out = {}
     for p in sorted(Path(out_dir).iterdir()):
         if not p.is_file():
@@ -53,6 +54,7 @@ def file_hashes(out_dir: Path) -> dict[str, str]:
         if p.name == "manifest.json":
             manifest = json.loads(data)
             manifest["model"]["checkpoint_path"] = None
+            manifest["model"]["checkpoint"] = None
             data = (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
         out[p.name] = hashlib.sha256(data).hexdigest()
     return out
