@@ -22,8 +22,19 @@ from .metrics import rel_error
 from .taps import GraphTaps
 
 
+class _Bounded:
+    """A checked row (its ``rel_error`` and ``bound`` fields): ok when finite and within the bound."""
+
+    @property
+    def ok(self) -> bool:
+        return bool(np.isfinite(self.rel_error)) and self.rel_error <= self.bound
+
+    def as_dict(self) -> dict:
+        return asdict(self) | {"ok": self.ok}
+
+
 @dataclass
-class OpRow:
+class OpRow(_Bounded):
     case: str
     layer: int | None  # None: outside the decoder layers (lm_head)
     projection: str
@@ -32,28 +43,14 @@ class OpRow:
     rel_error: float
     bound: float
 
-    @property
-    def ok(self) -> bool:
-        return bool(np.isfinite(self.rel_error)) and self.rel_error <= self.bound
-
-    def as_dict(self) -> dict:
-        return asdict(self) | {"ok": self.ok}
-
 
 @dataclass
-class LayerRow:
+class LayerRow(_Bounded):
     case: str
     layer: int
     output: str  # "residual" (the layer's update of the stream) or a state output's name
     rel_error: float
     bound: float
-
-    @property
-    def ok(self) -> bool:
-        return bool(np.isfinite(self.rel_error)) and self.rel_error <= self.bound
-
-    def as_dict(self) -> dict:
-        return asdict(self) | {"ok": self.ok}
 
 
 def layer_formats(taps: GraphTaps) -> dict[int | None, set[str]]:
