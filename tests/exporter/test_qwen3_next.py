@@ -7,6 +7,8 @@ quantized exports match the PyTorch reference of the same quantized model. The c
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
@@ -20,6 +22,8 @@ from metrale_export.exporter.export import ExportOptions, export
 from metrale_export.exporter.layers import gdn
 from metrale_export.exporter.layers.model import CausalLM
 from metrale_export.exporter.quantization import FloatSource, QuantRequest
+from metrale_export.exporter.projection import DEFAULT_ACTIVATION
+from metrale_export.ops import tolerances
 from metrale_export.ops.ort import reference_session
 
 transformers = pytest.importorskip("transformers")
@@ -27,7 +31,6 @@ transformers = pytest.importorskip("transformers")
 # docs/ops.md, "Tolerances": unquantized export vs transformers; ONNX Runtime vs the PyTorch
 # reference of the same quantized model.
 TRANSFORMERS = 1e-4
-QUANTIZED = 1e-3
 # Prefill 5, two decode steps, a 3-token prefill continued from the state, a decode step.
 CHUNKS = [5, 1, 1, 3, 1]
 
@@ -145,8 +148,12 @@ def _quantized_case(path, ids, tmp_path, fmt):
         not names["model.layers.0.mlp.shared_expert.down_proj"].endswith("MoEProj")
     got = ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS)
     want = torch_steps(reference_model(path, request), ids, CHUNKS)
+    # End to end, without teacher forcing: docs/ops.md's bound for the depth and activation format
+    # (a fixed 1e-3 does not hold once one bf16 rounding flip is carried through the layers).
+    depth = json.loads((path / "config.json").read_text())["num_hidden_layers"]
+    bound = tolerances.end_to_end_bound([DEFAULT_ACTIVATION[fmt]], depth)
     for n, a, b in zip(CHUNKS, got, want):
-        assert rel(a, b) < QUANTIZED, (fmt, n, rel(a, b))
+        assert rel(a, b) < bound, (fmt, n, rel(a, b), bound)
 
 
 def test_quantized_w4a4_export_matches_torch_reference(hf_next, ids, tmp_path):
