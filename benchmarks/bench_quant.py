@@ -24,7 +24,6 @@ import datetime
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,7 +34,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_export import SHAPES  # noqa: E402
+from benchmarks.bench_export import SHAPES, _commit  # noqa: E402
 from metrale_export.ops import w4a16  # noqa: E402
 
 SHAPES = {**SHAPES, "qwen3-0.6b": dict(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
@@ -173,17 +172,6 @@ def quantizer_seconds(shape: str) -> dict[str, float]:
             out[f"g{group}{'' if search else ', no search'}"] = statistics.median(times)
     torch.set_num_threads(os.cpu_count() or 1)
     return out
-
-
-def _commit() -> str:
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "metrale_export"],
-                               cwd=ROOT, capture_output=True, text=True).stdout.strip()
-        return head + (" (with uncommitted changes in metrale_export/)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: dict | None, args) -> str:
