@@ -6,8 +6,8 @@ Per op, weight-scale granularity and activation format, on fresh seeded random n
   into outputs poisoned with NaN (every element must be written);
 - bitwise row invariance: row i of an M-row launch equals the 1-row launch of that row, for every M
   above and M = 8192 (its first 4096 rows and its last 64), so across every kernel tier (the 1-row
-  launch streams, M >= 17 runs the wgmma tier on sm_90), and a permutation of the rows permutes the
-  output bits;
+  launch streams, M >= 17 runs the wgmma tier on sm_90; W8A8 row x channel runs the FP8 wgmma tier
+  at every M, with token tiles 8 to 128), and a permutation of the rows permutes the output bits;
 - the torch custom ops dispatch to the kernels on CUDA tensors.
 Skipped, with the reason, where no CUDA device is present; a CUDA machine without the built
 library fails (the tests never pass vacuously).
@@ -58,6 +58,8 @@ CASES = [
     ("w4a16", dict(group_size=128, symmetric=False, bias=False), 16400, 640),
     ("w4a16", dict(group_size=64, symmetric=True, bias=True), 8200, 1024),  # 4 slices
     ("w8a8", dict(gran="block128", act="fp8", agran="row_block128", bias=False), 16400, 1040),
+    # The FP8 wgmma tier (row x channel, every M on sm_90): wide enough for its 128-token tile.
+    ("w8a8", dict(gran="channel", act="fp8", agran="row", bias=True), 16400, 1040),
 ]
 
 
