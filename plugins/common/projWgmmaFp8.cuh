@@ -233,16 +233,23 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
     int nRow[2];
     bool nOk[2];
     const uint8_t* cRow[2];
+    const uint8_t* rowBase[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
     {
         nRow[hr] = nBase + g + 8 * hr;
         nOk[hr] = nRow[hr] < N;
-        cRow[hr] = p.codes + static_cast<long long>(nOk[hr] ? nRow[hr] : 0) * K + 32 * t;
+        rowBase[hr] = p.codes + static_cast<long long>(nOk[hr] ? nRow[hr] : 0) * K;
+        cRow[hr] = rowBase[hr] + 32 * t;
     }
+    // A block's A fragments as wgmmas take them: a[q] = {row g word 2q, row g + 8 word 2q, row g word
+    // 2q + 1, row g + 8 word 2q + 1}. Loaded a 4-byte word at a time straight into those registers
+    // (L1-cached: a warp's first word of a row brings the row's 128 bytes), so that nothing reads a
+    // load before the block's wgmmas do: 16-byte loads would need register copies into this layout,
+    // which the compiler places right after the loads and which then wait for them.
     struct Slot
     {
-        uint4 c[2][2];  // [row g, g + 8][16-byte half]
+        uint32_t a[4][4];
     };
     SliceCursor ldCur(nkb, slices);
     SliceCursor cmCur(nkb, slices);
@@ -262,10 +269,20 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
             for (int hr = 0; hr < 2; ++hr)
             {
 #pragma unroll
-                for (int v = 0; v < 2; ++v)
+                for (int h = 0; h < 2; ++h)
                 {
-                    const int off = kb * 128 + 16 * v;
-                    s.c[hr][v] = (nOk[hr] && off < cEnd) ? ldgStream(cRow[hr] + off) : make_uint4(0u, 0u, 0u, 0u);
+                    // Rows past N read row 0 (their outputs are never stored). Bytes past K (the
+                    // last block) re-read the row's first 16 bytes instead: finite codes times the
+                    // operand's +0 there, the same at every m, and no read past the weight.
+                    const int off = kb * 128 + 16 * h;
+                    const uint8_t* at = cRow[hr] + off;
+                    const uint32_t* src = reinterpret_cast<const uint32_t*>(off < cEnd ? at : rowBase[hr]);
+#pragma unroll
+                    for (int w = 0; w < 4; ++w)
+                    {
+                        const int j = 4 * h + w;  // word j of the thread's 32 bytes: a[j / 2][2 (j % 2) + hr]
+                        s.a[j >> 1][2 * (j & 1) + hr] = __ldg(src + w);
+                    }
                 }
             }
             ldCur.next();
@@ -307,15 +324,10 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
         fenceRegs(pt);
         wgFence();
         const uint64_t desc = wgFp8DescB(stage0 + slot * L::kStage);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
         {
-            const uint32_t a0[4] = {s.c[0][0].x, s.c[1][0].x, s.c[0][0].y, s.c[1][0].y};
-            WgmmaFp8<kN>::run(pt, a0, desc, 0);
-            const uint32_t a1[4] = {s.c[0][0].z, s.c[1][0].z, s.c[0][0].w, s.c[1][0].w};
-            WgmmaFp8<kN>::run(pt, a1, desc + 16, 1);
-            const uint32_t a2[4] = {s.c[0][1].x, s.c[1][1].x, s.c[0][1].y, s.c[1][1].y};
-            WgmmaFp8<kN>::run(pt, a2, desc + 32, 1);
-            const uint32_t a3[4] = {s.c[0][1].z, s.c[1][1].z, s.c[0][1].w, s.c[1][1].w};
-            WgmmaFp8<kN>::run(pt, a3, desc + 48, 1);
+            WgmmaFp8<kN>::run(pt, s.a[q], desc + static_cast<uint64_t>(16 * q), q > 0 ? 1 : 0);  // + 256 q bytes
         }
         wgCommit();
         loadNext(refill);  // the slot of the previous block, whose wgmmas have completed

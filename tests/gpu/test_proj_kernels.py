@@ -26,7 +26,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (tests/gpu)", allow_module_level=True)
 
 from metrale_export.ops import cuda as mcuda  # noqa: E402
-from metrale_export.ops import w4a4, w4a16, w8a8  # noqa: E402
+from metrale_export.ops import tolerances, w4a4, w4a16, w8a8  # noqa: E402
 from metrale_export.ops.numerics import FP8_BLOCK, bf16_round, e4m3_from_bits  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -70,7 +70,7 @@ def _case_id(c):
 
 def _tolerance(op_fmt: str, dtype: torch.dtype) -> float:
     if dtype == torch.float32:
-        return 1e-4 if op_fmt == "fp8" else 1e-5
+        return tolerances.OP_FP32[op_fmt]
     return 8e-3 if dtype == torch.bfloat16 else 1e-3
 
 
