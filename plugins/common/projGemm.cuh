@@ -50,21 +50,6 @@ __device__ __forceinline__ uint4 ldgStream(const void* ptr)
     return v;
 }
 
-/* ldgStream where ok, else zeros, in one predicated load: no select after the load, so nothing waits
- * for the data before its first real use (a `ok ? ldgStream(p) : 0` makes the compiler load into
- * temporaries and copy them at once, which stalls on every load issued ahead). */
-__device__ __forceinline__ uint4 ldgStreamOrZero(const void* ptr, bool ok)
-{
-    uint4 v;
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n"
-        "mov.b32 %0, 0;\nmov.b32 %1, 0;\nmov.b32 %2, 0;\nmov.b32 %3, 0;\n"
-        "@p ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];\n}\n"
-        : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-        : "l"(ptr), "r"(static_cast<int>(ok)));
-    return v;
-}
-
 /* 16-byte global -> shared copy; bytes past srcBytes are zero-filled. */
 __device__ __forceinline__ void cpAsync16(void* dst, const void* src, int srcBytes)
 {
