@@ -1,27 +1,34 @@
 /*
  * The FP8 wgmma tier of W8A8Proj (fp8 activations, per-row activation x per-channel weight scales):
- * every m, sm_90a. Swap-AB as projWgmma.cuh: the e4m3 weight codes are wgmma's A operand straight
- * from registers (no conversion at all), the e4m3 activations its B operand in shared memory (one
- * bulk copy per stage, mbarriers, a producer warpgroup), the tokens its N (8 to 128, from m).
+ * every m, sm_90a. Swap-AB as projWgmma.cuh: the e4m3 weight codes are wgmma's A operand, the e4m3
+ * activations its B operand, the tokens its N (8 to 128, from m); both operands from shared memory
+ * (no conversion at all), filled by a producer warpgroup: the activations by one bulk copy per stage
+ * (the TMA engine), the weights by 16-byte cp.async copies of all 128 producer threads, both
+ * completing on the stage's mbarrier.
+ *
+ * Why shared memory for the weights (not registers, as the bf16 tier's dequantized A): a wgmma that
+ * reads A from registers is preceded by WARPGROUP.ARRIVE, which waits for every global load in
+ * flight, so codes loaded blocks ahead into registers arrive no earlier than the next block (seen in
+ * the SASS and on the H200 at 2dada97 / 8a179ac: the tier ran one memory latency per block).
  *
  * Invariants (row invariance; docs/ops.md, the fp8 format):
  * - One FP8 instruction and one promotion interval at every m: each 128-k block is four chained
- *   `wgmma m64nNk32 e4m3` (the first from zero), and its float32 result (the tensor core's partial
- *   sum, whose short accumulator is not float32) is promoted once into a float32 register,
- *   `cur = cur + partial` (DeepGEMM's promotion). The slices of projSlices(n, k) are walked as in
- *   every tier (each from +0 over its blocks in ascending order, summed from the left), then
- *   (acc * sx[m]) * sw[n]. FP8 mma.sync (f16 HMMA) and FP8 wgmma never share bits, so this tier
- *   serves every m, 1 included, on a device that has it (elsewhere the f16 mma.sync tiers serve
- *   every m: other bits, the same on that device for every m).
+ *   `wgmma m64nNk32 e4m3` (the first from zero, instruction q over k = 128 b + 32 q + (0..31) in
+ *   ascending positions), and its float32 result (the tensor core's partial sum, whose short
+ *   accumulator is not float32) is promoted once into a float32 register, `cur = cur + partial`
+ *   (DeepGEMM's promotion). The slices of projSlices(n, k) are walked as in every tier (each from +0
+ *   over its blocks in ascending order, summed from the left), then (acc * sx[m]) * sw[n]. FP8
+ *   mma.sync (f16 HMMA) and FP8 wgmma never share bits, so this tier serves every m, 1 included, on
+ *   a device that has it (elsewhere the f16 mma.sync tiers serve every m: other bits, the same on
+ *   that device for every m).
  * - wgmma bits do not depend on the instruction's N (measured on the H200, /work/shared/tools), so
  *   the token tile may change with m; the k order never does.
- * - The k order: in instruction q (0..3) of block b, position 16 h + 4 t + i (quad lane t's register
- *   a_{2h} for row g, a_{2h+1} for row g + 8) holds k = 128 b + 32 t + 8 q + 4 h + i, so that a
- *   thread's codes of a row and block are 32 contiguous bytes (two 16-byte loads) and the
- *   activations are laid out to match (wgFp8OperandOffset, written by the quantization pre-pass
- *   itself: one pass, no f16 copy). Per (block b, group of 8 rows): 8 chunks c = 2 q + h of 8 rows x
- *   16 bytes (one wgmma core matrix), 1024 contiguous bytes; a token tile of a block is kN / 8
- *   consecutive ones: one copy. Values past K and rows past M are +0.
+ * - Shared-memory layouts (no swizzle, K-major core matrices of 8 rows x 16 bytes): weights, per
+ *   stage and consumer warpgroup, core matrix (8-row group r, 16-k chunk c) at (8 r + c) * 128;
+ *   activations as the operand in global memory (wgFp8OperandOffset), written by the quantization
+ *   pre-pass itself: per (block, 8 rows) 1024 contiguous bytes, chunk c at 128 c; a token tile of a
+ *   block is kN / 8 consecutive ones: one copy. Values past K are +0 (the weights' through the
+ *   copies' zero fill), rows past M +0.
  */
 #ifndef METRALE_PROJ_WGMMA_FP8_CUH
 #define METRALE_PROJ_WGMMA_FP8_CUH
@@ -42,8 +49,7 @@ namespace metrale
 __host__ __device__ __forceinline__ size_t wgFp8OperandOffset(int m, int k, int mg)
 {
     const int b = k >> 7;
-    const int w = (k & 127) >> 2;  // 8 t + 2 q + h
-    return (((static_cast<size_t>(b) * mg + (m >> 3)) * 8 + (w & 7)) * 8 + (m & 7)) * 16 + 4 * (w >> 3) + (k & 3);
+    return (((static_cast<size_t>(b) * mg + (m >> 3)) * 8 + ((k & 127) >> 4)) * 8 + (m & 7)) * 16 + (k & 15);
 }
 
 /* Bytes of the FP8 wgmma operand of [m, k]: every 128-k block and every row group of 8 complete. */
@@ -101,116 +107,104 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantFp8WgKernel(const vo
     }
 }
 
-/* d = (scaleD ? d : 0) + a * B: wgmma m64nNk32 e4m3 x e4m3, A from registers, B through its
- * descriptor, float32 results (the tensor core's own accumulator inside the instruction). */
+/* d = (scaleD ? d : 0) + A * B: wgmma m64nNk32 e4m3 x e4m3, both operands through their shared-memory
+ * descriptors, float32 results (the tensor core's own accumulator inside the instruction). */
 template <int kN>
 struct WgmmaFp8;
 
 template <>
 struct WgmmaFp8<8>
 {
-    __device__ static void run(float (&d)[4], const uint32_t (&a)[4], uint64_t desc, int scaleD)
+    __device__ static void run(float (&d)[4], uint64_t descA, uint64_t descB, int scaleD)
     {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, "
-            "{%4, %5, %6, %7}, %8, p, 1, 1;\n}\n"
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scaleD));
+            : "l"(descA), "l"(descB), "r"(scaleD));
     }
 };
 
 template <>
 struct WgmmaFp8<16>
 {
-    __device__ static void run(float (&d)[8], const uint32_t (&a)[4], uint64_t desc, int scaleD)
+    __device__ static void run(float (&d)[8], uint64_t descA, uint64_t descB, int scaleD)
     {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %13, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, "
-            "{%8, %9, %10, %11}, %12, p, 1, 1;\n}\n"
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scaleD));
+            : "l"(descA), "l"(descB), "r"(scaleD));
     }
 };
 
 template <>
 struct WgmmaFp8<32>
 {
-    __device__ static void run(float (&d)[16], const uint32_t (&a)[4], uint64_t desc, int scaleD)
+    __device__ static void run(float (&d)[16], uint64_t descA, uint64_t descB, int scaleD)
     {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
-            "{%16, %17, %18, %19}, %20, p, 1, 1;\n}\n"
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scaleD));
+            : "l"(descA), "l"(descB), "r"(scaleD));
     }
 };
 
 template <>
 struct WgmmaFp8<64>
 {
-    __device__ static void run(float (&d)[32], const uint32_t (&a)[4], uint64_t desc, int scaleD)
+    __device__ static void run(float (&d)[32], uint64_t descA, uint64_t descB, int scaleD)
     {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
-            "{%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scaleD));
+            : "l"(descA), "l"(descB), "r"(scaleD));
     }
 };
 
 template <>
 struct WgmmaFp8<128>
 {
-    __device__ static void run(float (&d)[64], const uint32_t (&a)[4], uint64_t desc, int scaleD)
+    __device__ static void run(float (&d)[64], uint64_t descA, uint64_t descB, int scaleD)
     {
         asm volatile(
-            "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-            "{%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
             : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(scaleD));
+            : "l"(descA), "l"(descB), "r"(scaleD));
     }
 };
 
-
-/* The B descriptor: K-major, no swizzle, core matrices of 8 rows x 16 bytes; the next 16 k at +128
- * bytes (leading byte offset), the next 8 rows at +1024 (stride byte offset). */
+/* An operand descriptor (A or B): K-major, no swizzle, core matrices of 8 rows x 16 bytes; the next
+ * 16 k at +128 bytes (leading byte offset), the next 8 rows at +1024 (stride byte offset). */
 __device__ __forceinline__ uint64_t wgFp8DescB(uint32_t saddr)
 {
     return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(128 >> 4) << 16)
         | (static_cast<uint64_t>(1024 >> 4) << 32);
 }
 
-/* Shared memory (bytes): kST stages of kN rows x 128 k, the mbarriers, the slices' sum where it does
- * not fit in registers (kN = 128: [64][256] floats). */
+/* Shared memory (bytes): kST stages of [the weights' 128 rows x 128 k | kN activation rows x 128 k],
+ * then the full / empty mbarriers. */
 template <int kN, int kST>
 struct WgFp8Layout
 {
-    static constexpr int kStage = kN * 128;
+    static constexpr int kA = kWG_ROWS * 128;
+    static constexpr int kStage = kA + kN * 128;
     static constexpr int kBar = kST * kStage;
-    static constexpr bool kTOT_SMEM = kN >= 128;
-    static constexpr int kTot = kBar + 128;
-    static constexpr int kSmem = kTot + (kTOT_SMEM ? (kN / 2) * 128 * kWG_CONSUMERS * 4 : 0);
+    static constexpr int kSmem = kBar + 2 * kST * 8;
     static_assert(kSmem <= 227 * 1024, "shared memory");
-    static_assert(kST * 16 <= 128, "mbarriers");
 };
 
-/* Register-ring depth (blocks of codes in registers, kRING - 1 loads ahead) per token tile. */
-template <int kN>
-struct WgFp8Ring
-{
-    static constexpr int kRING = kN >= 128 ? 3 : kN >= 64 ? 4 : 6;
-};
+/* The producer warpgroup's registers: it computes the weights' copy addresses (8 row pointers). */
+constexpr int kWG_FP8_PRODUCER_REGS = 40;
+constexpr int kWG_FP8_CONSUMER_REGS = 232;  // 128 x 40 + 256 x 232 <= 64K
 
 /*
  * The consumer warpgroups: per block, in slice order, wait for its stage, issue the block's four
- * wgmmas on the codes in ring slot r (the first from zero), load the codes kRING - 1 blocks ahead
- * into the slot whose wgmmas finished last, wait, release the stage, promote (cur += partial), fold
- * the running slice into the sum after its last block.
+ * wgmmas (the first from zero) into the partial set, wait, release the stage, promote
+ * (cur += partial), fold the running slice into the sum after its last block.
  */
 template <class P, int kN, int kST>
 __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint8_t* smem, uint64_t* full,
@@ -220,7 +214,6 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #ifdef METRALE_SM90A
     using L = WgFp8Layout<kN, kST>;
     constexpr int kACC = kN / 2;
-    constexpr int kRING = WgFp8Ring<kN>::kRING;
     const int tid = threadIdx.x;
     const int warpId = tid >> 5;
     const int lane = tid & 31;
@@ -229,108 +222,47 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
     const int g = lane >> 2;
     const int t = lane & 3;
     const int nBase = n0 + 64 * wg + 16 * wq;
-    const int cEnd = K - 32 * t;  // this thread's bytes of a row start at 128 b + 32 t
-    int nRow[2];
-    bool nOk[2];
-    const uint8_t* cRow[2];
-    const uint8_t* rowBase[2];
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
-    {
-        nRow[hr] = nBase + g + 8 * hr;
-        nOk[hr] = nRow[hr] < N;
-        rowBase[hr] = p.codes + static_cast<long long>(nOk[hr] ? nRow[hr] : 0) * K;
-        cRow[hr] = rowBase[hr] + 32 * t;
-    }
-    // A block's A fragments as wgmmas take them: a[q] = {row g word 2q, row g + 8 word 2q, row g word
-    // 2q + 1, row g + 8 word 2q + 1}. Loaded a 4-byte word at a time straight into those registers
-    // (L1-cached: a warp's first word of a row brings the row's 128 bytes), so that nothing reads a
-    // load before the block's wgmmas do: 16-byte loads would need register copies into this layout,
-    // which the compiler places right after the loads and which then wait for them.
-    struct Slot
-    {
-        uint32_t a[4][4];
-    };
-    SliceCursor ldCur(nkb, slices);
     SliceCursor cmCur(nkb, slices);
     int nWalk = nkb;
     if (part != nullptr)
     {
-        ldCur.seek(blockIdx.z);
         cmCur.seek(blockIdx.z);
         nWalk = cmCur.cnt;
     }
-    int loaded = 0;
-    auto loadNext = [&](Slot& s) {
-        if (loaded < nWalk)
-        {
-            const int kb = ldCur.block();
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr)
-            {
-#pragma unroll
-                for (int h = 0; h < 2; ++h)
-                {
-                    // Rows past N read row 0 (their outputs are never stored). Bytes past K (the
-                    // last block) re-read the row's first 16 bytes instead: finite codes times the
-                    // operand's +0 there, the same at every m, and no read past the weight.
-                    const int off = kb * 128 + 16 * h;
-                    const uint8_t* at = cRow[hr] + off;
-                    const uint32_t* src = reinterpret_cast<const uint32_t*>(off < cEnd ? at : rowBase[hr]);
-#pragma unroll
-                    for (int w = 0; w < 4; ++w)
-                    {
-                        const int j = 4 * h + w;  // word j of the thread's 32 bytes: a[j / 2][2 (j % 2) + hr]
-                        s.a[j >> 1][2 * (j & 1) + hr] = __ldg(src + w);
-                    }
-                }
-            }
-            ldCur.next();
-            ++loaded;
-        }
-    };
-    Slot ring[kRING];
-#pragma unroll
-    for (int r = 0; r + 1 < kRING; ++r)
-    {
-        loadNext(ring[r]);
-    }
-
     float cur[kACC];
     float pt[kACC];
-    float totR[L::kTOT_SMEM ? 1 : kACC];
-    float* totS = reinterpret_cast<float*>(smem + L::kTot) + tid;
+    float tot[kACC];
 #pragma unroll
     for (int i = 0; i < kACC; ++i)
     {
         cur[i] = 0.0f;
         pt[i] = 0.0f;
-        if constexpr (L::kTOT_SMEM)
-        {
-            totS[i * 128 * kWG_CONSUMERS] = 0.0f;
-        }
-        else
-        {
-            totR[i] = 0.0f;
-        }
+        tot[i] = 0.0f;
     }
     const uint32_t stage0 = smemAddr(smem);
     int slot = 0;
     uint32_t phase = 0;
-    auto step = [&](Slot& s, Slot& refill) {
+#pragma unroll 1
+    for (int i = 0; i < nWalk; ++i)
+    {
         const bool last = cmCur.lastOfSlice();
         cmCur.next();
         mbarWait(&full[slot], phase);
+        // The weights came through cp.async (the generic proxy); wgmma reads through the async proxy.
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         fenceRegs(pt);
         wgFence();
-        const uint64_t desc = wgFp8DescB(stage0 + slot * L::kStage);
+        const uint32_t st = stage0 + slot * L::kStage;
+        const uint64_t descA = wgFp8DescB(st + wg * (64 * 128));
+        const uint64_t descB = wgFp8DescB(st + L::kA);
 #pragma unroll
         for (int q = 0; q < 4; ++q)
         {
-            WgmmaFp8<kN>::run(pt, s.a[q], desc + static_cast<uint64_t>(16 * q), q > 0 ? 1 : 0);  // + 256 q bytes
+            // + 256 q bytes: the chunks 2 q, 2 q + 1 of both operands
+            WgmmaFp8<kN>::run(pt, descA + static_cast<uint64_t>(16 * q), descB + static_cast<uint64_t>(16 * q),
+                q > 0 ? 1 : 0);
         }
         wgCommit();
-        loadNext(refill);  // the slot of the previous block, whose wgmmas have completed
         wgWait<0>();
         fenceRegs(pt);
         if (lane == 0)
@@ -347,15 +279,7 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #pragma unroll
             for (int e = 0; e < kACC; ++e)
             {
-                if constexpr (L::kTOT_SMEM)
-                {
-                    float& tv = totS[e * 128 * kWG_CONSUMERS];
-                    tv = __fadd_rn(tv, cur[e]);
-                }
-                else
-                {
-                    totR[e] = __fadd_rn(totR[e], cur[e]);
-                }
+                tot[e] = __fadd_rn(tot[e], cur[e]);
                 cur[e] = 0.0f;
             }
         }
@@ -364,34 +288,18 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
             slot = 0;
             phase ^= 1u;
         }
-    };
-#pragma unroll 1
-    for (int i = 0; i < nWalk; i += kRING)
-    {
-#pragma unroll
-        for (int r = 0; r < kRING; ++r)
-        {
-            if (i + r < nWalk)
-            {
-                step(ring[r], ring[(r + kRING - 1) % kRING]);
-            }
-        }
-    }
-    float tot[kACC];
-#pragma unroll
-    for (int e = 0; e < kACC; ++e)
-    {
-        if constexpr (L::kTOT_SMEM)
-        {
-            tot[e] = totS[e * 128 * kWG_CONSUMERS];
-        }
-        else
-        {
-            tot[e] = totR[e];
-        }
     }
 
-    // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
+    // Epilogue: thread (g, t) of warp wq holds weight rows n0 + 64 wg + 16 wq + g (+ 8) for tokens
+    // m0 + 8 j + 2 t + e.
+    int nRow[2];
+    bool nOk[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        nRow[hr] = nBase + g + 8 * hr;
+        nOk[hr] = nRow[hr] < N;
+    }
     if (part != nullptr)
     {
 #pragma unroll
@@ -445,6 +353,74 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 }
 
 /*
+ * The producer warpgroup, all 128 threads: per block in slice order, wait for the stage to be free;
+ * thread 0 starts the activations' bulk copy (expect_tx on the stage's full barrier); every thread
+ * copies 8 of the weight tile's 1024 16-byte chunks (its fixed 16-k chunk c of 8 rows; bytes past K
+ * zero-filled, rows past N read row N - 1, whose outputs are never stored) and arrives on the full
+ * barrier when they land (cp.async.mbarrier.arrive.noinc). Thread p writes chunks p + 128 i: 16
+ * consecutive bytes per thread in shared memory (no bank conflicts), 64-byte runs of 8 rows in
+ * global memory (whole sectors).
+ */
+template <class P, int kN, int kST>
+__device__ __forceinline__ void produceWgmmaFp8(const typename P::Params& p, const uint8_t* __restrict__ Xw,
+    uint8_t* smem, uint64_t* full, uint64_t* empty, bool split, int mg, int N, int K, int slices, int nkb, int m0,
+    int n0)
+{
+#ifdef METRALE_SM90A
+    using L = WgFp8Layout<kN, kST>;
+    const int pt = threadIdx.x - 128 * kWG_CONSUMERS;
+    const int r8 = pt & 7;
+    const int c = (pt >> 3) & 7;
+    const uint8_t* rowPtr[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i)
+    {
+        const int row = min(n0 + 8 * ((pt >> 6) + 2 * i) + r8, N - 1);
+        rowPtr[i] = p.codes + static_cast<long long>(row) * K + 16 * c;
+    }
+    const int rows = min(kN, 8 * mg - m0);
+    const uint32_t bytesB = static_cast<uint32_t>(rows) * 128u;
+    SliceCursor cur(nkb, slices);
+    int nWalk = nkb;
+    if (split)
+    {
+        cur.seek(blockIdx.z);
+        nWalk = cur.cnt;
+    }
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int i = 0; i < nWalk; ++i)
+    {
+        if (i >= kST)
+        {
+            mbarWait(&empty[slot], phase ^ 1u);
+        }
+        const int kb = cur.block();
+        uint8_t* st = smem + slot * L::kStage;
+        if (pt == 0)
+        {
+            mbarExpectTx(&full[slot], bytesB);
+            bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
+        }
+        const int valid = kb * 128 + 16 * c < K ? 16 : 0;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+        {
+            cpAsync16(st + (pt + 128 * j) * 16, rowPtr[j] + kb * 128, valid);
+        }
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smemAddr(&full[slot])) : "memory");
+        cur.next();
+        if (++slot == kST)
+        {
+            slot = 0;
+            phase ^= 1u;
+        }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+/*
  * One CTA's tile: weight rows [n0, n0 + kWG_ROWS) against the token columns [m0, m0 + kN) of the
  * operand Xw (mg groups of 8 rows; m0 a multiple of 8), stored for rows [mLo, mHi) only. The dense
  * kernel below calls it with its grid position; the grouped-expert kernel (moeProj/) with an expert's
@@ -467,7 +443,7 @@ __device__ __forceinline__ void projWgmmaFp8Tile(const typename P::Params& p, co
     {
         for (int s = 0; s < kST; ++s)
         {
-            mbarInit(&full[s], 1);
+            mbarInit(&full[s], 1 + 128);  // the bulk copy's expect_tx arrival + 128 cp.async arrivals
             mbarInit(&empty[s], 4 * kWG_CONSUMERS);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -475,41 +451,12 @@ __device__ __forceinline__ void projWgmmaFp8Tile(const typename P::Params& p, co
     __syncthreads();
     if ((tid >> 5) >= 4 * kWG_CONSUMERS)
     {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS));
-        if (tid == 128 * kWG_CONSUMERS)
-        {
-            const int rows = min(kN, 8 * mg - m0);
-            const uint32_t bytes = static_cast<uint32_t>(rows) * 128u;
-            SliceCursor cur(nkb, slices);
-            int nWalk = nkb;
-            if (part != nullptr)
-            {
-                cur.seek(blockIdx.z);
-                nWalk = cur.cnt;
-            }
-            int slot = 0;
-            uint32_t phase = 0;
-            for (int i = 0; i < nWalk; ++i)
-            {
-                if (i >= kST)
-                {
-                    mbarWait(&empty[slot], phase ^ 1u);
-                }
-                mbarExpectTx(&full[slot], bytes);
-                bulkCopy(smem + slot * L::kStage, Xw + (static_cast<size_t>(cur.block()) * mg + (m0 >> 3)) * 1024,
-                    bytes, &full[slot]);
-                cur.next();
-                if (++slot == kST)
-                {
-                    slot = 0;
-                    phase ^= 1u;
-                }
-            }
-        }
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_FP8_PRODUCER_REGS));
+        produceWgmmaFp8<P, kN, kST>(p, Xw, smem, full, empty, part != nullptr, mg, N, K, slices, nkb, m0, n0);
     }
     else
     {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_FP8_CONSUMER_REGS));
         consumeWgmmaFp8<P, kN, kST>(p, smem, full, empty, Y, part, M, N, K, yDtype, slices, nkb, m0, mLo, mHi, n0);
     }
 #endif
@@ -533,7 +480,7 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const typen
 template <int kN>
 struct WgFp8Stages
 {
-    static constexpr int kST = kN <= 32 ? 8 : kN == 64 ? 6 : 4;
+    static constexpr int kST = kN <= 32 ? 10 : kN == 64 ? 8 : 6;
 };
 
 /* Token tile: a function of m and the weight's shape only. */
