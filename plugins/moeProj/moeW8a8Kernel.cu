@@ -5,7 +5,6 @@
  */
 #include "metrale/kernels.h"
 #include "moeProjKernel.cuh"
-#include "projWgmmaFp8.cuh"
 #include "../w8a8Proj/w8a8ProjKernel.cuh"
 
 using namespace metrale;
@@ -45,66 +44,6 @@ MoeWorkspace layout(int64_t m, int64_t top_k, int64_t E, int64_t n, int64_t k, i
     return moeWorkspace(m, top_k, E, n, k, x_dtype, scaleCols(k, act_format, asg), rows);
 }
 
-/* The FP8 wgmma tier (fp8 activations per row x per-channel weight scales, as the dense op at every m):
- * the token tile per grouped tier and the schedule's rows per tile, kN - 8 (a tile starts at any row;
- * its columns start at the row group of 8 that holds it). */
-int fp8WgTile(MoeTier t)
-{
-    return t == MoeTier::kStream8 ? 16 : t == MoeTier::kStream16 ? 32 : 128;
-}
-
-/* The FP8 wgmma tier's workspace: the shared layout with its rows per tile, then the e4m3 operand. */
-size_t fp8WgBytes(const MoeWorkspace& w, int64_t total, int64_t k)
-{
-    return w.bytes + alignUp(wgFp8OperandBytes(total, k), kWS_ALIGN);
-}
-
-/* CTA (n tile, schedule entry) on the FP8 wgmma tier's tile (projWgmmaFp8Tile). */
-template <class P, int kN, class View>
-__global__ void __launch_bounds__(kWG_THREADS, 1) moeWgmmaFp8Kernel(const typename P::Params p, const View view,
-    const MoeRouting r, const uint8_t* __restrict__ Xw, void* __restrict__ Y, int total, int N, int K,
-    int32_t yDtype, int slices)
-{
-    const int tile = blockIdx.y;
-    if (tile >= *r.numTiles)
-    {
-        return;
-    }
-    const int e = r.tileExpert[tile];
-    const int r0 = r.tileRow0[tile];
-    const int rows = min(kN - 8, r.offsets[e + 1] - r0);
-    projWgmmaFp8Tile<P, kN, WgFp8Stages<kN>::kST>(view(p, e, 0), Xw, Y, nullptr, total, (total + 7) >> 3, N, K,
-        yDtype, slices, blockIdx.x * kWG_ROWS, r0 & ~7, r0, r0 + rows);
-}
-
-template <class P, int kN, class View>
-cudaError_t launchMoeWgmmaFp8(const typename P::Params& p, const View& view, const MoeRouting& r, int maxTiles,
-    const uint8_t* Xw, void* ys, int total, int n, int k, int32_t yDtype, cudaStream_t stream)
-{
-    auto kern = moeWgmmaFp8Kernel<P, kN, View>;
-    constexpr int kSmem = WgFp8Layout<kN, WgFp8Stages<kN>::kST>::kSmem;
-    static unsigned long long done = 0;  // the raised smem limit, per device (a race only repeats it)
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (!(done & bit))
-    {
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-        done |= bit;
-    }
-    const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, maxTiles);
-    kern<<<grid, kWG_THREADS, kSmem, stream>>>(p, view, r, Xw, ys, total, n, k, yDtype, projSlices(n, k));
-    return cudaGetLastError();
-}
-
 template <class P>
 cudaError_t run(const W8A8Params& p, const W8A8View& view, const MoeRouting& r, MoeTier tier, int maxTiles,
     const uint16_t* X, void* ys, int32_t x_dtype, int64_t n, int64_t k, cudaStream_t stream)
@@ -116,19 +55,7 @@ cudaError_t run(const W8A8Params& p, const W8A8View& view, const MoeRouting& r, 
 extern "C" size_t metrale_w8a8_moe_workspace_size(int64_t m, int64_t top_k, int64_t num_experts, int64_t n,
     int64_t k, int32_t x_dtype, int32_t act_format, int32_t act_scale_granularity)
 {
-    if (m <= 0)
-    {
-        return 0;
-    }
-    const size_t mma = layout(m, top_k, num_experts, n, k, x_dtype, act_format, act_scale_granularity).bytes;
-    if (act_format != kMETRALE_ACT_FP8 || act_scale_granularity != kMETRALE_ASCALE_ROW)
-    {
-        return mma;
-    }
-    // Either tier (the FP8 wgmma tier where the device has it and the weight scales are per channel).
-    const MoeWorkspace w = moeWorkspace(m, top_k, num_experts, n, k, x_dtype, 1, fp8WgTile(selectMoeTier(m)) - 8);
-    const size_t wg = fp8WgBytes(w, m * top_k, k);
-    return mma > wg ? mma : wg;
+    return m <= 0 ? 0 : layout(m, top_k, num_experts, n, k, x_dtype, act_format, act_scale_granularity).bytes;
 }
 
 extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, const int32_t* topk_ids,
@@ -157,20 +84,15 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
         return cudaSuccess;
     }
     const MoeTier tier = selectMoeTier(m);
-    const bool fp8Wg = act_format == kMETRALE_ACT_FP8 && weight_scale_granularity == kMETRALE_WSCALE_CHANNEL
-        && act_scale_granularity == kMETRALE_ASCALE_ROW && wgFp8Available<W8A8Fp8Policy<false>>();
-    const MoeWorkspace w = fp8Wg ? moeWorkspace(m, top_k, num_experts, n, k, x_dtype, 1, fp8WgTile(tier) - 8)
-                                 : layout(m, top_k, num_experts, n, k, x_dtype, act_format, act_scale_granularity);
-    if (weight == nullptr || weight_scale == nullptr || workspace == nullptr
-        || workspace_bytes < (fp8Wg ? fp8WgBytes(w, m * top_k, k) : w.bytes)
+    const MoeWorkspace w = layout(m, top_k, num_experts, n, k, x_dtype, act_format, act_scale_granularity);
+    if (weight == nullptr || weight_scale == nullptr || workspace == nullptr || workspace_bytes < w.bytes
         || !aligned(workspace, 16) || !aligned(weight, 16))
     {
         return cudaErrorInvalidValue;
     }
     uint8_t* ws = static_cast<uint8_t*>(workspace);
-    const int rows = fp8Wg ? fp8WgTile(tier) - 8
-        : act_format == kMETRALE_ACT_FP8 ? moeTileRows<W8A8Fp8Policy<true>>(tier)
-                                         : moeTileRows<W8A8Bf16Policy>(tier);
+    const int rows = act_format == kMETRALE_ACT_FP8 ? moeTileRows<W8A8Fp8Policy<true>>(tier)
+                                                    : moeTileRows<W8A8Bf16Policy>(tier);
     MoeRouting r{};
     e = moeRoute(topk_ids, x, x_dtype, m, top_k, num_experts, k, combine, w, workspace, rows, stream, &r);
     if (e != cudaSuccess)
@@ -197,29 +119,6 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
             X = reinterpret_cast<const uint16_t*>(ws + w.operand);
         }
         e = run<W8A8Bf16Policy>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, n, k, stream);
-    }
-    else if (fp8Wg)
-    {
-        // As the dense op: the per-row quantization over the gathered rows into the e4m3 operand, then
-        // the FP8 wgmma tile per (n tile, schedule entry).
-        p.nbx = 1;
-        p.sx = reinterpret_cast<const float*>(ws + w.scales);
-        uint8_t* xw = ws + w.bytes;
-        const int tot = static_cast<int>(total);
-        const int mg = (tot + 7) / 8;
-        quantFp8WgKernel<<<8 * mg, kACT_THREADS, 0, stream>>>(ws + w.xs, x_dtype, xw,
-            reinterpret_cast<float*>(ws + w.scales), tot, static_cast<int>(k), mg);
-        e = cudaGetLastError();
-        if (e == cudaSuccess)
-        {
-            using P = W8A8Fp8Policy<false>;
-            const int ni = static_cast<int>(n);
-            const int ki = static_cast<int>(k);
-            const int tn = fp8WgTile(tier);
-            e = tn == 16 ? launchMoeWgmmaFp8<P, 16>(p, view, r, w.maxTiles, xw, ws + w.ys, tot, ni, ki, x_dtype, stream)
-                : tn == 32 ? launchMoeWgmmaFp8<P, 32>(p, view, r, w.maxTiles, xw, ws + w.ys, tot, ni, ki, x_dtype, stream)
-                           : launchMoeWgmmaFp8<P, 128>(p, view, r, w.maxTiles, xw, ws + w.ys, tot, ni, ki, x_dtype, stream);
-        }
     }
     else
     {

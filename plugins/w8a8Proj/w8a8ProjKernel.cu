@@ -1,16 +1,13 @@
 /*
  * metrale_w8a8_proj: the C launcher of W8A8Proj (plugins/include/metrale/kernels.h).
  *
- * bf16 activations: the bf16 A operand (x or bf16(x)) and the W8A16 policy. fp8 activations, per-row x
- * per-channel scales on sm_90a: the FP8 wgmma tier at every m (projWgmmaFp8.cuh; the quantization
- * writes its e4m3 operand and sx). Other combinations, and every combination elsewhere: the
- * quantization pre-pass writes xq (as exact f16) and sx, then the fp8 policy on the mma.sync tiers.
+ * bf16 activations: the bf16 A operand (x or bf16(x)) and the W8A16 policy. fp8 activations: the
+ * quantization pre-pass writes xq (as exact f16) and sx into the workspace, then the fp8 policy.
  * K must be a multiple of 16 (16-byte weight rows); other K return cudaErrorNotSupported.
  */
 #include "metrale/kernels.h"
 #include "projLaunch.cuh"
 #include "projStream.cuh"
-#include "projWgmmaFp8.cuh"
 #include "w8a8ProjKernel.cuh"
 
 using namespace metrale;
@@ -28,23 +25,10 @@ size_t scaleBytes(int64_t m, int64_t k, int32_t actScaleGranularity)
     return alignUp(static_cast<size_t>(m) * static_cast<size_t>(actScaleColumns(k, actScaleGranularity)) * 4, kWS_ALIGN);
 }
 
-/* Workspace of the fp8 path on the mma.sync tiers: xq (row-major f16), then sx. */
-size_t fp8MmaBytes(int64_t m, int64_t k, int32_t actScaleGranularity)
+/* Workspace of the fp8 path: xq (row-major f16), sx, the wgmma operand, then the split's slice sums. */
+size_t fp8PartOffset(int64_t m, int64_t k, int32_t actScaleGranularity)
 {
-    return operandBytes(m, k) + scaleBytes(m, k, actScaleGranularity);
-}
-
-/* Whether the fp8 activations of this launch take the FP8 wgmma tier's arithmetic (per-row x
- * per-channel scales), at every m: a function of the op's attributes. */
-bool fp8WgmmaCombination(int32_t weightScaleGranularity, int32_t actScaleGranularity)
-{
-    return weightScaleGranularity == kMETRALE_WSCALE_CHANNEL && actScaleGranularity == kMETRALE_ASCALE_ROW;
-}
-
-/* Workspace of the FP8 wgmma tier: sx, the e4m3 operand (projWgmmaFp8.cuh), the split's slice sums. */
-size_t fp8WgBytes(int64_t m, int64_t n, int64_t k)
-{
-    return scaleBytes(m, k, kMETRALE_ASCALE_ROW) + alignUp(wgFp8OperandBytes(m, k), kWS_ALIGN) + wgFp8PartBytes(m, n, k);
+    return operandBytes(m, k) + scaleBytes(m, k, actScaleGranularity) + wgExtraBytes(m, k);
 }
 
 } // namespace
@@ -58,11 +42,7 @@ extern "C" size_t metrale_w8a8_workspace_size(int64_t m, int64_t n, int64_t k, i
     }
     if (act_format == kMETRALE_ACT_FP8)
     {
-        // Either path (the FP8 wgmma tier where the device has it and the weight scales are per
-        // channel, else the mma.sync tiers): the larger, for either weight-scale granularity.
-        const size_t mma = fp8MmaBytes(m, k, act_scale_granularity);
-        const size_t wg = act_scale_granularity == kMETRALE_ASCALE_ROW ? fp8WgBytes(m, n, k) : 0;
-        return mma > wg ? mma : wg;
+        return fp8PartOffset(m, k, act_scale_granularity) + wgPartBytes(m, n, k);
     }
     return bf16OperandBytes(m, k) + wgPartBytes(m, n, k);
 }
@@ -128,23 +108,6 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         return cudaErrorInvalidValue;
     }
     p.nbx = static_cast<int>(actScaleColumns(k, act_scale_granularity));
-    if (fp8WgmmaCombination(weight_scale_granularity, act_scale_granularity) && wgFp8Available<W8A8Fp8Policy<false>>())
-    {
-        // The FP8 wgmma tier at every m: sx, then the e4m3 operand written by the quantization itself.
-        uint8_t* ws = static_cast<uint8_t*>(workspace);
-        float* sxw = reinterpret_cast<float*>(ws);
-        uint8_t* xw = ws + scaleBytes(m, k, act_scale_granularity);
-        void* part = xw + alignUp(wgFp8OperandBytes(m, k), kWS_ALIGN);
-        p.sx = sxw;
-        const int mg = static_cast<int>((m + 7) / 8);
-        quantFp8WgKernel<<<8 * mg, kACT_THREADS, 0, stream>>>(x, x_dtype, xw, sxw, mi, ki, mg);
-        cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-        return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xw, y, part, mi, ni, ki, x_dtype, stream);
-    }
     __half* xq = static_cast<__half*>(workspace);
     float* sx = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + operandBytes(m, k));
     p.sx = sx;
@@ -157,8 +120,20 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     const uint16_t* X = reinterpret_cast<const uint16_t*>(xq);
     if (p.blockScales == 0 && p.nbx == 1)
     {
-        // Per-element scales off sm_90a: the mma.sync tiers (exact f16 products) at every m.
-        return dispatchProjGemm<W8A8Fp8Policy<false>>(p, X, false, nullptr, y, mi, ni, ki, x_dtype, stream);
+        // Per-element scales: the wgmma tier where it serves m, on the f16 values laid out for it.
+        const bool wg = useWgmma<W8A8Fp8Policy<false>>(m);
+        if (wg)
+        {
+            void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
+            e = wgOperand<true>(xq, kMETRALE_FLOAT16, m, k, xw, stream);
+            if (e != cudaSuccess)
+            {
+                return e;
+            }
+            X = static_cast<const uint16_t*>(xw);
+        }
+        return dispatchProjGemm<W8A8Fp8Policy<false>>(p, X, wg,
+            static_cast<uint8_t*>(workspace) + fp8PartOffset(m, k, act_scale_granularity), y, mi, ni, ki, x_dtype, stream);
     }
     return dispatchProjGemm<W8A8Fp8Policy<true>>(p, X, false, nullptr, y, mi, ni, ki, x_dtype, stream);
 }

@@ -6,8 +6,8 @@ Per op, weight-scale granularity and activation format, on fresh seeded random n
   into outputs poisoned with NaN (every element must be written);
 - bitwise row invariance: row i of an M-row launch equals the 1-row launch of that row, for every M
   above and M = 8192 (its first 4096 rows and its last 64), so across every kernel tier (the 1-row
-  launch streams, M >= 17 runs the wgmma tier on sm_90; W8A8 row x channel runs the FP8 wgmma tier
-  at every M, with token tiles 8 to 128), and a permutation of the rows permutes the output bits;
+  launch streams, M >= 17 runs the wgmma tier on sm_90), and a permutation of the rows permutes the
+  output bits;
 - the torch custom ops dispatch to the kernels on CUDA tensors.
 Skipped, with the reason, where no CUDA device is present; a CUDA machine without the built
 library fails (the tests never pass vacuously).
@@ -26,7 +26,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (tests/gpu)", allow_module_level=True)
 
 from metrale_export.ops import cuda as mcuda  # noqa: E402
-from metrale_export.ops import tolerances, w4a4, w4a16, w8a8  # noqa: E402
+from metrale_export.ops import w4a4, w4a16, w8a8  # noqa: E402
 from metrale_export.ops.numerics import FP8_BLOCK, bf16_round, e4m3_from_bits  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -58,8 +58,6 @@ CASES = [
     ("w4a16", dict(group_size=128, symmetric=False, bias=False), 16400, 640),
     ("w4a16", dict(group_size=64, symmetric=True, bias=True), 8200, 1024),  # 4 slices
     ("w8a8", dict(gran="block128", act="fp8", agran="row_block128", bias=False), 16400, 1040),
-    # The FP8 wgmma tier (row x channel, every M on sm_90): wide enough for its 128-token tile.
-    ("w8a8", dict(gran="channel", act="fp8", agran="row", bias=True), 16400, 1040),
 ]
 
 
@@ -70,7 +68,7 @@ def _case_id(c):
 
 def _tolerance(op_fmt: str, dtype: torch.dtype) -> float:
     if dtype == torch.float32:
-        return tolerances.OP_FP32[op_fmt]
+        return 1e-4 if op_fmt == "fp8" else 1e-5
     return 8e-3 if dtype == torch.bfloat16 else 1e-3
 
 
