@@ -26,8 +26,18 @@ def _compose(*decorators):
     return apply
 
 
+def _existing_model(ctx, param, value: Path) -> Path:
+    """A missing MODEL is reported before the heavy imports (torch, ONNX Runtime) that opening it
+    needs, in the same words as ``Checkpoint.open``."""
+    from ..errors import CheckpointError
+
+    if not value.exists():
+        raise CheckpointError(f"{value}: no such file or directory")
+    return value
+
+
 model_argument = click.argument(
-    "model", metavar="MODEL", type=click.Path(path_type=Path),
+    "model", metavar="MODEL", type=click.Path(path_type=Path), callback=_existing_model,
 )
 
 quantization_options = _compose(
