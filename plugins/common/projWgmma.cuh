@@ -50,6 +50,7 @@ constexpr int kWG_ROWS = 64 * kWG_CONSUMERS;          // weight rows per CTA
 constexpr int kWG_THREADS = 128 * kWG_CONSUMERS + 128; // + the producer warpgroup (one thread copies)
 constexpr int kWG_PRODUCER_REGS = 24;                  // setmaxnreg: 128 x 24 + 256 x 240 <= 64K
 constexpr int kWG_CONSUMER_REGS = 240;
+constexpr int kWG_RASTER = 8;                          // token tiles per raster group
 
 /* Byte offset of x[m, k] in the wgmma operand of a launch whose rows form mg groups of 8. */
 __host__ __device__ __forceinline__ size_t wgOperandOffset(int m, int k, int mg)
@@ -517,8 +518,17 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
     const int warpId = tid >> 5;
     const int nkb = (K + 127) >> 7;
     const int mg = (M + 7) >> 3;
-    const int m0 = blockIdx.y * kN;
-    const int n0 = blockIdx.x * kWG_ROWS;
+    // The raster: CTAs in launch order walk groups of kWG_RASTER token tiles, all weight tiles of a
+    // group, token tile fastest, so that one wave's weights and activations stay in the L2 (a layout
+    // choice only: each CTA computes the same tile wherever it falls in the order).
+    const int gx = static_cast<int>(gridDim.x);
+    const int gy = static_cast<int>(gridDim.y);
+    const int id = static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x);
+    const int group = id / (kWG_RASTER * gx);
+    const int inGroup = id - group * kWG_RASTER * gx;
+    const int span = min(kWG_RASTER, gy - group * kWG_RASTER);
+    const int m0 = (group * kWG_RASTER + inGroup % span) * kN;
+    const int n0 = (inGroup / span) * kWG_ROWS;
     if (tid == 0)
     {
         for (int s = 0; s < kST; ++s)
