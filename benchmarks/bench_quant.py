@@ -217,7 +217,8 @@ def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: t
                   "| pair | ours (median) | peer (median) | ours / peer | projections where ours < peer |",
                   "|---|---:|---:|---:|---:|"]
         for name, a, b in PAIRS:
-            ea, eb = errs[a], errs[b][: len(errs[a])]
+            n = min(len(errs[a]), len(errs[b]))  # the secondary rows ran on the first layers only
+            ea, eb = errs[a][:n], errs[b][:n]
             if not ea:
                 continue
             wins = sum(x < y for x, y in zip(ea, eb))
