@@ -37,6 +37,7 @@
 #define METRALE_MOE_PROJ_KERNEL_CUH
 
 #include <cstdint>
+#include <cstdlib>
 #include <cuda_runtime.h>
 
 #include "actQuant.cuh"
@@ -368,10 +369,14 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) moeSlotKernel(const typename 
     projStreamTile<P, 1, 2>(pe, X + static_cast<size_t>(row) * K, y, 1, N, K, yDtype, slices, blockIdx.x);
 }
 
-/* Whether the slot path serves m rows of top_k slots (a function of m and top_k only). */
+/* Whether the slot path serves m rows of top_k slots: a function of m and top_k only. Both paths
+ * compute the same bits, so the bound is a speed choice; METRALE_MOE_SLOT_MAX (read at each call,
+ * i.e. at CUDA-graph capture) overrides kMOE_SLOT_MAX for benchmarks/bench_moe.py's comparison. */
 inline bool moeUseSlots(int64_t m, int64_t topK)
 {
-    return m * topK <= kMOE_SLOT_MAX;
+    const char* env = std::getenv("METRALE_MOE_SLOT_MAX");
+    const long long limit = env != nullptr ? std::atoll(env) : kMOE_SLOT_MAX;
+    return m * topK <= limit;
 }
 
 /* Which grouped tier serves m tokens: rows per tile (the schedule's kBM). Every tier computes the
