@@ -72,7 +72,8 @@ class Proj:
 
         if fmt == "w4a16":
             self.t = dict(weight=rbytes(e, n, k // 2),
-                          weight_scale=torch.rand(e, n, k // 128, device="cuda", generator=g) * 0.01 + 1e-3)
+                          weight_scale=(torch.rand(e, n, k // 128, device="cuda", generator=g) * 0.01 + 1e-3)
+                          .to(torch.bfloat16))  # op version 2: bf16 group scales
         elif fmt == "w8a8":
             codes = rbytes(e, n, k, hi=0x7E).view(torch.uint8) | (rbytes(e, n, k, hi=2).view(torch.uint8) << 7)
             self.t = dict(weight=codes.view(torch.int8),
