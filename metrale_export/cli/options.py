@@ -14,7 +14,7 @@ from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
 from ..engines.policy import FLOAT_WEIGHTS
-from ..exporter.names import DTYPE_NAMES, WEIGHT_FORMATS
+from ..exporter.names import DTYPE_NAMES, W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
 
 
 def _compose(*decorators):
@@ -26,8 +26,18 @@ def _compose(*decorators):
     return apply
 
 
+def _existing_model(ctx, param, value: Path) -> Path:
+    """A missing MODEL is reported before the heavy imports (torch, ONNX Runtime) that opening it
+    needs, in the same words as ``Checkpoint.open``."""
+    from ..errors import CheckpointError
+
+    if not value.exists():
+        raise CheckpointError(f"{value}: no such file or directory")
+    return value
+
+
 model_argument = click.argument(
-    "model", metavar="MODEL", type=click.Path(path_type=Path),
+    "model", metavar="MODEL", type=click.Path(path_type=Path), callback=_existing_model,
 )
 
 quantization_options = _compose(
@@ -37,10 +47,12 @@ quantization_options = _compose(
                        "declares, else w4a16; declared: only what the checkpoint declares; none: keep float."),
     click.option("--group-size", type=click.Choice(["32", "64", "128"]), default="128", show_default=True,
                  help="W4A16 group size along K."),
-    click.option("--asymmetric", is_flag=True, help="W4A16 with zero points (default: symmetric)."),
+    click.option("--asymmetric/--symmetric", default=not W4A16_SYMMETRIC_DEFAULT, show_default=True,
+                 help="W4A16 from float weights: a zero point per group (one byte each) or symmetric groups "
+                      "(zero point 8, the full [-8, 7] grid)."),
     click.option("--no-scale-search", is_flag=True,
-                 help="Plain round-to-nearest W4A16 group scales and NVFP4 block scales (default: search "
-                      "each for the lowest squared error)."),
+                 help="Plain round-to-nearest W4A16 group scales (clipping ranges) and NVFP4 block scales "
+                      "(default: search each for the lowest squared error)."),
     click.option("--w8a8-weight-scales", type=click.Choice(["channel", "block128"]), default="channel",
                  show_default=True, help="W8A8 weight scales: per output channel or 128x128 blocks."),
     click.option("--w8a8-activation-scales", type=click.Choice(["row", "row_block128"]), default="row",

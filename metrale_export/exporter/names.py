@@ -11,3 +11,6 @@ from __future__ import annotations
 WEIGHT_FORMATS = ("none", "w4a16", "w8a8", "w4a4", "declared")
 # Dtypes of activations and float weights in the graph (torch dtypes of the same names).
 DTYPE_NAMES = ("float32", "float16", "bfloat16")
+# Float weights -> W4A16: symmetric groups or a zero point per group (the default: a fraction of the
+# symmetric error for one byte a group; benchmarks/results/quant-*.md, docs/formats.md).
+W4A16_SYMMETRIC_DEFAULT = False

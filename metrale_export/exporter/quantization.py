@@ -17,7 +17,7 @@ from ..errors import CheckpointError, InputError
 from ..ops import w4a4, w4a16, w8a8
 from ..ops.numerics import FP8_BLOCK, NVFP4_BLOCK
 from .checkpoint import Checkpoint, all_finite
-from .names import WEIGHT_FORMATS
+from .names import W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
 from .projection import DEFAULT_ACTIVATION, ProjSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -29,11 +29,12 @@ class QuantRequest:
 
     weight: str = "none"
     group_size: int = 128
-    symmetric: bool = True
+    symmetric: bool = W4A16_SYMMETRIC_DEFAULT  # W4A16 from float weights: False, zero points
     w8a8_weight_scales: str = "channel"
     w8a8_activation_scales: str = "row"
     quantize_lm_head: bool = False
-    # Search each W4A16 group's scale and each NVFP4 block's e4m3 scale (ops/); False: round to nearest.
+    # Search each W4A16 group's scale (clipping range) and each NVFP4 block's e4m3 scale (ops/); False:
+    # round to nearest.
     scale_search: bool = True
     # Quantized MoE experts: "grouped" (the grouped-expert ops) or "dense" (one W*Proj per expert).
     moe_experts: str = "grouped"

@@ -96,7 +96,9 @@ def request_from_manifest(manifest: Mapping) -> QuantRequest:
     return QuantRequest(
         weight=wq["format"],
         group_size=wq.get("group_size") or default.group_size,
-        symmetric=not wq.get("asymmetric"),
+        # None outside w4a16 (and the field means nothing there); a manifest from before the default
+        # turned asymmetric says False explicitly.
+        symmetric=default.symmetric if wq.get("asymmetric") is None else not wq["asymmetric"],
         w8a8_weight_scales=wq.get("w8a8_weight_scales") or default.w8a8_weight_scales,
         w8a8_activation_scales=wq.get("w8a8_activation_scales") or default.w8a8_activation_scales,
         quantize_lm_head=bool(wq.get("lm_head")),

@@ -6,6 +6,7 @@ import struct
 from pathlib import Path
 
 import onnx
+import torch
 import pytest
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
@@ -193,3 +194,42 @@ def test_auto_weight_format_keeps_what_a_quantized_checkpoint_declares(tmp_path)
 
     write_fp8_block(tmp_path / "fp8")
     assert resolve_weight_format("auto", Checkpoint.open(tmp_path / "fp8")) == "declared"
+
+
+@pytest.mark.parametrize("flags, symmetric, search", [(["--symmetric"], True, True),
+                                                      (["--no-scale-search"], False, False)])
+def test_w4a16_symmetry_and_scale_search_flags_reach_the_exported_weights(demo_checkpoint, demo_exports, tmp_path,
+                                                                          flags, symmetric, search):
+    # The default (demo_exports, no flag) is asymmetric with the search; each flag changes only its
+    # own half, and the exported tensors are the quantizer's for that choice, byte for byte.
+    from onnx import numpy_helper
+
+    from metrale_export.ops import w4a16
+
+    out = tmp_path / "o"
+    r = run("export", demo_checkpoint, "-o", out, "-q", *flags)
+    assert r.exit_code == 0, r.output
+    wq = json.loads((out / "manifest.json").read_text())["weight_quantization"]
+    assert (wq["asymmetric"], wq["scale_search"]) == (not symmetric, search)
+    default = json.loads((demo_exports["w4a16"] / "manifest.json").read_text())["weight_quantization"]
+    assert (default["asymmetric"], default["scale_search"]) == (True, True)
+    ckpt = load_file(str(demo_checkpoint))
+    model, base = (onnx.load(str(d / "model.onnx")) for d in (out, demo_exports["w4a16"]))
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    base_inits = {t.name: numpy_helper.to_array(t) for t in base.graph.initializer}
+    nodes = [n for n in model.graph.node if n.op_type == "W4A16Proj"]
+    assert nodes
+    differs = False
+    for n in nodes:
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute}
+        assert attrs["has_zero_point"] == (not symmetric)
+        q = w4a16.quantize(ckpt[n.input[1].removesuffix(".weight") + ".weight"], attrs["group_size"], symmetric,
+                           search=search)
+        want = [q.weight, q.weight_scale.view(torch.int16)] + ([] if symmetric else [q.zero_point])
+        got = [inits[name] for name in n.input[1:]]
+        assert len(got) == len(want), n.name
+        for g, w in zip(got, want):
+            assert g.tobytes() == w.numpy().tobytes(), (n.input[1], flags)
+        differs |= any(inits[a].tobytes() != base_inits[b].tobytes() for a, b in zip(n.input[1:], n.input[1:])
+                       if b in base_inits)
+    assert differs  # the flag changed the weights against the default export

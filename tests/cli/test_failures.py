@@ -203,6 +203,24 @@ def test_help_imports_neither_torch_nor_onnx():
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
+def test_missing_model_is_refused_before_any_heavy_import(tmp_path):
+    """A MODEL path that does not exist is one line and exit 2, for the main job and export, found
+    before torch or ONNX Runtime is imported (it took 20-40 s on a loaded machine)."""
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from metrale_export.cli.main import cli\n"
+        "for c in ([], ['run'], ['export']):\n"
+        f"    r = CliRunner().invoke(cli, c + [{str(tmp_path / 'nope')!r}, '-o', {str(tmp_path / 'o')!r}])\n"
+        "    assert r.exit_code == 2, r.output\n"
+        "    assert r.output.count('Error:') == 1 and 'no such file or directory' in r.output, r.output\n"
+        "print(sorted(m for m in ('torch', 'onnx', 'onnxruntime') if m in sys.modules))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]", r.stdout + r.stderr
+    assert not (tmp_path / "o").exists()
+
+
 def test_cli_lowerings_match_the_build():
     from metrale_export.cli.build import LOWERINGS
     from metrale_export.engines.build import LOWERINGS as BUILD_LOWERINGS

@@ -28,6 +28,7 @@ CASES: dict[str, tuple[str, dict, str]] = {
     "demo-none": ("demo", dict(weight="none"), "float32"),
     "demo-w4a16": ("demo", dict(weight="w4a16"), "float32"),
     "demo-w4a16-g32-asym": ("demo", dict(weight="w4a16", group_size=32, symmetric=False), "float32"),
+    "demo-w4a16-symmetric": ("demo", dict(weight="w4a16", symmetric=True), "float32"),
     "demo-w8a8": ("demo", dict(weight="w8a8"), "float32"),
     "demo-w8a8-block128": ("demo", dict(weight="w8a8", w8a8_weight_scales="block128",
                                         w8a8_activation_scales="row_block128"), "float32"),
