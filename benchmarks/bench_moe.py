@@ -18,8 +18,10 @@ this torch has it, else one cuBLAS bf16 GEMM per expert); and today's dense expo
 on every row: 3 E dense projections at M rows), estimated as E x the measured dense kernels of one
 expert's gate, up and down at M rows (same format; it does not depend on the routing). The path
 column: ``slots`` (m * top_k <= 64: one launch over (n tile, slot) reading topk_ids, no routing) or
-``sorted`` (routing, gather, grouped tiles, scatter/combine); at M = 16 and 64 the slot path is also
-timed (``METRALE_MOE_SLOT_MAX``, uniform routing) to show where the bound belongs. Writes
+``sorted`` (routing, gather, grouped tiles, scatter/combine); at M = 16 and 64 the slot path
+(``METRALE_MOE_SLOT_MAX``) and the sorted path on 8-row instead of 16-row streaming tiles
+(``sorted8``, ``METRALE_MOE_STREAM8_MAX``) are also timed (uniform routing), to show where the
+bounds belong. Writes
 ``moe-<date>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
 """
 
@@ -161,8 +163,8 @@ def main() -> None:
             per_expert = gate.expert_bytes + up.expert_bytes + down.expert_bytes
             for m in M_DECODE + (M_PREFILL,):
                 dense = None
-                for kind, forced in [(r, False) for r in (ROUTINGS if m in M_DECODE else ("uniform",))] + \
-                        ([("uniform", True)] if m in M_BOTH_PATHS else []):
+                for kind, forced in [(r, None) for r in (ROUTINGS if m in M_DECODE else ("uniform",))] + \
+                        ([("uniform", "slots"), ("uniform", "sorted8")] if m in M_BOTH_PATHS else []):
                     routes = [routing(m, e, top_k, kind, 100 * m + r) for r in range(REPS)]
                     x = torch.randn(m, h, device="cuda").to(torch.bfloat16)
                     act = torch.randn(m, top_k, inter, device="cuda").to(torch.bfloat16)
@@ -173,13 +175,16 @@ def main() -> None:
                         up.grouped(x, ids)
                         down.grouped(act, ids, w)
 
-                    if forced:  # read by the launchers at capture
-                        os.environ["METRALE_MOE_SLOT_MAX"] = str(m * top_k)
+                    knob = {"slots": ("METRALE_MOE_SLOT_MAX", m * top_k),
+                            "sorted8": ("METRALE_MOE_STREAM8_MAX", m)}.get(forced)
+                    if knob:  # read by the launchers at capture
+                        os.environ[knob[0]] = str(knob[1])
                     try:
                         t = time_graph(call, reps=REPS)
                     finally:
-                        os.environ.pop("METRALE_MOE_SLOT_MAX", None)
-                    path = "slots" if forced or m * top_k <= SLOT_MAX else "sorted"
+                        if knob:
+                            os.environ.pop(knob[0], None)
+                    path = forced or ("slots" if m * top_k <= SLOT_MAX else "sorted")
                     distinct = statistics.mean(len(torch.unique(r[0])) for r in routes)
                     ideal = distinct * per_expert / (bw * 1e12)
                     if dense is None:  # today's dense export does not depend on the routing

@@ -2,7 +2,8 @@
 # One device call for the grouped-expert kernels and plugins: the MoE GPU tests, the plugin
 # conformance harness (every plugin, grouped ones included, through enqueue with no TensorRT
 # builder, compared bit for bit with the torch CUDA op), then the MoE benchmark. Logs and tables go
-# to $OUT (at most 7 files: the device returns 8).
+# to $OUT (at most 8 files: tests.log, conformance.log, model_check.{log,md}, bench.log, moe-*.md/json
+# and build.log when it rebuilds).
 #
 # The kernels and the plugin library are built off the device (make -C plugins all trt, whose
 # ptxas report is read there) and carried in build/; where they do not load here they are rebuilt
@@ -28,8 +29,13 @@ timeout ${MOE_TEST_S:-170} python3 -m pytest tests/gpu/test_moe_kernels.py -m gp
 timeout ${CONF_S:-150} python3 tests/plugins/plugin_conformance_driver.py --build build/plugins-trt \
   --out /tmp/conformance > "$OUT/conformance.log" 2>&1
 echo "conformance driver exit $?" >> "$OUT/conformance.log"
-grep -E "^(FAIL|SUMMARY)" /tmp/conformance/harness.log | tail -15
+grep -E "^(FAIL|SUMMARY)" /tmp/conformance/harness.log | tail -15 | tee -a "$OUT/conformance.log"
 grep -E "FAIL|CONFORMANCE|reference" "$OUT/conformance.log" | tail -15
-cp /tmp/conformance/harness.log "$OUT/harness.log" 2>/dev/null
+# The demo and hybrid models through the CUDA ops (grouped-expert ops included) against ONNX Runtime
+# references made on the CPU (python -m benchmarks.model_check prepare DIR), when DIR is carried.
+if [ -n "${MODEL_CHECK_DIR:-}" ]; then
+  timeout ${MODEL_CHECK_S:-120} python3 -m benchmarks.model_check gpu "$MODEL_CHECK_DIR" "$OUT" > "$OUT/model_check.log" 2>&1
+  echo "model check exit $?" | tee -a "$OUT/model_check.log"
+fi
 timeout ${MOE_BENCH_S:-170} python3 -m benchmarks.bench_moe --out "$OUT" > "$OUT/bench.log" 2>&1
 tail -4 "$OUT/bench.log"

@@ -390,7 +390,11 @@ enum class MoeTier : int
 
 inline MoeTier selectMoeTier(int64_t m)
 {
-    return m <= 8 ? MoeTier::kStream8 : m <= 128 ? MoeTier::kStream16 : MoeTier::kGemm;
+    // METRALE_MOE_STREAM8_MAX (read at each call) moves the 8-row tiles' bound for
+    // benchmarks/bench_moe.py's comparison; the workspace is sized for 8-row tiles at every m.
+    const char* env = std::getenv("METRALE_MOE_STREAM8_MAX");
+    const long long stream8 = env != nullptr ? std::atoll(env) : 8;
+    return m <= 8 || (m <= 128 && m <= stream8) ? MoeTier::kStream8 : m <= 128 ? MoeTier::kStream16 : MoeTier::kGemm;
 }
 
 template <class P>
@@ -417,7 +421,10 @@ inline MoeWorkspace moeWorkspace(int64_t m, int64_t topK, int64_t E, int64_t n, 
     MoeWorkspace w;
     const int64_t total = m * topK;
     const int64_t elem = xDtype == kMETRALE_FLOAT32 ? 4 : 2;
-    w.maxTiles = static_cast<int>(total / tileRows + (E < total ? E : total) + 1);
+    // Tiles of tileRows rows, or of 8 (the smallest tier) where the streaming tiers serve m: every
+    // streaming tier fits the same workspace.
+    const int rows = m <= 128 && tileRows > 8 ? 8 : tileRows;
+    w.maxTiles = static_cast<int>(total / rows + (E < total ? E : total) + 1);
     const size_t ints = static_cast<size_t>(3 * E + 2 + 2 * static_cast<int64_t>(w.maxTiles) + 2 * total);
     w.routing = 0;
     w.xs = alignUp(ints * 4, kWS_ALIGN);
