@@ -19,9 +19,9 @@ on every row: 3 E dense projections at M rows), estimated as E x the measured de
 expert's gate, up and down at M rows (same format; it does not depend on the routing). The path
 column: ``slots`` (m * top_k <= 64: one launch over (n tile, slot) reading topk_ids, no routing) or
 ``sorted`` (routing, gather, grouped tiles, scatter/combine); at M = 16 and 64 the slot path
-(``METRALE_MOE_SLOT_MAX``) and the sorted path on 8-row instead of 16-row streaming tiles
-(``sorted8``, ``METRALE_MOE_STREAM8_MAX``) are also timed (uniform routing), to show where the
-bounds belong. Writes
+(``METRALE_MOE_SLOT_MAX``) and the sorted path on 16-row instead of 8-row streaming tiles
+(``sorted16``, ``METRALE_MOE_STREAM8_MAX=8``, the bound before 2026-12-01 12:10) are also timed
+(uniform routing), to show where the bounds belong. Writes
 ``moe-<date>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
 """
 
@@ -164,7 +164,7 @@ def main() -> None:
             for m in M_DECODE + (M_PREFILL,):
                 dense = None
                 for kind, forced in [(r, None) for r in (ROUTINGS if m in M_DECODE else ("uniform",))] + \
-                        ([("uniform", "slots"), ("uniform", "sorted8")] if m in M_BOTH_PATHS else []):
+                        ([("uniform", "slots"), ("uniform", "sorted16")] if m in M_BOTH_PATHS else []):
                     routes = [routing(m, e, top_k, kind, 100 * m + r) for r in range(REPS)]
                     x = torch.randn(m, h, device="cuda").to(torch.bfloat16)
                     act = torch.randn(m, top_k, inter, device="cuda").to(torch.bfloat16)
@@ -176,7 +176,7 @@ def main() -> None:
                         down.grouped(act, ids, w)
 
                     knob = {"slots": ("METRALE_MOE_SLOT_MAX", m * top_k),
-                            "sorted8": ("METRALE_MOE_STREAM8_MAX", m)}.get(forced)
+                            "sorted16": ("METRALE_MOE_STREAM8_MAX", 8)}.get(forced)
                     if knob:  # read by the launchers at capture
                         os.environ[knob[0]] = str(knob[1])
                     try:

@@ -51,6 +51,7 @@ constexpr int kMOE_MAX_TOP_K = 32;
 constexpr int kMOE_SCAN_THREADS = 1024;
 constexpr int kMOE_MAX_EXPERTS = 8192;  // the routing CTA counts in shared memory
 constexpr int kMOE_SLOT_MAX = 64;        // (row, slot) pairs up to which the slot path serves
+constexpr int kMOE_STREAM8_MAX = 64;     // rows up to which the sorted path uses 8-row streaming tiles
 
 /* Per-expert element strides of the stacked weight tensors. */
 struct ExpertStrides
@@ -383,17 +384,21 @@ inline bool moeUseSlots(int64_t m, int64_t topK)
  * same bits; this only changes the layout. */
 enum class MoeTier : int
 {
-    kStream8 = 0,   // m <= 8: every expert has at most 8 rows
-    kStream16 = 1,  // m <= 128: 16-row streaming tiles (decode: few rows per expert)
+    kStream8 = 0,   // m <= 64: 8-row streaming tiles (decode: few rows per expert; an expert with more
+                    // rows takes several tiles)
+    kStream16 = 1,  // m <= 128: 16-row streaming tiles
     kGemm = 2,      // larger: the weight-reuse shared-memory tier
 };
 
 inline MoeTier selectMoeTier(int64_t m)
 {
-    // METRALE_MOE_STREAM8_MAX (read at each call) moves the 8-row tiles' bound for
-    // benchmarks/bench_moe.py's comparison; the workspace is sized for 8-row tiles at every m.
+    // 8-row tiles up to m = 64: measured 20-30% faster than 16-row tiles at m = 16 and 64 on the H200
+    // (benchmarks/results/moe-20261201-1206.md, "sorted8"), the extra weight reads of experts with
+    // more than 8 rows cost less than the second activation tile of every tile. METRALE_MOE_STREAM8_MAX
+    // (read at each call) moves the bound for benchmarks/bench_moe.py's comparison; the workspace
+    // is sized for 8-row tiles at every m.
     const char* env = std::getenv("METRALE_MOE_STREAM8_MAX");
-    const long long stream8 = env != nullptr ? std::atoll(env) : 8;
+    const long long stream8 = env != nullptr ? std::atoll(env) : kMOE_STREAM8_MAX;
     return m <= 8 || (m <= 128 && m <= stream8) ? MoeTier::kStream8 : m <= 128 ? MoeTier::kStream16 : MoeTier::kGemm;
 }
 
