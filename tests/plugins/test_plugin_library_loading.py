@@ -68,13 +68,16 @@ def registry(trt):
     return reg
 
 
+_KEEP = []  # the fields' arrays: the bindings may keep only their addresses, so they must outlive the call
+
+
 def _fields(trt, values: dict):
     fields = []
     for name, value in values.items():
-        if isinstance(value, int):
-            fields.append(trt.PluginField(name, np.array([value], np.int32), trt.PluginFieldType.INT32))
-        else:
-            fields.append(trt.PluginField(name, np.frombuffer(value.encode(), np.int8), trt.PluginFieldType.CHAR))
+        data = np.array([value], np.int32) if isinstance(value, int) else np.frombuffer(value.encode(), np.int8)
+        _KEEP.append(data)
+        kind = trt.PluginFieldType.INT32 if isinstance(value, int) else trt.PluginFieldType.CHAR
+        fields.append(trt.PluginField(name, data, kind))
     return trt.PluginFieldCollection(fields)
 
 
