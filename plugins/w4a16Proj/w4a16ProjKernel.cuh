@@ -157,14 +157,14 @@ struct W4A16Policy : NoTable, IdentityEpilogue
             }
             if (p.zeroPoint != nullptr && addr < p.totalGroups)
             {
-                r.z = __ldg(p.zeroPoint + addr) & 0xFu;
+                r.z = __ldg(p.zeroPoint + addr);  // masked at use (streamState): no wait here
             }
         }
         return r;
     }
     __device__ static BlockState streamState(const Params&, const StreamMeta& m)
     {
-        return makeState(m.s, m.z);
+        return makeState(m.s, m.z & 0xFu);
     }
 
     /* Step s of a block: elements k = 4s + j (j = 0..3) of the thread's 32, as (j = 0, 1) in b0 and

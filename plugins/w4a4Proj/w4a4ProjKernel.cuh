@@ -66,15 +66,17 @@ struct W4A4Meta
         return __half_raw(__nv_cvt_fp8_to_halfraw(b, __NV_E4M3)).x;
     }
 
-    /* The streaming tier's view: the two e4m3 scale bytes of quad lane t (low byte: 16-block 0),
-     * read from global memory; 0 past the end of the row, as scaleHalf. */
+    /* The streaming tier's view: the two e4m3 scale bytes of quad lane t (16-blocks 0 and 1), read
+     * from global memory; 0 past the end of the row, as scaleHalf. Each byte is loaded into a
+     * register of its own and combined only at use (streamScaleHalf): nothing waits for the loads
+     * issued ahead (a shift and OR right after them would). */
     struct StreamMeta
     {
-        uint32_t bytes;
+        uint32_t b[2];
     };
     __device__ static StreamMeta loadStreamMeta(const W4A4Params& p, int t, int kb, int n, bool nOk)
     {
-        uint32_t r = 0;
+        StreamMeta r{{0u, 0u}};
         if (nOk)
         {
 #pragma unroll
@@ -84,15 +86,15 @@ struct W4A4Meta
                 const long long addr = static_cast<long long>(n) * p.scaleCols + col;
                 if (col < p.scaleCols && addr < p.totalScaleBytes)
                 {
-                    r |= static_cast<uint32_t>(__ldg(p.scale + addr)) << (8 * e);
+                    r.b[e] = __ldg(p.scale + addr);
                 }
             }
         }
-        return StreamMeta{r};
+        return r;
     }
     __device__ static uint16_t streamScaleHalf(const StreamMeta& m, int e)
     {
-        return __half_raw(__nv_cvt_fp8_to_halfraw(static_cast<uint8_t>(m.bytes >> (8 * e)), __NV_E4M3)).x;
+        return __half_raw(__nv_cvt_fp8_to_halfraw(static_cast<uint8_t>(m.b[e]), __NV_E4M3)).x;
     }
 };
 
