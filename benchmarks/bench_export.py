@@ -15,6 +15,7 @@ one shape's checkpoint is deleted before the next shape's is written (disk).
     python benchmarks/bench_export.py                                # Qwen3-8B (~16 GB on disk, long)
     python benchmarks/bench_export.py --shape qwen3-1.7b,qwen3-8b    # a shape the peer fits, and 8B
     python benchmarks/bench_export.py --shape small                  # a quick check of the script
+    python benchmarks/bench_export.py --formats w4a16,w4a16+no-search,w4a16+symmetric --no-peer  # W4A16 modes
 """
 
 from __future__ import annotations
@@ -247,8 +248,15 @@ for _n in ("trace", "_optimize", "_cleanup", "build_manifest"):
         _timed(E, _n)
 _timed(onnx, "save_model"); _timed(onnx.checker, "check_model")
 
-weight, ckpt, out = sys.argv[1:4]
-r = export(ckpt, out, ExportOptions(request=QuantRequest(weight=weight), dtype="bfloat16"), progress=Progress())
+fmt, ckpt, out = sys.argv[1:4]
+weight, *mods = fmt.split("+")  # e.g. w4a16+symmetric+no-search: the CLI's --symmetric, --no-scale-search
+unknown = set(mods) - {"symmetric", "no-search"}
+if unknown:
+    sys.exit(f"unknown format modifiers {sorted(unknown)}: expected symmetric, no-search")
+extra = {**({"symmetric": True} if "symmetric" in mods else {}),
+         **({"scale_search": False} if "no-search" in mods else {})}
+r = export(ckpt, out, ExportOptions(request=QuantRequest(weight=weight, **extra), dtype="bfloat16"),
+           progress=Progress())
 print(f"done in {r.seconds:.1f} s", flush=True)
 """
 
@@ -355,7 +363,9 @@ def main(argv=None) -> int:
     ap.add_argument("--shape", type=_shapes, default=["qwen3-8b"],
                     help=f"one or more of {', '.join(sorted(SHAPES))}, comma-separated, run in that order")
     ap.add_argument("--workdir", type=Path, default=None, help="where the temporary checkpoint goes (default: the temporary directory)")
-    ap.add_argument("--formats", default="w4a16,w8a8")
+    ap.add_argument("--formats", default="w4a16,w8a8",
+                    help="comma-separated weight formats, each optionally with +symmetric and/or +no-search "
+                         "(the export's --symmetric / --no-scale-search), e.g. w4a16,w4a16+symmetric")
     ap.add_argument("--no-peer", action="store_true", help="skip the onnxruntime-genai model builder")
     ap.add_argument("--rss-limit-gib", type=float, default=16.0)
     ap.add_argument("--timeout-s", type=float, default=1800.0, help="per export")

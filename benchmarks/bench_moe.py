@@ -16,8 +16,13 @@ device-to-device copy bandwidth measured in this run (the decode target: time <=
 at M = 4096 a bf16 grouped GEMM anchor over the same sorted tokens (``torch._grouped_mm`` where
 this torch has it, else one cuBLAS bf16 GEMM per expert); and today's dense export (every expert
 on every row: 3 E dense projections at M rows), estimated as E x the measured dense kernels of one
-expert's gate, up and down at M rows (same format). Writes ``moe-<date>.md`` / ``.json`` into
-``--out`` (default $OUT or benchmarks/results).
+expert's gate, up and down at M rows (same format; it does not depend on the routing). The path
+column: ``slots`` (m * top_k <= 64: one launch over (n tile, slot) reading topk_ids, no routing) or
+``sorted`` (routing, gather, grouped tiles, scatter/combine); at M = 16 and 64 the slot path
+(``METRALE_MOE_SLOT_MAX``) and the sorted path on 16-row instead of 8-row streaming tiles
+(``sorted16``, ``METRALE_MOE_STREAM8_MAX=8``, the bound before 2026-12-01 12:10) are also timed
+(uniform routing), to show where the bounds belong. Writes
+``moe-<date>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
 """
 
 from __future__ import annotations
@@ -41,6 +46,8 @@ M_DECODE = (1, 4, 16, 64)
 M_PREFILL = 4096
 REPS = 10
 ROUTINGS = ("uniform", "zipf")
+SLOT_MAX = 64  # moeProjKernel.cuh's kMOE_SLOT_MAX
+M_BOTH_PATHS = (16, 64)
 
 
 def routing(m: int, e: int, k: int, kind: str, seed: int):
@@ -67,7 +74,8 @@ class Proj:
 
         if fmt == "w4a16":
             self.t = dict(weight=rbytes(e, n, k // 2),
-                          weight_scale=torch.rand(e, n, k // 128, device="cuda", generator=g) * 0.01 + 1e-3)
+                          weight_scale=(torch.rand(e, n, k // 128, device="cuda", generator=g) * 0.01 + 1e-3)
+                          .to(torch.bfloat16))  # op version 2: bf16 group scales
         elif fmt == "w8a8":
             codes = rbytes(e, n, k, hi=0x7E).view(torch.uint8) | (rbytes(e, n, k, hi=2).view(torch.uint8) << 7)
             self.t = dict(weight=codes.view(torch.int8),
@@ -154,7 +162,9 @@ def main() -> None:
             gate, up, down = Proj(fmt, e, inter, h, 1), Proj(fmt, e, inter, h, 2), Proj(fmt, e, h, inter, 3)
             per_expert = gate.expert_bytes + up.expert_bytes + down.expert_bytes
             for m in M_DECODE + (M_PREFILL,):
-                for kind in ROUTINGS if m in M_DECODE else ("uniform",):
+                dense = None
+                for kind, forced in [(r, None) for r in (ROUTINGS if m in M_DECODE else ("uniform",))] + \
+                        ([("uniform", "slots"), ("uniform", "sorted16")] if m in M_BOTH_PATHS else []):
                     routes = [routing(m, e, top_k, kind, 100 * m + r) for r in range(REPS)]
                     x = torch.randn(m, h, device="cuda").to(torch.bfloat16)
                     act = torch.randn(m, top_k, inter, device="cuda").to(torch.bfloat16)
@@ -165,16 +175,26 @@ def main() -> None:
                         up.grouped(x, ids)
                         down.grouped(act, ids, w)
 
-                    t = time_graph(call, reps=REPS)
+                    knob = {"slots": ("METRALE_MOE_SLOT_MAX", m * top_k),
+                            "sorted16": ("METRALE_MOE_STREAM8_MAX", 8)}.get(forced)
+                    if knob:  # read by the launchers at capture
+                        os.environ[knob[0]] = str(knob[1])
+                    try:
+                        t = time_graph(call, reps=REPS)
+                    finally:
+                        if knob:
+                            os.environ.pop(knob[0], None)
+                    path = forced or ("slots" if m * top_k <= SLOT_MAX else "sorted")
                     distinct = statistics.mean(len(torch.unique(r[0])) for r in routes)
                     ideal = distinct * per_expert / (bw * 1e12)
-                    y1 = torch.empty(m, inter, dtype=torch.bfloat16, device="cuda")
-                    y2 = torch.empty(m, h, dtype=torch.bfloat16, device="cuda")
-                    xd = torch.randn(m, inter, device="cuda").to(torch.bfloat16)
-                    tg = time_graph(lambda i: gate.dense(x, y1, i % e), reps=REPS)
-                    td = time_graph(lambda i: down.dense(xd, y2, i % e), reps=REPS)
-                    dense = e * (2 * tg + td)
-                    row = dict(shape=shape, fmt=fmt, m=m, routing=kind, us=t * 1e6, distinct=distinct,
+                    if dense is None:  # today's dense export does not depend on the routing
+                        y1 = torch.empty(m, inter, dtype=torch.bfloat16, device="cuda")
+                        y2 = torch.empty(m, h, dtype=torch.bfloat16, device="cuda")
+                        xd = torch.randn(m, inter, device="cuda").to(torch.bfloat16)
+                        tg = time_graph(lambda i: gate.dense(x, y1, i % e), reps=REPS)
+                        td = time_graph(lambda i: down.dense(xd, y2, i % e), reps=REPS)
+                        dense = e * (2 * tg + td)
+                    row = dict(shape=shape, fmt=fmt, m=m, routing=kind, path=path, us=t * 1e6, distinct=distinct,
                                ideal_us=ideal * 1e6, vs_ideal=t / ideal, dense_us=dense * 1e6, speedup=dense / t)
                     if m == M_PREFILL:
                         wb = [torch.randn(e, p.n, p.k, device="cuda").to(torch.bfloat16) * 0.02 for p in (gate, up, down)]
@@ -196,11 +216,12 @@ def write_tables(out: Path, rows: list, bw: float, commit: str, stamp: str) -> N
              f"copy bandwidth (read + write) measured in this run: {bw:.2f} TB/s. Decode target: time <= 1.25 x "
              "ideal (distinct experts' bytes / copy bandwidth). Prefill target: anchor / ours >= 0.8. dense: today's "
              "dense export, E x the measured dense kernels of one expert.", "",
-             "| shape | format | M | routing | us | distinct experts | ideal us | time / ideal | dense export us | "
+             "| shape | format | M | routing | path | us | distinct experts | ideal us | time / ideal | dense export us | "
              "speed-up vs dense | anchor | anchor us | anchor / ours |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['shape']} | {r['fmt']} | {r['m']} | {r['routing']} | {r['us']:.1f} | {r['distinct']:.1f} | "
+        lines.append(f"| {r['shape']} | {r['fmt']} | {r['m']} | {r['routing']} | {r['path']} | {r['us']:.1f} | "
+                     f"{r['distinct']:.1f} | "
                      f"{r['ideal_us']:.1f} | {r['vs_ideal']:.2f} | {r['dense_us']:.0f} | {r['speedup']:.1f}x | "
                      f"{r.get('anchor', '')} | {r.get('anchor_us', 0):.0f} | {r.get('vs_anchor', 0):.2f} |")
     text = "\n".join(lines) + "\n"

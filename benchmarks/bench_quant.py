@@ -90,21 +90,31 @@ def rel(a: torch.Tensor, ref: torch.Tensor) -> float:
     return float((a.to(torch.float64) - ref).norm() / ref.norm())
 
 
-METHODS = {  # label -> dequantized weight
-    "ours g32": lambda w: ours(w, 32), "peer b32": lambda w: peer_int4(w, 32),
-    "ours g128": lambda w: ours(w, 128), "peer b128": lambda w: peer_int4(w, 128),
-    "ours g32, no search": lambda w: ours(w, 32, search=False),
-    "ours g128, no search": lambda w: ours(w, 128, search=False),
-    "ours g128 asymmetric": lambda w: ours(w, 128, symmetric=False),
+METHODS = {  # label -> dequantized weight; "ours g32" / "ours g128": the export's default (zero points, search)
+    "ours g32": lambda w: ours(w, 32, symmetric=False), "peer b32": lambda w: peer_int4(w, 32),
+    "ours g128": lambda w: ours(w, 128, symmetric=False), "peer b128": lambda w: peer_int4(w, 128),
+    "ours g32 symmetric": lambda w: ours(w, 32), "ours g128 symmetric": lambda w: ours(w, 128),
+    "ours g32, no search": lambda w: ours(w, 32, symmetric=False, search=False),
+    "ours g128, no search": lambda w: ours(w, 128, symmetric=False, search=False),
+    "ours g32 symmetric, no search": lambda w: ours(w, 32, search=False),
+    "ours g128 symmetric, no search": lambda w: ours(w, 128, search=False),
+    "peer b32 asymmetric": lambda w: peer_int4(w, 32, symmetric=False),
     "peer b128 asymmetric": lambda w: peer_int4(w, 128, symmetric=False),
 }
-PAIRS = (("w4a16 g32 vs int4 b32", "ours g32", "peer b32"), ("w4a16 g128 vs int4 b128", "ours g128", "peer b128"),
-         ("round to nearest, full grid: g32 vs b32", "ours g32, no search", "peer b32"),
-         ("round to nearest, full grid: g128 vs b128", "ours g128, no search", "peer b128"),
-         ("asymmetric g128 vs asymmetric b128", "ours g128 asymmetric", "peer b128 asymmetric"))
+PAIRS = (("w4a16 g32 (default) vs int4 b32", "ours g32", "peer b32"),
+         ("w4a16 g128 (default) vs int4 b128", "ours g128", "peer b128"),
+         ("--symmetric g32 vs b32", "ours g32 symmetric", "peer b32"),
+         ("--symmetric g128 vs b128", "ours g128 symmetric", "peer b128"),
+         ("--no-scale-search g32 vs b32", "ours g32, no search", "peer b32"),
+         ("--no-scale-search g128 vs b128", "ours g128, no search", "peer b128"),
+         ("--symmetric --no-scale-search g32 vs b32", "ours g32 symmetric, no search", "peer b32"),
+         ("--symmetric --no-scale-search g128 vs b128", "ours g128 symmetric, no search", "peer b128"),
+         ("default g32 vs the peer's asymmetric b32", "ours g32", "peer b32 asymmetric"),
+         ("default g128 vs the peer's asymmetric b128", "ours g128", "peer b128 asymmetric"))
 
 
-MAIN_METHODS = ("ours g32", "peer b32", "ours g128", "peer b128")
+MAIN_METHODS = ("ours g32", "peer b32", "ours g128", "peer b128", "ours g32 symmetric", "ours g128 symmetric")
+LOGITS_METHODS = MAIN_METHODS
 
 
 def weight_errors(shape: str, layers: list[int], all_methods_layers: int) -> dict[str, list[float]]:
@@ -146,7 +156,7 @@ def logits_errors(shape: str, layers: int | None) -> dict[str, float]:
     with torch.no_grad():
         ref = model(ids).logits.to(torch.float64)
     out = {}
-    for label in MAIN_METHODS:
+    for label in LOGITS_METHODS:
         with torch.no_grad():
             for (layer, kind), mod in linears.items():
                 mod.weight.copy_(METHODS[label](held_out_weight(shapes[kind], layer, kind)))
@@ -155,69 +165,103 @@ def logits_errors(shape: str, layers: int | None) -> dict[str, float]:
     return out
 
 
-def quantizer_seconds(shape: str) -> dict[str, float]:
-    """CPU seconds of our quantizer over one decoder layer's projections, with and without search."""
+def quantizer_seconds(shape: str) -> tuple[dict[str, float], dict[str, int]]:
+    """CPU seconds of our quantizer over one decoder layer's projections (zero points or not, with and
+    without the search) and the bytes of the tensors it writes (codes, scales, zero points)."""
     torch.set_num_threads(1)
     shapes = proj_shapes(SHAPES[shape])
     ws = [held_out_weight(shapes[kind], 0, kind) for kind in KINDS]
-    out = {}
+    out, size = {}, {}
     for group in (128, 32):
-        for search in (False, True):
-            times = []
-            for _ in range(3):
-                t = time.process_time()
-                for w in ws:
-                    w4a16.quantize(w, group, search=search)
-                times.append(time.process_time() - t)
-            out[f"g{group}{'' if search else ', no search'}"] = statistics.median(times)
+        for symmetric in (False, True):
+            for search in (False, True):
+                times = []
+                for _ in range(3):
+                    t = time.process_time()
+                    qs = [w4a16.quantize(w, group, symmetric, search=search) for w in ws]
+                    times.append(time.process_time() - t)
+                label = f"g{group}{' symmetric' if symmetric else ''}{'' if search else ', no search'}"
+                out[label] = statistics.median(times)
+                size[f"g{group}{' symmetric' if symmetric else ''}"] = sum(
+                    t.numel() * t.element_size() for q in qs for t in (q.weight, q.weight_scale, q.zero_point)
+                    if t is not None)
     torch.set_num_threads(os.cpu_count() or 1)
-    return out
+    return out, size
 
 
-def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: dict | None, args) -> str:
+def render(sections: list[tuple[str, dict, int]], logits: dict | None, timing: tuple | None, args,
+           commit: str) -> str:
     import onnxruntime
 
     lines = [f"# Quantizer benchmark, {datetime.date.today().isoformat()}", "",
-             f"- commit: {_commit()}",
+             f"- commit: {commit} (`metrale_export/` as imported at the start of the run)",
              f"- machine: {os.cpu_count()} CPUs, CPython {platform.python_version()}, torch {torch.__version__}, "
              f"onnxruntime {onnxruntime.__version__} (the peer: `DefaultWeightOnlyQuantizer`, MLAS int4, which "
-             "onnxruntime-genai's builder calls for `-p int4`)",
+             "onnxruntime-genai's builder calls for `-p int4`: symmetric, round to nearest, `int4_is_symmetric` "
+             "true by default)",
              f"- held-out weights: Gaussian (std 0.02) bf16, {OUTLIER_FRACTION:.1%} of the input channels x10, "
              f"seeds from {SEED_BASE}; W4A16 scales stored as {str(w4a16.SCALE_DTYPE).replace('torch.', '')}; "
-             f"search grid: divisors {w4a16.SYMMETRIC_DIVISORS} (symmetric), range shrink "
-             f"{w4a16.ASYMMETRIC_SHRINK} (asymmetric)",
+             f"search grid: range shrink {w4a16.ASYMMETRIC_SHRINK} (zero points, the default), divisors "
+             f"{w4a16.SYMMETRIC_DIVISORS} (`--symmetric`)",
              f"- run: `python benchmarks/bench_quant.py --layers {args.layers} --all-methods-layers "
-             f"{args.all_methods_layers} --all-methods-layers-8b {args.all_methods_layers_8b} --logits-layers "
+             f"{args.all_methods_layers} --layers-8b {args.layers_8b} --all-methods-layers-8b "
+             f"{args.all_methods_layers_8b} --logits-layers "
              f"{args.logits_layers}`"]
+    checks = []
     for shape, errs, count in sections:
         lines += ["", f"## Weight error, `{shape}` ({count} projections)", ""]
-        if shape == "qwen3-0.6b":
-            lines += [f"Rounding-to-nearest and asymmetric rows: the first {args.all_methods_layers} layers' "
-                      "projections (time); the peer's median beside them is over the same projections.", ""]
-        lines += [
+        secondary = args.all_methods_layers if shape == "qwen3-0.6b" else args.all_methods_layers_8b
+        lines += [f"Relative error ||W - deq(Q(W))|| / ||W||, median over projections. The `--no-scale-search` "
+                  f"and peer-asymmetric rows: the first {secondary} layer(s)' projections (time); the peer's "
+                  "median beside them is over the same projections.", "",
                   "| pair | ours (median) | peer (median) | ours / peer | projections where ours < peer |",
                   "|---|---:|---:|---:|---:|"]
         for name, a, b in PAIRS:
-            ea, eb = errs[a], errs[b][: len(errs[a])]
+            n = min(len(errs[a]), len(errs[b]))  # the secondary rows ran on the first layers only
+            ea, eb = errs[a][:n], errs[b][:n]
             if not ea:
                 continue
             wins = sum(x < y for x, y in zip(ea, eb))
             ma, mb = statistics.median(ea), statistics.median(eb)  # over the same projections
             lines.append(f"| {name} | {ma:.4f} | {mb:.4f} | {ma / mb:.3f} | {wins} / {len(ea)} |")
+            if name.startswith("w4a16 g"):
+                checks.append((f"`{shape}` {name}: ours / peer <= 0.90", ma / mb <= 0.90, f"{ma / mb:.3f}"))
     if logits:
         lines += ["", f"## Logits error against transformers (float32), `qwen3-0.6b` widths, {args.logits_layers} "
                   "layers, lm_head float", "",
                   "| weights | relative logits error |", "|---|---:|"]
         lines += [f"| {k} | {v:.4f} |" for k, v in logits.items()]
         lines += ["", f"ours / peer: g32 {logits['ours g32'] / logits['peer b32']:.3f}, "
-                      f"g128 {logits['ours g128'] / logits['peer b128']:.3f}"]
+                      f"g128 {logits['ours g128'] / logits['peer b128']:.3f} (default); `--symmetric`: g32 "
+                      f"{logits['ours g32 symmetric'] / logits['peer b32']:.3f}, g128 "
+                      f"{logits['ours g128 symmetric'] / logits['peer b128']:.3f}"]
+        for g in (32, 128):
+            r = logits[f"ours g{g}"] / logits[f"peer b{g}"]
+            checks.append((f"logits, g{g} (default): ours < peer", r < 1.0, f"{r:.3f}"))
     if timing:
+        seconds, size = timing
         lines += ["", "## Quantizer time, `qwen3-8b` (one decoder layer, CPU seconds, torch on one thread)", "",
-                  "| quantizer | one layer (s) | x 36 layers (s) |", "|---|---:|---:|"]
-        lines += [f"| w4a16 {k} | {v:.2f} | {36 * v:.0f} |" for k, v in timing.items()]
+                  "| w4a16 quantizer | one layer (s) | x 36 layers (s) |", "|---|---:|---:|"]
+        lines += [f"| {k}{' (default)' if k in ('g128', 'g32') else ''} | {v:.2f} | {36 * v:.0f} |"
+                  for k, v in seconds.items()]
+        lines.append("")
         for g in (128, 32):
-            d = 36 * (timing[f"g{g}"] - timing[f"g{g}, no search"])
-            lines.append(f"\nsearch cost at g{g}: +{d:.0f} CPU s over the 36 layers")
+            d = 36 * (seconds[f"g{g}"] - seconds[f"g{g}, no search"])
+            prev = 36 * (seconds[f"g{g}"] - seconds[f"g{g} symmetric"])
+            plain = 36 * (seconds[f"g{g}"] - seconds[f"g{g} symmetric, no search"])
+            lines.append(f"- g{g}: the default costs {d:+.0f} CPU s over its own round to nearest, {prev:+.0f} s over "
+                         f"`--symmetric` (the former default), {plain:+.0f} s over symmetric round to nearest, "
+                         "for the 36 layers")
+        lines += ["", "## Quantized projection bytes, `qwen3-8b` (codes, scales, zero points; one layer, x 36)", "",
+                  "| w4a16 | one layer (MiB) | x 36 layers (GiB) | zero points add |", "|---|---:|---:|---:|"]
+        for g in (128, 32):
+            a, b = size[f"g{g}"], size[f"g{g} symmetric"]
+            lines.append(f"| g{g} (default, zero points) | {a / 2**20:.1f} | {36 * a / 2**30:.3f} | "
+                         f"{100 * (a / b - 1):+.2f}% |")
+            lines.append(f"| g{g} `--symmetric` | {b / 2**20:.1f} | {36 * b / 2**30:.3f} | |")
+    if checks:
+        lines += ["", "## The issue's targets in this run", "", "| target | holds | measured |", "|---|---|---:|"]
+        lines += [f"| {name} | {'yes' if ok else '**no**'} | {v} |" for name, ok, v in checks]
     lines += ["", "Reproduce: `make bench-export` (runs this first), or `python benchmarks/bench_quant.py`.", ""]
     return "\n".join(lines)
 
@@ -229,22 +273,25 @@ def main(argv=None) -> int:
     ap.add_argument("--layers", type=int, default=28, help="qwen3-0.6b decoder layers whose projections are measured")
     ap.add_argument("--all-methods-layers", type=int, default=4,
                     help="of those, the layers the secondary rows (no search, asymmetric) also run on")
-    ap.add_argument("--all-methods-layers-8b", type=int, default=1, help="the same for qwen3-8b (0 or 1)")
+    ap.add_argument("--layers-8b", type=int, default=1, help="qwen3-8b decoder layers whose projections are measured")
+    ap.add_argument("--all-methods-layers-8b", type=int, default=1, help="the secondary rows' layers on qwen3-8b")
     ap.add_argument("--logits-layers", type=int, default=28, help="depth of the logits model (0.6B widths)")
     args = ap.parse_args(argv)
+    commit = _commit()  # before the long run: the code imported now is what is measured
     if args.quick:
         args.layers, args.all_methods_layers, args.logits_layers = 2, 2, 2
     sections = [("qwen3-0.6b", weight_errors("qwen3-0.6b", list(range(args.layers)), args.all_methods_layers),
                  7 * args.layers)]
     if not args.quick:
-        sections.append(("qwen3-8b", weight_errors("qwen3-8b", [0], args.all_methods_layers_8b), 7))
+        sections.append(("qwen3-8b", weight_errors("qwen3-8b", list(range(args.layers_8b)), args.all_methods_layers_8b),
+                         7 * args.layers_8b))
     logits = logits_errors("qwen3-0.6b", args.logits_layers)
     timing = None if args.quick else quantizer_seconds("qwen3-8b")
-    text = render(sections, logits, timing, args)
+    text = render(sections, logits, timing, args, commit)
     print(text)
     if not args.quick:
         args.results.mkdir(parents=True, exist_ok=True)
-        dest = args.results / f"quant-{datetime.date.today().isoformat()}.md"
+        dest = args.results / f"quant-{datetime.date.today().isoformat()}-{commit.split()[0]}.md"
         dest.write_text(text)
         print(f"written to {dest}")
     return 0

@@ -251,7 +251,7 @@ def grouped(dense: OpSpec) -> OpSpec:
         attributes=dense.attributes[:2] + routing + dense.attributes[2:],
         doc="x: [M, K] (combine=0) or [M, top_k, K] (combine=1); y: [M, top_k, N] or [M, N]",
         torch_op=f"{dense.kind}_moe_proj", torch_input_order=("topk_ids", "topk_weights", *(i.name for i in dense.inputs)),
-        grouped_of=dense.op_type, has_plugin=False)
+        grouped_of=dense.op_type)
 
 
 OPS: dict[str, OpSpec] = {op.op_type: op for op in (W4A16, W8A8, W4A4)}

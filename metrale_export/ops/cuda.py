@@ -349,8 +349,7 @@ def w4a4_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, weight_g
                                         gw.data_ptr(), _ptr(si), act, _ptr(_f32(bias)), y.data_ptr(), m, top_k,
                                         num_experts, n, k, int(combine), ws.data_ptr(), ws.numel(),
                                         _stream(x.device))
-    _check(err, op, name, f"m={m} top_k={top_k} experts={num_experts} n={n} k={k} {activation_format} "
-                          "(a static input_scale is not served on the GPU)")
+    _check(err, op, name, f"m={m} top_k={top_k} experts={num_experts} n={n} k={k} {activation_format}")
     return y
 
 

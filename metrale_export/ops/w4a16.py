@@ -8,13 +8,15 @@ they were found or computed in (``store_scale``, the one place that rounding hap
 applies it to every search candidate, so the error it minimises is the exported one; checkpoint
 readers apply it to the stored fp16/fp32 scales); the groups are ``group_size`` consecutive k from
 k = 0, the last one shorter when ``group_size`` does not divide K; the quantizer is a pure function of
-the weight (no randomness, no data-dependent thread split), so exports are byte-identical run to run;
+the weight (no randomness; it runs on one thread, so no float32 sum depends on the machine's thread
+count), so exports are byte-identical run to run;
 the reference rounds the dequantized weight ``(code - z) * s`` (exact in float32) to bf16 once and
 accumulates in float32.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -37,6 +39,20 @@ ASYMMETRIC_SHRINK = (1.0, 0.93, 0.86)
 # Rows are quantized in chunks of about this many elements: 1 MiB of float32 a temporary, so the
 # search's temporaries stay in a core's L2 (1 << 22 was 2x slower on the 8B shape, one thread).
 _CHUNK_ELEMENTS = 1 << 18
+
+
+@contextlib.contextmanager
+def _one_thread():
+    """torch's intra-op threads off while quantizing. The chunks are small (``_CHUNK_ELEMENTS``), so a
+    second thread only adds synchronisation: on the 2-core machine under load, one 12288x4096 weight
+    took 0.64 CPU s on one thread and 6-20 CPU s (13-55 s of wall time) on two. One thread also keeps
+    the order of every float32 sum, and so the chosen candidates, independent of the machine."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def num_groups(k: int, group_size: int) -> int:
@@ -97,6 +113,12 @@ def quantize(w: torch.Tensor, group_size: int = 128, symmetric: bool = True,
     why = check_shape(k, group_size)
     if why:
         raise ValueError(why)
+    with _one_thread():
+        return _quantize(w, group_size, symmetric, search)
+
+
+def _quantize(w: torch.Tensor, group_size: int, symmetric: bool, search: bool) -> W4A16Weight:
+    n, k = w.shape
     groups = num_groups(k, group_size)
     kp = groups * group_size
     codes = torch.empty(n, kp, dtype=torch.uint8)

@@ -128,11 +128,13 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantFp8Kernel(const void
 
 /* NVFP4 dynamic quantization (K a multiple of 16). xf: f16 [M, K] of the exact factors
  * e2m1(xq) * float(sa); ga: float [M]. input_scale (device, [1]) or NULL for the per-row scale. */
-static __global__ void __launch_bounds__(kACT_THREADS) quantNvfp4Kernel(const void* __restrict__ x, int32_t dtype,
-    const float* __restrict__ inputScale, __half* __restrict__ xf, float* __restrict__ ga, int K)
+/* One row of it, by the whole CTA: row `src` of x into row `dst` of xf and ga (the grouped-expert
+ * kernels gather rows and pick each row's expert's input_scale; the dense kernel passes m, m). */
+__device__ __forceinline__ void quantNvfp4Row(const void* __restrict__ x, int32_t dtype,
+    const float* __restrict__ inputScale, __half* __restrict__ xf, float* __restrict__ ga, int K, int src, int dst)
 {
-    const int m = blockIdx.x;
-    const size_t base = static_cast<size_t>(m) * K;
+    const size_t base = static_cast<size_t>(src) * K;
+    const size_t out = static_cast<size_t>(dst) * K;
     float gScale;
     if (inputScale != nullptr)
     {
@@ -151,7 +153,7 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantNvfp4Kernel(const vo
     }
     if (threadIdx.x == 0)
     {
-        ga[m] = gScale;
+        ga[dst] = gScale;
     }
     const float sixG = __fmul_rn(kE2M1_MAX, gScale);
     for (int blk = threadIdx.x; blk < K / kNVFP4_BLOCK; blk += kACT_THREADS)
@@ -180,10 +182,16 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantNvfp4Kernel(const vo
             }
             packed[e / 2] = packHalf2(f[0], f[1]);  // exact
         }
-        uint4* dst = reinterpret_cast<uint4*>(xf + base + blk * kNVFP4_BLOCK);
-        dst[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
-        dst[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
+        uint4* to = reinterpret_cast<uint4*>(xf + out + blk * kNVFP4_BLOCK);
+        to[0] = make_uint4(packed[0], packed[1], packed[2], packed[3]);
+        to[1] = make_uint4(packed[4], packed[5], packed[6], packed[7]);
     }
+}
+
+static __global__ void __launch_bounds__(kACT_THREADS) quantNvfp4Kernel(const void* __restrict__ x, int32_t dtype,
+    const float* __restrict__ inputScale, __half* __restrict__ xf, float* __restrict__ ga, int K)
+{
+    quantNvfp4Row(x, dtype, inputScale, xf, ga, K, blockIdx.x, blockIdx.x);
 }
 
 /* Grid for an elementwise pass over `total` elements. */

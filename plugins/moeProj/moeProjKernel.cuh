@@ -2,7 +2,18 @@
  * The grouped-expert projection (docs/ops.md, "Grouped-expert ops"): y = the dense op of one weight
  * format per (row, routed expert), with the combine over a row's experts for down_proj.
  *
- * Steps, all on the device in the caller's stream (no host synchronization, nothing allocated):
+ * Two paths, chosen from m and top_k alone (moeUseSlots; both compute the same bits):
+ *
+ * The slot path (decode: m * top_k <= kMOE_SLOT_MAX): no routing, no gather, no scatter. At most
+ * one pre-pass over x's own rows (bf16 rounding or the activation quantization; none for aligned
+ * bf16 x with bf16 activations), then one launch in which CTA (n tile, slot) reads topk_ids itself
+ * and runs the dense streaming tile (projStreamTile) on its slot's expert and row, writing y's
+ * [M, top_k, N] row directly (combine=0; zeros for a skipped slot) or the slot's output in slot
+ * order (combine=1), then the combine. Each expert's weights are read once per slot that chose it,
+ * which at these m is about once per distinct expert.
+ *
+ * The sorted path (larger m), all on the device in the caller's stream (no host synchronization,
+ * nothing allocated):
  *   1. one CTA counts the rows of every expert (shared-memory atomics) and scans them into offsets
  *      and a tile schedule (expert, first row) of kBM-row tiles;
  *   2. place every valid (row, slot) at offsets[e] + an atomic ticket and gather its x row there;
@@ -26,6 +37,7 @@
 #define METRALE_MOE_PROJ_KERNEL_CUH
 
 #include <cstdint>
+#include <cstdlib>
 #include <cuda_runtime.h>
 
 #include "actQuant.cuh"
@@ -38,6 +50,8 @@ namespace metrale
 constexpr int kMOE_MAX_TOP_K = 32;
 constexpr int kMOE_SCAN_THREADS = 1024;
 constexpr int kMOE_MAX_EXPERTS = 8192;  // the routing CTA counts in shared memory
+constexpr int kMOE_SLOT_MAX = 64;        // (row, slot) pairs up to which the slot path serves
+constexpr int kMOE_STREAM8_MAX = 64;     // rows up to which the sorted path uses 8-row streaming tiles
 
 /* Per-expert element strides of the stacked weight tensors. */
 struct ExpertStrides
@@ -58,6 +72,7 @@ struct MoeRouting
     int* tileExpert; // [maxTiles]
     int* tileRow0;   // [maxTiles]
     int* posOf;      // [M * top_k]: sorted position of a slot, -1 if skipped
+    int* rowExpert;  // [M * top_k]: the expert of sorted row pos (rows < offsets[E])
 };
 
 __device__ __forceinline__ int moeSlotExpert(const int32_t* ids, int slot, int topK, int E)
@@ -164,6 +179,10 @@ static __global__ void moePlaceKernel(const int32_t* __restrict__ ids, int topK,
         const int e = moeSlotExpert(ids, slot, topK, E);
         pos = e >= 0 ? r.offsets[e] + atomicAdd(r.fill + e, 1) : -1;
         r.posOf[slot] = pos;
+        if (pos >= 0)
+        {
+            r.rowExpert[pos] = e;
+        }
     }
     __syncthreads();
     if (pos < 0)
@@ -240,7 +259,8 @@ static __global__ void moeCombineKernel(const int32_t* __restrict__ ids, const v
         for (int j = 0; j < topK; ++j)
         {
             const int slot = m * topK + j;
-            const int pos = posOf[slot];
+            // The sorted path's position of the slot, or (slot path: posOf == nullptr) the slot itself.
+            const int pos = posOf != nullptr ? posOf[slot] : (moeSlotExpert(ids, slot, topK, E) >= 0 ? slot : -1);
             if (pos < 0)
             {
                 continue;
@@ -321,18 +341,65 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) moeStreamKernel(const typenam
         N, K, yDtype, slices, blockIdx.x);
 }
 
+/* The slot path's GEMM: CTA (n tile, slot) runs the dense streaming tile on the slot's expert and
+ * activation row (row slot / rowDiv of X: rowDiv = top_k when the slots of a row share x's row) into
+ * output row `slot` of Y. A skipped slot (bad or repeated id) writes zeros when zeroSkipped. */
+template <class P, class View>
+__global__ void __launch_bounds__(kSTREAM_THREADS) moeSlotKernel(const typename P::Params p, const View view,
+    const int32_t* __restrict__ ids, int topK, int E, int rowDiv, int zeroSkipped, const uint16_t* __restrict__ X,
+    uint8_t* __restrict__ Y, int yElem, int N, int K, int32_t yDtype, int slices)
+{
+    const int slot = blockIdx.y;
+    const int e = moeSlotExpert(ids, slot, topK, E);
+    uint8_t* y = Y + static_cast<size_t>(slot) * N * yElem;
+    if (e < 0)
+    {
+        if (zeroSkipped)
+        {
+            const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
+            const int n0 = blockIdx.x * nt * 16;
+            for (int i = threadIdx.x; i < nt * 16 * yElem && n0 * yElem + i < N * yElem; i += blockDim.x)
+            {
+                y[static_cast<size_t>(n0) * yElem + i] = 0;
+            }
+        }
+        return;
+    }
+    const int row = slot / rowDiv;
+    const typename P::Params pe = view(p, e, row);
+    projStreamTile<P, 1, 2>(pe, X + static_cast<size_t>(row) * K, y, 1, N, K, yDtype, slices, blockIdx.x);
+}
+
+/* Whether the slot path serves m rows of top_k slots: a function of m and top_k only. Both paths
+ * compute the same bits, so the bound is a speed choice; METRALE_MOE_SLOT_MAX (read at each call,
+ * i.e. at CUDA-graph capture) overrides kMOE_SLOT_MAX for benchmarks/bench_moe.py's comparison. */
+inline bool moeUseSlots(int64_t m, int64_t topK)
+{
+    const char* env = std::getenv("METRALE_MOE_SLOT_MAX");
+    const long long limit = env != nullptr ? std::atoll(env) : kMOE_SLOT_MAX;
+    return m * topK <= limit;
+}
+
 /* Which grouped tier serves m tokens: rows per tile (the schedule's kBM). Every tier computes the
  * same bits; this only changes the layout. */
 enum class MoeTier : int
 {
-    kStream8 = 0,   // m <= 8: every expert has at most 8 rows
-    kStream16 = 1,  // m <= 128: 16-row streaming tiles (decode: few rows per expert)
+    kStream8 = 0,   // m <= 64: 8-row streaming tiles (decode: few rows per expert; an expert with more
+                    // rows takes several tiles)
+    kStream16 = 1,  // m <= 128: 16-row streaming tiles
     kGemm = 2,      // larger: the weight-reuse shared-memory tier
 };
 
 inline MoeTier selectMoeTier(int64_t m)
 {
-    return m <= 8 ? MoeTier::kStream8 : m <= 128 ? MoeTier::kStream16 : MoeTier::kGemm;
+    // 8-row tiles up to m = 64: measured 20-30% faster than 16-row tiles at m = 16 and 64 on the H200
+    // (benchmarks/results/moe-20261201-1206.md, "sorted8"), the extra weight reads of experts with
+    // more than 8 rows cost less than the second activation tile of every tile. METRALE_MOE_STREAM8_MAX
+    // (read at each call) moves the bound for benchmarks/bench_moe.py's comparison; the workspace
+    // is sized for 8-row tiles at every m.
+    const char* env = std::getenv("METRALE_MOE_STREAM8_MAX");
+    const long long stream8 = env != nullptr ? std::atoll(env) : kMOE_STREAM8_MAX;
+    return m <= 8 || (m <= 128 && m <= stream8) ? MoeTier::kStream8 : m <= 128 ? MoeTier::kStream16 : MoeTier::kGemm;
 }
 
 template <class P>
@@ -359,8 +426,11 @@ inline MoeWorkspace moeWorkspace(int64_t m, int64_t topK, int64_t E, int64_t n, 
     MoeWorkspace w;
     const int64_t total = m * topK;
     const int64_t elem = xDtype == kMETRALE_FLOAT32 ? 4 : 2;
-    w.maxTiles = static_cast<int>(total / tileRows + (E < total ? E : total) + 1);
-    const size_t ints = static_cast<size_t>(3 * E + 2 + 2 * static_cast<int64_t>(w.maxTiles) + total);
+    // Tiles of tileRows rows, or of 8 (the smallest tier) where the streaming tiers serve m: every
+    // streaming tier fits the same workspace.
+    const int rows = m <= 128 && tileRows > 8 ? 8 : tileRows;
+    w.maxTiles = static_cast<int>(total / rows + (E < total ? E : total) + 1);
+    const size_t ints = static_cast<size_t>(3 * E + 2 + 2 * static_cast<int64_t>(w.maxTiles) + 2 * total);
     w.routing = 0;
     w.xs = alignUp(ints * 4, kWS_ALIGN);
     w.operand = w.xs + alignUp(static_cast<size_t>(total * k * elem), kWS_ALIGN);
@@ -381,6 +451,7 @@ inline MoeRouting moeRouting(void* ws, int64_t E, int maxTiles)
     r.tileExpert = i + 3 * E + 2;
     r.tileRow0 = r.tileExpert + maxTiles;
     r.posOf = r.tileRow0 + maxTiles;
+    r.rowExpert = nullptr;  // set by moeRoute (it knows the slot count)
     return r;
 }
 
@@ -391,6 +462,7 @@ inline cudaError_t moeRoute(const int32_t* ids, const void* x, int32_t xDtype, i
     uint8_t* base = static_cast<uint8_t*>(ws);
     MoeRouting r = moeRouting(ws, E, w.maxTiles);
     const int total = static_cast<int>(m * topK);
+    r.rowExpert = r.posOf + total;
     moeScanKernel<<<1, kMOE_SCAN_THREADS, static_cast<size_t>(E) * 4, stream>>>(ids, total, static_cast<int>(topK),
         r, static_cast<int>(E), tileRows);
     const int rowWords = static_cast<int>(k * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
@@ -472,6 +544,122 @@ inline cudaError_t moeFinish(const int32_t* ids, const void* topkWeights, const 
         moeScatterKernel<<<static_cast<int>(m * topK), 128, 0, stream>>>(r.posOf,
             static_cast<const uint16_t*>(ys), rowWords, static_cast<uint16_t*>(y));
     }
+    return cudaGetLastError();
+}
+
+/* One launch's routing state, on either path (moeBegin). */
+struct MoeRun
+{
+    const int32_t* ids;
+    const void* topkWeights;
+    void* y;
+    uint8_t* ws;
+    MoeWorkspace w;
+    MoeRouting r;
+    MoeTier tier;
+    bool slots;
+    int64_t m, topK, E, n, k;
+    int combine;
+    int32_t xDtype;
+    cudaStream_t stream;
+    // The activation rows the pre-pass reads (x itself on the slot path, the gathered rows on the
+    // sorted path), their count, and whether they are 16-byte aligned bf16 rows usable as the operand.
+    const void* src;
+    int64_t rows;
+    bool srcIsOperand;
+    // Slot path, combine=0: the pre-pass wrote one operand row per slot (a per-expert activation
+    // scale makes a row's operand depend on the slot's expert), not one per x row.
+    bool perSlotOperand;
+};
+
+/* Steps 1-2 on the sorted path; nothing on the slot path. */
+inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, const void* topkWeights, void* y,
+    int64_t m, int64_t topK, int64_t E, int64_t n, int64_t k, int combine, const MoeWorkspace& w, void* ws,
+    int tileRows, cudaStream_t stream, MoeRun* run)
+{
+    MoeRun& u = *run;
+    u.ids = ids;
+    u.topkWeights = topkWeights;
+    u.y = y;
+    u.ws = static_cast<uint8_t*>(ws);
+    u.w = w;
+    u.tier = selectMoeTier(m);
+    u.slots = moeUseSlots(m, topK);
+    u.m = m;
+    u.topK = topK;
+    u.E = E;
+    u.n = n;
+    u.k = k;
+    u.combine = combine;
+    u.xDtype = xDtype;
+    u.stream = stream;
+    u.r = MoeRouting{};
+    u.perSlotOperand = false;
+    if (u.slots)
+    {
+        u.src = x;
+        u.rows = combine ? m * topK : m;  // combine=1: x is [M, top_k, K], one row per slot
+        u.srcIsOperand = xDtype == kMETRALE_BFLOAT16 && k % 8 == 0 && aligned(x, 16);
+        return cudaSuccess;
+    }
+    u.src = u.ws + w.xs;
+    u.rows = m * topK;
+    u.srcIsOperand = xDtype == kMETRALE_BFLOAT16;
+    return moeRoute(ids, x, xDtype, m, topK, E, k, combine, w, ws, tileRows, stream, &u.r);
+}
+
+/* The bf16 operand of the bf16 activation format: the source rows themselves, or bf16(rows). */
+inline const uint16_t* moeBf16Operand(const MoeRun& u)
+{
+    if (u.srcIsOperand)
+    {
+        return static_cast<const uint16_t*>(u.src);
+    }
+    const size_t count = static_cast<size_t>(u.rows * u.k);
+    toBf16Kernel<<<elementwiseBlocks(count), kACT_THREADS, 0, u.stream>>>(u.src, u.xDtype,
+        reinterpret_cast<__nv_bfloat16*>(u.ws + u.w.operand), count);
+    return reinterpret_cast<const uint16_t*>(u.ws + u.w.operand);
+}
+
+/* Steps 4-5 on the run's path, with the operand X (rows of u.src's layout). */
+template <class P, class View>
+inline cudaError_t moeProject(const typename P::Params& p, const View& view, const MoeRun& u, const uint16_t* X)
+{
+    if (!u.slots)
+    {
+        cudaError_t e = moeGemm<P>(p, view, u.r, u.tier, u.w.maxTiles, X, u.ws + u.w.ys, u.xDtype,
+            static_cast<int>(u.n), static_cast<int>(u.k), u.stream);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        return moeFinish(u.ids, u.topkWeights, u.r, u.ws + u.w.ys, u.xDtype, u.y, u.m, u.topK, u.E, u.n, u.combine,
+            u.stream);
+    }
+    const int n = static_cast<int>(u.n);
+    const int k = static_cast<int>(u.k);
+    const int slices = projSlices(n, k);
+    if (slices < 1 || slices > kSTREAM_THREADS / 32)
+    {
+        return cudaErrorInvalidValue;
+    }
+    const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
+    const int yElem = u.xDtype == kMETRALE_FLOAT32 ? 4 : 2;
+    const int total = static_cast<int>(u.m * u.topK);
+    const dim3 grid((n + 16 * nt - 1) / (16 * nt), total);
+    // combine=0 writes y's [M, top_k, N] rows in place; combine=1 the slots' outputs, then the sum.
+    uint8_t* out = u.combine ? u.ws + u.w.ys : static_cast<uint8_t*>(u.y);
+    moeSlotKernel<P, View><<<grid, 32 * nt * slices, P::kTABLE_BYTES, u.stream>>>(p, view, u.ids,
+        static_cast<int>(u.topK), static_cast<int>(u.E), u.combine || u.perSlotOperand ? 1 : static_cast<int>(u.topK),
+        u.combine ? 0 : 1,
+        X, out, yElem, n, k, u.xDtype, slices);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess || !u.combine)
+    {
+        return e;
+    }
+    moeCombineKernel<<<static_cast<int>(u.m), 128, 0, u.stream>>>(u.ids, u.topkWeights, nullptr, u.ws + u.w.ys,
+        u.xDtype, u.y, static_cast<int>(u.topK), static_cast<int>(u.E), n);
     return cudaGetLastError();
 }
 

@@ -55,11 +55,16 @@ extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, co
     {
         return cudaErrorNotSupported;
     }
-    if (k % group_size != 0 || k % 8 != 0)
+    if (k % 2 != 0)
     {
-        return k % group_size != 0 ? cudaErrorInvalidValue : cudaErrorNotSupported;
+        return cudaErrorInvalidValue;
     }
-    if (n * (k / 2) > kMAX_DIM)
+    if (k % 32 != 0)
+    {
+        return cudaErrorNotSupported;  // 16-byte weight rows, as the dense kernel (plugins/KERNELS.md, Limits)
+    }
+    const int64_t g = (k + group_size - 1) / group_size;  // a partial last group (op version 2)
+    if (n * (k / 2) > kMAX_DIM || n * g > kMAX_DIM)
     {
         return cudaErrorNotSupported;
     }
@@ -67,35 +72,23 @@ extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, co
     {
         return cudaSuccess;
     }
-    const MoeTier tier = selectMoeTier(m);
     const MoeWorkspace w = layout(m, top_k, num_experts, n, k, x_dtype);
     if (weight == nullptr || weight_scale == nullptr || workspace == nullptr || workspace_bytes < w.bytes
         || !aligned(workspace, 16) || !aligned(weight, 16))
     {
         return cudaErrorInvalidValue;
     }
-    if ((n * (k / 2)) % 16 != 0 || (n * (k / group_size)) % 2 != 0
-        || (zero_point != nullptr && (n * (k / group_size)) % 4 != 0))
+    if ((n * (k / 2)) % 16 != 0 || (n * g) % 2 != 0 || (zero_point != nullptr && (n * g) % 4 != 0))
     {
         return cudaErrorNotSupported;  // every expert's codes 16-byte, bf16 scale and zero-point words 4-byte aligned
     }
-    uint8_t* ws = static_cast<uint8_t*>(workspace);
-    MoeRouting r{};
-    e = moeRoute(topk_ids, x, x_dtype, m, top_k, num_experts, k, combine, w, workspace,
-        moeTileRows<W4A16Policy>(tier), stream, &r);
+    MoeRun run{};
+    e = moeBegin(x, x_dtype, topk_ids, topk_weights, y, m, top_k, num_experts, n, k, combine, w, workspace,
+        moeTileRows<W4A16Policy>(selectMoeTier(m)), stream, &run);
     if (e != cudaSuccess)
     {
         return e;
     }
-    const int64_t total = m * top_k;
-    const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.xs);
-    if (x_dtype != kMETRALE_BFLOAT16)
-    {
-        toBf16Kernel<<<elementwiseBlocks(static_cast<size_t>(total * k)), kACT_THREADS, 0, stream>>>(
-            ws + w.xs, x_dtype, reinterpret_cast<__nv_bfloat16*>(ws + w.operand), static_cast<size_t>(total * k));
-        X = reinterpret_cast<const uint16_t*>(ws + w.operand);
-    }
-    const int64_t g = k / group_size;
     W4A16Policy::Params p{};
     p.codes = reinterpret_cast<const uint8_t*>(weight);
     p.scale = static_cast<const uint16_t*>(weight_scale);  // bf16 (op version 2)
@@ -106,11 +99,5 @@ extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, co
     p.perBlock = static_cast<int>(128 / group_size);
     p.totalGroups = static_cast<int>(n * g);
     W4A16View view{{n * (k / 2), n * g, n * g, n}};
-    e = moeGemm<W4A16Policy>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, static_cast<int>(n),
-        static_cast<int>(k), stream);
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
-    return moeFinish(topk_ids, topk_weights, r, ws + w.ys, x_dtype, y, m, top_k, num_experts, n, combine, stream);
+    return moeProject<W4A16Policy>(p, view, run, moeBf16Operand(run));
 }

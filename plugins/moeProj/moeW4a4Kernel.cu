@@ -1,7 +1,7 @@
 /*
  * metrale_w4a4_moe_proj: the C launcher of W4A4MoEProj (include/metrale/kernels.h): the grouped
  * steps of moeProjKernel.cuh around the dense W4A4Proj's policies (bf16 activations, or the NVFP4
- * emulation with per-row dynamic global scales; a static input_scale is not served here).
+ * emulation with per-row dynamic global scales or each expert's static input_scale).
  */
 #include "metrale/kernels.h"
 #include "moeProjKernel.cuh"
@@ -31,6 +31,33 @@ struct W4A4View
     }
 };
 
+/* The NVFP4 pre-pass with a static input_scale per expert ([E]): each operand row takes its own
+ * expert's scale. Slot path (ids given): operand row = slot, x row = slot / rowDiv, the expert from
+ * topk_ids (a skipped slot is left alone); sorted path: the gathered rows below offsets[E], the
+ * expert from the routing. */
+static __global__ void __launch_bounds__(kACT_THREADS) moeQuantNvfp4StaticKernel(const void* __restrict__ x,
+    int32_t dtype, const float* __restrict__ inputScales, const int32_t* __restrict__ ids, int topK, int E, int rowDiv,
+    const MoeRouting r, __half* __restrict__ xf, float* __restrict__ ga, int K)
+{
+    const int row = blockIdx.x;
+    int e = -1;
+    int src = row;
+    if (ids != nullptr)
+    {
+        e = moeSlotExpert(ids, row, topK, E);
+        src = row / rowDiv;
+    }
+    else if (row < r.offsets[E])
+    {
+        e = r.rowExpert[row];
+    }
+    if (e < 0)
+    {
+        return;
+    }
+    quantNvfp4Row(x, dtype, inputScales + e, xf, ga, K, src, row);
+}
+
 MoeWorkspace layout(int64_t m, int64_t top_k, int64_t E, int64_t n, int64_t k, int32_t x_dtype, int32_t act_format)
 {
     return moeWorkspace(m, top_k, E, n, k, x_dtype, act_format == kMETRALE_ACT_NVFP4 ? 1 : 0,
@@ -56,7 +83,7 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
         return e;
     }
     if ((act_format != kMETRALE_ACT_BF16 && act_format != kMETRALE_ACT_NVFP4) || k % 32 != 0
-        || (n * (k / kNVFP4_BLOCK)) % 4 != 0 || input_scale != nullptr)
+        || (n * (k / kNVFP4_BLOCK)) % 4 != 0)
     {
         return cudaErrorNotSupported;
     }
@@ -64,7 +91,6 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
     {
         return cudaSuccess;
     }
-    const MoeTier tier = selectMoeTier(m);
     const MoeWorkspace w = layout(m, top_k, num_experts, n, k, x_dtype, act_format);
     if (weight == nullptr || weight_scale == nullptr || weight_global_scale == nullptr || workspace == nullptr
         || workspace_bytes < w.bytes || !aligned(workspace, 16) || !aligned(weight, 16) || !aligned(weight_scale, 4))
@@ -72,14 +98,13 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
         return cudaErrorInvalidValue;
     }
     uint8_t* ws = static_cast<uint8_t*>(workspace);
-    MoeRouting r{};
-    e = moeRoute(topk_ids, x, x_dtype, m, top_k, num_experts, k, combine, w, workspace,
-        moeTileRows<W4A4Nvfp4Policy>(tier), stream, &r);
+    MoeRun run{};
+    e = moeBegin(x, x_dtype, topk_ids, topk_weights, y, m, top_k, num_experts, n, k, combine, w, workspace,
+        moeTileRows<W4A4Nvfp4Policy>(selectMoeTier(m)), stream, &run);
     if (e != cudaSuccess)
     {
         return e;
     }
-    const int64_t total = m * top_k;
     W4A4Params p{};
     p.codes = reinterpret_cast<const uint8_t*>(weight);
     p.scale = reinterpret_cast<const uint8_t*>(weight_scale);
@@ -90,27 +115,26 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
     W4A4View view{{n * (k / 2), n * (k / kNVFP4_BLOCK), 0, n}};
     if (act_format == kMETRALE_ACT_BF16)
     {
-        const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.xs);
-        if (x_dtype != kMETRALE_BFLOAT16)
-        {
-            toBf16Kernel<<<elementwiseBlocks(static_cast<size_t>(total * k)), kACT_THREADS, 0, stream>>>(
-                ws + w.xs, x_dtype, reinterpret_cast<__nv_bfloat16*>(ws + w.operand), static_cast<size_t>(total * k));
-            X = reinterpret_cast<const uint16_t*>(ws + w.operand);
-        }
-        e = moeGemm<W4A4Bf16Policy>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, static_cast<int>(n),
-            static_cast<int>(k), stream);
+        return moeProject<W4A4Bf16Policy>(p, view, run, moeBf16Operand(run));  // input_scale: unused in bf16
+    }
+    p.ga = reinterpret_cast<const float*>(ws + w.scales);
+    __half* xf = reinterpret_cast<__half*>(ws + w.operand);
+    float* ga = reinterpret_cast<float*>(ws + w.scales);
+    if (input_scale == nullptr)
+    {
+        quantNvfp4Kernel<<<static_cast<int>(run.rows), kACT_THREADS, 0, stream>>>(run.src, x_dtype, nullptr, xf, ga,
+            static_cast<int>(k));
     }
     else
     {
-        p.ga = reinterpret_cast<const float*>(ws + w.scales);
-        quantNvfp4Kernel<<<static_cast<int>(total), kACT_THREADS, 0, stream>>>(ws + w.xs, x_dtype, nullptr,
-            reinterpret_cast<__half*>(ws + w.operand), reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k));
-        e = moeGemm<W4A4Nvfp4Policy>(p, view, r, tier, w.maxTiles, reinterpret_cast<const uint16_t*>(ws + w.operand),
-            ws + w.ys, x_dtype, static_cast<int>(n), static_cast<int>(k), stream);
+        // A static scale per expert: each operand row is quantized with its own expert's scale, so the
+        // slot path makes one operand row per slot.
+        run.perSlotOperand = run.slots && !combine;
+        const int rows = static_cast<int>(run.slots ? m * top_k : run.rows);
+        const bool bySlot = run.slots;
+        moeQuantNvfp4StaticKernel<<<rows, kACT_THREADS, 0, stream>>>(run.src, x_dtype, input_scale,
+            bySlot ? topk_ids : nullptr, static_cast<int>(top_k), static_cast<int>(num_experts),
+            combine ? 1 : static_cast<int>(top_k), run.r, xf, ga, static_cast<int>(k));
     }
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
-    return moeFinish(topk_ids, topk_weights, r, ws + w.ys, x_dtype, y, m, top_k, num_experts, n, combine, stream);
+    return moeProject<W4A4Nvfp4Policy>(p, view, run, reinterpret_cast<const uint16_t*>(ws + w.operand));
 }

@@ -44,12 +44,6 @@ MoeWorkspace layout(int64_t m, int64_t top_k, int64_t E, int64_t n, int64_t k, i
     return moeWorkspace(m, top_k, E, n, k, x_dtype, scaleCols(k, act_format, asg), rows);
 }
 
-template <class P>
-cudaError_t run(const W8A8Params& p, const W8A8View& view, const MoeRouting& r, MoeTier tier, int maxTiles,
-    const uint16_t* X, void* ys, int32_t x_dtype, int64_t n, int64_t k, cudaStream_t stream)
-{
-    return moeGemm<P>(p, view, r, tier, maxTiles, X, ys, x_dtype, static_cast<int>(n), static_cast<int>(k), stream);
-}
 } // namespace
 
 extern "C" size_t metrale_w8a8_moe_workspace_size(int64_t m, int64_t top_k, int64_t num_experts, int64_t n,
@@ -93,13 +87,13 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     uint8_t* ws = static_cast<uint8_t*>(workspace);
     const int rows = act_format == kMETRALE_ACT_FP8 ? moeTileRows<W8A8Fp8Policy<true>>(tier)
                                                     : moeTileRows<W8A8Bf16Policy>(tier);
-    MoeRouting r{};
-    e = moeRoute(topk_ids, x, x_dtype, m, top_k, num_experts, k, combine, w, workspace, rows, stream, &r);
+    MoeRun run{};
+    e = moeBegin(x, x_dtype, topk_ids, topk_weights, y, m, top_k, num_experts, n, k, combine, w, workspace, rows,
+        stream, &run);
     if (e != cudaSuccess)
     {
         return e;
     }
-    const int64_t total = m * top_k;
     const int64_t kb = (k + kFP8_BLOCK - 1) / kFP8_BLOCK;
     W8A8Params p{};
     p.codes = reinterpret_cast<const uint8_t*>(weight);
@@ -111,30 +105,13 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     W8A8View view{{n * k, scalePer, 0, n}};
     if (act_format == kMETRALE_ACT_BF16)
     {
-        const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.xs);
-        if (x_dtype != kMETRALE_BFLOAT16)
-        {
-            toBf16Kernel<<<elementwiseBlocks(static_cast<size_t>(total * k)), kACT_THREADS, 0, stream>>>(
-                ws + w.xs, x_dtype, reinterpret_cast<__nv_bfloat16*>(ws + w.operand), static_cast<size_t>(total * k));
-            X = reinterpret_cast<const uint16_t*>(ws + w.operand);
-        }
-        e = run<W8A8Bf16Policy>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, n, k, stream);
+        return moeProject<W8A8Bf16Policy>(p, view, run, moeBf16Operand(run));
     }
-    else
-    {
-        p.nbx = static_cast<int>(scaleCols(k, act_format, act_scale_granularity));
-        p.sx = reinterpret_cast<const float*>(ws + w.scales);
-        quantFp8Kernel<<<static_cast<int>(total), kACT_THREADS, 0, stream>>>(ws + w.xs, x_dtype,
-            reinterpret_cast<__half*>(ws + w.operand), reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k),
-            p.nbx);
-        const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.operand);
-        e = p.blockScales == 0 && p.nbx == 1
-            ? run<W8A8Fp8Policy<false>>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, n, k, stream)
-            : run<W8A8Fp8Policy<true>>(p, view, r, tier, w.maxTiles, X, ws + w.ys, x_dtype, n, k, stream);
-    }
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
-    return moeFinish(topk_ids, topk_weights, r, ws + w.ys, x_dtype, y, m, top_k, num_experts, n, combine, stream);
+    p.nbx = static_cast<int>(scaleCols(k, act_format, act_scale_granularity));
+    p.sx = reinterpret_cast<const float*>(ws + w.scales);
+    quantFp8Kernel<<<static_cast<int>(run.rows), kACT_THREADS, 0, stream>>>(run.src, x_dtype,
+        reinterpret_cast<__half*>(ws + w.operand), reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k), p.nbx);
+    const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.operand);
+    return p.blockScales == 0 && p.nbx == 1 ? moeProject<W8A8Fp8Policy<false>>(p, view, run, X)
+                                            : moeProject<W8A8Fp8Policy<true>>(p, view, run, X);
 }

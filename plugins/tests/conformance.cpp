@@ -14,7 +14,12 @@
  * Manifest (text, one directive a line; written by tests/plugins/conformance_driver.py):
  *   case ID OPTYPE
  *   field NAME int VALUE | field NAME str VALUE
- *   input NAME DTYPE D0,D1,... FILE      (x first, with the largest row count; f32 f16 bf16 i8)
+ *   input NAME DTYPE D0,D1,... FILE [rows] [likex]
+ *                                         (x first, with the largest row count; f32 f16 bf16 i8 i32;
+ *                                          x's dimension 0 is M; "rows": this input's dimension 0
+ *                                          is M too (the grouped ops' topk_ids, topk_weights);
+ *                                          "likex": its type is x's type, whatever x's is)
+ *   output D0,D1,...                      (y's shape at the largest M; absent: [M, n])
  *   profiles MIN-MAX,MIN-MAX,...          (row ranges; enqueue runs at both ends of each)
  *   end
  * Output: OUTDIR/ID.m<M>.bin (y, raw, row-major) and a summary on stdout; exit 0 only when every
@@ -303,6 +308,8 @@ struct Input
     std::string dtype;
     std::vector<int64_t> dims;
     std::string file;
+    bool rows{false};   // dimension 0 is M
+    bool likeX{false};  // the type of x
 };
 
 struct Case
@@ -311,6 +318,7 @@ struct Case
     std::string op;
     std::vector<Field> fields;
     std::vector<Input> inputs;
+    std::vector<int64_t> output;  // y at the largest M; empty: [M, n]
     std::vector<std::pair<int64_t, int64_t>> profiles;
 };
 
@@ -373,7 +381,20 @@ std::vector<Case> readManifest(std::string const& path)
             std::string dims;
             ls >> t.name >> t.dtype >> dims >> t.file;
             t.dims = parseInts(dims, ',');
+            t.rows = cases.back().inputs.empty();
+            std::string flag;
+            while (ls >> flag)
+            {
+                t.rows = t.rows || flag == "rows";
+                t.likeX = t.likeX || flag == "likex";
+            }
             cases.back().inputs.push_back(t);
+        }
+        else if (word == "output")
+        {
+            std::string dims;
+            ls >> dims;
+            cases.back().output = parseInts(dims, ',');
         }
         else if (word == "profiles")
         {
@@ -405,6 +426,8 @@ DataType toDataType(std::string const& s)
         return DataType::kBF16;
     if (s == "i8")
         return DataType::kINT8;
+    if (s == "i32")
+        return DataType::kINT32;
     throw std::runtime_error("unknown dtype " + s);
 }
 
@@ -412,7 +435,8 @@ size_t elementSize(DataType t)
 {
     switch (t)
     {
-    case DataType::kFLOAT: return 4;
+    case DataType::kFLOAT:
+    case DataType::kINT32: return 4;
     case DataType::kHALF:
     case DataType::kBF16: return 2;
     case DataType::kINT8: return 1;
@@ -446,6 +470,38 @@ Dims toDims(std::vector<int64_t> const& v)
         d.d[i] = v[i];
     }
     return d;
+}
+
+//! y's shape for m rows: the manifest's output shape with M = m, or [m, n].
+std::vector<int64_t> outputShape(Case const& c, int64_t m, int32_t n)
+{
+    std::vector<int64_t> d = c.output.empty() ? std::vector<int64_t>{m, n} : c.output;
+    d[0] = m;
+    return d;
+}
+
+//! The type input i has when x has type x (an input marked likex follows x).
+DataType inputType(Case const& c, size_t i, DataType x)
+{
+    return i == 0 || c.inputs[i].likeX ? x : toDataType(c.inputs[i].dtype);
+}
+
+//! The input descriptions for m rows with x of type x.
+std::vector<PluginTensorDesc> inputDescs(Case const& c, DataType x, int64_t m)
+{
+    std::vector<PluginTensorDesc> in(c.inputs.size());
+    for (size_t i = 0; i < c.inputs.size(); ++i)
+    {
+        in[i].dims = toDims(c.inputs[i].dims);
+        if (c.inputs[i].rows)
+        {
+            in[i].dims.d[0] = m;
+        }
+        in[i].type = inputType(c, i, x);
+        in[i].format = TensorFormat::kLINEAR;
+        in[i].scale = -1.F;
+    }
+    return in;
 }
 
 //! Owns the data of a PluginFieldCollection (deep copy), so a collection can outlive its source.
@@ -562,7 +618,7 @@ struct Library
 {
     void* handle{nullptr};
     std::map<std::string, IPluginCreatorV3One*> creators;
-    IPluginCreatorV3One* retired{nullptr};  // W4A16Proj version "1"
+    std::vector<IPluginCreatorV3One*> retired;  // W4A16Proj and W4A16MoEProj version "1"
 };
 
 using GetCreatorsFn = IPluginCreatorInterface* const* (*) (int32_t&);
@@ -598,8 +654,9 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
     IPluginCreatorInterface* const* list = getCreators(n);
     // The plugin version of each op (docs/ops.md; metrale_export/contract.py), and W4A16Proj's
     // retired version "1", whose creator refuses every plugin (an older export: re-export).
-    std::map<std::string, std::string> const versions{{"W4A16Proj", "2"}, {"W8A8Proj", "1"}, {"W4A4Proj", "1"}};
-    check(list != nullptr && n == 4, "getCreators returns 4 creators (found " + std::to_string(n) + ")");
+    std::map<std::string, std::string> const versions{{"W4A16Proj", "2"}, {"W8A8Proj", "1"}, {"W4A4Proj", "1"},
+        {"W4A16MoEProj", "2"}, {"W8A8MoEProj", "1"}, {"W4A4MoEProj", "1"}};
+    check(list != nullptr && n == 8, "getCreators returns 8 creators (found " + std::to_string(n) + ")");
     for (int32_t i = 0; list != nullptr && i < n; ++i)
     {
         InterfaceInfo const info = list[i]->getInterfaceInfo();
@@ -612,12 +669,12 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
         }
         auto* creator = static_cast<IPluginCreatorV3One*>(list[i]);
         std::string const name = creator->getPluginName();
-        if (name == "W4A16Proj" && std::strcmp(creator->getPluginVersion(), "1") == 0)
+        if ((name == "W4A16Proj" || name == "W4A16MoEProj") && std::strcmp(creator->getPluginVersion(), "1") == 0)
         {
             PluginFieldCollection const empty{0, nullptr};
             IPluginV3* const refused = creator->createPlugin("old", &empty, TensorRTPhase::kBUILD);
-            check(refused == nullptr, "W4A16Proj version 1 (an older op contract) is refused");
-            lib.retired = creator;
+            check(refused == nullptr, name + " version 1 (an older op contract) is refused");
+            lib.retired.push_back(creator);
             continue;
         }
         std::string const want = versions.count(name) ? versions.at(name) : "?";
@@ -626,10 +683,12 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
                 + creator->getPluginNamespace() + "', '" + creator->getPluginVersion() + "')");
         lib.creators[name] = creator;
     }
-    for (char const* op : {"W4A16Proj", "W8A8Proj", "W4A4Proj"})
+    for (auto const& [op, version] : versions)
     {
-        check(lib.creators.count(op) == 1, std::string("a creator for ") + op);
+        check(lib.creators.count(op) == 1, "a creator for " + op + " version " + version);
     }
+    check(lib.retired.size() == 2, "retired creators for W4A16Proj and W4A16MoEProj version 1 (found "
+            + std::to_string(lib.retired.size()) + ")");
     return lib;
 }
 
@@ -690,29 +749,39 @@ void checkShapes(PluginHandle const& h, Case const& c, int32_t n, Logger& logger
         in[i].nbDims = static_cast<int32_t>(c.inputs[i].dims.size());
         for (int32_t j = 0; j < in[i].nbDims; ++j)
         {
-            in[i].d[j] = (i == 0 && j == 0) ? builder.symbol("M") : builder.constant(c.inputs[i].dims[j]);
+            in[i].d[j] = (c.inputs[i].rows && j == 0) ? builder.symbol("M") : builder.constant(c.inputs[i].dims[j]);
         }
     }
     DimsExprs out{};
     int const errorsBefore = logger.mErrors;
     int32_t const status = h.build->getOutputShapes(
         in.data(), static_cast<int32_t>(in.size()), nullptr, 0, &out, 1, builder);
-    bool const ok = status == 0 && out.nbDims == 2 && out.d[0] != nullptr && !out.d[0]->isConstant()
-        && exprText(out.d[0]) == "M" && out.d[1] != nullptr && out.d[1]->isConstant()
-        && out.d[1]->getConstantValue() == n && logger.mErrors == errorsBefore;
-    check(ok, c.id + ": getOutputShapes gives [M, " + std::to_string(n) + "] for symbolic M (found status "
-            + std::to_string(status) + ", [" + exprText(out.nbDims > 0 ? out.d[0] : nullptr) + ", "
-            + exprText(out.nbDims > 1 ? out.d[1] : nullptr) + "])");
+    std::vector<int64_t> const want = outputShape(c, -1, n);
+    bool ok = status == 0 && out.nbDims == static_cast<int32_t>(want.size()) && out.d[0] != nullptr
+        && !out.d[0]->isConstant() && exprText(out.d[0]) == "M" && logger.mErrors == errorsBefore;
+    std::string wantText = "[M", found = "[";
+    for (size_t j = 1; j < want.size(); ++j)
+    {
+        ok = ok && out.d[j] != nullptr && out.d[j]->isConstant() && out.d[j]->getConstantValue() == want[j];
+        wantText += ", " + std::to_string(want[j]);
+    }
+    for (int32_t j = 0; j < out.nbDims && j < 8; ++j)
+    {
+        found += (j ? ", " : "") + exprText(out.d[j]);
+    }
+    check(ok, c.id + ": getOutputShapes gives " + wantText + "] for symbolic M (found status "
+            + std::to_string(status) + ", " + found + "])");
 
     // A K that disagrees with the field must be refused with a reported error, not accepted.
-    in[0].d[1] = builder.constant(c.inputs[0].dims[1] + 2);
+    size_t const kDim = c.inputs[0].dims.size() - 1;
+    in[0].d[kDim] = builder.constant(c.inputs[0].dims[kDim] + 2);
     int const before = logger.mErrors;
     int32_t const bad
         = h.build->getOutputShapes(in.data(), static_cast<int32_t>(in.size()), nullptr, 0, &out, 1, builder);
     check(bad != 0 && logger.mErrors > before, c.id + ": getOutputShapes refuses x with the wrong K and reports why");
 
     // One input too few (an ONNX node whose has_* flag disagrees with its inputs).
-    in[0].d[1] = builder.constant(c.inputs[0].dims[1]);
+    in[0].d[kDim] = builder.constant(c.inputs[0].dims[kDim]);
     int const before2 = logger.mErrors;
     int32_t const few
         = h.build->getOutputShapes(in.data(), static_cast<int32_t>(in.size()) - 1, nullptr, 0, &out, 1, builder);
@@ -728,15 +797,26 @@ void checkTypes(PluginHandle const& h, Case const& c, Logger& logger)
     }
     for (DataType x : {DataType::kFLOAT, DataType::kHALF, DataType::kBF16})
     {
-        types[0] = x;
+        for (size_t i = 0; i < types.size(); ++i)
+        {
+            types[i] = inputType(c, i, x);
+        }
         DataType out = DataType::kINT64;
         int32_t const status = h.build->getOutputDataTypes(&out, 1, types.data(), static_cast<int32_t>(types.size()));
         check(status == 0 && out == x, c.id + ": getOutputDataTypes gives y = x = " + typeName(x) + " (found "
                 + typeName(out) + ")");
     }
     // Weights of the wrong type (float weights where the contract says int8 bytes).
-    types[0] = DataType::kBF16;
-    types[1] = DataType::kFLOAT;
+    for (size_t i = 0; i < types.size(); ++i)
+    {
+        types[i] = inputType(c, i, DataType::kBF16);
+    }
+    size_t weight = 1;
+    while (weight + 1 < types.size() && types[weight] != DataType::kINT8)
+    {
+        ++weight;
+    }
+    types[weight] = DataType::kFLOAT;
     DataType out = DataType::kINT64;
     int const before = logger.mErrors;
     int32_t const status = h.build->getOutputDataTypes(&out, 1, types.data(), static_cast<int32_t>(types.size()));
@@ -760,7 +840,10 @@ void checkFormats(PluginHandle const& h, Case const& c)
     std::string detail;
     for (DataType x : {DataType::kFLOAT, DataType::kHALF, DataType::kBF16})
     {
-        io[0].desc.type = x;
+        for (int32_t i = 0; i < nbIn; ++i)
+        {
+            io[i].desc.type = inputType(c, i, x);
+        }
         for (int32_t pos = 0; pos <= nbIn; ++pos)
         {
             for (DataType t : all)
@@ -781,7 +864,7 @@ void checkFormats(PluginHandle const& h, Case const& c)
                     }
                     else
                     {
-                        expected = expected && t == toDataType(c.inputs[pos].dtype);
+                        expected = expected && t == inputType(c, pos, x);
                     }
                     bool const got = h.build->supportsFormatCombination(pos, io.data(), nbIn, 1);
                     if (got != expected)
@@ -808,20 +891,23 @@ size_t configure(PluginHandle const& h, Case const& c, DataType x, int64_t lo, i
     for (int32_t i = 0; i < nbIn; ++i)
     {
         in[i].desc.dims = toDims(c.inputs[i].dims);
-        in[i].desc.type = i == 0 ? x : toDataType(c.inputs[i].dtype);
+        in[i].desc.type = inputType(c, i, x);
         in[i].desc.format = TensorFormat::kLINEAR;
         in[i].min = in[i].opt = in[i].max = in[i].desc.dims;
+        if (c.inputs[i].rows)
+        {
+            in[i].desc.dims.d[0] = -1;
+            in[i].min.d[0] = lo;
+            in[i].opt.d[0] = hi;
+            in[i].max.d[0] = hi;
+        }
     }
-    in[0].desc.dims.d[0] = -1;
-    in[0].min.d[0] = lo;
-    in[0].opt.d[0] = hi;
-    in[0].max.d[0] = hi;
     DynamicPluginTensorDesc out{};
-    out.desc.dims = toDims({-1, n});
+    out.desc.dims = toDims(outputShape(c, -1, n));
     out.desc.type = x;
     out.desc.format = TensorFormat::kLINEAR;
-    out.min = toDims({lo, n});
-    out.opt = out.max = toDims({hi, n});
+    out.min = toDims(outputShape(c, lo, n));
+    out.opt = out.max = toDims(outputShape(c, hi, n));
     ok = h.build->configurePlugin(in.data(), nbIn, &out, 1) == 0;
     return h.build->getWorkspaceSize(in.data(), nbIn, &out, 1);
 }
@@ -914,23 +1000,19 @@ void runOnGpu(PluginHandle const& runtime, Case const& c, std::string const& dir
             }
             std::string const tag = c.id + " M=" + std::to_string(m) + " (profile " + std::to_string(lo) + "-"
                 + std::to_string(hi) + ", workspace " + std::to_string(workspaceBytes) + " B)";
-            std::vector<PluginTensorDesc> in(nbIn);
-            for (int32_t i = 0; i < nbIn; ++i)
-            {
-                in[i].dims = toDims(c.inputs[i].dims);
-                in[i].type = i == 0 ? x : toDataType(c.inputs[i].dtype);
-                in[i].format = TensorFormat::kLINEAR;
-                in[i].scale = -1.F;
-            }
-            in[0].dims.d[0] = m;
+            std::vector<PluginTensorDesc> in = inputDescs(c, x, m);
             PluginTensorDesc out{};
-            out.dims = toDims({m, n});
+            out.dims = toDims(outputShape(c, m, n));
             out.type = x;
             out.format = TensorFormat::kLINEAR;
             out.scale = -1.F;
             check(runtime.runtime->onShapeChange(in.data(), nbIn, &out, 1) == 0, tag + ": onShapeChange");
 
-            size_t const yBytes = static_cast<size_t>(m) * n * elementSize(x);
+            size_t yBytes = elementSize(x);
+            for (int64_t d : outputShape(c, m, n))
+            {
+                yBytes *= static_cast<size_t>(d);
+            }
             void* y = nullptr;
             if (!cudaOk(cudaMalloc(&y, yBytes), tag + ": cudaMalloc y"))
             {
@@ -988,7 +1070,7 @@ void runCase(
         return;
     }
     check(c.op == h.core->getPluginName() && std::string("metrale") == h.core->getPluginNamespace()
-            && std::string(c.op == "W4A16Proj" ? "2" : "1") == h.core->getPluginVersion(),
+            && std::string(c.op.rfind("W4A16", 0) == 0 ? "2" : "1") == h.core->getPluginVersion(),
         c.id + ": plugin name/namespace/version " + h.core->getPluginName() + "/" + h.core->getPluginNamespace() + "/"
             + h.core->getPluginVersion());
     check(h.build->getNbOutputs() == 1, c.id + ": one output");
@@ -1049,16 +1131,10 @@ void runCase(
     {
         // A wrong shape at run time goes to the context's recorder, not to the logger.
         int32_t const nbIn = static_cast<int32_t>(c.inputs.size());
-        std::vector<PluginTensorDesc> in(nbIn);
-        for (int32_t i = 0; i < nbIn; ++i)
-        {
-            in[i].dims = toDims(c.inputs[i].dims);
-            in[i].type = i == 0 ? x : toDataType(c.inputs[i].dtype);
-            in[i].format = TensorFormat::kLINEAR;
-        }
+        std::vector<PluginTensorDesc> in = inputDescs(c, x, c.inputs[0].dims[0]);
         in[1].dims.d[0] += 1;
         PluginTensorDesc out{};
-        out.dims = toDims({c.inputs[0].dims[0], n});
+        out.dims = toDims(outputShape(c, c.inputs[0].dims[0], n));
         out.type = x;
         out.format = TensorFormat::kLINEAR;
         int const loggerBefore = logger.mErrors;
@@ -1087,7 +1163,7 @@ void checkRefusals(Library const& lib, Logger& logger)
     auto s = [](char const* name, char const* v) { return Field{name, false, 0, v}; };
     std::vector<Bad> const bad = {
         {"W4A16Proj", "group_size 96", {i("n", 64), i("k", 192), i("group_size", 96)}},
-        {"W4A16Proj", "K not a multiple of group_size", {i("n", 64), i("k", 200), i("group_size", 128)}},
+        {"W4A16Proj", "odd K (two codes a byte)", {i("n", 64), i("k", 201), i("group_size", 128)}},
         {"W4A16Proj", "activation_format fp8",
             {i("n", 64), i("k", 256), i("group_size", 128), s("activation_format", "fp8")}},
         {"W4A16Proj", "missing n", {i("k", 256), i("group_size", 128)}},
@@ -1103,6 +1179,15 @@ void checkRefusals(Library const& lib, Logger& logger)
         {"W4A4Proj", "activation_format fp8", {i("n", 64), i("k", 64), s("activation_format", "fp8")}},
         {"W4A4Proj", "family unknown", {i("n", 64), i("k", 64), s("family", "mlp")}},
         {"W4A4Proj", "negative n", {i("n", -1), i("k", 64)}},
+        {"W4A16MoEProj", "top_k > num_experts",
+            {i("n", 64), i("k", 256), i("num_experts", 4), i("top_k", 8), i("combine", 0), i("group_size", 128)}},
+        {"W4A16MoEProj", "top_k 33 (the kernels serve <= 32)",
+            {i("n", 64), i("k", 256), i("num_experts", 64), i("top_k", 33), i("combine", 0), i("group_size", 128)}},
+        {"W8A8MoEProj", "missing num_experts", {i("n", 64), i("k", 256), i("top_k", 2), i("combine", 1)}},
+        {"W8A8MoEProj", "num_experts 0", {i("n", 64), i("k", 256), i("num_experts", 0), i("top_k", 1)}},
+        {"W4A4MoEProj", "combine 2", {i("n", 64), i("k", 64), i("num_experts", 8), i("top_k", 2), i("combine", 2)}},
+        {"W4A4MoEProj", "K not a multiple of 16",
+            {i("n", 64), i("k", 40), i("num_experts", 8), i("top_k", 2), i("combine", 0)}},
     };
     for (Bad const& b : bad)
     {

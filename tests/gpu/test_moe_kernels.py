@@ -29,11 +29,13 @@ E, TOP_K = 8, 3
 CASES = [
     ("w4a16", dict(group_size=128, symmetric=True, bias=True), 200, 1152),
     ("w4a16", dict(group_size=32, symmetric=False, bias=False), 96, 256),
+    ("w4a16", dict(group_size=128, symmetric=False, bias=False), 96, 800),  # a partial last group
     ("w8a8", dict(gran="channel", act="fp8", agran="row", bias=True), 200, 1040),
     ("w8a8", dict(gran="block128", act="fp8", agran="row_block128", bias=False), 256, 272),
     ("w8a8", dict(gran="channel", act="bf16", agran="row", bias=True), 200, 1040),
     ("w4a4", dict(act="nvfp4", input_scale=False, bias=True), 200, 1088),
     ("w4a4", dict(act="bf16", input_scale=False, bias=False), 136, 1024),
+    ("w4a4", dict(act="nvfp4", input_scale=True, bias=False), 136, 1024),  # a static input_scale per expert
 ]
 M_VALUES = (1, 2, 7, 16, 33, 129, 1000)
 
@@ -62,6 +64,12 @@ class Experts:
                 self.t[key] = torch.stack(vals)
         b = [layer.bias_gpu for layer in self.layers]
         self.bias = None if b[0] is None else torch.stack(b)
+        self.t["input_scale"] = None
+        if o.get("input_scale"):
+            # a different static activation scale per expert (some rows saturate: legal, and tested)
+            for e, layer in enumerate(self.layers):
+                layer.input_scale = torch.tensor([(2.0 + 0.75 * e) / 2688.0], dtype=torch.float32)
+            self.t["input_scale"] = torch.cat([layer.input_scale for layer in self.layers]).to(DEV)
 
     def grouped(self, x, ids, w=None):
         o, t, n, k = self.o, self.t, self.n, self.k
@@ -74,7 +82,7 @@ class Experts:
             return torch.ops.metrale.w8a8_moe_proj(x, ids, w, t["weight"], t["weight_scale"], self.bias, n, k, E,
                                                    TOP_K, comb, o["gran"], o["act"], o["agran"], "moe", "t")
         return torch.ops.metrale.w4a4_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["weight_global_scale"],
-                                               None, self.bias, n, k, E, TOP_K, comb, o["act"], "moe", "t")
+                                               t["input_scale"], self.bias, n, k, E, TOP_K, comb, o["act"], "moe", "t")
 
 
 def _routing(m, seed):
@@ -121,7 +129,7 @@ def test_each_expert_is_the_dense_kernel_bitwise_and_meets_float64(case):
     assert not fails, "\n".join(fails)
 
 
-@pytest.mark.parametrize("case", [CASES[0], CASES[2], CASES[5]], ids=_id)
+@pytest.mark.parametrize("case", [CASES[0], CASES[3], CASES[6], CASES[8]], ids=_id)
 def test_moe_block_row_invariance_bitwise(case):
     """gate, up, SwiGLU, down + combine, routed per row: token 0's bits alone and in any batch."""
     op, o, _, _ = case
@@ -154,10 +162,17 @@ def test_moe_block_row_invariance_bitwise(case):
 
 def test_bad_routing_is_skipped_not_read_out_of_bounds():
     """Ids outside [0, E) and repeated ids contribute nothing (docs/ops.md)."""
-    ex = Experts(CASES[2])
-    x = _inputs(2, ex.k, torch.float32, seed=3).to(DEV)
-    ids = torch.tensor([[0, 0, 99], [-1, 5, 5]], dtype=torch.int32, device=DEV)
-    y = ex.grouped(x, ids)
-    assert torch.equal(y[0, 0], ex.layers[0].run(x[:1])[0])
-    assert (y[0, 1:] == 0).all() and (y[1, 0] == 0).all() and (y[1, 2] == 0).all()
-    assert torch.equal(y[1, 1], ex.layers[5].run(x[1:2])[0])
+    ex = Experts(CASES[3])
+    bad = torch.tensor([[0, 0, 99], [-1, 5, 5]], dtype=torch.int32)
+    # m = 2: the slot path; m = 40: the sorted path (the bad rows first, valid routing after them)
+    for m in (2, 40):
+        x = _inputs(m, ex.k, torch.float32, seed=3).to(DEV)
+        ids = (torch.cat([bad, _routing(m - 2, seed=4)[0]]) if m > 2 else bad).to(DEV)
+        y = ex.grouped(x, ids)
+        assert torch.equal(y[0, 0], ex.layers[0].run(x[:1])[0]), m
+        assert (y[0, 1:] == 0).all() and (y[1, 0] == 0).all() and (y[1, 2] == 0).all(), m
+        assert torch.equal(y[1, 1], ex.layers[5].run(x[1:2])[0]), m
+        w = torch.rand(m, TOP_K, generator=torch.Generator().manual_seed(m)).to(DEV)
+        yc = ex.grouped(x[:, None, :].expand(m, TOP_K, ex.k).contiguous(), ids, w)
+        want0 = (ex.layers[0].run(x[:1])[0] * w[0, 0]).float()
+        assert torch.equal(yc[0], want0), m  # one valid slot: +0 + y * w

@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from metrale_export import contract  # noqa: E402
 from metrale_export.ops import torch_ops, w4a4, w4a16, w8a8  # noqa: E402,F401  (torch_ops registers the ops)
 
 # The default engine profiles ("1,2-8,9-32,33-128,129-4096"); the harness runs both ends of each.
@@ -40,7 +41,10 @@ PROFILES = ((1, 1), (2, 8), (9, 32), (33, 128), (129, 4096))
 ROWS = tuple(sorted({m for p in PROFILES for m in p}))
 MAX_ROWS = max(ROWS)
 
-_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i8": torch.int8}
+_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "i8": torch.int8, "i32": torch.int32}
+# The grouped-expert ops' inputs whose dimension 0 is M, and the one whose dtype is x's.
+_ROW_INPUTS = ("x", "topk_ids", "topk_weights")
+_LIKE_X = ("topk_weights",)
 _CODES = {v: k for k, v in _DTYPES.items()}
 # docs/ops.md, Tolerances: relative Frobenius error against the reference, per output dtype.
 _TOLERANCE = {"f32": 1e-5, "bf16": 8e-3, "f16": 1e-3}
@@ -61,6 +65,20 @@ class Case:
 
     def tensor(self, name: str) -> torch.Tensor | None:
         return next((t for n, t in self.inputs if n == name), None)
+
+    @property
+    def grouped(self) -> bool:
+        return "num_experts" in self.fields
+
+    def y_shape(self, m: int) -> tuple[int, ...]:
+        f = self.fields
+        if not self.grouped:
+            return (m, f["n"])
+        return (m, f["n"]) if f["combine"] else (m, f["top_k"], f["n"])
+
+    def rows(self, m: int) -> dict:
+        """The row inputs (x, topk_ids, topk_weights) cut to their first m rows."""
+        return {name: t[:m] for name, t in self.inputs if name in _ROW_INPUTS}
 
 
 @dataclass
@@ -147,8 +165,94 @@ def make_cases(seed: int = 20261129) -> list[Case]:
         fields = {"n": n, "k": k, "activation_format": act, "has_input_scale": int(has_input_scale),
                   "has_bias": int(has_bias), "family": "moe", "name": f"layers.0.mlp.experts.0.{cid}"}
         cases.append(Case(cid, "W4A4Proj", fields, inputs))
+    cases += _grouped_cases(gen, weight, bias)
     assert tuple(c.id for c in cases) == CASE_IDS
     _check_attribute_names(cases)
+    return cases
+
+
+def _routing(gen: torch.Generator, m: int, e: int, top_k: int) -> torch.Tensor:
+    """Distinct expert ids per row, in random order (the contract allows any order)."""
+    return torch.argsort(torch.rand(m, e, generator=gen), dim=1)[:, :top_k].to(torch.int32).contiguous()
+
+
+def _grouped_cases(gen: torch.Generator, weight, bias) -> list[Case]:
+    """The grouped-expert plugins: every weight format, both combine modes, optional inputs."""
+    cases = []
+
+    def stack(items):
+        return torch.stack(items).contiguous()
+
+    def routed(k, e, top_k, combine, dt):
+        ids = _routing(gen, MAX_ROWS, e, top_k)
+        if combine:
+            x = (torch.randn(MAX_ROWS, top_k, k, generator=gen) * 2.0).to(_DTYPES[dt])
+            w = torch.rand(MAX_ROWS, top_k, generator=gen).to(_DTYPES[dt])
+            return x, ids, w
+        return _x(gen, k, _DTYPES[dt]), ids, None
+
+    def common(cid, n, k, e, top_k, combine):
+        return {"n": n, "k": k, "num_experts": e, "top_k": top_k, "combine": combine}, \
+            {"family": "moe", "name": f"layers.0.mlp.experts.{cid}"}
+
+    for cid, n, k, e, top_k, combine, g, zp, has_bias, dt in (
+        ("w4a16moe_g128_bf16", 256, 512, 8, 2, 0, 128, False, False, "bf16"),
+        ("w4a16moe_g64_zp_bias_combine_f16", 200, 320, 6, 3, 1, 64, True, True, "f16"),
+    ):
+        qs = [w4a16.quantize(weight(n, k), group_size=g, symmetric=not zp) for _ in range(e)]
+        x, ids, w = routed(k, e, top_k, combine, dt)
+        inputs = [("x", x), ("topk_ids", ids), ("weight", stack([q.weight for q in qs])),
+                  ("weight_scale", stack([q.weight_scale for q in qs]))]
+        if zp:
+            inputs.append(("zero_point", stack([q.zero_point for q in qs])))
+        if has_bias:
+            inputs.append(("bias", stack([bias(n) for _ in range(e)])))
+        if combine:
+            inputs.append(("topk_weights", w))
+        head, tail = common(cid, n, k, e, top_k, combine)
+        fields = {**head, "group_size": g, "has_zero_point": int(zp), "activation_format": "bf16",
+                  "has_bias": int(has_bias), **tail}
+        cases.append(Case(cid, "W4A16MoEProj", fields, inputs))
+
+    for cid, n, k, e, top_k, combine, wgran, act, agran, has_bias, dt in (
+        ("w8a8moe_channel_fp8_row_combine_bf16", 256, 512, 8, 2, 1, "channel", "fp8", "row", False, "bf16"),
+        ("w8a8moe_block128_fp8_rowblock_bias_f32", 200, 320, 5, 2, 0, "block128", "fp8", "row_block128", True, "f32"),
+    ):
+        qs = [w8a8.quantize(weight(n, k), granularity=wgran) for _ in range(e)]
+        x, ids, w = routed(k, e, top_k, combine, dt)
+        inputs = [("x", x), ("topk_ids", ids), ("weight", stack([q.weight for q in qs])),
+                  ("weight_scale", stack([q.weight_scale for q in qs]))]
+        if has_bias:
+            inputs.append(("bias", stack([bias(n) for _ in range(e)])))
+        if combine:
+            inputs.append(("topk_weights", w))
+        head, tail = common(cid, n, k, e, top_k, combine)
+        fields = {**head, "weight_scale_granularity": wgran, "activation_format": act,
+                  "activation_scale_granularity": agran, "has_bias": int(has_bias), **tail}
+        cases.append(Case(cid, "W8A8MoEProj", fields, inputs))
+
+    for cid, n, k, e, top_k, combine, act, has_input_scale, has_bias, dt in (
+        ("w4a4moe_nvfp4_combine_bf16", 256, 512, 8, 2, 1, "nvfp4", False, False, "bf16"),
+        ("w4a4moe_nvfp4_inputscale_bias_f16", 200, 320, 6, 2, 0, "nvfp4", True, True, "f16"),
+        ("w4a4moe_bf16act_f32", 256, 512, 4, 2, 0, "bf16", False, False, "f32"),
+    ):
+        qs = [w4a4.quantize(weight(n, k)) for _ in range(e)]
+        x, ids, w = routed(k, e, top_k, combine, dt)
+        inputs = [("x", x), ("topk_ids", ids), ("weight", stack([q.weight for q in qs])),
+                  ("weight_scale", stack([q.weight_scale for q in qs])),
+                  ("weight_global_scale", torch.cat([q.weight_global_scale.reshape(1) for q in qs]))]
+        if has_input_scale:
+            amax = x.to(torch.float32)[8:].abs().amax()
+            scale = torch.stack([amax / 2688.0 * (1.0 + 0.25 * j) for j in range(e)])  # a scale per expert
+            inputs.append(("input_scale", scale.to(torch.float32)))
+        if has_bias:
+            inputs.append(("bias", stack([bias(n) for _ in range(e)])))
+        if combine:
+            inputs.append(("topk_weights", w))
+        head, tail = common(cid, n, k, e, top_k, combine)
+        fields = {**head, "activation_format": act, "has_input_scale": int(has_input_scale),
+                  "has_bias": int(has_bias), **tail}
+        cases.append(Case(cid, "W4A4MoEProj", fields, inputs))
     return cases
 
 
@@ -166,9 +270,12 @@ def _check_attribute_names(cases: list[Case]) -> None:
 
 # The ids of make_cases(), spelled out so that collecting the tests does not build the inputs.
 CASE_IDS = (
-    "w4a16_g128_bf16", "w4a16_g64_zp_bias_f16", "w4a16_g32_f32",
+    "w4a16_g128_bf16", "w4a16_g64_zp_bias_f16", "w4a16_g32_f32", "w4a16_g128_partial_zp_bf16",
     "w8a8_channel_fp8_row_bf16", "w8a8_block128_fp8_rowblock_bias_f32", "w8a8_channel_bf16act_f16",
     "w4a4_nvfp4_bf16", "w4a4_nvfp4_inputscale_bias_f16", "w4a4_bf16act_f32",
+    "w4a16moe_g128_bf16", "w4a16moe_g64_zp_bias_combine_f16",
+    "w8a8moe_channel_fp8_row_combine_bf16", "w8a8moe_block128_fp8_rowblock_bias_f32",
+    "w4a4moe_nvfp4_combine_bf16", "w4a4moe_nvfp4_inputscale_bias_f16", "w4a4moe_bf16act_f32",
 )
 
 
@@ -189,7 +296,10 @@ def write_manifest(cases: list[Case], directory: Path) -> Path:
             path = f"{c.id}.{name}.bin"
             (directory / path).write_bytes(_raw(t))
             dims = ",".join(str(d) for d in t.shape)
-            lines.append(f"input {name} {_CODES[t.dtype]} {dims} {path}")
+            flags = (" rows" if name in _ROW_INPUTS and name != "x" else "") + (" likex" if name in _LIKE_X else "")
+            lines.append(f"input {name} {_CODES[t.dtype]} {dims} {path}{flags}")
+        if c.grouped:
+            lines.append("output " + ",".join(str(d) for d in c.y_shape(MAX_ROWS)))
         lines.append("profiles " + ",".join(f"{lo}-{hi}" for lo, hi in c.profiles))
         lines.append("end")
     manifest = directory / "manifest.txt"
@@ -217,9 +327,18 @@ def _torch_cuda_reference():
     return f"torch.ops.metrale (metrale_export.ops.cuda, kernels from {cuda.library_path()})", ""
 
 
-def _call_op(c: Case, x: torch.Tensor, device: str) -> torch.Tensor:
-    """The torch op of the case on x (CPU reference or CUDA op, by device)."""
+def _call_op(c: Case, x: torch.Tensor, device: str, rows: dict | None = None) -> torch.Tensor:
+    """The torch op of the case on x (CPU reference or CUDA op, by device); ``rows``: the grouped
+    ops' row inputs (topk_ids, topk_weights) cut to x's rows."""
     f = c.fields
+    if c.grouped:
+        # The torch op's arguments as the contract orders them (x, torch_inputs, torch_attributes).
+        spec = contract.op(c.op)
+        t = {name: v for name, v in c.inputs[1:]} | (rows or {})
+        args = [t.get(name) for name in spec.torch_inputs]
+        args = [None if a is None else a.to(device) for a in args]
+        return getattr(torch.ops.metrale, spec.torch_name)(x.to(device), *args,
+                                                           *(f[a] for a in spec.torch_attributes))
     t = {name: (v.to(device) if v is not None else None) for name, v in c.inputs[1:]}
     x = x.to(device)
     if c.op == "W4A16Proj":
@@ -313,7 +432,7 @@ def compare(cases: list[Case], out: Path, build: Path) -> tuple[list[Result], st
         largest = None
         path_max = out / f"{c.id}.m{MAX_ROWS}.bin"
         if path_max.exists():
-            largest = torch.frombuffer(bytearray(path_max.read_bytes()), dtype=dtype).reshape(MAX_ROWS, -1)
+            largest = torch.frombuffer(bytearray(path_max.read_bytes()), dtype=dtype).reshape(c.y_shape(MAX_ROWS))
         for m in ROWS:
             r = Result(c.id, c.op, m)
             path = out / f"{c.id}.m{m}.bin"
@@ -321,16 +440,21 @@ def compare(cases: list[Case], out: Path, build: Path) -> tuple[list[Result], st
                 r.detail = f"the harness wrote no {path.name}"
                 results.append(r)
                 continue
-            y = torch.frombuffer(bytearray(path.read_bytes()), dtype=dtype).reshape(m, c.fields["n"])
+            y = torch.frombuffer(bytearray(path.read_bytes()), dtype=dtype).reshape(c.y_shape(m))
             x = c.x[:m]
-            ref = (launchers(c, x) if launchers else _call_op(c, x, "cuda")).cpu()
+            rows = {k: v for k, v in c.rows(m).items() if k != "x"}
+            if c.grouped and launchers:
+                r.detail = "the grouped ops need the torch CUDA op as the reference"
+                results.append(r)
+                continue
+            ref = (launchers(c, x) if launchers else _call_op(c, x, "cuda", rows)).cpu()
             r.bitwise = _raw(y) == _raw(ref)
             if not r.bitwise:
                 diff = (y.to(torch.float64) - ref.to(torch.float64)).abs()
                 r.detail = (f"{int((_raw_view(y) != _raw_view(ref)).sum())} of {y.numel()} elements differ, "
                             f"max |diff| {diff.max().item():.3g}")
             r.row_invariant = largest is not None and _raw(y) == _raw(largest[:m])
-            cpu = _call_op(c, x, "cpu")
+            cpu = _call_op(c, x, "cpu", rows)
             r.rel_err = _rel_err(y, cpu)
             fp8_f32 = c.fields.get("activation_format") == "fp8" and code == "f32"
             r.tolerance = _TOLERANCE_FP8_F32 if fp8_f32 else _TOLERANCE[code]

@@ -36,6 +36,15 @@ FIELDS = {
                  "name": "layers.0.self_attn.q_proj"},
     "W4A4Proj": {"n": 64, "k": 256, "activation_format": "nvfp4", "has_input_scale": 0, "has_bias": 0,
                  "family": "moe", "name": "layers.0.mlp.experts.0.up_proj"},
+    "W4A16MoEProj": {"n": 64, "k": 256, "num_experts": 8, "top_k": 2, "combine": 0, "group_size": 128,
+                     "has_zero_point": 0, "activation_format": "bf16", "has_bias": 0, "family": "moe",
+                     "name": "layers.0.mlp.experts.gate_proj"},
+    "W8A8MoEProj": {"n": 64, "k": 256, "num_experts": 8, "top_k": 2, "combine": 1,
+                    "weight_scale_granularity": "channel", "activation_format": "fp8",
+                    "activation_scale_granularity": "row", "has_bias": 0, "family": "moe",
+                    "name": "layers.0.mlp.experts.down_proj"},
+    "W4A4MoEProj": {"n": 64, "k": 256, "num_experts": 8, "top_k": 2, "combine": 0, "activation_format": "nvfp4",
+                    "has_input_scale": 1, "has_bias": 0, "family": "moe", "name": "layers.0.mlp.experts.up_proj"},
 }
 
 
@@ -59,13 +68,16 @@ def registry(trt):
     return reg
 
 
+_KEEP = []  # the fields' arrays: the bindings may keep only their addresses, so they must outlive the call
+
+
 def _fields(trt, values: dict):
     fields = []
     for name, value in values.items():
-        if isinstance(value, int):
-            fields.append(trt.PluginField(name, np.array([value], np.int32), trt.PluginFieldType.INT32))
-        else:
-            fields.append(trt.PluginField(name, np.frombuffer(value.encode(), np.int8), trt.PluginFieldType.CHAR))
+        data = np.array([value], np.int32) if isinstance(value, int) else np.frombuffer(value.encode(), np.int8)
+        _KEEP.append(data)
+        kind = trt.PluginFieldType.INT32 if isinstance(value, int) else trt.PluginFieldType.CHAR
+        fields.append(trt.PluginField(name, data, kind))
     return trt.PluginFieldCollection(fields)
 
 
@@ -87,6 +99,11 @@ def test_bad_fields_are_refused_not_fatal(trt, registry):
     bad = dict(FIELDS["W4A16Proj"], group_size=96)
     assert creator.create_plugin("layer", _fields(trt, bad), trt.TensorRTPhase.BUILD) is None
     # A version-1 graph (float32 scales) finds the retired creator, which refuses every plugin.
-    old = registry.get_creator("W4A16Proj", "1", "metrale")
-    assert old is not None
-    assert old.create_plugin("layer", _fields(trt, FIELDS["W4A16Proj"]), trt.TensorRTPhase.BUILD) is None
+    for op in ("W4A16Proj", "W4A16MoEProj"):
+        old = registry.get_creator(op, "1", "metrale")
+        assert old is not None, op
+        assert old.create_plugin("layer", _fields(trt, FIELDS[op]), trt.TensorRTPhase.BUILD) is None
+    # A grouped op with top_k above num_experts (docs/ops.md: exit 2 at export; refused here too).
+    creator = registry.get_creator("W8A8MoEProj", "1", "metrale")
+    bad = dict(FIELDS["W8A8MoEProj"], top_k=9)
+    assert creator.create_plugin("layer", _fields(trt, bad), trt.TensorRTPhase.BUILD) is None
