@@ -1,9 +1,8 @@
 /*
- * The shared IPluginV3 methods of the metrale projection plugins (see projectionPlugin.h).
+ * The dense projection plugins' shapes, types, formats, workspace and enqueue (see projectionPlugin.h;
+ * the plumbing every plugin shares is pluginBase.cpp).
  */
 #include "projectionPlugin.h"
-
-#include <cuda_runtime_api.h>
 
 namespace metrale
 {
@@ -20,16 +19,6 @@ using nvinfer1::TensorFormat;
 namespace
 {
 constexpr char const* kFAMILIES[] = {"attn", "ffn", "gdn", "moe", "head"};
-
-std::string dimsToString(Dims const& dims)
-{
-    std::string s = "[";
-    for (int32_t i = 0; i < dims.nbDims; ++i)
-    {
-        s += cat(i == 0 ? "" : ", ", dims.d[i]);
-    }
-    return s + "]";
-}
 
 std::string dimsToString(std::vector<int64_t> const& dims)
 {
@@ -68,72 +57,8 @@ CommonAttributes parseCommonAttributes(
 }
 
 ProjectionPlugin::ProjectionPlugin(std::string layerName, CommonAttributes attrs)
-    : mAttrs(std::move(attrs))
-    , mLayerName(std::move(layerName))
+    : PluginBase(std::move(layerName), std::move(attrs))
 {
-}
-
-std::string ProjectionPlugin::identity() const
-{
-    std::string const& shown = mAttrs.name.empty() ? mLayerName : mAttrs.name;
-    return cat(kPLUGIN_NAMESPACE, "::", getPluginName(), " '", shown, "'");
-}
-
-void ProjectionPlugin::reportException(char const* method, std::exception const& e) const noexcept
-{
-    try
-    {
-        auto const* pe = dynamic_cast<PluginError const*>(&e);
-        reportError(mRecorder, pe != nullptr ? pe->code() : nvinfer1::ErrorCode::kINTERNAL_ERROR,
-            cat(identity(), " (", method, "): ", e.what()));
-    }
-    catch (...)
-    {
-        reportError(mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, e.what());
-    }
-}
-
-void ProjectionPlugin::reportUnknownException(char const* method) const noexcept
-{
-    try
-    {
-        reportError(
-            mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, cat(identity(), " (", method, "): unknown exception"));
-    }
-    catch (...)
-    {
-        reportError(mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, "metrale plugin: unknown exception");
-    }
-}
-
-// Every TensorRT-facing method runs its body through this: exceptions become a report and the
-// given failure value.
-#define METRALE_GUARDED(method, onError, body)                                                         \
-    try                                                                                                \
-    {                                                                                                  \
-        body                                                                                           \
-    }                                                                                                  \
-    catch (std::exception const& e)                                                                    \
-    {                                                                                                  \
-        reportException(method, e);                                                                    \
-    }                                                                                                  \
-    catch (...)                                                                                        \
-    {                                                                                                  \
-        reportUnknownException(method);                                                                \
-    }                                                                                                  \
-    return onError;
-
-nvinfer1::IPluginCapability* ProjectionPlugin::getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept
-{
-    METRALE_GUARDED("getCapabilityInterface", nullptr, {
-        switch (type)
-        {
-        case nvinfer1::PluginCapabilityType::kCORE: return static_cast<nvinfer1::IPluginV3OneCore*>(this);
-        case nvinfer1::PluginCapabilityType::kBUILD: return static_cast<nvinfer1::IPluginV3OneBuild*>(this);
-        case nvinfer1::PluginCapabilityType::kRUNTIME: return static_cast<nvinfer1::IPluginV3OneRuntime*>(this);
-        }
-        throw PluginError(cat("unknown capability type ", static_cast<int32_t>(type)));
-    })
 }
 
 void ProjectionPlugin::checkCounts(int32_t nbInputs, int32_t nbOutputs) const
@@ -362,41 +287,10 @@ int32_t ProjectionPlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTenso
         METRALE_REQUIRE(workspaceBytes == 0 || workspace != nullptr, "no workspace given; ", workspaceBytes,
             " bytes are needed for M=", m);
         cudaError_t const status = launch(xDType, inputs, outputs[kY_IDX], m, workspace, workspaceBytes, stream);
-        if (status != cudaSuccess)
-        {
-            throw PluginError(cat("the kernel launch failed for M=", m, ": ", cudaGetErrorName(status), " (",
-                                  cudaGetErrorString(status), ")"),
-                status == cudaErrorInvalidValue || status == cudaErrorNotSupported
-                    ? nvinfer1::ErrorCode::kINVALID_ARGUMENT
-                    : nvinfer1::ErrorCode::kFAILED_EXECUTION);
-        }
+        checkLaunch(status, m);
         return 0;
     })
 }
-
-nvinfer1::IPluginV3* ProjectionPlugin::attachToContext(nvinfer1::IPluginResourceContext* context) noexcept
-{
-    METRALE_GUARDED("attachToContext", nullptr, {
-        METRALE_REQUIRE(context != nullptr, "null resource context");
-        nvinfer1::IPluginV3* copy = clone();
-        METRALE_REQUIRE(copy != nullptr, "clone failed");
-        // clone() returns a ProjectionPlugin; the copy reports to its execution context's recorder.
-        static_cast<ProjectionPlugin*>(copy)->mRecorder = context->getErrorRecorder();
-        return copy;
-    })
-}
-
-nvinfer1::PluginFieldCollection const* ProjectionPlugin::getFieldsToSerialize() noexcept
-{
-    METRALE_GUARDED("getFieldsToSerialize", nullptr, {
-        // Rebuilt on every call so the fields point into this object, also after a copy.
-        mFieldWriter.clear();
-        writeFields(mFieldWriter);
-        return mFieldWriter.collection();
-    })
-}
-
-#undef METRALE_GUARDED
 
 } // namespace plugin
 } // namespace metrale

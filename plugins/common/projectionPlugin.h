@@ -20,7 +20,7 @@
 #ifndef METRALE_PROJECTION_PLUGIN_H
 #define METRALE_PROJECTION_PLUGIN_H
 
-#include "pluginCommon.h"
+#include "pluginBase.h"
 
 #include <string>
 #include <vector>
@@ -30,54 +30,23 @@ namespace metrale
 namespace plugin
 {
 
-//! Position of x, and of the only output, in TensorRT's numbering.
+//! Position of x in TensorRT's numbering (the output y is kY_IDX, pluginBase.h).
 constexpr int32_t kX_IDX{0};
-constexpr int32_t kY_IDX{0};
-
-//! One input after x: its contract name, TensorRT type and static shape.
-struct InputSpec
-{
-    char const* name;
-    nvinfer1::DataType type;
-    std::vector<int64_t> dims;
-};
-
-//! The attributes every projection op has (docs/ops.md, Attributes).
-struct CommonAttributes
-{
-    int32_t n{0};
-    int32_t k{0};
-    int32_t activationFormat{kMETRALE_ACT_BF16};
-    int32_t hasBias{0};
-    std::string activationFormatName;
-    std::string family;
-    std::string name;
-};
 
 //! Parses n, k, activation_format, has_bias, family and name; defaultFormat is used when
 //! activation_format is absent.
 CommonAttributes parseCommonAttributes(
     FieldReader const& reader, std::initializer_list<char const*> allowedFormats, char const* defaultFormat);
 
-class ProjectionPlugin : public nvinfer1::IPluginV3,
-                         public nvinfer1::IPluginV3OneCore,
-                         public nvinfer1::IPluginV3OneBuild,
-                         public nvinfer1::IPluginV3OneRuntime
+class ProjectionPlugin : public PluginBase
 {
 public:
     ~ProjectionPlugin() override = default;
-
-    // IPluginV3
-    nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
 
     // IPluginV3OneCore
     char const* getPluginVersion() const noexcept override
     {
         return kPLUGIN_VERSION;
-    }
-    char const* getPluginNamespace() const noexcept override
-    {
-        return kPLUGIN_NAMESPACE;
     }
 
     // IPluginV3OneBuild
@@ -90,10 +59,6 @@ public:
         int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept override;
     bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut, int32_t nbInputs,
         int32_t nbOutputs) noexcept override;
-    int32_t getNbOutputs() const noexcept override
-    {
-        return 1;
-    }
     size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
         nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
     char const* getTimingCacheID() noexcept override;
@@ -104,14 +69,6 @@ public:
         nvinfer1::PluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
     int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
         void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
-    nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
-    nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
-
-    //! The attributes, for tests and messages.
-    CommonAttributes const& attributes() const noexcept
-    {
-        return mAttrs;
-    }
 
 protected:
     ProjectionPlugin(std::string layerName, CommonAttributes attrs);
@@ -125,17 +82,8 @@ protected:
     //! Runs the op's launcher; inputs are TensorRT's, in contract order.
     virtual cudaError_t launch(int32_t xDType, void const* const* inputs, void* y, int64_t m, void* workspace,
         size_t workspaceBytes, cudaStream_t stream) const = 0;
-    //! Appends every field, in contract order, pointing into this object's members.
-    virtual void writeFields(FieldWriter& writer) const = 0;
     //! The op-specific attributes as "key=value;..." (timing cache ID and metadata).
     virtual std::string describeOpAttributes() const = 0;
-
-    //! Reports an exception caught in method, with the plugin's identity.
-    void reportException(char const* method, std::exception const& e) const noexcept;
-    void reportUnknownException(char const* method) const noexcept;
-
-    CommonAttributes mAttrs;
-    std::string mLayerName;
 
 private:
     int32_t expectedNbInputs() const
@@ -146,12 +94,6 @@ private:
     //! Checks static dims against the contract; dims of -1 (unknown at build time) are skipped.
     void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;
     void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const;
-    std::string identity() const;
-
-    nvinfer1::IErrorRecorder* mRecorder{nullptr};
-    FieldWriter mFieldWriter;
-    std::string mTimingCacheId;
-    std::string mMetadata;
 };
 
 //! The creator of a projection plugin: Plugin supplies kOP_TYPE, kPLUGIN_VERSION, fieldNames() and

@@ -3,8 +3,6 @@
  */
 #include "GroupedProjectionPlugin.h"
 
-#include <cuda_runtime_api.h>
-
 namespace metrale
 {
 namespace plugin
@@ -21,16 +19,6 @@ namespace
 {
 //! The kernels' limit on top_k (moeProjKernel.cuh, kMOE_MAX_TOP_K).
 constexpr int32_t kGROUPED_MAX_TOP_K{32};
-
-std::string groupedDims(Dims const& dims)
-{
-    std::string s = "[";
-    for (int32_t i = 0; i < dims.nbDims; ++i)
-    {
-        s += cat(i == 0 ? "" : ", ", dims.d[i]);
-    }
-    return s + "]";
-}
 
 std::string groupedDims(std::vector<int64_t> const& dims)
 {
@@ -80,72 +68,9 @@ RoutingAttributes parseRoutingAttributes(FieldReader const& reader)
 }
 
 GroupedProjectionPlugin::GroupedProjectionPlugin(std::string layerName, CommonAttributes attrs, RoutingAttributes routing)
-    : mAttrs(std::move(attrs))
+    : PluginBase(std::move(layerName), std::move(attrs))
     , mRouting(routing)
-    , mLayerName(std::move(layerName))
 {
-}
-
-std::string GroupedProjectionPlugin::identity() const
-{
-    std::string const& shown = mAttrs.name.empty() ? mLayerName : mAttrs.name;
-    return cat(kPLUGIN_NAMESPACE, "::", getPluginName(), " '", shown, "'");
-}
-
-void GroupedProjectionPlugin::reportException(char const* method, std::exception const& e) const noexcept
-{
-    try
-    {
-        auto const* pe = dynamic_cast<PluginError const*>(&e);
-        reportError(mRecorder, pe != nullptr ? pe->code() : nvinfer1::ErrorCode::kINTERNAL_ERROR,
-            cat(identity(), " (", method, "): ", e.what()));
-    }
-    catch (...)
-    {
-        reportError(mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, e.what());
-    }
-}
-
-void GroupedProjectionPlugin::reportUnknownException(char const* method) const noexcept
-{
-    try
-    {
-        reportError(
-            mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, cat(identity(), " (", method, "): unknown exception"));
-    }
-    catch (...)
-    {
-        reportError(mRecorder, nvinfer1::ErrorCode::kINTERNAL_ERROR, "metrale plugin: unknown exception");
-    }
-}
-
-#define METRALE_GROUPED_GUARDED(method, onError, body)                                                 \
-    try                                                                                                \
-    {                                                                                                  \
-        body                                                                                           \
-    }                                                                                                  \
-    catch (std::exception const& e)                                                                    \
-    {                                                                                                  \
-        reportException(method, e);                                                                    \
-    }                                                                                                  \
-    catch (...)                                                                                        \
-    {                                                                                                  \
-        reportUnknownException(method);                                                                \
-    }                                                                                                  \
-    return onError;
-
-nvinfer1::IPluginCapability* GroupedProjectionPlugin::getCapabilityInterface(
-    nvinfer1::PluginCapabilityType type) noexcept
-{
-    METRALE_GROUPED_GUARDED("getCapabilityInterface", nullptr, {
-        switch (type)
-        {
-        case nvinfer1::PluginCapabilityType::kCORE: return static_cast<nvinfer1::IPluginV3OneCore*>(this);
-        case nvinfer1::PluginCapabilityType::kBUILD: return static_cast<nvinfer1::IPluginV3OneBuild*>(this);
-        case nvinfer1::PluginCapabilityType::kRUNTIME: return static_cast<nvinfer1::IPluginV3OneRuntime*>(this);
-        }
-        throw PluginError(cat("unknown capability type ", static_cast<int32_t>(type)));
-    })
 }
 
 void GroupedProjectionPlugin::checkCounts(int32_t nbInputs, int32_t nbOutputs) const
@@ -195,25 +120,25 @@ void GroupedProjectionPlugin::checkDims(Dims const* dims, int32_t nbInputs, bool
     std::vector<int64_t> const xWant = mRouting.combine ? std::vector<int64_t>{-1, mRouting.topK, mAttrs.k}
                                                          : std::vector<int64_t>{-1, mAttrs.k};
     METRALE_REQUIRE(matches(x, xWant, -1, allowWildcards), "x: expected ", groupedDims(xWant), " for k=", mAttrs.k,
-        ", top_k=", mRouting.topK, ", combine=", mRouting.combine, ", found ", groupedDims(x));
+        ", top_k=", mRouting.topK, ", combine=", mRouting.combine, ", found ", dimsToString(x));
     int64_t const m = x.d[0];
     std::vector<int64_t> const routingWant{-1, mRouting.topK};
     METRALE_REQUIRE(matches(dims[kGROUPED_IDS_IDX], routingWant, m, allowWildcards), "topk_ids (input 1): expected ",
         groupedDims(routingWant), " with M = x's rows (", m, ") and top_k=", mRouting.topK, ", found ",
-        groupedDims(dims[kGROUPED_IDS_IDX]));
+        dimsToString(dims[kGROUPED_IDS_IDX]));
     std::vector<InputSpec> const specs = expertInputs();
     for (size_t j = 0; j < specs.size() && kGROUPED_FIRST_WEIGHT_IDX + static_cast<int32_t>(j) < nbInputs; ++j)
     {
         int32_t const i = kGROUPED_FIRST_WEIGHT_IDX + static_cast<int32_t>(j);
         METRALE_REQUIRE(matches(dims[i], specs[j].dims, m, allowWildcards), specs[j].name, " (input ", i,
             "): expected shape ", groupedDims(specs[j].dims), " for num_experts=", mRouting.numExperts, ", n=",
-            mAttrs.n, ", k=", mAttrs.k, ", found ", groupedDims(dims[i]));
+            mAttrs.n, ", k=", mAttrs.k, ", found ", dimsToString(dims[i]));
     }
     int32_t const tw = topkWeightsIdx();
     if (tw >= 0 && tw < nbInputs)
     {
         METRALE_REQUIRE(matches(dims[tw], routingWant, m, allowWildcards), "topk_weights (input ", tw,
-            "): expected ", groupedDims(routingWant), " with M = x's rows (", m, "), found ", groupedDims(dims[tw]));
+            "): expected ", groupedDims(routingWant), " with M = x's rows (", m, "), found ", dimsToString(dims[tw]));
     }
 }
 
@@ -233,7 +158,7 @@ Dims GroupedProjectionPlugin::outputDims(int64_t m) const
 int32_t GroupedProjectionPlugin::configurePlugin(
     DynamicPluginTensorDesc const* in, int32_t nbInputs, DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept
 {
-    METRALE_GROUPED_GUARDED("configurePlugin", -1, {
+    METRALE_GUARDED("configurePlugin", -1, {
         checkCounts(nbInputs, nbOutputs);
         METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
         std::vector<Dims> dims(nbInputs);
@@ -254,7 +179,7 @@ int32_t GroupedProjectionPlugin::configurePlugin(
 int32_t GroupedProjectionPlugin::getOutputDataTypes(
     DataType* outputTypes, int32_t nbOutputs, DataType const* inputTypes, int32_t nbInputs) const noexcept
 {
-    METRALE_GROUPED_GUARDED("getOutputDataTypes", -1, {
+    METRALE_GUARDED("getOutputDataTypes", -1, {
         checkCounts(nbInputs, nbOutputs);
         METRALE_REQUIRE(outputTypes != nullptr && inputTypes != nullptr, "null type arrays");
         checkTypes(inputTypes, nbInputs);
@@ -267,7 +192,7 @@ int32_t GroupedProjectionPlugin::getOutputShapes(DimsExprs const* inputs, int32_
     DimsExprs const* /*shapeInputs*/, int32_t nbShapeInputs, DimsExprs* outputs, int32_t nbOutputs,
     nvinfer1::IExprBuilder& exprBuilder) noexcept
 {
-    METRALE_GROUPED_GUARDED("getOutputShapes", -1, {
+    METRALE_GUARDED("getOutputShapes", -1, {
         checkCounts(nbInputs, nbOutputs);
         METRALE_REQUIRE(nbShapeInputs == 0, "expected no shape inputs, found ", nbShapeInputs);
         METRALE_REQUIRE(inputs != nullptr && outputs != nullptr, "null shape arrays");
@@ -305,7 +230,7 @@ int32_t GroupedProjectionPlugin::getOutputShapes(DimsExprs const* inputs, int32_
 bool GroupedProjectionPlugin::supportsFormatCombination(
     int32_t pos, DynamicPluginTensorDesc const* inOut, int32_t nbInputs, int32_t nbOutputs) noexcept
 {
-    METRALE_GROUPED_GUARDED("supportsFormatCombination", false, {
+    METRALE_GUARDED("supportsFormatCombination", false, {
         if (nbInputs != expectedNbInputs() || nbOutputs != 1 || pos < 0 || pos >= nbInputs + nbOutputs
             || inOut == nullptr)
         {
@@ -335,12 +260,12 @@ bool GroupedProjectionPlugin::supportsFormatCombination(
 size_t GroupedProjectionPlugin::getWorkspaceSize(DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
     DynamicPluginTensorDesc const* /*outputs*/, int32_t nbOutputs) const noexcept
 {
-    METRALE_GROUPED_GUARDED("getWorkspaceSize", 0, {
+    METRALE_GUARDED("getWorkspaceSize", 0, {
         checkCounts(nbInputs, nbOutputs);
         METRALE_REQUIRE(inputs != nullptr, "null tensor descriptions");
         Dims const& maxX = inputs[kGROUPED_X_IDX].max;
         METRALE_REQUIRE(maxX.nbDims == (mRouting.combine ? 3 : 2) && maxX.d[0] >= 0,
-            "x: expected the profile's max shape, found ", groupedDims(maxX));
+            "x: expected the profile's max shape, found ", dimsToString(maxX));
         // float32 x needs the most (its raw rows are gathered); the workspace grows with m, so the
         // profile's largest M covers every smaller one.
         return workspaceSize(maxX.d[0], activationDType(inputs[kGROUPED_X_IDX].desc.type));
@@ -349,7 +274,7 @@ size_t GroupedProjectionPlugin::getWorkspaceSize(DynamicPluginTensorDesc const* 
 
 char const* GroupedProjectionPlugin::getTimingCacheID() noexcept
 {
-    METRALE_GROUPED_GUARDED("getTimingCacheID", nullptr, {
+    METRALE_GUARDED("getTimingCacheID", nullptr, {
         mTimingCacheId = cat(getPluginName(), ";n=", mAttrs.n, ";k=", mAttrs.k, ";num_experts=", mRouting.numExperts,
             ";top_k=", mRouting.topK, ";combine=", mRouting.combine, ";activation_format=",
             mAttrs.activationFormatName, ";", describeOpAttributes(), ";has_bias=", mAttrs.hasBias);
@@ -359,7 +284,7 @@ char const* GroupedProjectionPlugin::getTimingCacheID() noexcept
 
 char const* GroupedProjectionPlugin::getMetadataString() noexcept
 {
-    METRALE_GROUPED_GUARDED("getMetadataString", nullptr, {
+    METRALE_GUARDED("getMetadataString", nullptr, {
         mMetadata = cat(getPluginName(), " name=", mAttrs.name, " family=", mAttrs.family, " n=", mAttrs.n,
             " k=", mAttrs.k, " num_experts=", mRouting.numExperts, " top_k=", mRouting.topK, " combine=",
             mRouting.combine, " activation_format=", mAttrs.activationFormatName, " ", describeOpAttributes(),
@@ -371,7 +296,7 @@ char const* GroupedProjectionPlugin::getMetadataString() noexcept
 int32_t GroupedProjectionPlugin::onShapeChange(
     PluginTensorDesc const* in, int32_t nbInputs, PluginTensorDesc const* out, int32_t nbOutputs) noexcept
 {
-    METRALE_GROUPED_GUARDED("onShapeChange", -1, {
+    METRALE_GUARDED("onShapeChange", -1, {
         checkCounts(nbInputs, nbOutputs);
         METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
         std::vector<Dims> dims(nbInputs);
@@ -391,7 +316,7 @@ int32_t GroupedProjectionPlugin::onShapeChange(
         {
             same = y.d[j] == want.d[j];
         }
-        METRALE_REQUIRE(same, "y: expected ", groupedDims(want), ", found ", groupedDims(y));
+        METRALE_REQUIRE(same, "y: expected ", dimsToString(want), ", found ", dimsToString(y));
         METRALE_REQUIRE(out[kY_IDX].type == in[kGROUPED_X_IDX].type, "y: expected the type of x");
         return 0;
     })
@@ -400,12 +325,12 @@ int32_t GroupedProjectionPlugin::onShapeChange(
 int32_t GroupedProjectionPlugin::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc const* outputDesc,
     void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept
 {
-    METRALE_GROUPED_GUARDED("enqueue", -1, {
+    METRALE_GUARDED("enqueue", -1, {
         METRALE_REQUIRE(inputDesc != nullptr && outputDesc != nullptr && inputs != nullptr && outputs != nullptr,
             "null tensor descriptions or pointers");
         Dims const& x = inputDesc[kGROUPED_X_IDX].dims;
         METRALE_REQUIRE(x.nbDims == (mRouting.combine ? 3 : 2) && x.d[x.nbDims - 1] == mAttrs.k && x.d[0] >= 0,
-            "x: expected [M, ", mRouting.combine ? "top_k, " : "", "K=", mAttrs.k, "], found ", groupedDims(x));
+            "x: expected [M, ", mRouting.combine ? "top_k, " : "", "K=", mAttrs.k, "], found ", dimsToString(x));
         int64_t const m = x.d[0];
         if (m == 0)
         {
@@ -419,39 +344,10 @@ int32_t GroupedProjectionPlugin::enqueue(PluginTensorDesc const* inputDesc, Plug
         int32_t const tw = topkWeightsIdx();
         cudaError_t const status = launch(xDType, inputs, tw < 0 ? nullptr : inputs[tw], outputs[kY_IDX], m,
             workspace, workspaceBytes, stream);
-        if (status != cudaSuccess)
-        {
-            throw PluginError(cat("the kernel launch failed for M=", m, ": ", cudaGetErrorName(status), " (",
-                                  cudaGetErrorString(status), ")"),
-                status == cudaErrorInvalidValue || status == cudaErrorNotSupported
-                    ? nvinfer1::ErrorCode::kINVALID_ARGUMENT
-                    : nvinfer1::ErrorCode::kFAILED_EXECUTION);
-        }
+        checkLaunch(status, m);
         return 0;
     })
 }
-
-nvinfer1::IPluginV3* GroupedProjectionPlugin::attachToContext(nvinfer1::IPluginResourceContext* context) noexcept
-{
-    METRALE_GROUPED_GUARDED("attachToContext", nullptr, {
-        METRALE_REQUIRE(context != nullptr, "null resource context");
-        nvinfer1::IPluginV3* copy = clone();
-        METRALE_REQUIRE(copy != nullptr, "clone failed");
-        static_cast<GroupedProjectionPlugin*>(copy)->mRecorder = context->getErrorRecorder();
-        return copy;
-    })
-}
-
-nvinfer1::PluginFieldCollection const* GroupedProjectionPlugin::getFieldsToSerialize() noexcept
-{
-    METRALE_GROUPED_GUARDED("getFieldsToSerialize", nullptr, {
-        mFieldWriter.clear();
-        writeFields(mFieldWriter);
-        return mFieldWriter.collection();
-    })
-}
-
-#undef METRALE_GROUPED_GUARDED
 
 } // namespace plugin
 } // namespace metrale

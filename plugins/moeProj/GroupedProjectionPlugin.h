@@ -1,7 +1,8 @@
 /*
  * The IPluginV3 machinery the three grouped-expert plugins share (docs/ops.md, "Grouped-expert
  * ops"): W4A16MoEProjPlugin, W8A8MoEProjPlugin and W4A4MoEProjPlugin derive from
- * GroupedProjectionPlugin and supply only their stacked weight inputs, fields and launch.
+ * GroupedProjectionPlugin and supply only their stacked weight inputs, fields and launch. What every
+ * plugin shares (capabilities, reporting, serialization, attachToContext) is PluginBase (pluginBase.h).
  *
  * Inputs (positional, as the ONNX node): x [M, K] (combine=0) or [M, top_k, K] (combine=1);
  * topk_ids kINT32 [M, top_k]; the dense op's tensors with a leading expert axis [E, ...]; and, for
@@ -49,22 +50,10 @@ struct RoutingAttributes
 //! kernels' top_k <= 32).
 RoutingAttributes parseRoutingAttributes(FieldReader const& reader);
 
-class GroupedProjectionPlugin : public nvinfer1::IPluginV3,
-                                public nvinfer1::IPluginV3OneCore,
-                                public nvinfer1::IPluginV3OneBuild,
-                                public nvinfer1::IPluginV3OneRuntime
+class GroupedProjectionPlugin : public PluginBase
 {
 public:
     ~GroupedProjectionPlugin() override = default;
-
-    // IPluginV3
-    nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
-
-    // IPluginV3OneCore
-    char const* getPluginNamespace() const noexcept override
-    {
-        return kPLUGIN_NAMESPACE;
-    }
 
     // IPluginV3OneBuild
     int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
@@ -76,10 +65,6 @@ public:
         int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept override;
     bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut, int32_t nbInputs,
         int32_t nbOutputs) noexcept override;
-    int32_t getNbOutputs() const noexcept override
-    {
-        return 1;
-    }
     size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
         nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
     char const* getTimingCacheID() noexcept override;
@@ -90,8 +75,6 @@ public:
         nvinfer1::PluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
     int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
         void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
-    nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
-    nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
 
 protected:
     GroupedProjectionPlugin(std::string layerName, CommonAttributes attrs, RoutingAttributes routing);
@@ -107,17 +90,10 @@ protected:
     //! topk_weights or nullptr).
     virtual cudaError_t launch(int32_t xDType, void const* const* inputs, void const* topkWeights, void* y,
         int64_t m, void* workspace, size_t workspaceBytes, cudaStream_t stream) const = 0;
-    //! Appends every field, in contract order, pointing into this object's members.
-    virtual void writeFields(FieldWriter& writer) const = 0;
     //! The op-specific attributes as "key=value;..." (timing cache ID and metadata).
     virtual std::string describeOpAttributes() const = 0;
 
-    void reportException(char const* method, std::exception const& e) const noexcept;
-    void reportUnknownException(char const* method) const noexcept;
-
-    CommonAttributes mAttrs;
     RoutingAttributes mRouting;
-    std::string mLayerName;
 
 private:
     int32_t expectedNbInputs() const
@@ -134,12 +110,6 @@ private:
     void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;
     void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const;
     nvinfer1::Dims outputDims(int64_t m) const;
-    std::string identity() const;
-
-    nvinfer1::IErrorRecorder* mRecorder{nullptr};
-    FieldWriter mFieldWriter;
-    std::string mTimingCacheId;
-    std::string mMetadata;
 };
 
 } // namespace plugin

@@ -47,19 +47,7 @@ W4A16MoEProjPlugin* W4A16MoEProjPlugin::create(std::string const& layerName, nvi
 
 nvinfer1::IPluginV3* W4A16MoEProjPlugin::clone() noexcept
 {
-    try
-    {
-        return new W4A16MoEProjPlugin(*this);
-    }
-    catch (std::exception const& e)
-    {
-        reportException("clone", e);
-    }
-    catch (...)
-    {
-        reportUnknownException("clone");
-    }
-    return nullptr;
+    METRALE_GUARDED("clone", nullptr, { return new W4A16MoEProjPlugin(*this); })
 }
 
 std::vector<InputSpec> W4A16MoEProjPlugin::expertInputs() const

@@ -44,19 +44,7 @@ W4A4MoEProjPlugin* W4A4MoEProjPlugin::create(std::string const& layerName, nvinf
 
 nvinfer1::IPluginV3* W4A4MoEProjPlugin::clone() noexcept
 {
-    try
-    {
-        return new W4A4MoEProjPlugin(*this);
-    }
-    catch (std::exception const& e)
-    {
-        reportException("clone", e);
-    }
-    catch (...)
-    {
-        reportUnknownException("clone");
-    }
-    return nullptr;
+    METRALE_GUARDED("clone", nullptr, { return new W4A4MoEProjPlugin(*this); })
 }
 
 std::vector<InputSpec> W4A4MoEProjPlugin::expertInputs() const

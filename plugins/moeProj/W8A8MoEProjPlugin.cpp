@@ -76,19 +76,7 @@ W8A8MoEProjPlugin* W8A8MoEProjPlugin::create(std::string const& layerName, nvinf
 
 nvinfer1::IPluginV3* W8A8MoEProjPlugin::clone() noexcept
 {
-    try
-    {
-        return new W8A8MoEProjPlugin(*this);
-    }
-    catch (std::exception const& e)
-    {
-        reportException("clone", e);
-    }
-    catch (...)
-    {
-        reportUnknownException("clone");
-    }
-    return nullptr;
+    METRALE_GUARDED("clone", nullptr, { return new W8A8MoEProjPlugin(*this); })
 }
 
 std::vector<InputSpec> W8A8MoEProjPlugin::expertInputs() const

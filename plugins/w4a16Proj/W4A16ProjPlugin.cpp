@@ -46,19 +46,7 @@ W4A16ProjPlugin* W4A16ProjPlugin::create(std::string const& layerName, nvinfer1:
 
 nvinfer1::IPluginV3* W4A16ProjPlugin::clone() noexcept
 {
-    try
-    {
-        return new W4A16ProjPlugin(*this);
-    }
-    catch (std::exception const& e)
-    {
-        reportException("clone", e);
-    }
-    catch (...)
-    {
-        reportUnknownException("clone");
-    }
-    return nullptr;
+    METRALE_GUARDED("clone", nullptr, { return new W4A16ProjPlugin(*this); })
 }
 
 std::vector<InputSpec> W4A16ProjPlugin::weightInputs() const

@@ -39,19 +39,7 @@ W4A4ProjPlugin* W4A4ProjPlugin::create(std::string const& layerName, nvinfer1::P
 
 nvinfer1::IPluginV3* W4A4ProjPlugin::clone() noexcept
 {
-    try
-    {
-        return new W4A4ProjPlugin(*this);
-    }
-    catch (std::exception const& e)
-    {
-        reportException("clone", e);
-    }
-    catch (...)
-    {
-        reportUnknownException("clone");
-    }
-    return nullptr;
+    METRALE_GUARDED("clone", nullptr, { return new W4A4ProjPlugin(*this); })
 }
 
 std::vector<InputSpec> W4A4ProjPlugin::weightInputs() const

@@ -75,19 +75,7 @@ W8A8ProjPlugin* W8A8ProjPlugin::create(std::string const& layerName, nvinfer1::P
 
 nvinfer1::IPluginV3* W8A8ProjPlugin::clone() noexcept
 {
-    try
-    {
-        return new W8A8ProjPlugin(*this);
-    }
-    catch (std::exception const& e)
-    {
-        reportException("clone", e);
-    }
-    catch (...)
-    {
-        reportUnknownException("clone");
-    }
-    return nullptr;
+    METRALE_GUARDED("clone", nullptr, { return new W8A8ProjPlugin(*this); })
 }
 
 std::vector<InputSpec> W8A8ProjPlugin::weightInputs() const
