@@ -20,6 +20,31 @@ std::string dimsToString(nvinfer1::Dims const& dims)
     return s + "]";
 }
 
+void collectDescriptions(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
+    std::vector<nvinfer1::Dims>& dims, std::vector<nvinfer1::DataType>& types)
+{
+    dims.resize(nbInputs);
+    types.resize(nbInputs);
+    for (int32_t i = 0; i < nbInputs; ++i)
+    {
+        dims[i] = in[i].desc.dims;
+        types[i] = in[i].desc.type;
+    }
+}
+
+void collectDescriptions(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs, std::vector<nvinfer1::Dims>& dims,
+    std::vector<nvinfer1::DataType>& types)
+{
+    dims.resize(nbInputs);
+    types.resize(nbInputs);
+    for (int32_t i = 0; i < nbInputs; ++i)
+    {
+        dims[i] = in[i].dims;
+        types[i] = in[i].type;
+        METRALE_REQUIRE(in[i].format == nvinfer1::TensorFormat::kLINEAR, "input ", i, ": expected a linear format");
+    }
+}
+
 PluginBase::PluginBase(std::string layerName, CommonAttributes attrs)
     : mAttrs(std::move(attrs))
     , mLayerName(std::move(layerName))

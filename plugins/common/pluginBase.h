@@ -51,6 +51,37 @@ struct CommonAttributes
 //! "[d0, d1, ...]" for messages.
 std::string dimsToString(nvinfer1::Dims const& dims);
 
+//! The dims and types of TensorRT's build-time tensor descriptions.
+void collectDescriptions(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
+    std::vector<nvinfer1::Dims>& dims, std::vector<nvinfer1::DataType>& types);
+//! The same at run time; throws unless every input is linear.
+void collectDescriptions(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs, std::vector<nvinfer1::Dims>& dims,
+    std::vector<nvinfer1::DataType>& types);
+
+//! The dims of symbolic input shapes, -1 where not constant. Only dimension 0 of an input for which
+//! isRows(i) holds may be dynamic; any other throws "... must be static (<dynamicNote>)".
+template <typename IsRows>
+std::vector<nvinfer1::Dims> staticDims(
+    nvinfer1::DimsExprs const* inputs, int32_t nbInputs, IsRows isRows, char const* dynamicNote)
+{
+    std::vector<nvinfer1::Dims> dims(nbInputs);
+    for (int32_t i = 0; i < nbInputs; ++i)
+    {
+        dims[i].nbDims = inputs[i].nbDims;
+        METRALE_REQUIRE(inputs[i].nbDims >= 0 && inputs[i].nbDims <= nvinfer1::Dims::MAX_DIMS, "input ", i,
+            ": bad rank ", inputs[i].nbDims);
+        for (int32_t j = 0; j < inputs[i].nbDims; ++j)
+        {
+            nvinfer1::IDimensionExpr const* e = inputs[i].d[j];
+            METRALE_REQUIRE(e != nullptr, "input ", i, ": dimension ", j, " has no expression");
+            METRALE_REQUIRE((j == 0 && isRows(i)) || e->isConstant(), "input ", i, ": dimension ", j,
+                " must be static (", dynamicNote, ")");
+            dims[i].d[j] = e->isConstant() ? e->getConstantValue() : -1;
+        }
+    }
+    return dims;
+}
+
 //! Runs a TensorRT-facing method's body: an exception becomes a report (with the plugin's
 //! identity and the method) and the method returns onError.
 #define METRALE_GUARDED(method, onError, body)                                                         \

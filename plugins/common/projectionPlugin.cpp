@@ -119,13 +119,9 @@ int32_t ProjectionPlugin::configurePlugin(
     METRALE_GUARDED("configurePlugin", -1, {
         checkCounts(nbInputs, nbOutputs);
         METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
-        std::vector<Dims> dims(nbInputs);
-        std::vector<DataType> types(nbInputs);
-        for (int32_t i = 0; i < nbInputs; ++i)
-        {
-            dims[i] = in[i].desc.dims;
-            types[i] = in[i].desc.type;
-        }
+        std::vector<Dims> dims;
+        std::vector<DataType> types;
+        collectDescriptions(in, nbInputs, dims, types);
         checkDims(dims.data(), nbInputs, true);
         checkTypes(types.data(), nbInputs);
         METRALE_REQUIRE(out[kY_IDX].desc.type == in[kX_IDX].desc.type, "y: expected the type of x (",
@@ -155,22 +151,8 @@ int32_t ProjectionPlugin::getOutputShapes(DimsExprs const* inputs, int32_t nbInp
         METRALE_REQUIRE(inputs != nullptr && outputs != nullptr, "null shape arrays");
         // Static dimensions are checked here, at network construction, so a mismatched weight
         // fails where the layer is added rather than at the first enqueue.
-        std::vector<Dims> dims(nbInputs);
-        for (int32_t i = 0; i < nbInputs; ++i)
-        {
-            dims[i].nbDims = inputs[i].nbDims;
-            METRALE_REQUIRE(inputs[i].nbDims >= 0 && inputs[i].nbDims <= Dims::MAX_DIMS, "input ", i, ": bad rank ",
-                inputs[i].nbDims);
-            for (int32_t j = 0; j < inputs[i].nbDims; ++j)
-            {
-                nvinfer1::IDimensionExpr const* e = inputs[i].d[j];
-                METRALE_REQUIRE(e != nullptr, "input ", i, ": dimension ", j, " has no expression");
-                bool const isRows = i == kX_IDX && j == 0;
-                METRALE_REQUIRE(isRows || e->isConstant(), "input ", i, ": dimension ", j,
-                    " must be static (only M, the rows of x, is dynamic)");
-                dims[i].d[j] = e->isConstant() ? e->getConstantValue() : -1;
-            }
-        }
+        std::vector<Dims> const dims = staticDims(
+            inputs, nbInputs, [](int32_t i) { return i == kX_IDX; }, "only M, the rows of x, is dynamic");
         checkDims(dims.data(), nbInputs, true);
         outputs[kY_IDX].nbDims = 2;
         outputs[kY_IDX].d[0] = inputs[kX_IDX].d[0];
@@ -249,14 +231,9 @@ int32_t ProjectionPlugin::onShapeChange(
     METRALE_GUARDED("onShapeChange", -1, {
         checkCounts(nbInputs, nbOutputs);
         METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
-        std::vector<Dims> dims(nbInputs);
-        std::vector<DataType> types(nbInputs);
-        for (int32_t i = 0; i < nbInputs; ++i)
-        {
-            dims[i] = in[i].dims;
-            types[i] = in[i].type;
-            METRALE_REQUIRE(in[i].format == TensorFormat::kLINEAR, "input ", i, ": expected a linear format");
-        }
+        std::vector<Dims> dims;
+        std::vector<DataType> types;
+        collectDescriptions(in, nbInputs, dims, types);
         checkDims(dims.data(), nbInputs, false);
         checkTypes(types.data(), nbInputs);
         Dims const& y = out[kY_IDX].dims;

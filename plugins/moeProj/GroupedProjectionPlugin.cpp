@@ -161,13 +161,9 @@ int32_t GroupedProjectionPlugin::configurePlugin(
     METRALE_GUARDED("configurePlugin", -1, {
         checkCounts(nbInputs, nbOutputs);
         METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
-        std::vector<Dims> dims(nbInputs);
-        std::vector<DataType> types(nbInputs);
-        for (int32_t i = 0; i < nbInputs; ++i)
-        {
-            dims[i] = in[i].desc.dims;
-            types[i] = in[i].desc.type;
-        }
+        std::vector<Dims> dims;
+        std::vector<DataType> types;
+        collectDescriptions(in, nbInputs, dims, types);
         checkDims(dims.data(), nbInputs, true);
         checkTypes(types.data(), nbInputs);
         METRALE_REQUIRE(out[kY_IDX].desc.type == in[kGROUPED_X_IDX].desc.type, "y: expected the type of x (",
@@ -197,23 +193,10 @@ int32_t GroupedProjectionPlugin::getOutputShapes(DimsExprs const* inputs, int32_
         METRALE_REQUIRE(nbShapeInputs == 0, "expected no shape inputs, found ", nbShapeInputs);
         METRALE_REQUIRE(inputs != nullptr && outputs != nullptr, "null shape arrays");
         int32_t const tw = topkWeightsIdx();
-        std::vector<Dims> dims(nbInputs);
-        for (int32_t i = 0; i < nbInputs; ++i)
-        {
-            dims[i].nbDims = inputs[i].nbDims;
-            METRALE_REQUIRE(inputs[i].nbDims >= 0 && inputs[i].nbDims <= Dims::MAX_DIMS, "input ", i, ": bad rank ",
-                inputs[i].nbDims);
-            for (int32_t j = 0; j < inputs[i].nbDims; ++j)
-            {
-                nvinfer1::IDimensionExpr const* e = inputs[i].d[j];
-                METRALE_REQUIRE(e != nullptr, "input ", i, ": dimension ", j, " has no expression");
-                // M (dimension 0 of x, topk_ids and topk_weights) is the only dynamic dimension.
-                bool const isRows = j == 0 && (i == kGROUPED_X_IDX || i == kGROUPED_IDS_IDX || i == tw);
-                METRALE_REQUIRE(isRows || e->isConstant(), "input ", i, ": dimension ", j,
-                    " must be static (only M, the rows of x, topk_ids and topk_weights, is dynamic)");
-                dims[i].d[j] = e->isConstant() ? e->getConstantValue() : -1;
-            }
-        }
+        // M (dimension 0 of x, topk_ids and topk_weights) is the only dynamic dimension.
+        std::vector<Dims> const dims = staticDims(inputs, nbInputs,
+            [tw](int32_t i) { return i == kGROUPED_X_IDX || i == kGROUPED_IDS_IDX || i == tw; },
+            "only M, the rows of x, topk_ids and topk_weights, is dynamic");
         checkDims(dims.data(), nbInputs, true);
         Dims const want = outputDims(0);
         outputs[kY_IDX].nbDims = want.nbDims;
@@ -299,14 +282,9 @@ int32_t GroupedProjectionPlugin::onShapeChange(
     METRALE_GUARDED("onShapeChange", -1, {
         checkCounts(nbInputs, nbOutputs);
         METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
-        std::vector<Dims> dims(nbInputs);
-        std::vector<DataType> types(nbInputs);
-        for (int32_t i = 0; i < nbInputs; ++i)
-        {
-            dims[i] = in[i].dims;
-            types[i] = in[i].type;
-            METRALE_REQUIRE(in[i].format == TensorFormat::kLINEAR, "input ", i, ": expected a linear format");
-        }
+        std::vector<Dims> dims;
+        std::vector<DataType> types;
+        collectDescriptions(in, nbInputs, dims, types);
         checkDims(dims.data(), nbInputs, false);
         checkTypes(types.data(), nbInputs);
         Dims const want = outputDims(in[kGROUPED_X_IDX].dims.d[0]);
