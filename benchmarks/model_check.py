@@ -119,6 +119,26 @@ def projection_noise(model, inputs) -> tuple[float, str]:
     return worst, where
 
 
+def stale_weights(model, onnx_path: Path) -> list[str]:
+    """The model's tensors that differ from the export's initializers of the same name. The GPU
+    model quantizes the checkpoint again (``_build``); references prepared by another quantizer
+    (an older commit) would otherwise show as a kernel error of the whole model."""
+    import onnx
+    from onnx import numpy_helper
+
+    graph = onnx.load(str(onnx_path)).graph
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    bad, matched = [], 0
+    for init in graph.initializer:
+        if init.name in state:
+            matched += 1
+            ours, theirs = state[init.name].contiguous(), numpy_helper.to_array(init)
+            ours_bytes = (ours.view(torch.int16) if ours.dtype == torch.bfloat16 else ours).numpy().tobytes()
+            if tuple(ours.shape) != theirs.shape or ours_bytes != np.ascontiguousarray(theirs).tobytes():
+                bad.append(init.name)
+    return bad if matched else ["(no tensor of the model is named in the export)"]
+
+
 def gpu(root: Path, out: Path) -> int:
     import metrale_export.ops.cuda  # noqa: F401  (registers the CUDA kernels)
     from metrale_export.compare.row_invariance import row_invariance
@@ -131,6 +151,12 @@ def gpu(root: Path, out: Path) -> int:
     failures = 0
     for name, fmt in ((n, f) for n in MODELS for f in FORMATS):
         model = _build(root / name, fmt, "cuda")
+        stale = stale_weights(model, root / f"onnx_{name}_{fmt}" / "model.onnx")
+        if stale:
+            print(f"error: {name}/{fmt}: {len(stale)} tensors (e.g. {stale[0]}) differ from the prepared export: "
+                  f"the references were prepared by another quantizer; run `python -m benchmarks.model_check "
+                  f"prepare` again at this commit", file=sys.stderr)
+            return 2
         for case in CASES:
             inputs = [t.cuda() for t in _inputs(model, case)]
             with torch.no_grad():

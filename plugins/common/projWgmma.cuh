@@ -2,13 +2,21 @@
  * The wgmma tier of the projection GEMM (sm_90a, m >= kWG_MIN_M rows): swap-AB, tokens as wgmma's N.
  *
  * A CTA holds two consumer warpgroups (64 weight rows each: the wgmma's M) and a producer warpgroup
- * (one thread issues the copies; setmaxnreg gives its registers to the consumers).
- * The weights are the A operand from registers: every consumer warp streams its 16 weight rows' codes
- * and scales from global memory into a two-block register ring and dequantizes them with the weight
- * policy's own `dequant`, whose A fragment (per warp, the m16n8k16 A layout) is wgmma's register-A
- * fragment. The activations are the B operand: kN rows of the token tile per 128-k block, one bulk
- * copy (cp.async.bulk, the TMA engine, completing on an mbarrier) per pipeline stage, kST stages,
- * released by the consumers' mbarrier arrivals.
+ * (all 128 threads copy; setmaxnreg gives its registers to the consumers).
+ * The weights are the A operand from registers. Two ways to get them there (WgSmemCodes below):
+ * for policies with kWG_SMEM_CODES (W4A16) the producer copies the weight tile's codes and meta
+ * words of each 128-k block into the pipeline stage (16-byte and 4-byte cp.async, completing on the
+ * stage's mbarrier through cp.async.mbarrier.arrive.noinc), and every consumer warp reads its 16
+ * weight rows' codes from shared memory, takes the policy's blockState from the staged meta (as the
+ * shared-memory tiers do) and dequantizes them with the policy's own `dequant`, whose A fragment (per
+ * warp, the m16n8k16 A layout) is wgmma's register-A fragment. Why not global loads into registers:
+ * a register-A wgmma is preceded by WARPGROUP.ARRIVE, which waits for every global load in flight,
+ * so codes loaded a block ahead cost one memory latency per block (the H200 runs of kern3). The
+ * other policies stream their codes and meta into a two-block register ring in the consumers
+ * (consumeWgmmaRegs), which measured faster for them (WgSmemCodes). The
+ * activations are the B operand: kN rows of the token tile per 128-k block, one bulk copy
+ * (cp.async.bulk, the TMA engine) per pipeline stage into the same stage, kST stages (as many as the
+ * shared memory holds, at most 4 or 6), released by the consumers' mbarrier arrivals.
  *
  * Invariants (row invariance, projGemm.cuh):
  * - The same arithmetic as the other tiers, operand for operand: the slices of projSlices(n, k), each
@@ -33,6 +41,7 @@
 
 #include <cstdint>
 #include <cuda_runtime.h>
+#include <type_traits>
 
 #include "metraleNumerics.cuh"
 #include "projGemm.cuh"
@@ -48,8 +57,34 @@ namespace metrale
 constexpr int kWG_CONSUMERS = 2;                      // consumer warpgroups per CTA
 constexpr int kWG_ROWS = 64 * kWG_CONSUMERS;          // weight rows per CTA
 constexpr int kWG_THREADS = 128 * kWG_CONSUMERS + 128; // + the producer warpgroup (one thread copies)
-constexpr int kWG_PRODUCER_REGS = 24;                  // setmaxnreg: 128 x 24 + 256 x 240 <= 64K
-constexpr int kWG_CONSUMER_REGS = 240;
+// setmaxnreg, <= 168 x 384 (the launch's registers): the copying producer warpgroup of the
+// shared-memory codes path 128 x 40 + 256 x 232; the one-thread producer of the register path
+// 128 x 24 + 256 x 240.
+constexpr int kWG_PRODUCER_REGS = 40;
+constexpr int kWG_CONSUMER_REGS = 232;
+constexpr int kWG_PRODUCER_REGS_R = 24;
+constexpr int kWG_CONSUMER_REGS_R = 240;
+
+/*
+ * Whether policy P's wgmma tier takes the weight codes and meta through shared memory
+ * (P::kWG_SMEM_CODES; consumeWgmma / produceWgmma, and the CTA raster in groups of kWG_RASTER token
+ * tiles) or streams them into the consumers' registers (default; consumeWgmmaRegs, blockIdx.x over
+ * the weight tiles first). Measured on the H200 (kernels-20261201-1231-82d7cc2.md against
+ * kernels-20261201-1209-a24630d.md / -1028-ecfea67.md): the shared-memory path made W4A16 10-18%
+ * faster at M >= 64, W4A4 2-8% and W8A8 4-14% slower at M = 64..1024. Both paths compute the same
+ * arithmetic in the same k order (the same bits).
+ */
+template <class P, class = void>
+struct WgSmemCodes
+{
+    static constexpr bool value = false;
+};
+template <class P>
+struct WgSmemCodes<P, std::void_t<decltype(P::kWG_SMEM_CODES)>>
+{
+    static constexpr bool value = P::kWG_SMEM_CODES;
+};
+constexpr int kWG_RASTER = 8;                          // token tiles per raster group
 
 /* Byte offset of x[m, k] in the wgmma operand of a launch whose rows form mg groups of 8. */
 __host__ __device__ __forceinline__ size_t wgOperandOffset(int m, int k, int mg)
@@ -238,22 +273,40 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, uint32_t by
         : "memory");
 }
 
-/* Shared-memory layout (bytes): kST stages of kN rows x 128 k, the full / empty mbarriers, the
- * policy's table. */
+/* Shared-memory layout (bytes): kST stages, each the activations (kN rows x 128 k), the weight
+ * codes (kWG_ROWS rows x P::kCB bytes) and the meta words (kWG_ROWS rows x P::kMW); the full / empty
+ * mbarriers, the slices' sum, the policy's table. Codes: the 16-byte chunk v (0 .. kCB / 64 - 1) of
+ * quad lane t of CTA row r at v * (kWG_ROWS * 64) + r * 64 + t * 16, so that a quarter warp's reads
+ * (rows g, g + 1, lanes t) are 128 contiguous bytes; meta: row r's words at r * kMW * 4. */
 template <class P, int kN, int kST>
 struct WgLayout
 {
-    static constexpr int kStage = kN * 256;
+    static constexpr bool kS = WgSmemCodes<P>::value;  // codes and meta in the stage
+    static constexpr int kB = kN * 256;
+    static constexpr int kCodes = kB;
+    static constexpr int kMeta = kCodes + (kS ? kWG_ROWS * P::kCB : 0);
+    static constexpr int kStage = kMeta + (kS ? kWG_ROWS * P::kMW * 4 : 0);
     static constexpr int kBar = kST * kStage;
     static constexpr int kTot = kBar + 128;                          // the slices' sum, [kN / 2][256] floats
     static constexpr int kTable = kTot + (kN / 2) * 128 * kWG_CONSUMERS * 4;
     static constexpr int kSmem = kTable + P::kTABLE_BYTES;
     static_assert(kSmem <= 227 * 1024, "shared memory");
-    static_assert(kST * 16 <= 128, "mbarriers");
+    static_assert(kST >= 2 && kST * 16 <= 128, "mbarriers");
+    static_assert(kStage % 16 == 0, "16-byte aligned stages");
 };
 
+/* The deepest ring (at most kMax stages) that fits the shared memory beside the rest. */
+template <class P, int kN, int kMax>
+constexpr int wgStages()
+{
+    constexpr int stage = kN * 256 + (WgSmemCodes<P>::value ? kWG_ROWS * P::kCB + kWG_ROWS * P::kMW * 4 : 0);
+    constexpr int rest = 128 + (kN / 2) * 128 * kWG_CONSUMERS * 4 + P::kTABLE_BYTES;
+    constexpr int fit = (227 * 1024 - rest) / stage;
+    return fit < kMax ? fit : kMax;
+}
+
 /*
- * The consumer warpgroups' part of projWgmmaKernel. Per block, in slice order: wait for its stage,
+ * The consumer warpgroups' part of projWgmmaKernel, register path (WgSmemCodes false). Per block, in slice order: wait for its stage,
  * issue the 8 wgmmas (one group) on the A fragments dequantized during the previous block, dequantize
  * the next block's fragments into the other of two register sets while they run (its codes were
  * loaded two blocks ahead), wait, release the stage, fold the running slice into the sum after a
@@ -261,7 +314,7 @@ struct WgLayout
  * second fragment set; no register the tensor cores read is written before the wait.
  */
 template <class P, int kN, int kST>
-__device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_t* smem, uint64_t* full,
+__device__ __forceinline__ void consumeWgmmaRegs(const typename P::Params& p, uint8_t* smem, uint64_t* full,
     uint64_t* empty, const uint8_t* table, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
     int32_t yDtype, int slices, int nkb, int m0, int n0)
 {
@@ -501,75 +554,443 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
 #endif
 }
 
+/*
+ * The consumer warpgroups' part of projWgmmaKernel. Per block, in slice order: issue the 8 wgmmas
+ * (one group) on the A fragments dequantized during the previous block, then wait for the next
+ * block's stage and dequantize its codes and meta (from shared memory, copied there by the producer
+ * warpgroup) into the other of two register sets while the wgmmas run, wait for them, release the
+ * stage, fold the running slice into the sum after a slice's last block. No global load is in flight
+ * at a wgmma's WARPGROUP.ARRIVE (which would wait for it): the codes and meta reach the consumers
+ * through shared memory only. The sum lives in shared memory (this thread's column), which pays for
+ * the second fragment set; no register the tensor cores read is written before the wait.
+ */
+template <class P, int kN, int kST>
+__device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_t* smem, uint64_t* full,
+    uint64_t* empty, const uint8_t* table, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
+    int32_t yDtype, int slices, int nkb, int m0, int n0)
+{
+#ifdef METRALE_SM90A
+    using L = WgLayout<P, kN, kST>;
+    constexpr int kCW = P::kCB / 16;  // code words per thread per weight row per block
+    constexpr int kCV = kCW / 4;      // 16-byte chunks of them
+    constexpr int kACC = kN / 2;      // accumulators per thread: kN / 8 n8 column tiles x 4
+    const int tid = threadIdx.x;
+    const int warpId = tid >> 5;
+    const int lane = tid & 31;
+    // Warp wq of warpgroup wg holds weight rows n0 + 64 wg + 16 wq + (0..15).
+    const int wg = warpId >> 2;
+    const int wq = warpId & 3;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int rBase = 64 * wg + 16 * wq + g;  // the CTA row of hr = 0
+    int nRow[2];
+    bool nOk[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        nRow[hr] = n0 + rBase + 8 * hr;
+        nOk[hr] = nRow[hr] < N;
+    }
+    // A block's codes as the policy's dequant takes them, and its scale state.
+    struct Deq
+    {
+        uint32_t codes[2][kCW];
+        typename P::BlockState bs[2];
+    };
+    // Block kb's codes and meta from the stage at st (smem offset), as the shared-memory tiers do.
+    auto fetch = [&](int st, int kb, Deq& d) {
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+            const int r = rBase + 8 * hr;
+#pragma unroll
+            for (int v = 0; v < kCV; ++v)
+            {
+                const uint4 c4 = *reinterpret_cast<const uint4*>(smem + st + L::kCodes + v * (kWG_ROWS * 64) + r * 64 + t * 16);
+                d.codes[hr][4 * v + 0] = c4.x;
+                d.codes[hr][4 * v + 1] = c4.y;
+                d.codes[hr][4 * v + 2] = c4.z;
+                d.codes[hr][4 * v + 3] = c4.w;
+            }
+            d.bs[hr] = P::blockState(p, reinterpret_cast<const uint32_t*>(smem + st + L::kMeta) + r * P::kMW, t, kb,
+                nRow[hr]);
+        }
+    };
+    // The A fragment of step s (the policy's dequant, as in every tier).
+    auto dequantStep = [&](const Deq& d, int s, uint32_t (&a)[4]) {
+        P::dequant(d.codes[0], d.bs[0], s, table, lane, a[0], a[2]);
+        P::dequant(d.codes[1], d.bs[1], s, table, lane, a[1], a[3]);
+    };
+
+    // The running slice in registers; the sum of the finished slices in shared memory (this thread's
+    // column of totS), which frees the registers for two sets of A fragments.
+    float cur[kACC];
+    float* totS = reinterpret_cast<float*>(smem + L::kTot) + tid;
+#pragma unroll
+    for (int i = 0; i < kACC; ++i)
+    {
+        cur[i] = 0.0f;
+        totS[i * 128 * kWG_CONSUMERS] = 0.0f;
+    }
+    SliceCursor ldCur(nkb, slices);  // the next block to dequantize
+    SliceCursor cmCur(nkb, slices);  // the next block to compute
+    int nWalk = nkb;                 // blocks this CTA walks: all, or its slice's (split)
+    if (part != nullptr)
+    {
+        ldCur.seek(blockIdx.z);
+        cmCur.seek(blockIdx.z);
+        nWalk = cmCur.cnt;
+    }
+    uint32_t aA[8][4];  // A fragments: block i in one set, block i + 1 dequantized into the other
+    uint32_t aB[8][4];
+    mbarWait(&full[0], 0u);
+    {
+        Deq d;
+        fetch(0, ldCur.block(), d);
+        ldCur.next();
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+        {
+            dequantStep(d, s, aA[s]);
+        }
+    }
+
+    const uint32_t stage0 = smemAddr(smem);
+    int slot = 0;
+    uint32_t phase = 0;
+    int i = 0;
+    // Block i on the fragments `a` (its stage's full barrier was waited for when its codes were
+    // read) while block i + 1's go into `an`, then release the stage and fold at a slice's end.
+    auto step = [&](const uint32_t (&a)[8][4], uint32_t (&an)[8][4]) {
+        const bool last = cmCur.lastOfSlice();
+        cmCur.next();
+        fenceRegs(cur);
+        wgFence();
+        const uint64_t desc = wgDescB(stage0 + slot * L::kStage);
+#pragma unroll
+        for (int s = 0; s < 8; ++s)
+        {
+            WgmmaRS<P::kF16, kN>::run(cur, a[s], desc + static_cast<uint64_t>(16 * s));  // + 256 s bytes
+        }
+        wgCommit();
+        const int nslot = slot + 1 == kST ? 0 : slot + 1;
+        const uint32_t nphase = slot + 1 == kST ? phase ^ 1u : phase;
+        if (i + 1 < nWalk)
+        {
+            mbarWait(&full[nslot], nphase);
+            Deq d;
+            fetch(nslot * L::kStage, ldCur.block(), d);
+            ldCur.next();
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+            {
+                dequantStep(d, s, an[s]);
+            }
+        }
+        wgWait<0>();
+        fenceRegs(cur);
+        if (lane == 0)
+        {
+            mbarArrive(&empty[slot]);
+        }
+        if (last)
+        {
+#pragma unroll
+            for (int e = 0; e < kACC; ++e)
+            {
+                float& tv = totS[e * 128 * kWG_CONSUMERS];
+                tv = __fadd_rn(tv, cur[e]);
+                cur[e] = 0.0f;
+            }
+        }
+        slot = nslot;
+        phase = nphase;
+        ++i;
+    };
+#pragma unroll 1
+    while (i < nWalk)
+    {
+        step(aA, aB);
+        if (i < nWalk)
+        {
+            step(aB, aA);
+        }
+    }
+    // The walk's last block ends the last slice: totS holds the sum.
+    float tot[kACC];
+#pragma unroll
+    for (int e = 0; e < kACC; ++e)
+    {
+        tot[e] = totS[e * 128 * kWG_CONSUMERS];
+    }
+
+    // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
+    if (part != nullptr)
+    {
+        // Split: this slice's sum (0 + acc_z) for wgReduceKernel, which folds the slices in order.
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+            {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                {
+                    const int m = m0 + 8 * j + 2 * t + e;
+                    if (nOk[hr] && m < M)
+                    {
+                        part[(static_cast<size_t>(blockIdx.z) * M + m) * N + nRow[hr]] = tot[4 * j + 2 * hr + e];
+                    }
+                }
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        if (!nOk[hr])
+        {
+            continue;
+        }
+        const int n = nRow[hr];
+        const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+        {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+            {
+                const int m = m0 + 8 * j + 2 * t + e;
+                if (m < M)
+                {
+                    float v = P::finish(p, tot[4 * j + 2 * hr + e], m, n);
+                    if (p.bias != nullptr)
+                    {
+                        v = __fadd_rn(v, bias);
+                    }
+                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+                }
+            }
+        }
+    }
+#endif
+}
+
+/*
+ * The producer warpgroup, all 128 threads: per block in slice order, wait for the stage to be free;
+ * thread 0 starts the activations' bulk copy (expect_tx on the stage's full barrier); every thread
+ * copies kWG_ROWS * kCB / 2048 of the weight tile's 16-byte code chunks (its fixed chunk j of rows
+ * pt / kCH + (128 / kCH) i: whole rows of a block are contiguous 64 or 128 bytes in global memory;
+ * bytes past the row's end and rows past N zero-filled, as the register ring's loads were) and the
+ * meta words of row pt (P::metaSrc, zero-filled where it gives none, as the shared-memory tiers
+ * stage them), and arrives on the full barrier when they land (cp.async.mbarrier.arrive.noinc).
+ */
+template <class P, int kN, int kST>
+__device__ __forceinline__ void produceWgmma(const typename P::Params& p, const uint8_t* __restrict__ Xw,
+    uint8_t* smem, uint64_t* full, uint64_t* empty, bool split, int mg, int N, int K, int slices, int nkb, int m0,
+    int n0)
+{
+#ifdef METRALE_SM90A
+    using L = WgLayout<P, kN, kST>;
+    constexpr int kCH = P::kCB / 16;   // 16-byte chunks per row per block
+    constexpr int kCV = kCH / 4;       // of them per quad lane
+    constexpr int kRS = 128 / kCH;     // rows between one thread's chunks
+    constexpr int kCI = kWG_ROWS / kRS;
+    static_assert(kWG_ROWS == 128, "one producer thread per weight row for the meta");
+    const int pt = threadIdx.x - 128 * kWG_CONSUMERS;
+    const int j = pt % kCH;
+    const int r0 = pt / kCH;
+    const int rowBytes = K * P::kCODE_BITS / 8;
+    const uint8_t* cSrc = p.codes + static_cast<long long>(n0 + r0) * rowBytes + 16 * j;
+    const long long cStride = static_cast<long long>(kRS) * rowBytes;
+    const int cRows = N - n0 - r0 > 0 ? (N - n0 - r0 + kRS - 1) / kRS : 0;  // chunks c with row r0 + kRS c < N - n0
+    const int dOff = L::kCodes + (j % kCV) * (kWG_ROWS * 64) + r0 * 64 + (j / kCV) * 16;
+    const int rows = min(kN, 8 * mg - m0);
+    const uint32_t bytesB = static_cast<uint32_t>(rows) * 256u;
+    SliceCursor cur(nkb, slices);
+    int nWalk = nkb;
+    if (split)
+    {
+        cur.seek(blockIdx.z);
+        nWalk = cur.cnt;
+    }
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int i = 0; i < nWalk; ++i)
+    {
+        if (i >= kST)
+        {
+            mbarWait(&empty[slot], phase ^ 1u);
+        }
+        const int kb = cur.block();
+        uint8_t* st = smem + slot * L::kStage;
+        if (pt == 0)
+        {
+            mbarExpectTx(&full[slot], bytesB);
+            bulkCopy(st, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 2048, bytesB, &full[slot]);
+        }
+        // Chunk c is valid for c < nOk (rows inside N; none past the row's end).
+        const int nOk = kb * P::kCB + 16 * j < rowBytes ? cRows : 0;
+        const uint8_t* src = cSrc + kb * P::kCB;
+#pragma unroll
+        for (int c = 0; c < kCI; ++c)
+        {
+            cpAsync16(st + dOff + kRS * c * 64, c < nOk ? src : p.codes, c < nOk ? 16 : 0);
+            src += cStride;
+        }
+        if constexpr (P::kMW > 0)
+        {
+            uint32_t* ms = reinterpret_cast<uint32_t*>(st + L::kMeta) + pt * P::kMW;
+#pragma unroll
+            for (int w = 0; w < P::kMW; ++w)
+            {
+                if (!P::metaUsed(p, w))
+                {
+                    continue;  // a word this launch never reads
+                }
+                const void* src = p.codes;
+                int bytes = 0;
+                if (n0 + pt < N)
+                {
+                    P::metaSrc(p, n0 + pt, kb, w, src, bytes);
+                }
+                cpAsync4(ms + w, src, bytes);
+            }
+        }
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smemAddr(&full[slot])) : "memory");
+        cur.next();
+        if (++slot == kST)
+        {
+            slot = 0;
+            phase ^= 1u;
+        }
+    }
+    asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 template <class P, int kN, int kST>
 __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename P::Params p,
     const uint8_t* __restrict__ Xw, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
     int32_t yDtype, int slices)
 {
 #ifdef METRALE_SM90A
-    using L = WgLayout<P, kN, kST>;
-    extern __shared__ __align__(128) uint8_t smem[];  // 16-byte alignment suffices (no swizzle)
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
-    uint64_t* empty = full + kST;
-    uint8_t* table = smem + L::kTable;
-
-    const int tid = threadIdx.x;
-    const int warpId = tid >> 5;
-    const int nkb = (K + 127) >> 7;
-    const int mg = (M + 7) >> 3;
-    const int m0 = blockIdx.y * kN;
-    const int n0 = blockIdx.x * kWG_ROWS;
-    if (tid == 0)
+    if constexpr (WgSmemCodes<P>::value)
     {
-        for (int s = 0; s < kST; ++s)
+        using L = WgLayout<P, kN, kST>;
+        extern __shared__ __align__(128) uint8_t smem[];  // 16-byte alignment suffices (no swizzle)
+        uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
+        uint64_t* empty = full + kST;
+        uint8_t* table = smem + L::kTable;
+
+        const int tid = threadIdx.x;
+        const int warpId = tid >> 5;
+        const int nkb = (K + 127) >> 7;
+        const int mg = (M + 7) >> 3;
+        // The raster: CTAs in launch order walk groups of kWG_RASTER token tiles, all weight tiles of a
+        // group, token tile fastest, so that one wave's weights and activations stay in the L2 (a layout
+        // choice only: each CTA computes the same tile wherever it falls in the order).
+        const int gx = static_cast<int>(gridDim.x);
+        const int gy = static_cast<int>(gridDim.y);
+        const int id = static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x);
+        const int group = id / (kWG_RASTER * gx);
+        const int inGroup = id - group * kWG_RASTER * gx;
+        const int span = min(kWG_RASTER, gy - group * kWG_RASTER);
+        const int m0 = (group * kWG_RASTER + inGroup % span) * kN;
+        const int n0 = (inGroup / span) * kWG_ROWS;
+        if (tid == 0)
         {
-            mbarInit(&full[s], 1);
-            mbarInit(&empty[s], 4 * kWG_CONSUMERS);
+            for (int s = 0; s < kST; ++s)
+            {
+                mbarInit(&full[s], 1 + 128);  // the bulk copy's expect_tx arrival + 128 cp.async arrivals
+                mbarInit(&empty[s], 4 * kWG_CONSUMERS);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
         }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    P::initTable(table, tid, kWG_THREADS);
-    __syncthreads();
+        P::initTable(table, tid, kWG_THREADS);
+        __syncthreads();
 
-    if (warpId >= 4 * kWG_CONSUMERS)
-    {
-        // The producer: one thread copies the token tile's blocks in slice order.
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS));
-        if (tid == 128 * kWG_CONSUMERS)
+        if (warpId >= 4 * kWG_CONSUMERS)
         {
-            const int rows = min(kN, 8 * mg - m0);
-            const uint32_t bytes = static_cast<uint32_t>(rows) * 256u;
-            SliceCursor cur(nkb, slices);
-            int nWalk = nkb;
-            if (part != nullptr)
-            {
-                cur.seek(blockIdx.z);
-                nWalk = cur.cnt;
-            }
-            int slot = 0;
-            uint32_t phase = 0;
-            for (int i = 0; i < nWalk; ++i)
-            {
-                if (i >= kST)
-                {
-                    mbarWait(&empty[slot], phase ^ 1u);
-                }
-                mbarExpectTx(&full[slot], bytes);
-                const uint8_t* src = Xw + (static_cast<size_t>(cur.block()) * mg + (m0 >> 3)) * 2048;
-                bulkCopy(smem + slot * L::kStage, src, bytes, &full[slot]);
-                cur.next();
-                if (++slot == kST)
-                {
-                    slot = 0;
-                    phase ^= 1u;
-                }
-            }
+            // The producer: the token tile's activations, the weight tile's codes and meta, in slice order.
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS));
+            produceWgmma<P, kN, kST>(p, Xw, smem, full, empty, part != nullptr, mg, N, K, slices, nkb, m0, n0);
+        }
+        else
+        {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
+            consumeWgmma<P, kN, kST>(p, smem, full, empty, table, Y, part, M, N, K, yDtype, slices, nkb, m0, n0);
         }
     }
     else
     {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
-        consumeWgmma<P, kN, kST>(p, smem, full, empty, table, Y, part, M, N, K, yDtype, slices, nkb, m0, n0);
+        // The register path: the codes and meta streamed by the consumers, CTAs in grid order.
+        using L = WgLayout<P, kN, kST>;
+        extern __shared__ __align__(128) uint8_t smem[];  // 16-byte alignment suffices (no swizzle)
+        uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
+        uint64_t* empty = full + kST;
+        uint8_t* table = smem + L::kTable;
+
+        const int tid = threadIdx.x;
+        const int warpId = tid >> 5;
+        const int nkb = (K + 127) >> 7;
+        const int mg = (M + 7) >> 3;
+        const int m0 = blockIdx.y * kN;
+        const int n0 = blockIdx.x * kWG_ROWS;
+        if (tid == 0)
+        {
+            for (int s = 0; s < kST; ++s)
+            {
+                mbarInit(&full[s], 1);
+                mbarInit(&empty[s], 4 * kWG_CONSUMERS);
+            }
+            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        }
+        P::initTable(table, tid, kWG_THREADS);
+        __syncthreads();
+
+        if (warpId >= 4 * kWG_CONSUMERS)
+        {
+            // The producer: one thread copies the token tile's blocks in slice order.
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS_R));
+            if (tid == 128 * kWG_CONSUMERS)
+            {
+                const int rows = min(kN, 8 * mg - m0);
+                const uint32_t bytes = static_cast<uint32_t>(rows) * 256u;
+                SliceCursor cur(nkb, slices);
+                int nWalk = nkb;
+                if (part != nullptr)
+                {
+                    cur.seek(blockIdx.z);
+                    nWalk = cur.cnt;
+                }
+                int slot = 0;
+                uint32_t phase = 0;
+                for (int i = 0; i < nWalk; ++i)
+                {
+                    if (i >= kST)
+                    {
+                        mbarWait(&empty[slot], phase ^ 1u);
+                    }
+                    mbarExpectTx(&full[slot], bytes);
+                    const uint8_t* src = Xw + (static_cast<size_t>(cur.block()) * mg + (m0 >> 3)) * 2048;
+                    bulkCopy(smem + slot * L::kStage, src, bytes, &full[slot]);
+                    cur.next();
+                    if (++slot == kST)
+                    {
+                        slot = 0;
+                        phase ^= 1u;
+                    }
+                }
+            }
+        }
+        else
+        {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
+            consumeWgmmaRegs<P, kN, kST>(p, smem, full, empty, table, Y, part, M, N, K, yDtype, slices, nkb, m0, n0);
+        }
     }
 #else
     __trap();  // launched only where wgmmaAvailable() found sm_90a machine code
@@ -686,9 +1107,9 @@ inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* 
     }
     if (wgTokenTile(m, n) == 128)
     {
-        return launchProjWgmmaN<P, 128, 4>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
+        return launchProjWgmmaN<P, 128, wgStages<P, 128, 4>()>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
     }
-    return launchProjWgmmaN<P, 64, 6>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
+    return launchProjWgmmaN<P, 64, wgStages<P, 64, 6>()>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
 }
 
 /* Whether this device runs the wgmma tier: sm_90a machine code of the kernel was loaded for it (a
@@ -707,7 +1128,7 @@ inline bool wgmmaAvailable()
     {
         cudaFuncAttributes a{};
         int major = 0;
-        const bool ok = cudaFuncGetAttributes(&a, projWgmmaKernel<P, 64, 6>) == cudaSuccess
+        const bool ok = cudaFuncGetAttributes(&a, projWgmmaKernel<P, 64, wgStages<P, 64, 6>()>) == cudaSuccess
             && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess;
         c = (ok && a.binaryVersion == 90 && major == 9) ? 1 : 2;
         (void) cudaGetLastError();
