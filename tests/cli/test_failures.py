@@ -28,9 +28,17 @@ def run(*args):
     return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
 
 
+def _sigint_default() -> None:
+    # A suite started in the background by a shell without job control (`make test &`) inherits
+    # SIGINT ignored, and so would the CLI, which keeps an ignored SIGINT ignored, as nohup expects.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def cli_process(*args, **kw) -> subprocess.Popen:
+    """The CLI in its own interpreter, with SIGINT at its default whatever the suite inherited."""
     return subprocess.Popen([sys.executable, "-m", "metrale_export.cli.main", *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=_sigint_default, **kw)
 
 
 def one_line_error(output: str) -> str:
