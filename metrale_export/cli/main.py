@@ -12,8 +12,10 @@ traceback.
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
+import sys
 import threading
 
 
@@ -28,6 +30,26 @@ def _on_sigint(handler) -> object:
 def _interrupted_while_starting(*_) -> None:
     os.write(2, b"\nError: interrupted (Ctrl-C) while starting; nothing was written\n")
     os._exit(130)
+
+
+_interrupted = False
+
+
+@atexit.register  # registered first, so it runs last, after every other exit handler
+def _exit_130_after_an_interrupt() -> None:
+    """Make the exit code 130 once the interrupt has been reported.
+
+    CPython remembers a KeyboardInterrupt that escaped any ``exec`` of a string (dataclasses and
+    namedtuple build their methods that way) and, under ``python -m``, re-kills itself with SIGINT
+    at exit even though the interrupt was caught: the caller saw -2, not 130.
+    """
+    if _interrupted:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or broken stream must not change the code
+                pass
+        os._exit(INTERRUPTED)
 
 
 # Until the group below can catch KeyboardInterrupt, a Ctrl-C exits with one line (nothing written yet).
@@ -98,6 +120,7 @@ class _DefaultGroup(click.Group):
             raise _OneLineError(describe_os_error(e), code) from e
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        global _interrupted
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -108,6 +131,7 @@ class _DefaultGroup(click.Group):
         except (click.Abort, KeyboardInterrupt):  # Click turns a KeyboardInterrupt into Abort
             click.echo("\nError: interrupted (Ctrl-C); nothing partial was left behind", err=True)
             code = INTERRUPTED
+            _interrupted = True
         raise SystemExit(code if isinstance(code, int) else 0)
 
 

@@ -249,6 +249,23 @@ def test_ctrl_c_at_start_exits_130_in_one_line(demo_checkpoint, tmp_path, after)
     assert not out.exists() and not [q for q in tmp_path.iterdir() if q.name.startswith(".o.")]
 
 
+def test_ctrl_c_that_escaped_a_string_exec_still_exits_130(tmp_path):
+    """CPython re-kills a ``python -m`` process with SIGINT at exit once a KeyboardInterrupt escaped an
+    ``exec`` of a string (dataclasses, namedtuple), even when it was caught: the CI saw -2, not 130,
+    when the Ctrl-C landed in one of those during tracing. The group's exit code must win."""
+    (tmp_path / "interrupted_in_exec.py").write_text(
+        "from metrale_export.cli.main import cli\n"
+        "@cli.command('boom')\n"
+        "def boom():\n"
+        "    exec('raise KeyboardInterrupt')\n"
+        "cli()\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    r = subprocess.run([sys.executable, "-m", "interrupted_in_exec", "boom"], capture_output=True, text=True,
+                       env=env, cwd=tmp_path, preexec_fn=_sigint_default, timeout=60)
+    assert r.returncode == 130, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and one_line_error(r.stderr).startswith("Error: interrupted"), r.stderr
+
+
 def test_ctrl_c_during_a_tensorrt_rtx_build_exits_130_without_the_engine(demo_exports, tmp_path):
     from metrale_export.engines import backends
 
