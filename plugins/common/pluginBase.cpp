@@ -30,8 +30,8 @@ char const* xRowsText(int32_t rank)
 }
 } // namespace
 
-CommonAttributes parseCommonAttributes(
-    FieldReader const& reader, std::initializer_list<char const*> allowedFormats, char const* defaultFormat)
+CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const* allowedFormats,
+    int32_t nbFormats, char const* defaultFormat)
 {
     CommonAttributes a;
     a.n = reader.getInt("n");
@@ -39,7 +39,7 @@ CommonAttributes parseCommonAttributes(
     METRALE_REQUIRE(a.n > 0, "field 'n': expected a positive N, found ", a.n);
     METRALE_REQUIRE(a.k > 0, "field 'k': expected a positive K, found ", a.k);
     a.activationFormatName = reader.getString("activation_format", defaultFormat);
-    a.activationFormat = parseActivationFormat(a.activationFormatName, allowedFormats);
+    a.activationFormat = parseActivationFormat(a.activationFormatName, allowedFormats, nbFormats);
     a.hasBias = parseFlag(reader, "has_bias") ? 1 : 0;
     a.family = reader.getString("family", "");
     if (!a.family.empty())
@@ -103,8 +103,9 @@ void collectDescriptions(
     }
 }
 
-PluginBase::PluginBase(std::string layerName, CommonAttributes attrs, std::vector<InputSpec> inputs)
-    : mAttrs(std::move(attrs))
+PluginBase::PluginBase(OpIdentity op, std::string layerName, CommonAttributes attrs, std::vector<InputSpec> inputs)
+    : mOp(op)
+    , mAttrs(std::move(attrs))
     , mInputs(std::move(inputs))
     , mLayerName(std::move(layerName))
 {
@@ -168,17 +169,24 @@ void PluginBase::checkLaunch(cudaError_t status, int64_t m)
     }
 }
 
+template <typename Desc>
+void PluginBase::checkDescriptions(
+    Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs, bool allowWildcards) const
+{
+    checkCounts(nbInputs, nbOutputs);
+    METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
+    std::vector<Dims> dims;
+    std::vector<DataType> types;
+    collectDescriptions(in, nbInputs, dims, types);
+    checkDims(dims.data(), nbInputs, allowWildcards);
+    checkTypes(types.data(), nbInputs);
+}
+
 int32_t PluginBase::configurePlugin(
     DynamicPluginTensorDesc const* in, int32_t nbInputs, DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept
 {
     METRALE_GUARDED("configurePlugin", -1, {
-        checkCounts(nbInputs, nbOutputs);
-        METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
-        std::vector<Dims> dims;
-        std::vector<DataType> types;
-        collectDescriptions(in, nbInputs, dims, types);
-        checkDims(dims.data(), nbInputs, true);
-        checkTypes(types.data(), nbInputs);
+        checkDescriptions(in, nbInputs, out, nbOutputs, true);
         METRALE_REQUIRE(out[kY_IDX].desc.type == in[kX_IDX].desc.type, "y: expected the type of x (",
             dataTypeName(in[kX_IDX].desc.type), "), found ", dataTypeName(out[kY_IDX].desc.type));
         return 0;
@@ -290,13 +298,7 @@ int32_t PluginBase::onShapeChange(
     PluginTensorDesc const* in, int32_t nbInputs, PluginTensorDesc const* out, int32_t nbOutputs) noexcept
 {
     METRALE_GUARDED("onShapeChange", -1, {
-        checkCounts(nbInputs, nbOutputs);
-        METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
-        std::vector<Dims> dims;
-        std::vector<DataType> types;
-        collectDescriptions(in, nbInputs, dims, types);
-        checkDims(dims.data(), nbInputs, false);
-        checkTypes(types.data(), nbInputs);
+        checkDescriptions(in, nbInputs, out, nbOutputs, false);
         Dims const want = outputDims(in[kX_IDX].dims.d[0]);
         Dims const& y = out[kY_IDX].dims;
         bool same = y.nbDims == want.nbDims;

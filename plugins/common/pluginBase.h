@@ -52,10 +52,26 @@ struct CommonAttributes
     std::string name;
 };
 
-//! Parses n, k, activation_format, has_bias, family and name; defaultFormat is used when
-//! activation_format is absent.
+//! Which op a plugin is: its ONNX op type and plugin version (the format's kOP_TYPE or
+//! kGROUPED_OP_TYPE, and kPLUGIN_VERSION).
+struct OpIdentity
+{
+    char const* type;
+    char const* version;
+};
+
+//! Parses n, k, activation_format, has_bias, family and name; activation_format must be one of
+//! the nbFormats allowedFormats, defaultFormat when absent.
+CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const* allowedFormats,
+    int32_t nbFormats, char const* defaultFormat);
+
+//! The same for a format's kACTIVATION_FORMATS and kDEFAULT_ACTIVATION.
+template <int32_t N>
 CommonAttributes parseCommonAttributes(
-    FieldReader const& reader, std::initializer_list<char const*> allowedFormats, char const* defaultFormat);
+    FieldReader const& reader, char const* const (&allowedFormats)[N], char const* defaultFormat)
+{
+    return parseCommonAttributes(reader, allowedFormats, N, defaultFormat);
+}
 
 //! The first fields of every op, n and k (a Visitor has intField(name, value) and
 //! stringField(name, value): FieldWriter, FieldTable).
@@ -186,6 +202,14 @@ public:
     nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
 
     // IPluginV3OneCore
+    char const* getPluginName() const noexcept override
+    {
+        return mOp.type;
+    }
+    char const* getPluginVersion() const noexcept override
+    {
+        return mOp.version;
+    }
     char const* getPluginNamespace() const noexcept override
     {
         return kPLUGIN_NAMESPACE;
@@ -227,7 +251,7 @@ public:
 protected:
     //! inputs: the op's inputs after its row inputs (x, and topk_ids for the grouped ops), in
     //! contract order, optional ones only when present.
-    PluginBase(std::string layerName, CommonAttributes attrs, std::vector<InputSpec> inputs);
+    PluginBase(OpIdentity op, std::string layerName, CommonAttributes attrs, std::vector<InputSpec> inputs);
     PluginBase(PluginBase const&) = default;
     PluginBase& operator=(PluginBase const&) = delete;
 
@@ -267,6 +291,7 @@ protected:
     void reportException(char const* method, std::exception const& e) const noexcept;
     void reportUnknownException(char const* method) const noexcept;
 
+    OpIdentity mOp;
     CommonAttributes mAttrs;
     std::vector<InputSpec> mInputs;
     std::string mLayerName;
@@ -275,6 +300,10 @@ protected:
 
 private:
     std::string identity() const;
+    //! configurePlugin's and onShapeChange's input checks (Desc: the build or run-time description).
+    template <typename Desc>
+    void checkDescriptions(Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs,
+        bool allowWildcards) const;
 
     nvinfer1::IErrorRecorder* mRecorder{nullptr};
     FieldWriter mFieldWriter;
@@ -334,7 +363,7 @@ public:
 //! refuses every plugin, saying that the graph follows an older op contract and must be
 //! re-exported (docs/ops.md, "Older exports"), so an old graph is never read with the new layout.
 template <typename Plugin>
-class RetiredPluginCreator : public nvinfer1::IPluginCreatorV3One
+class RetiredPluginCreator : public ProjectionPluginCreator<Plugin>
 {
 public:
     nvinfer1::IPluginV3* createPlugin(
@@ -347,21 +376,9 @@ public:
                 ": re-export the model with metrale-export"));
         return nullptr;
     }
-    nvinfer1::PluginFieldCollection const* getFieldNames() noexcept override
-    {
-        return Plugin::fieldNames();
-    }
-    char const* getPluginName() const noexcept override
-    {
-        return Plugin::kOP_TYPE;
-    }
     char const* getPluginVersion() const noexcept override
     {
         return Plugin::Format::kRETIRED_VERSION;
-    }
-    char const* getPluginNamespace() const noexcept override
-    {
-        return kPLUGIN_NAMESPACE;
     }
 };
 

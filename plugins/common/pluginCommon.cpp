@@ -247,11 +247,12 @@ char const* activationFormatName(int32_t format) noexcept
     }
 }
 
-int32_t parseActivationFormat(std::string const& value, std::initializer_list<char const*> allowed)
+int32_t parseActivationFormat(std::string const& value, char const* const* allowed, int32_t nbAllowed)
 {
     std::string expected;
-    for (char const* a : allowed)
+    for (int32_t i = 0; i < nbAllowed; ++i)
     {
+        char const* a = allowed[i];
         if (value == a)
         {
             for (int32_t code : {kMETRALE_ACT_BF16, kMETRALE_ACT_FP8, kMETRALE_ACT_NVFP4})

@@ -199,7 +199,7 @@ int32_t parseChoice(char const* field, std::string const& value,
 bool parseFlag(FieldReader const& reader, char const* name);
 
 //! Parses activation_format against the values an op allows (docs/ops.md, Activation formats).
-int32_t parseActivationFormat(std::string const& value, std::initializer_list<char const*> allowed);
+int32_t parseActivationFormat(std::string const& value, char const* const* allowed, int32_t nbAllowed);
 
 //! The attribute spelling of an activation format code ("bf16").
 char const* activationFormatName(int32_t format) noexcept;

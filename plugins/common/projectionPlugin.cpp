@@ -25,8 +25,9 @@ std::string dimsToString(std::vector<int64_t> const& dims)
 }
 } // namespace
 
-ProjectionPlugin::ProjectionPlugin(std::string layerName, CommonAttributes attrs, std::vector<InputSpec> weights)
-    : PluginBase(std::move(layerName), std::move(attrs), std::move(weights))
+ProjectionPlugin::ProjectionPlugin(
+    OpIdentity op, std::string layerName, CommonAttributes attrs, std::vector<InputSpec> weights)
+    : PluginBase(op, std::move(layerName), std::move(attrs), std::move(weights))
 {
 }
 

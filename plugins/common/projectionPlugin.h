@@ -38,7 +38,7 @@ public:
 
 protected:
     //! weights: the inputs after x, in contract order (optional ones only when present).
-    ProjectionPlugin(std::string layerName, CommonAttributes attrs, std::vector<InputSpec> weights);
+    ProjectionPlugin(OpIdentity op, std::string layerName, CommonAttributes attrs, std::vector<InputSpec> weights);
     ProjectionPlugin(ProjectionPlugin const&) = default;
     ProjectionPlugin& operator=(ProjectionPlugin const&) = delete;
 
@@ -69,9 +69,14 @@ protected:
     }
 };
 
-//! The plugin of a dense op. Format supplies kOP_TYPE, kPLUGIN_VERSION, parseCommon(reader),
-//! parse(reader, attrs), visitFields(attrs, visitor), weightInputs(attrs), describe(),
-//! workspaceSize(attrs, m) and launch(attrs, tensors, args) (see W4A16ProjPlugin.h).
+//! The plugin of a dense op. Format (W4A16Format, ...) supplies:
+//! - kOP_TYPE, kPLUGIN_VERSION, kACTIVATION_FORMATS and kDEFAULT_ACTIVATION;
+//! - parse(reader, attrs): its own fields, checked against the common ones; throws PluginError;
+//! - visitFields(attrs, visitor): the fields after n and k (after the routing fields in the grouped
+//!   op), in contract order, common ones included: the one field list;
+//! - weightInputs(attrs): the inputs after x, in contract order (optional ones only when present);
+//! - describe(): its own attributes as "key=value;..." (timing cache ID and metadata);
+//! - workspaceSize(attrs, m) and launch(attrs, tensors, args): the dense launcher calls.
 template <typename FormatT>
 class DenseProjPlugin final : public ProjectionPlugin
 {
@@ -86,7 +91,8 @@ public:
         // The parser passes only the fields fieldNames() lists (a plugin_version node attribute,
         // which the parser finds this creator by, never arrives here).
         FieldReader const reader(fc, *fieldNames());
-        CommonAttributes attrs = Format::parseCommon(reader);
+        CommonAttributes attrs
+            = parseCommonAttributes(reader, Format::kACTIVATION_FORMATS, Format::kDEFAULT_ACTIVATION);
         Format format = Format::parse(reader, attrs);
         return new DenseProjPlugin(layerName, std::move(attrs), std::move(format));
     }
@@ -105,14 +111,6 @@ public:
         return kFIELDS.collection();
     }
 
-    char const* getPluginName() const noexcept override
-    {
-        return kOP_TYPE;
-    }
-    char const* getPluginVersion() const noexcept override
-    {
-        return kPLUGIN_VERSION;
-    }
     nvinfer1::IPluginV3* clone() noexcept override
     {
         METRALE_GUARDED("clone", nullptr, { return new DenseProjPlugin(*this); })
@@ -120,7 +118,7 @@ public:
 
 private:
     DenseProjPlugin(std::string layerName, CommonAttributes attrs, Format format)
-        : ProjectionPlugin(std::move(layerName), attrs, format.weightInputs(attrs))
+        : ProjectionPlugin({kOP_TYPE, kPLUGIN_VERSION}, std::move(layerName), attrs, format.weightInputs(attrs))
         , mFormat(std::move(format))
     {
     }

@@ -80,9 +80,9 @@ std::vector<InputSpec> stackedInputs(std::vector<InputSpec> dense, int64_t numEx
     return dense;
 }
 
-GroupedProjectionPlugin::GroupedProjectionPlugin(
-    std::string layerName, CommonAttributes attrs, RoutingAttributes routing, std::vector<InputSpec> experts)
-    : PluginBase(std::move(layerName), std::move(attrs), std::move(experts))
+GroupedProjectionPlugin::GroupedProjectionPlugin(OpIdentity op, std::string layerName, CommonAttributes attrs,
+    RoutingAttributes routing, std::vector<InputSpec> experts)
+    : PluginBase(op, std::move(layerName), std::move(attrs), std::move(experts))
     , mRouting(routing)
 {
 }

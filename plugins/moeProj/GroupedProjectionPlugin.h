@@ -72,8 +72,8 @@ public:
 protected:
     //! experts: the stacked inputs after topk_ids, in contract order (optional ones only when
     //! present), each with its leading expert axis.
-    GroupedProjectionPlugin(
-        std::string layerName, CommonAttributes attrs, RoutingAttributes routing, std::vector<InputSpec> experts);
+    GroupedProjectionPlugin(OpIdentity op, std::string layerName, CommonAttributes attrs, RoutingAttributes routing,
+        std::vector<InputSpec> experts);
     GroupedProjectionPlugin(GroupedProjectionPlugin const&) = default;
     GroupedProjectionPlugin& operator=(GroupedProjectionPlugin const&) = delete;
 
@@ -112,8 +112,8 @@ protected:
 };
 
 //! The plugin of a grouped-expert op: Format is its dense op's (see DenseProjPlugin) and supplies
-//! kGROUPED_OP_TYPE, groupedWorkspaceSize(attrs, routing, m, xDType) and
-//! groupedLaunch(attrs, routing, tensors, args) besides.
+//! besides kGROUPED_OP_TYPE, groupedWorkspaceSize(attrs, routing, m, xDType) and
+//! groupedLaunch(attrs, routing, tensors, args), the grouped launcher calls.
 template <typename FormatT>
 class GroupedProjPlugin final : public GroupedProjectionPlugin
 {
@@ -127,7 +127,8 @@ public:
     static GroupedProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
     {
         FieldReader const reader(fc, *fieldNames());
-        CommonAttributes attrs = Format::parseCommon(reader);
+        CommonAttributes attrs
+            = parseCommonAttributes(reader, Format::kACTIVATION_FORMATS, Format::kDEFAULT_ACTIVATION);
         RoutingAttributes const routing = parseRoutingAttributes(reader);
         Format format = Format::parse(reader, attrs);
         return new GroupedProjPlugin(layerName, std::move(attrs), routing, std::move(format));
@@ -150,14 +151,6 @@ public:
         return kFIELDS.collection();
     }
 
-    char const* getPluginName() const noexcept override
-    {
-        return kOP_TYPE;
-    }
-    char const* getPluginVersion() const noexcept override
-    {
-        return kPLUGIN_VERSION;
-    }
     nvinfer1::IPluginV3* clone() noexcept override
     {
         METRALE_GUARDED("clone", nullptr, { return new GroupedProjPlugin(*this); })
@@ -165,8 +158,8 @@ public:
 
 private:
     GroupedProjPlugin(std::string layerName, CommonAttributes attrs, RoutingAttributes routing, Format format)
-        : GroupedProjectionPlugin(
-            std::move(layerName), attrs, routing, stackedInputs(format.weightInputs(attrs), routing.numExperts))
+        : GroupedProjectionPlugin({kOP_TYPE, kPLUGIN_VERSION}, std::move(layerName), attrs, routing,
+            stackedInputs(format.weightInputs(attrs), routing.numExperts))
         , mFormat(std::move(format))
     {
     }

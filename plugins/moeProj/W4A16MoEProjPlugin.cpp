@@ -1,8 +1,19 @@
 /*
- * W4A16MoEProj plugin: the call into metrale_w4a16_moe_proj (see W4A16MoEProjPlugin.h; its fields
- * and inputs are W4A16Proj's, w4a16Proj/W4A16ProjPlugin.cpp).
+ * W4A16MoEProj as a TensorRT IPluginV3 (namespace "metrale", version "2", as W4A16Proj): the
+ * grouped-expert op of W4A16Proj (docs/ops.md, "Grouped-expert ops"), from the same W4A16Format.
+ *
+ * Inputs: x, topk_ids kINT32 [M, top_k], weight kINT8 [E, N, K/2], weight_scale kBF16
+ * [E, N, ceil(K/group_size)], zero_point kINT8 [E, N, ceil(K/group_size)] (has_zero_point=1),
+ * bias kFLOAT [E, N] (has_bias=1), topk_weights (combine=1). Fields: the ONNX attributes n, k,
+ * num_experts, top_k, combine, group_size, has_zero_point, activation_format, has_bias, family,
+ * name. Version "1" (float32 group scales) is refused by its RetiredPluginCreator.
+ *
+ * The plugin is GroupedProjPlugin<W4A16Format> (registered in common/pluginLibrary.cpp): its
+ * fields, checks and inputs are W4A16Proj's (w4a16Proj/W4A16ProjPlugin.{h,cpp}); this file
+ * holds the call into metrale_w4a16_moe_proj.
  */
-#include "W4A16MoEProjPlugin.h"
+#include "../w4a16Proj/W4A16ProjPlugin.h"
+#include "GroupedProjectionPlugin.h"
 
 namespace metrale
 {

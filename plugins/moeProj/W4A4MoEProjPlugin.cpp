@@ -1,8 +1,19 @@
 /*
- * W4A4MoEProj plugin: the call into metrale_w4a4_moe_proj (see W4A4MoEProjPlugin.h; its fields and
- * inputs are W4A4Proj's, w4a4Proj/W4A4ProjPlugin.cpp).
+ * W4A4MoEProj as a TensorRT IPluginV3 (namespace "metrale", version "1"): the grouped-expert op of
+ * W4A4Proj (docs/ops.md, "Grouped-expert ops"), from the same W4A4Format.
+ *
+ * Inputs: x, topk_ids kINT32 [M, top_k], weight kINT8 [E, N, K/2] (e2m1 codes), weight_scale kINT8
+ * [E, N, K/16] (e4m3fn), weight_global_scale kFLOAT [E], input_scale kFLOAT [E]
+ * (has_input_scale=1), bias kFLOAT [E, N] (has_bias=1), topk_weights (combine=1). Fields: the ONNX
+ * attributes n, k, num_experts, top_k, combine, activation_format, has_input_scale, has_bias,
+ * family, name.
+ *
+ * The plugin is GroupedProjPlugin<W4A4Format> (registered in common/pluginLibrary.cpp): its
+ * fields, checks and inputs are W4A4Proj's (w4a4Proj/W4A4ProjPlugin.{h,cpp}); this file
+ * holds the call into metrale_w4a4_moe_proj.
  */
-#include "W4A4MoEProjPlugin.h"
+#include "../w4a4Proj/W4A4ProjPlugin.h"
+#include "GroupedProjectionPlugin.h"
 
 namespace metrale
 {

@@ -1,8 +1,19 @@
 /*
- * W8A8MoEProj plugin: the call into metrale_w8a8_moe_proj (see W8A8MoEProjPlugin.h; its fields and
- * inputs are W8A8Proj's, w8a8Proj/W8A8ProjPlugin.cpp).
+ * W8A8MoEProj as a TensorRT IPluginV3 (namespace "metrale", version "1"): the grouped-expert op of
+ * W8A8Proj (docs/ops.md, "Grouped-expert ops"), from the same W8A8Format.
+ *
+ * Inputs: x, topk_ids kINT32 [M, top_k], weight kINT8 [E, N, K] (e4m3fn bit patterns),
+ * weight_scale kFLOAT [E, N] (channel) or [E, ceil(N/128), ceil(K/128)] (block128), bias kFLOAT
+ * [E, N] (has_bias=1), topk_weights (combine=1). Fields: the ONNX attributes n, k, num_experts,
+ * top_k, combine, weight_scale_granularity, activation_format, activation_scale_granularity,
+ * has_bias, family, name.
+ *
+ * The plugin is GroupedProjPlugin<W8A8Format> (registered in common/pluginLibrary.cpp): its
+ * fields, checks and inputs are W8A8Proj's (w8a8Proj/W8A8ProjPlugin.{h,cpp}); this file
+ * holds the call into metrale_w8a8_moe_proj.
  */
-#include "W8A8MoEProjPlugin.h"
+#include "../w8a8Proj/W8A8ProjPlugin.h"
+#include "GroupedProjectionPlugin.h"
 
 namespace metrale
 {

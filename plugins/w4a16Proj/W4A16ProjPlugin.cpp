@@ -11,11 +11,6 @@ namespace plugin
 
 using nvinfer1::DataType;
 
-CommonAttributes W4A16Format::parseCommon(FieldReader const& reader)
-{
-    return parseCommonAttributes(reader, {"bf16"}, "bf16");
-}
-
 W4A16Format W4A16Format::parse(FieldReader const& reader, CommonAttributes const& attrs)
 {
     W4A16Format f;

@@ -20,10 +20,13 @@ namespace plugin
 
 struct RoutingAttributes;
 
+//! What W4A16Proj and W4A16MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
 struct W4A16Format
 {
     static constexpr char const* kOP_TYPE{"W4A16Proj"};
     static constexpr char const* kGROUPED_OP_TYPE{"W4A16MoEProj"};
+    static constexpr char const* kACTIVATION_FORMATS[]{"bf16"};
+    static constexpr char const* kDEFAULT_ACTIVATION{"bf16"};
     //! Op version 2: bfloat16 group scales, a partial last group (docs/ops.md). Graphs of version
     //! "1" are refused by a RetiredPluginCreator, which says why.
     static constexpr char const* kPLUGIN_VERSION{"2"};
@@ -33,12 +36,7 @@ struct W4A16Format
     int32_t groupSize{0};
     int32_t hasZeroPoint{0};
 
-    //! The common attributes with this op's activation formats; throws PluginError.
-    static CommonAttributes parseCommon(FieldReader const& reader);
-    //! The op's own fields, checked against attrs; throws PluginError.
-    static W4A16Format parse(FieldReader const& reader, CommonAttributes const& attrs);
-
-    //! The fields after n and k (and the grouped op's routing fields), in contract order.
+    //! The fields after n and k, in contract order: the one field list.
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {
@@ -48,23 +46,17 @@ struct W4A16Format
         visitTailFields(attrs, v);
     }
 
-    //! The inputs after x, in contract order (optional ones only when present).
+    static W4A16Format parse(FieldReader const& reader, CommonAttributes const& attrs);
     std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
-    //! The op's own attributes as "key=value;..." (timing cache ID and metadata).
     std::string describe() const;
-
     size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
     cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
-    // The grouped op's launcher (moeProj/W4A16MoEProjPlugin.cpp).
+    // The grouped op's (moeProj/W4A16MoEProjPlugin.cpp).
     size_t groupedWorkspaceSize(
         CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const;
     cudaError_t groupedLaunch(CommonAttributes const& attrs, RoutingAttributes const& routing,
         InputTensors const& in, LaunchArgs const& run) const;
 };
-
-using W4A16ProjPlugin = DenseProjPlugin<W4A16Format>;
-using W4A16ProjPluginCreator = ProjectionPluginCreator<W4A16ProjPlugin>;
-using W4A16ProjRetiredCreator = RetiredPluginCreator<W4A16ProjPlugin>;
 
 } // namespace plugin
 } // namespace metrale

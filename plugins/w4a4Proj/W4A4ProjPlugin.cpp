@@ -11,11 +11,6 @@ namespace plugin
 
 using nvinfer1::DataType;
 
-CommonAttributes W4A4Format::parseCommon(FieldReader const& reader)
-{
-    return parseCommonAttributes(reader, {"bf16", "nvfp4"}, "nvfp4");
-}
-
 W4A4Format W4A4Format::parse(FieldReader const& reader, CommonAttributes const& attrs)
 {
     METRALE_REQUIRE(attrs.k % kBLOCK == 0, "field 'k': NVFP4 needs K to be a multiple of ", kBLOCK,

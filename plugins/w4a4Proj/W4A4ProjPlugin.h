@@ -21,22 +21,20 @@ namespace plugin
 
 struct RoutingAttributes;
 
+//! What W4A4Proj and W4A4MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
 struct W4A4Format
 {
     static constexpr char const* kOP_TYPE{"W4A4Proj"};
     static constexpr char const* kGROUPED_OP_TYPE{"W4A4MoEProj"};
     static constexpr char const* kPLUGIN_VERSION{"1"};
+    static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "nvfp4"};
+    static constexpr char const* kDEFAULT_ACTIVATION{"nvfp4"};
     //! Elements per e4m3 block scale.
     static constexpr int32_t kBLOCK{16};
 
     int32_t hasInputScale{0};
 
-    //! The common attributes with this op's activation formats; throws PluginError.
-    static CommonAttributes parseCommon(FieldReader const& reader);
-    //! The op's own fields, checked against attrs; throws PluginError.
-    static W4A4Format parse(FieldReader const& reader, CommonAttributes const& attrs);
-
-    //! The fields after n and k (and the grouped op's routing fields), in contract order.
+    //! The fields after n and k, in contract order: the one field list.
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {
@@ -45,22 +43,17 @@ struct W4A4Format
         visitTailFields(attrs, v);
     }
 
-    //! The inputs after x, in contract order (optional ones only when present).
+    static W4A4Format parse(FieldReader const& reader, CommonAttributes const& attrs);
     std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
-    //! The op's own attributes as "key=value;..." (timing cache ID and metadata).
     std::string describe() const;
-
     size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
     cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
-    // The grouped op's launcher (moeProj/W4A4MoEProjPlugin.cpp).
+    // The grouped op's (moeProj/W4A4MoEProjPlugin.cpp).
     size_t groupedWorkspaceSize(
         CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const;
     cudaError_t groupedLaunch(CommonAttributes const& attrs, RoutingAttributes const& routing,
         InputTensors const& in, LaunchArgs const& run) const;
 };
-
-using W4A4ProjPlugin = DenseProjPlugin<W4A4Format>;
-using W4A4ProjPluginCreator = ProjectionPluginCreator<W4A4ProjPlugin>;
 
 } // namespace plugin
 } // namespace metrale

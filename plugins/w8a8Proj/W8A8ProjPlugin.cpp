@@ -11,11 +11,6 @@ namespace plugin
 
 using nvinfer1::DataType;
 
-CommonAttributes W8A8Format::parseCommon(FieldReader const& reader)
-{
-    return parseCommonAttributes(reader, {"bf16", "fp8"}, "fp8");
-}
-
 W8A8Format W8A8Format::parse(FieldReader const& reader, CommonAttributes const& /*attrs*/)
 {
     W8A8Format f;

@@ -20,11 +20,14 @@ namespace plugin
 
 struct RoutingAttributes;
 
+//! What W8A8Proj and W8A8MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
 struct W8A8Format
 {
     static constexpr char const* kOP_TYPE{"W8A8Proj"};
     static constexpr char const* kGROUPED_OP_TYPE{"W8A8MoEProj"};
     static constexpr char const* kPLUGIN_VERSION{"1"};
+    static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8"};
+    static constexpr char const* kDEFAULT_ACTIVATION{"fp8"};
     //! Edge of a weight-scale block and of an activation-scale block (block128, row_block128).
     static constexpr int64_t kBLOCK{128};
 
@@ -33,12 +36,7 @@ struct W8A8Format
     int32_t weightScaleGranularity{kMETRALE_WSCALE_CHANNEL};
     int32_t activationScaleGranularity{kMETRALE_ASCALE_ROW};
 
-    //! The common attributes with this op's activation formats; throws PluginError.
-    static CommonAttributes parseCommon(FieldReader const& reader);
-    //! The op's own fields; throws PluginError.
-    static W8A8Format parse(FieldReader const& reader, CommonAttributes const& attrs);
-
-    //! The fields after n and k (and the grouped op's routing fields), in contract order.
+    //! The fields after n and k, in contract order: the one field list.
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {
@@ -48,22 +46,17 @@ struct W8A8Format
         visitTailFields(attrs, v);
     }
 
-    //! The inputs after x, in contract order (optional ones only when present).
+    static W8A8Format parse(FieldReader const& reader, CommonAttributes const& attrs);
     std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
-    //! The op's own attributes as "key=value;..." (timing cache ID and metadata).
     std::string describe() const;
-
     size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
     cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
-    // The grouped op's launcher (moeProj/W8A8MoEProjPlugin.cpp).
+    // The grouped op's (moeProj/W8A8MoEProjPlugin.cpp).
     size_t groupedWorkspaceSize(
         CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const;
     cudaError_t groupedLaunch(CommonAttributes const& attrs, RoutingAttributes const& routing,
         InputTensors const& in, LaunchArgs const& run) const;
 };
-
-using W8A8ProjPlugin = DenseProjPlugin<W8A8Format>;
-using W8A8ProjPluginCreator = ProjectionPluginCreator<W8A8ProjPlugin>;
 
 } // namespace plugin
 } // namespace metrale

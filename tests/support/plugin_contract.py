@@ -2,14 +2,15 @@
 (``plugins/contract.json``, made by ``python -m metrale_export.contract --write``).
 
 ``drift(contract_dict, plugins_dir)`` returns one line per disagreement (empty: none). Each op's
-plugin is ``plugins/*/<op_type>Plugin.{h,cpp}``, an alias of ``DenseProjPlugin<Format>`` or
-``GroupedProjPlugin<Format>``; its facts live in the format (``struct W4A16Format`` with
-``kOP_TYPE`` / ``kGROUPED_OP_TYPE``, in ``plugins/*/*Plugin.{h,cpp}``) and the two templates. It reads:
+plugin is ``DenseProjPlugin<Format>`` or ``GroupedProjPlugin<Format>``, registered in
+``common/pluginLibrary.cpp``, with its launcher call in ``plugins/*/<op_type>Plugin.cpp``; its facts
+live in the format (``struct W4A16Format`` with ``kOP_TYPE`` / ``kGROUPED_OP_TYPE``, in
+``plugins/*/*Plugin.{h,cpp}``) and the two templates. It reads:
 - the field list: the template's ``visitFields`` with every ``visit*Fields`` helper and the format's
   ``visitFields`` expanded (names, order, ``intField`` kINT32 / ``stringField`` kCHAR), and that the
   creator's table (``fieldNames()``), the names ``FieldReader`` accepts and ``writeFields`` all
   derive from that one list,
-- the activation formats and default given to ``parseCommonAttributes`` (the format's ``parseCommon``),
+- the activation formats and default (the format's ``kACTIVATION_FORMATS``, ``kDEFAULT_ACTIVATION``),
 - the defaults of ``getString`` and every allowed value of an enumerated field as a literal (the
   format's ``parse`` and source),
 - the plugin version (the format's ``kPLUGIN_VERSION``) and the namespace;
@@ -93,21 +94,20 @@ def _formats(plugins: Path) -> dict[str, tuple[str, str, Path, str]]:
 
 
 def _op_drift(c: dict, op_type: str, spec: dict, plugins: Path, formats: dict, helpers: dict,
-              templates: dict) -> list[str]:
+              templates: dict, library: str) -> list[str]:
     found = sorted(plugins.glob(f"*/{op_type}Plugin.cpp"))
     if not spec.get("has_plugin", True):
         # The contract says this op has no plugin yet: one that exists must be declared.
         return [f"{found[0]}: a plugin exists, but the contract says {op_type} has_plugin=False"] if found else []
     if not found:
         return [f"{op_type}: no plugins/*/{op_type}Plugin.cpp for an op of the contract"]
-    own_header = found[0].with_suffix(".h")
     if op_type not in formats:
         return [f"{found[0].relative_to(plugins.parent)}: no struct *Format in plugins/*/*Plugin.h names "
                 f"{op_type} as its kOP_TYPE or kGROUPED_OP_TYPE"]
     template, fmt, header, struct = formats[op_type]
-    alias = rf"using {op_type}Plugin = {template}<{fmt}>;"
-    if not own_header.exists() or not re.search(re.escape(alias), own_header.read_text()):
-        return [f"{own_header.relative_to(plugins.parent)}: expected `{alias}`"]
+    creator = f"ProjectionPluginCreator<{template}<{fmt}>>"
+    if creator not in library:
+        return [f"plugins/common/pluginLibrary.cpp: {op_type} is not registered (expected a {creator})"]
     cpp_path = header.with_suffix(".cpp")
     cpp = cpp_path.read_text() if cpp_path.exists() else ""
     where = cpp_path.relative_to(plugins.parent)
@@ -126,15 +126,14 @@ def _op_drift(c: dict, op_type: str, spec: dict, plugins: Path, formats: dict, h
         out.append(f"{where}: the field list of {fmt}::visitFields (fieldNames(), FieldReader, writeFields()) "
                    f"has {fields}, the contract {want}")
 
-    parse_common = _body(cpp, f"{fmt}::parseCommon(") or ""
-    common = re.search(r"parseCommonAttributes\(\s*\w+,\s*\{([^}]*)\}\s*,\s*\"(\w+)\"\s*\)", parse_common)
-    if common is None:
-        out.append(f"{where}: {fmt}::parseCommon does not call parseCommonAttributes(reader, {{formats}}, "
-                   f"\"default\")")
+    formats_ = re.search(r"kACTIVATION_FORMATS\[\]\{([^}]*)\}", struct)
+    default = re.search(r'kDEFAULT_ACTIVATION\{"(\w+)"\}', struct)
+    if formats_ is None or default is None:
+        out.append(f"{where}: {fmt} has no kACTIVATION_FORMATS[]{{...}} and kDEFAULT_ACTIVATION{{\"...\"}}")
     else:
-        formats_, default = _strings(common.group(1)), common.group(2)
+        formats_, default = _strings(formats_.group(1)), default.group(1)
         if formats_ != spec["activation_formats"] or default != spec["default_activation"]:
-            out.append(f"{where}: parseCommonAttributes gets formats {formats_} default {default!r}, the "
+            out.append(f"{where}: activation formats {formats_} default {default!r}, the "
                        f"contract {spec['activation_formats']} default {spec['default_activation']!r}")
 
     parse = _body(cpp, f"{fmt}::parse(") or ""
@@ -169,6 +168,8 @@ _DERIVED = {
     "FieldReader": r"FieldReader const reader\(fc, \*fieldNames\(\)\)",
     "fieldNames()": r"static FieldNames const kFIELDS\{[^;]*visitFields\(",
     "writeFields()": r"void writeFields\(FieldWriter& writer\) const override\s*\{\s*visitFields\(",
+    "the activation formats": r"parseCommonAttributes\(\s*reader, Format::kACTIVATION_FORMATS, "
+                              r"Format::kDEFAULT_ACTIVATION\)",
 }
 
 
@@ -192,9 +193,10 @@ def drift(c: dict, plugins: Path) -> list[str]:
     helpers = {name: _after_brace(_body(src, f"void {name}(")) for src, name in (
         (base_h, "visitHeadFields"), (base_h, "visitTailFields"), (grouped_h, "visitRoutingFields"))}
     formats = _formats(plugins)
+    library = (plugins / "common" / "pluginLibrary.cpp").read_text()
     out = _template_drift(templates)
     for op_type, spec in c["ops"].items():
-        out += _op_drift(c, op_type, spec, plugins, formats, helpers, templates)
+        out += _op_drift(c, op_type, spec, plugins, formats, helpers, templates, library)
 
     common_h = (plugins / "common" / "pluginCommon.h").read_text()
     ns = re.search(r'kPLUGIN_NAMESPACE\{"(\w+)"\}', common_h)
