@@ -38,7 +38,7 @@ class Events:
     """Where the job reports: a line per finished step, and the steps' own progress hooks."""
 
     say: Callable[[str], None] = lambda line: None
-    export_progress: object = None  # exporter.export's progress (note/start/update)
+    export_progress: object = None  # exporter.export's progress (note/start/update; close, if it has one)
     build_progress: Callable | None = None  # engines.build.Progress
     compare_report: Callable | None = None  # called with the comparison report before it is judged
 
@@ -82,7 +82,10 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
 def _export(model, out, options: JobOptions, events: Events, experts_why: str) -> dict:
     from .exporter.export import export
 
-    done = export(model, out, options.export, progress=events.export_progress)
+    try:
+        done = export(model, out, options.export, progress=events.export_progress)
+    finally:  # the bar goes before the step's line (and is not redrawn during the next steps)
+        getattr(events.export_progress, "close", lambda: None)()
     counts = done.manifest["op_counts"]
     text = ", ".join(f"{v} {k}" for k, v in counts.items()) or "no metrale ops"
     has_moe = any("/moe/" in k for k in counts)

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from . import options as opt
+from .streams import library_output_to_stderr
 
 # engines.plan.LOWERINGS (a test keeps them equal): importing the engines' build here would import
 # onnx and Polygraphy for every --help.
@@ -66,7 +67,8 @@ def command(source, output, profiles, policy, plugins, backend, lowering, timing
     say = (lambda *a, **k: None) if quiet else (lambda msg: click.echo(msg, err=True))
 
     try:
-        manifest = build_engines(source, output, options, engine_progress(say))
+        with library_output_to_stderr():
+            manifest = build_engines(source, output, options, engine_progress(say))
     except UsageConflict as e:
         raise click.BadParameter(str(e), param_hint=e.param) from e
     if as_json:

@@ -9,6 +9,7 @@ import click
 
 from ..errors import CheckFailed
 from . import options as opt
+from .streams import library_output_to_stderr
 
 SHOWN = 8  # layers in the default table, worst first
 
@@ -66,7 +67,8 @@ def run_compare(export_dir: Path, checkpoint, tolerance, quiet: bool, as_json: b
     from ..compare.accuracy import compare_export
 
     G_LOGGER.module_severity = G_LOGGER.ERROR
-    report = compare_export(export_dir, checkpoint, tolerance=tolerance)
+    with library_output_to_stderr():
+        report = compare_export(export_dir, checkpoint, tolerance=tolerance)
     if not quiet:
         print_report(report, as_json, verbose)
     failure = report.first_failure()

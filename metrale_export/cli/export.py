@@ -10,6 +10,7 @@ import json
 import click
 
 from . import options as opt
+from .streams import library_output_to_stderr
 
 
 def resolve_weight_format(weight: str, ckpt) -> str:
@@ -61,7 +62,8 @@ def command(ctx, model, output, force, quiet, as_json, **_):
     """Export MODEL (a .safetensors file with config.json beside it, a checkpoint directory, or a
     model.safetensors.index.json) to ONNX with metrale projection ops."""
     out = output or opt.default_output(model)
-    result = run_export(ctx.params, out, force, quiet or as_json)
+    with library_output_to_stderr():
+        result = run_export(ctx.params, out, force, quiet or as_json)
     if as_json:
         click.echo(json.dumps({"output": str(result.out_dir), "seconds": round(result.seconds, 2),
                                "op_counts": result.manifest["op_counts"]}, indent=2))

@@ -13,6 +13,7 @@ from click.core import ParameterSource
 from . import options as opt
 from .build import engine_progress
 from .export import export_options
+from .streams import library_output_to_stderr
 
 
 def reference_dtypes() -> list[str]:
@@ -83,9 +84,10 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
     try:
         experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
-        result = run_job(model, out, JobOptions(export, build, compare=not skip_compare,
-                                                engines=not skip_engines,
-                                                moe_experts_default=experts_default), events)
+        with library_output_to_stderr():
+            result = run_job(model, out, JobOptions(export, build, compare=not skip_compare,
+                                                    engines=not skip_engines,
+                                                    moe_experts_default=experts_default), events)
     finally:
         bar.close()
     if as_json:

@@ -193,9 +193,16 @@ def _optimize(model: ir.Model) -> None:
 def _cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     """Compact metrale inputs, then onnx-graphsurgeon's cleanup and topological sort."""
     onnx_translation.compact_inputs(proto.graph)
-    graph = gs.import_onnx(proto)
-    graph.cleanup(remove_unused_graph_inputs=False).toposort()
-    out = gs.export_onnx(graph, do_type_check=False)
+    # gs warns on stdout that it keeps bf16 initializers (the W4A16 scales) as ONNX tensors: that is
+    # what we want, and stdout is for results (--json).
+    quiet = (gs.logger.G_LOGGER.severity, gs.logger.G_LOGGER.colors)
+    gs.logger.G_LOGGER.severity, gs.logger.G_LOGGER.colors = gs.logger.G_LOGGER.ERROR, False
+    try:
+        graph = gs.import_onnx(proto)
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        out = gs.export_onnx(graph, do_type_check=False)
+    finally:
+        gs.logger.G_LOGGER.severity, gs.logger.G_LOGGER.colors = quiet
     out.ir_version = proto.ir_version
     del out.opset_import[:]
     out.opset_import.extend(proto.opset_import)
