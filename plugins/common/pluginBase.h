@@ -1,13 +1,16 @@
 /*
- * The IPluginV3 plumbing every metrale plugin shares, dense (ProjectionPlugin) and grouped-expert
- * (GroupedProjectionPlugin) alike: the capability interfaces, the namespace, one output, error
- * reporting with the plugin's identity, context attachment, field serialization and the
- * launch-status check (an op's clone() is METRALE_GUARDED("clone", nullptr, { return new Op(*this); }). The two bases above it keep only what differs: their inputs, shapes and
- * launcher signature.
+ * The IPluginV3 machinery every metrale plugin shares, dense (ProjectionPlugin) and grouped-expert
+ * (GroupedProjectionPlugin) alike: the capability interfaces, the namespace, one output y of x's
+ * type, the build and run-time checks in the order TensorRT calls them, workspace, timing-cache ID,
+ * enqueue, error reporting with the plugin's identity, context attachment and field serialization.
+ * The two layouts keep only what differs: their inputs, shapes and messages; an op's format
+ * (W4A16Format, W8A8Format, W4A4Format) keeps its own fields, weight inputs and launcher calls.
  *
  * Invariants:
  * - Every TensorRT-facing method is noexcept: failures are reported (pluginCommon.h) and turned
  *   into a non-zero status, a nullptr, 0 or false, never an exception or an abort.
+ * - An op's fields are listed once, by its visitFields: the creator's field table, the names the
+ *   parser accepts and the serialized fields all walk that list, so they cannot disagree.
  * - getFieldsToSerialize rebuilds the fields on every call, so they point into this object, also
  *   after a copy.
  * - A plugin attached to a context reports to that context's error recorder.
@@ -25,7 +28,8 @@ namespace metrale
 namespace plugin
 {
 
-//! Position of the only output in TensorRT's numbering.
+//! Positions of x (the first input) and of the only output, in TensorRT's numbering.
+constexpr int32_t kX_IDX{0};
 constexpr int32_t kY_IDX{0};
 
 //! One input of the op: its contract name, TensorRT type and static shape (-1: M, grouped ops).
@@ -46,6 +50,93 @@ struct CommonAttributes
     std::string activationFormatName;
     std::string family;
     std::string name;
+};
+
+//! Which op a plugin is: its ONNX op type and plugin version (the format's kOP_TYPE or
+//! kGROUPED_OP_TYPE, and kPLUGIN_VERSION).
+struct OpIdentity
+{
+    char const* type;
+    char const* version;
+};
+
+//! Parses n, k, activation_format, has_bias, family and name; activation_format must be one of
+//! the nbFormats allowedFormats, defaultFormat when absent.
+CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const* allowedFormats,
+    int32_t nbFormats, char const* defaultFormat);
+
+//! The same for a format's kACTIVATION_FORMATS and kDEFAULT_ACTIVATION.
+template <int32_t N>
+CommonAttributes parseCommonAttributes(
+    FieldReader const& reader, char const* const (&allowedFormats)[N], char const* defaultFormat)
+{
+    return parseCommonAttributes(reader, allowedFormats, N, defaultFormat);
+}
+
+//! The first fields of every op, n and k (a Visitor has intField(name, value) and
+//! stringField(name, value): FieldWriter, FieldTable).
+template <typename Visitor>
+void visitHeadFields(CommonAttributes const& a, Visitor& v)
+{
+    v.intField("n", a.n);
+    v.intField("k", a.k);
+}
+
+//! The last fields of every op: has_bias, family, name.
+template <typename Visitor>
+void visitTailFields(CommonAttributes const& a, Visitor& v)
+{
+    v.intField("has_bias", a.hasBias);
+    v.stringField("family", a.family);
+    v.stringField("name", a.name);
+}
+
+//! The tensors of one enqueue after x (and the grouped ops' topk_ids), by contract name.
+class InputTensors
+{
+public:
+    //! specs: the inputs present, in order; pointers: TensorRT's, from the first of them.
+    InputTensors(std::vector<InputSpec> const& specs, void const* const* pointers)
+        : mSpecs(specs)
+        , mPointers(pointers)
+    {
+    }
+
+    //! The tensor named name; throws when the op has no such input (a launcher asking for the
+    //! wrong name must fail loudly, not read nullptr).
+    template <typename T = void>
+    T const* required(char const* name) const
+    {
+        return static_cast<T const*>(find(name));
+    }
+
+    //! The tensor named name when present (its gate attribute is 1), else nullptr.
+    template <typename T = void>
+    T const* optional(char const* name, int32_t present) const
+    {
+        return present ? required<T>(name) : nullptr;
+    }
+
+private:
+    void const* find(char const* name) const;
+
+    std::vector<InputSpec> const& mSpecs;
+    void const* const* mPointers;
+};
+
+//! What enqueue hands an op's launcher: x, y, the rows and the scratch; topkIds and topkWeights
+//! only for the grouped ops (nullptr otherwise, and topkWeights also for combine=0).
+struct LaunchArgs
+{
+    void const* x{nullptr};
+    int32_t xDType{0};
+    void* y{nullptr};
+    int64_t m{0};
+    void* workspace{nullptr};
+    size_t workspaceBytes{0};
+    cudaStream_t stream{nullptr};
+    int32_t const* topkIds{nullptr};
+    void const* topkWeights{nullptr};
 };
 
 //! "[d0, d1, ...]" for messages.
@@ -111,6 +202,14 @@ public:
     nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
 
     // IPluginV3OneCore
+    char const* getPluginName() const noexcept override
+    {
+        return mOp.type;
+    }
+    char const* getPluginVersion() const noexcept override
+    {
+        return mOp.version;
+    }
     char const* getPluginNamespace() const noexcept override
     {
         return kPLUGIN_NAMESPACE;
@@ -121,8 +220,25 @@ public:
     {
         return 1;
     }
+    int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+    int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs,
+        nvinfer1::DataType const* inputTypes, int32_t nbInputs) const noexcept override;
+    int32_t getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
+        nvinfer1::DimsExprs const* shapeInputs, int32_t nbShapeInputs, nvinfer1::DimsExprs* outputs,
+        int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept override;
+    bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut, int32_t nbInputs,
+        int32_t nbOutputs) noexcept override;
+    size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
+    char const* getTimingCacheID() noexcept override;
+    char const* getMetadataString() noexcept override;
 
     // IPluginV3OneRuntime
+    int32_t onShapeChange(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs,
+        nvinfer1::PluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+    int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
+        void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
     nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
     nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
 
@@ -133,10 +249,38 @@ public:
     }
 
 protected:
-    PluginBase(std::string layerName, CommonAttributes attrs);
+    //! inputs: the op's inputs after its row inputs (x, and topk_ids for the grouped ops), in
+    //! contract order, optional ones only when present.
+    PluginBase(OpIdentity op, std::string layerName, CommonAttributes attrs, std::vector<InputSpec> inputs);
     PluginBase(PluginBase const&) = default;
     PluginBase& operator=(PluginBase const&) = delete;
 
+    // The layout (ProjectionPlugin, GroupedProjectionPlugin): inputs, shapes and their messages.
+    virtual int32_t expectedNbInputs() const = 0;
+    //! Throws unless nbInputs and nbOutputs are the layout's, naming the inputs expected.
+    virtual void checkCounts(int32_t nbInputs, int32_t nbOutputs) const = 0;
+    //! Checks static dims against the contract; with allowWildcards, -1 (unknown at build time) passes.
+    virtual void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const = 0;
+    virtual void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const = 0;
+    //! Whether input pos (not x) may have type for an x of xType.
+    virtual bool supportsInputType(int32_t pos, nvinfer1::DataType type, nvinfer1::DataType xType) const = 0;
+    //! Whether dimension 0 of input i is M, and the note that says so in messages.
+    virtual bool isRowInput(int32_t i) const = 0;
+    virtual char const* rowInputsNote() const = 0;
+    //! x's rank: 2 ([M, K]), or 3 ([M, top_k, K], the grouped ops with combine=1).
+    virtual int32_t xRank() const = 0;
+    //! y's shape for m rows.
+    virtual nvinfer1::Dims outputDims(int64_t m) const = 0;
+    //! The layout's own attributes as sep-prefixed "key=value" (timing cache ID and metadata).
+    virtual std::string describeLayout(char const* sep) const = 0;
+
+    // The op (DenseProjPlugin<Format>, GroupedProjPlugin<Format>).
+    //! Workspace bytes for m rows (the op's *_workspace_size launcher; x's dtype code).
+    virtual size_t workspaceSize(int64_t m, int32_t xDType) const = 0;
+    //! Runs the op's launcher; inputs are TensorRT's, in contract order.
+    virtual cudaError_t launch(LaunchArgs args, void const* const* inputs) const = 0;
+    //! The op-specific attributes as "key=value;..." (timing cache ID and metadata).
+    virtual std::string describeOpAttributes() const = 0;
     //! Appends every field, in contract order, pointing into this object's members.
     virtual void writeFields(FieldWriter& writer) const = 0;
 
@@ -147,16 +291,95 @@ protected:
     void reportException(char const* method, std::exception const& e) const noexcept;
     void reportUnknownException(char const* method) const noexcept;
 
+    OpIdentity mOp;
     CommonAttributes mAttrs;
+    std::vector<InputSpec> mInputs;
     std::string mLayerName;
     std::string mTimingCacheId;
     std::string mMetadata;
 
 private:
     std::string identity() const;
+    //! configurePlugin's and onShapeChange's input checks (Desc: the build or run-time description).
+    template <typename Desc>
+    void checkDescriptions(Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs,
+        bool allowWildcards) const;
 
     nvinfer1::IErrorRecorder* mRecorder{nullptr};
     FieldWriter mFieldWriter;
+};
+
+//! The creator of a plugin: Plugin supplies kOP_TYPE, kPLUGIN_VERSION, fieldNames() and
+//! create(layerName, fc). kBUILD and kRUNTIME creation parse the same fields.
+template <typename Plugin>
+class ProjectionPluginCreator : public nvinfer1::IPluginCreatorV3One
+{
+public:
+    nvinfer1::IPluginV3* createPlugin(
+        char const* name, nvinfer1::PluginFieldCollection const* fc, nvinfer1::TensorRTPhase phase) noexcept override
+    {
+        try
+        {
+            return Plugin::create(name == nullptr ? "" : name, fc);
+        }
+        catch (PluginError const& e)
+        {
+            reportError(nullptr, e.code(),
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "' (createPlugin, ",
+                    phase == nvinfer1::TensorRTPhase::kBUILD ? "build" : "runtime", " phase): ", e.what()));
+        }
+        catch (std::exception const& e)
+        {
+            reportError(nullptr, nvinfer1::ErrorCode::kINTERNAL_ERROR,
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " (createPlugin): ", e.what()));
+        }
+        catch (...)
+        {
+            reportError(nullptr, nvinfer1::ErrorCode::kINTERNAL_ERROR,
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " (createPlugin): unknown exception"));
+        }
+        return nullptr;
+    }
+
+    nvinfer1::PluginFieldCollection const* getFieldNames() noexcept override
+    {
+        return Plugin::fieldNames();
+    }
+    char const* getPluginName() const noexcept override
+    {
+        return Plugin::kOP_TYPE;
+    }
+    char const* getPluginVersion() const noexcept override
+    {
+        return Plugin::kPLUGIN_VERSION;
+    }
+    char const* getPluginNamespace() const noexcept override
+    {
+        return kPLUGIN_NAMESPACE;
+    }
+};
+
+//! The creator registered under an op's older plugin version (its format's kRETIRED_VERSION): it
+//! refuses every plugin, saying that the graph follows an older op contract and must be
+//! re-exported (docs/ops.md, "Older exports"), so an old graph is never read with the new layout.
+template <typename Plugin>
+class RetiredPluginCreator : public ProjectionPluginCreator<Plugin>
+{
+public:
+    nvinfer1::IPluginV3* createPlugin(
+        char const* name, nvinfer1::PluginFieldCollection const*, nvinfer1::TensorRTPhase) noexcept override
+    {
+        reportError(nullptr, nvinfer1::ErrorCode::kINVALID_ARGUMENT,
+            cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "': plugin version ",
+                Plugin::Format::kRETIRED_VERSION, " (", Plugin::Format::kRETIRED_CHANGE,
+                ") is an older metrale op contract; this library implements version ", Plugin::kPLUGIN_VERSION,
+                ": re-export the model with metrale-export"));
+        return nullptr;
+    }
+    char const* getPluginVersion() const noexcept override
+    {
+        return Plugin::Format::kRETIRED_VERSION;
+    }
 };
 
 } // namespace plugin

@@ -103,8 +103,7 @@ int32_t activationDType(nvinfer1::DataType type)
     throw PluginError(cat("x: expected kFLOAT, kHALF or kBF16, found ", dataTypeName(type)));
 }
 
-FieldReader::FieldReader(
-    nvinfer1::PluginFieldCollection const* fc, std::initializer_list<char const*> known)
+FieldReader::FieldReader(nvinfer1::PluginFieldCollection const* fc, nvinfer1::PluginFieldCollection const& known)
     : mFc(fc)
 {
     METRALE_REQUIRE(fc != nullptr, "the plugin field collection is null");
@@ -115,16 +114,16 @@ FieldReader::FieldReader(
         char const* name = fc->fields[i].name;
         METRALE_REQUIRE(name != nullptr, "plugin field ", i, " has no name");
         bool isKnown = false;
-        for (char const* k : known)
+        for (int32_t k = 0; k < known.nbFields; ++k)
         {
-            isKnown = isKnown || std::strcmp(k, name) == 0;
+            isKnown = isKnown || std::strcmp(known.fields[k].name, name) == 0;
         }
         if (!isKnown)
         {
             std::string expected;
-            for (char const* k : known)
+            for (int32_t k = 0; k < known.nbFields; ++k)
             {
-                expected += expected.empty() ? k : cat(", ", k);
+                expected += expected.empty() ? known.fields[k].name : cat(", ", known.fields[k].name);
             }
             throw PluginError(cat("unknown field '", name, "'; expected fields: ", expected,
                 " (docs/ops.md, the metrale op contract)"));
@@ -222,6 +221,21 @@ bool parseFlag(FieldReader const& reader, char const* name)
     return value == 1;
 }
 
+int32_t parseChoice(char const* field, std::string const& value,
+    std::initializer_list<std::pair<char const*, int32_t>> choices)
+{
+    std::string expected;
+    for (auto const& c : choices)
+    {
+        if (value == c.first)
+        {
+            return c.second;
+        }
+        expected += expected.empty() ? c.first : cat(" or ", c.first);
+    }
+    throw PluginError(cat("field '", field, "': expected ", expected, ", found '", value, "'"));
+}
+
 char const* activationFormatName(int32_t format) noexcept
 {
     switch (format)
@@ -233,11 +247,12 @@ char const* activationFormatName(int32_t format) noexcept
     }
 }
 
-int32_t parseActivationFormat(std::string const& value, std::initializer_list<char const*> allowed)
+int32_t parseActivationFormat(std::string const& value, char const* const* allowed, int32_t nbAllowed)
 {
     std::string expected;
-    for (char const* a : allowed)
+    for (int32_t i = 0; i < nbAllowed; ++i)
     {
+        char const* a = allowed[i];
         if (value == a)
         {
             for (int32_t code : {kMETRALE_ACT_BF16, kMETRALE_ACT_FP8, kMETRALE_ACT_NVFP4})

@@ -22,6 +22,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace metrale
@@ -29,10 +30,9 @@ namespace metrale
 namespace plugin
 {
 
-//! The namespace every metrale plugin registers under, and the version of the plugins whose op is
-//! at version 1 (docs/ops.md; each plugin class names its own kPLUGIN_VERSION, metrale_export/contract.py).
+//! The namespace every metrale plugin registers under (docs/ops.md; each op's format names its own
+//! kPLUGIN_VERSION, as metrale_export/contract.py does).
 constexpr char const* kPLUGIN_NAMESPACE{"metrale"};
-constexpr char const* kPLUGIN_VERSION{"1"};
 
 //! An invalid argument or state found by a plugin method; carries the TensorRT error code to report.
 class PluginError : public std::runtime_error
@@ -100,8 +100,8 @@ bool isActivationType(nvinfer1::DataType type) noexcept;
 class FieldReader
 {
 public:
-    //! @param known every field name the op accepts.
-    FieldReader(nvinfer1::PluginFieldCollection const* fc, std::initializer_list<char const*> known);
+    //! @param known the fields the op accepts: the creator's getFieldNames() table.
+    FieldReader(nvinfer1::PluginFieldCollection const* fc, nvinfer1::PluginFieldCollection const& known);
 
     //! A required integer field.
     int32_t getInt(char const* name) const;
@@ -120,8 +120,9 @@ private:
     nvinfer1::PluginFieldCollection const* mFc;
 };
 
-//! Builds the PluginFieldCollection a plugin serializes. The fields point into the plugin's own
-//! members, so the collection must be rebuilt (not copied) after the plugin is copied.
+//! Builds the PluginFieldCollection a plugin serializes, as the Visitor of an op's visitFields.
+//! The fields point into the plugin's own members, so the collection must be rebuilt (not copied)
+//! after the plugin is copied.
 class FieldWriter
 {
 public:
@@ -131,13 +132,13 @@ public:
         mCollection = nvinfer1::PluginFieldCollection{};
     }
 
-    void addInt(char const* name, int32_t const* value)
+    void intField(char const* name, int32_t const& value)
     {
-        mFields.emplace_back(name, value, nvinfer1::PluginFieldType::kINT32, 1);
+        mFields.emplace_back(name, &value, nvinfer1::PluginFieldType::kINT32, 1);
     }
 
     //! Strings are written without a NUL; length is the number of characters.
-    void addString(char const* name, std::string const& value)
+    void stringField(char const* name, std::string const& value)
     {
         mFields.emplace_back(
             name, value.c_str(), nvinfer1::PluginFieldType::kCHAR, static_cast<int32_t>(value.size()));
@@ -155,18 +156,28 @@ private:
     nvinfer1::PluginFieldCollection mCollection{};
 };
 
-//! Declares the fields a creator advertises through getFieldNames(): names and types, no data.
+//! The fields a creator advertises through getFieldNames(): names and types, no data. Built once,
+//! by fill(*this) walking an op's visitFields with this as the Visitor.
 class FieldNames
 {
 public:
-    FieldNames(std::initializer_list<std::pair<char const*, nvinfer1::PluginFieldType>> fields)
+    template <typename Fill>
+    explicit FieldNames(Fill fill)
     {
-        for (auto const& f : fields)
-        {
-            mFields.emplace_back(f.first, nullptr, f.second, 1);
-        }
+        fill(*this);
         mCollection.nbFields = static_cast<int32_t>(mFields.size());
         mCollection.fields = mFields.data();
+    }
+    FieldNames(FieldNames const&) = delete;
+    FieldNames& operator=(FieldNames const&) = delete;
+
+    void intField(char const* name, int32_t const&)
+    {
+        mFields.emplace_back(name, nullptr, nvinfer1::PluginFieldType::kINT32, 1);
+    }
+    void stringField(char const* name, std::string const&)
+    {
+        mFields.emplace_back(name, nullptr, nvinfer1::PluginFieldType::kCHAR, 1);
     }
 
     nvinfer1::PluginFieldCollection const* collection() const noexcept
@@ -179,11 +190,16 @@ private:
     nvinfer1::PluginFieldCollection mCollection{};
 };
 
+//! Maps the value of an enumerated string field to its code, e.g. weight_scale_granularity
+//! "channel" -> kMETRALE_WSCALE_CHANNEL; throws "field '<field>': expected a or b, found '<value>'".
+int32_t parseChoice(char const* field, std::string const& value,
+    std::initializer_list<std::pair<char const*, int32_t>> choices);
+
 //! Parses a flag field (0 or 1).
 bool parseFlag(FieldReader const& reader, char const* name);
 
 //! Parses activation_format against the values an op allows (docs/ops.md, Activation formats).
-int32_t parseActivationFormat(std::string const& value, std::initializer_list<char const*> allowed);
+int32_t parseActivationFormat(std::string const& value, char const* const* allowed, int32_t nbAllowed);
 
 //! The attribute spelling of an activation format code ("bf16").
 char const* activationFormatName(int32_t format) noexcept;

@@ -1,11 +1,9 @@
 /*
- * The IPluginV3 machinery every metrale projection plugin shares: Y[M, N] = X[M, K] W^T with the
- * weights, scales and optional tensors as further inputs (docs/ops.md).
- *
- * A projection plugin (W4A16ProjPlugin, W8A8ProjPlugin, W4A4ProjPlugin) derives from
- * ProjectionPlugin and supplies only what differs per op: its name, the inputs after x (type and
- * static shape), its fields, the workspace size and the launch. Everything TensorRT asks of a
- * plugin (shapes, types, formats, serialization, cloning, context attachment) lives here once.
+ * The dense projection plugins: Y[M, N] = X[M, K] W^T with the weights, scales and optional tensors
+ * as further inputs (docs/ops.md). ProjectionPlugin is their layout (x [M, K], the weight inputs,
+ * y [M, N]); DenseProjPlugin<Format> is the plugin of one op, whose format (W4A16Format,
+ * W8A8Format, W4A4Format) supplies only what differs per op: its name, version, fields, weight
+ * inputs, workspace size and launch. Everything TensorRT asks of a plugin lives in PluginBase.
  *
  * Invariants:
  * - M (rows of x) is the only dynamic dimension; K, N and every weight shape are static and
@@ -30,163 +28,120 @@ namespace metrale
 namespace plugin
 {
 
-//! Position of x in TensorRT's numbering (the output y is kY_IDX, pluginBase.h).
-constexpr int32_t kX_IDX{0};
-
-//! Parses n, k, activation_format, has_bias, family and name; defaultFormat is used when
-//! activation_format is absent.
-CommonAttributes parseCommonAttributes(
-    FieldReader const& reader, std::initializer_list<char const*> allowedFormats, char const* defaultFormat);
+//! Position of the first weight input (after x) in TensorRT's numbering.
+constexpr int32_t kFIRST_WEIGHT_IDX{1};
 
 class ProjectionPlugin : public PluginBase
 {
 public:
     ~ProjectionPlugin() override = default;
 
-    // IPluginV3OneCore
-    char const* getPluginVersion() const noexcept override
-    {
-        return kPLUGIN_VERSION;
-    }
-
-    // IPluginV3OneBuild
-    int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
-        nvinfer1::DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
-    int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs,
-        nvinfer1::DataType const* inputTypes, int32_t nbInputs) const noexcept override;
-    int32_t getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
-        nvinfer1::DimsExprs const* shapeInputs, int32_t nbShapeInputs, nvinfer1::DimsExprs* outputs,
-        int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept override;
-    bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut, int32_t nbInputs,
-        int32_t nbOutputs) noexcept override;
-    size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
-        nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
-    char const* getTimingCacheID() noexcept override;
-    char const* getMetadataString() noexcept override;
-
-    // IPluginV3OneRuntime
-    int32_t onShapeChange(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs,
-        nvinfer1::PluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
-    int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
-        void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
-
 protected:
-    ProjectionPlugin(std::string layerName, CommonAttributes attrs);
+    //! weights: the inputs after x, in contract order (optional ones only when present).
+    ProjectionPlugin(OpIdentity op, std::string layerName, CommonAttributes attrs, std::vector<InputSpec> weights);
     ProjectionPlugin(ProjectionPlugin const&) = default;
     ProjectionPlugin& operator=(ProjectionPlugin const&) = delete;
 
-    //! The inputs after x, in contract order (optional ones only when present).
-    virtual std::vector<InputSpec> weightInputs() const = 0;
-    //! Workspace bytes for m rows (the op's *_workspace_size launcher).
-    virtual size_t workspaceSize(int64_t m) const = 0;
-    //! Runs the op's launcher; inputs are TensorRT's, in contract order.
-    virtual cudaError_t launch(int32_t xDType, void const* const* inputs, void* y, int64_t m, void* workspace,
-        size_t workspaceBytes, cudaStream_t stream) const = 0;
-    //! The op-specific attributes as "key=value;..." (timing cache ID and metadata).
-    virtual std::string describeOpAttributes() const = 0;
-
-private:
-    int32_t expectedNbInputs() const
+    int32_t expectedNbInputs() const override
     {
-        return 1 + static_cast<int32_t>(weightInputs().size());
+        return kFIRST_WEIGHT_IDX + static_cast<int32_t>(mInputs.size());
     }
-    void checkCounts(int32_t nbInputs, int32_t nbOutputs) const;
-    //! Checks static dims against the contract; dims of -1 (unknown at build time) are skipped.
-    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;
-    void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const;
-};
-
-//! The creator of a projection plugin: Plugin supplies kOP_TYPE, kPLUGIN_VERSION, fieldNames() and
-//! create(layerName, fc). kBUILD and kRUNTIME creation parse the same fields.
-template <typename Plugin>
-class ProjectionPluginCreator : public nvinfer1::IPluginCreatorV3One
-{
-public:
-    nvinfer1::IPluginV3* createPlugin(
-        char const* name, nvinfer1::PluginFieldCollection const* fc, nvinfer1::TensorRTPhase phase) noexcept override
+    void checkCounts(int32_t nbInputs, int32_t nbOutputs) const override;
+    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const override;
+    void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const override;
+    bool supportsInputType(int32_t pos, nvinfer1::DataType type, nvinfer1::DataType xType) const override;
+    bool isRowInput(int32_t i) const override
     {
-        try
-        {
-            return Plugin::create(name == nullptr ? "" : name, fc);
-        }
-        catch (PluginError const& e)
-        {
-            reportError(nullptr, e.code(),
-                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "' (createPlugin, ",
-                    phase == nvinfer1::TensorRTPhase::kBUILD ? "build" : "runtime", " phase): ", e.what()));
-        }
-        catch (std::exception const& e)
-        {
-            reportError(nullptr, nvinfer1::ErrorCode::kINTERNAL_ERROR,
-                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " (createPlugin): ", e.what()));
-        }
-        catch (...)
-        {
-            reportError(nullptr, nvinfer1::ErrorCode::kINTERNAL_ERROR,
-                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " (createPlugin): unknown exception"));
-        }
-        return nullptr;
+        return i == kX_IDX;
     }
-
-    nvinfer1::PluginFieldCollection const* getFieldNames() noexcept override
+    char const* rowInputsNote() const override
     {
-        return Plugin::fieldNames();
+        return "only M, the rows of x, is dynamic";
     }
-    char const* getPluginName() const noexcept override
+    int32_t xRank() const override
     {
-        return Plugin::kOP_TYPE;
+        return 2;
     }
-    char const* getPluginVersion() const noexcept override
+    nvinfer1::Dims outputDims(int64_t m) const override;
+    std::string describeLayout(char const* /*sep*/) const override
     {
-        return Plugin::kPLUGIN_VERSION;
-    }
-    char const* getPluginNamespace() const noexcept override
-    {
-        return kPLUGIN_NAMESPACE;
+        return {};
     }
 };
 
-//! The creator registered under an op's older plugin version: it refuses every plugin, saying
-//! that the graph follows an older op contract and must be re-exported (docs/ops.md, "Older
-//! exports"), so an old graph is never read with the new layout.
-template <typename Plugin>
-class RetiredPluginCreator : public nvinfer1::IPluginCreatorV3One
+//! The plugin of a dense op. Format (W4A16Format, ...) supplies:
+//! - kOP_TYPE, kPLUGIN_VERSION, kACTIVATION_FORMATS and kDEFAULT_ACTIVATION;
+//! - parse(reader, attrs): its own fields, checked against the common ones; throws PluginError;
+//! - visitFields(attrs, visitor): the fields after n and k (after the routing fields in the grouped
+//!   op), in contract order, common ones included: the one field list;
+//! - weightInputs(attrs): the inputs after x, in contract order (optional ones only when present);
+//! - describe(): its own attributes as "key=value;..." (timing cache ID and metadata);
+//! - workspaceSize(attrs, m) and launch(attrs, tensors, args): the dense launcher calls.
+template <typename FormatT>
+class DenseProjPlugin final : public ProjectionPlugin
 {
 public:
-    RetiredPluginCreator(char const* version, char const* change)
-        : mVersion(version)
-        , mChange(change)
+    using Format = FormatT;
+    static constexpr char const* kOP_TYPE{Format::kOP_TYPE};
+    static constexpr char const* kPLUGIN_VERSION{Format::kPLUGIN_VERSION};
+
+    //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
+    static DenseProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
     {
+        // The parser passes only the fields fieldNames() lists (a plugin_version node attribute,
+        // which the parser finds this creator by, never arrives here).
+        FieldReader const reader(fc, *fieldNames());
+        CommonAttributes attrs
+            = parseCommonAttributes(reader, Format::kACTIVATION_FORMATS, Format::kDEFAULT_ACTIVATION);
+        Format format = Format::parse(reader, attrs);
+        return new DenseProjPlugin(layerName, std::move(attrs), std::move(format));
     }
-    nvinfer1::IPluginV3* createPlugin(
-        char const* name, nvinfer1::PluginFieldCollection const*, nvinfer1::TensorRTPhase) noexcept override
+
+    //! The fields in contract order: n, k, then the format's.
+    template <typename Visitor>
+    static void visitFields(CommonAttributes const& attrs, Format const& format, Visitor& v)
     {
-        reportError(nullptr, nvinfer1::ErrorCode::kINVALID_ARGUMENT,
-            cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "': plugin version ",
-                mVersion, " (", mChange, ") is an older metrale op contract; this library implements version ",
-                Plugin::kPLUGIN_VERSION, ": re-export the model with metrale-export"));
-        return nullptr;
+        visitHeadFields(attrs, v);
+        format.visitFields(attrs, v);
     }
-    nvinfer1::PluginFieldCollection const* getFieldNames() noexcept override
+
+    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept
     {
-        return Plugin::fieldNames();
+        static FieldNames const kFIELDS{[](FieldNames& names) { visitFields(CommonAttributes{}, Format{}, names); }};
+        return kFIELDS.collection();
     }
-    char const* getPluginName() const noexcept override
+
+    nvinfer1::IPluginV3* clone() noexcept override
     {
-        return Plugin::kOP_TYPE;
-    }
-    char const* getPluginVersion() const noexcept override
-    {
-        return mVersion;
-    }
-    char const* getPluginNamespace() const noexcept override
-    {
-        return kPLUGIN_NAMESPACE;
+        METRALE_GUARDED("clone", nullptr, { return new DenseProjPlugin(*this); })
     }
 
 private:
-    char const* mVersion;
-    char const* mChange;
+    DenseProjPlugin(std::string layerName, CommonAttributes attrs, Format format)
+        : ProjectionPlugin({kOP_TYPE, kPLUGIN_VERSION}, std::move(layerName), attrs, format.weightInputs(attrs))
+        , mFormat(std::move(format))
+    {
+    }
+    DenseProjPlugin(DenseProjPlugin const&) = default;
+
+    size_t workspaceSize(int64_t m, int32_t /*xDType*/) const override
+    {
+        return mFormat.workspaceSize(mAttrs, m);
+    }
+    cudaError_t launch(LaunchArgs args, void const* const* inputs) const override
+    {
+        return mFormat.launch(mAttrs, InputTensors(mInputs, inputs + kFIRST_WEIGHT_IDX), args);
+    }
+    std::string describeOpAttributes() const override
+    {
+        return mFormat.describe();
+    }
+    void writeFields(FieldWriter& writer) const override
+    {
+        visitFields(mAttrs, mFormat, writer);
+    }
+
+    Format mFormat;
 };
 
 } // namespace plugin

@@ -1,8 +1,10 @@
 /*
  * The IPluginV3 machinery the three grouped-expert plugins share (docs/ops.md, "Grouped-expert
- * ops"): W4A16MoEProjPlugin, W8A8MoEProjPlugin and W4A4MoEProjPlugin derive from
- * GroupedProjectionPlugin and supply only their stacked weight inputs, fields and launch. What every
- * plugin shares (capabilities, reporting, serialization, attachToContext) is PluginBase (pluginBase.h).
+ * ops"). GroupedProjectionPlugin is their layout; GroupedProjPlugin<Format> is the plugin of one
+ * op, W4A16MoEProj, W8A8MoEProj or W4A4MoEProj, from the format its dense op uses (W4A16Format,
+ * ...): the same fields with the routing fields after n and k, the dense op's weight inputs each
+ * with a leading expert axis, and the format's grouped launcher call. What every plugin shares
+ * (the IPluginV3 methods, reporting, serialization) is PluginBase (pluginBase.h).
  *
  * Inputs (positional, as the ONNX node): x [M, K] (combine=0) or [M, top_k, K] (combine=1);
  * topk_ids kINT32 [M, top_k]; the dense op's tensors with a leading expert axis [E, ...]; and, for
@@ -23,7 +25,7 @@
 #ifndef METRALE_GROUPED_PROJ_PLUGIN_H
 #define METRALE_GROUPED_PROJ_PLUGIN_H
 
-#include "../common/projectionPlugin.h"
+#include "../common/pluginBase.h"
 
 #include <string>
 #include <vector>
@@ -33,8 +35,7 @@ namespace metrale
 namespace plugin
 {
 
-//! Positions every grouped plugin shares (TensorRT's numbering).
-constexpr int32_t kGROUPED_X_IDX{0};
+//! Positions every grouped plugin shares (TensorRT's numbering; x is kX_IDX).
 constexpr int32_t kGROUPED_IDS_IDX{1};
 constexpr int32_t kGROUPED_FIRST_WEIGHT_IDX{2};
 
@@ -50,66 +51,139 @@ struct RoutingAttributes
 //! kernels' top_k <= 32).
 RoutingAttributes parseRoutingAttributes(FieldReader const& reader);
 
+//! The routing fields, in contract order (after n and k).
+template <typename Visitor>
+void visitRoutingFields(RoutingAttributes const& r, Visitor& v)
+{
+    v.intField("num_experts", r.numExperts);
+    v.intField("top_k", r.topK);
+    v.intField("combine", r.combine);
+}
+
+//! The dense op's inputs, each with a leading expert axis: [d0, ...] -> [E, d0, ...], and a
+//! per-tensor scalar [1] -> [E] (W4A4's weight_global_scale and input_scale).
+std::vector<InputSpec> stackedInputs(std::vector<InputSpec> dense, int64_t numExperts);
+
 class GroupedProjectionPlugin : public PluginBase
 {
 public:
     ~GroupedProjectionPlugin() override = default;
 
-    // IPluginV3OneBuild
-    int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
-        nvinfer1::DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
-    int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs,
-        nvinfer1::DataType const* inputTypes, int32_t nbInputs) const noexcept override;
-    int32_t getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
-        nvinfer1::DimsExprs const* shapeInputs, int32_t nbShapeInputs, nvinfer1::DimsExprs* outputs,
-        int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept override;
-    bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut, int32_t nbInputs,
-        int32_t nbOutputs) noexcept override;
-    size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
-        nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
-    char const* getTimingCacheID() noexcept override;
-    char const* getMetadataString() noexcept override;
-
-    // IPluginV3OneRuntime
-    int32_t onShapeChange(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs,
-        nvinfer1::PluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
-    int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
-        void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
-
 protected:
-    GroupedProjectionPlugin(std::string layerName, CommonAttributes attrs, RoutingAttributes routing);
+    //! experts: the stacked inputs after topk_ids, in contract order (optional ones only when
+    //! present), each with its leading expert axis.
+    GroupedProjectionPlugin(OpIdentity op, std::string layerName, CommonAttributes attrs, RoutingAttributes routing,
+        std::vector<InputSpec> experts);
     GroupedProjectionPlugin(GroupedProjectionPlugin const&) = default;
     GroupedProjectionPlugin& operator=(GroupedProjectionPlugin const&) = delete;
 
-    //! The stacked inputs after topk_ids, in contract order (optional ones only when present),
-    //! each with its leading expert axis.
-    virtual std::vector<InputSpec> expertInputs() const = 0;
-    //! Workspace bytes for m rows (the op's *_moe_workspace_size launcher; x's dtype code).
-    virtual size_t workspaceSize(int64_t m, int32_t xDType) const = 0;
-    //! Runs the op's launcher; inputs are TensorRT's, in contract order (x, topk_ids, weights...,
-    //! topk_weights or nullptr).
-    virtual cudaError_t launch(int32_t xDType, void const* const* inputs, void const* topkWeights, void* y,
-        int64_t m, void* workspace, size_t workspaceBytes, cudaStream_t stream) const = 0;
-    //! The op-specific attributes as "key=value;..." (timing cache ID and metadata).
-    virtual std::string describeOpAttributes() const = 0;
-
-    RoutingAttributes mRouting;
-
-private:
-    int32_t expectedNbInputs() const
+    int32_t expectedNbInputs() const override
     {
-        return 2 + static_cast<int32_t>(expertInputs().size()) + mRouting.combine;
+        return kGROUPED_FIRST_WEIGHT_IDX + static_cast<int32_t>(mInputs.size()) + mRouting.combine;
     }
+    void checkCounts(int32_t nbInputs, int32_t nbOutputs) const override;
+    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const override;
+    void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const override;
+    bool supportsInputType(int32_t pos, nvinfer1::DataType type, nvinfer1::DataType xType) const override;
+    bool isRowInput(int32_t i) const override
+    {
+        return i == kX_IDX || i == kGROUPED_IDS_IDX || i == topkWeightsIdx();
+    }
+    char const* rowInputsNote() const override
+    {
+        return "only M, the rows of x, topk_ids and topk_weights, is dynamic";
+    }
+    int32_t xRank() const override
+    {
+        return mRouting.combine ? 3 : 2;
+    }
+    nvinfer1::Dims outputDims(int64_t m) const override;
+    std::string describeLayout(char const* sep) const override;
+
+    //! The position of topk_weights, or -1 (combine=0).
     int32_t topkWeightsIdx() const
     {
         return mRouting.combine ? expectedNbInputs() - 1 : -1;
     }
-    void checkCounts(int32_t nbInputs, int32_t nbOutputs) const;
-    //! Checks every dimension but M against the contract, and that M agrees where it is known;
-    //! with allowWildcards, -1 (unknown at build time) passes.
-    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;
-    void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const;
-    nvinfer1::Dims outputDims(int64_t m) const;
+    //! args with the routing tensors of TensorRT's inputs filled in.
+    LaunchArgs withRouting(LaunchArgs args, void const* const* inputs) const;
+
+    RoutingAttributes mRouting;
+};
+
+//! The plugin of a grouped-expert op: Format is its dense op's (see DenseProjPlugin) and supplies
+//! besides kGROUPED_OP_TYPE, groupedWorkspaceSize(attrs, routing, m, xDType) and
+//! groupedLaunch(attrs, routing, tensors, args), the grouped launcher calls.
+template <typename FormatT>
+class GroupedProjPlugin final : public GroupedProjectionPlugin
+{
+public:
+    using Format = FormatT;
+    static constexpr char const* kOP_TYPE{Format::kGROUPED_OP_TYPE};
+    //! The grouped op follows its dense op's version (metrale_export/contract.py, grouped()).
+    static constexpr char const* kPLUGIN_VERSION{Format::kPLUGIN_VERSION};
+
+    //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
+    static GroupedProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
+    {
+        FieldReader const reader(fc, *fieldNames());
+        CommonAttributes attrs
+            = parseCommonAttributes(reader, Format::kACTIVATION_FORMATS, Format::kDEFAULT_ACTIVATION);
+        RoutingAttributes const routing = parseRoutingAttributes(reader);
+        Format format = Format::parse(reader, attrs);
+        return new GroupedProjPlugin(layerName, std::move(attrs), routing, std::move(format));
+    }
+
+    //! The fields in contract order: n, k, the routing fields, then the format's.
+    template <typename Visitor>
+    static void visitFields(
+        CommonAttributes const& attrs, RoutingAttributes const& routing, Format const& format, Visitor& v)
+    {
+        visitHeadFields(attrs, v);
+        visitRoutingFields(routing, v);
+        format.visitFields(attrs, v);
+    }
+
+    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept
+    {
+        static FieldNames const kFIELDS{
+            [](FieldNames& names) { visitFields(CommonAttributes{}, RoutingAttributes{}, Format{}, names); }};
+        return kFIELDS.collection();
+    }
+
+    nvinfer1::IPluginV3* clone() noexcept override
+    {
+        METRALE_GUARDED("clone", nullptr, { return new GroupedProjPlugin(*this); })
+    }
+
+private:
+    GroupedProjPlugin(std::string layerName, CommonAttributes attrs, RoutingAttributes routing, Format format)
+        : GroupedProjectionPlugin({kOP_TYPE, kPLUGIN_VERSION}, std::move(layerName), attrs, routing,
+            stackedInputs(format.weightInputs(attrs), routing.numExperts))
+        , mFormat(std::move(format))
+    {
+    }
+    GroupedProjPlugin(GroupedProjPlugin const&) = default;
+
+    size_t workspaceSize(int64_t m, int32_t xDType) const override
+    {
+        return mFormat.groupedWorkspaceSize(mAttrs, mRouting, m, xDType);
+    }
+    cudaError_t launch(LaunchArgs args, void const* const* inputs) const override
+    {
+        return mFormat.groupedLaunch(mAttrs, mRouting, InputTensors(mInputs, inputs + kGROUPED_FIRST_WEIGHT_IDX),
+            withRouting(args, inputs));
+    }
+    std::string describeOpAttributes() const override
+    {
+        return mFormat.describe();
+    }
+    void writeFields(FieldWriter& writer) const override
+    {
+        visitFields(mAttrs, mRouting, mFormat, writer);
+    }
+
+    Format mFormat;
 };
 
 } // namespace plugin

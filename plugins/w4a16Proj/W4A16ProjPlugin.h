@@ -1,11 +1,12 @@
 /*
- * W4A16Proj as a TensorRT IPluginV3 (namespace "metrale", version "1"): int4 weights with float32
- * group scales and optional zero points, bf16 activations (docs/ops.md).
+ * W4A16Proj as a TensorRT IPluginV3 (namespace "metrale", version "2"): int4 weights with bfloat16
+ * group scales and optional zero points, bf16 activations (docs/ops.md). W4A16Format is what
+ * W4A16Proj and its grouped-expert op W4A16MoEProj (moeProj/W4A16MoEProjPlugin.h) share.
  *
- * Inputs: x [M, K] (kFLOAT/kHALF/kBF16), weight kINT8 [N, K/2], weight_scale kFLOAT
- * [N, K/group_size], zero_point kINT8 [N, K/group_size] (has_zero_point=1), bias kFLOAT [N]
- * (has_bias=1). Output y [M, N], the type of x. Fields: the ONNX attributes n, k, group_size,
- * has_zero_point, activation_format, has_bias, family, name.
+ * Inputs: x [M, K] (kFLOAT/kHALF/kBF16), weight kINT8 [N, K/2], weight_scale kBF16
+ * [N, ceil(K/group_size)], zero_point kINT8 [N, ceil(K/group_size)] (has_zero_point=1), bias
+ * kFLOAT [N] (has_bias=1). Output y [M, N], the type of x. Fields: the ONNX attributes n, k,
+ * group_size, has_zero_point, activation_format, has_bias, family, name.
  */
 #ifndef METRALE_W4A16_PROJ_PLUGIN_H
 #define METRALE_W4A16_PROJ_PLUGIN_H
@@ -17,68 +18,44 @@ namespace metrale
 namespace plugin
 {
 
-class W4A16ProjPlugin : public ProjectionPlugin
+struct RoutingAttributes;
+
+//! What W4A16Proj and W4A16MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
+struct W4A16Format
 {
-public:
     static constexpr char const* kOP_TYPE{"W4A16Proj"};
-    //! Op version 2: bfloat16 group scales, a partial last group (docs/ops.md). Version "1" (float32
-    //! scales) is answered by W4A16ProjRetiredCreator.
+    static constexpr char const* kGROUPED_OP_TYPE{"W4A16MoEProj"};
+    static constexpr char const* kACTIVATION_FORMATS[]{"bf16"};
+    static constexpr char const* kDEFAULT_ACTIVATION{"bf16"};
+    //! Op version 2: bfloat16 group scales, a partial last group (docs/ops.md). Graphs of version
+    //! "1" are refused by a RetiredPluginCreator, which says why.
     static constexpr char const* kPLUGIN_VERSION{"2"};
+    static constexpr char const* kRETIRED_VERSION{"1"};
+    static constexpr char const* kRETIRED_CHANGE{"float32 group scales; version 2 stores them as bfloat16"};
 
-    //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
-    static W4A16ProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc);
-    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept;
+    int32_t groupSize{0};
+    int32_t hasZeroPoint{0};
 
-    char const* getPluginName() const noexcept override
+    //! The fields after n and k, in contract order: the one field list.
+    template <typename Visitor>
+    void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {
-        return kOP_TYPE;
-    }
-    char const* getPluginVersion() const noexcept override
-    {
-        return kPLUGIN_VERSION;
-    }
-    nvinfer1::IPluginV3* clone() noexcept override;
-
-protected:
-    std::vector<InputSpec> weightInputs() const override;
-    size_t workspaceSize(int64_t m) const override;
-    cudaError_t launch(int32_t xDType, void const* const* inputs, void* y, int64_t m, void* workspace,
-        size_t workspaceBytes, cudaStream_t stream) const override;
-    void writeFields(FieldWriter& writer) const override;
-    std::string describeOpAttributes() const override;
-
-private:
-    // Input positions; the optional ones follow the present ones.
-    static constexpr int32_t kWEIGHT_IDX{1};
-    static constexpr int32_t kWEIGHT_SCALE_IDX{2};
-
-    W4A16ProjPlugin(std::string layerName, CommonAttributes attrs, int32_t groupSize, int32_t hasZeroPoint);
-    W4A16ProjPlugin(W4A16ProjPlugin const&) = default;
-
-    int32_t zeroPointIdx() const noexcept
-    {
-        return mHasZeroPoint ? kWEIGHT_SCALE_IDX + 1 : -1;
-    }
-    int32_t biasIdx() const noexcept
-    {
-        return mAttrs.hasBias ? kWEIGHT_SCALE_IDX + 1 + mHasZeroPoint : -1;
+        v.intField("group_size", groupSize);
+        v.intField("has_zero_point", hasZeroPoint);
+        v.stringField("activation_format", attrs.activationFormatName);
+        visitTailFields(attrs, v);
     }
 
-    int32_t mGroupSize;
-    int32_t mHasZeroPoint;
-};
-
-class W4A16ProjPluginCreator : public ProjectionPluginCreator<W4A16ProjPlugin>
-{
-};
-
-class W4A16ProjRetiredCreator : public RetiredPluginCreator<W4A16ProjPlugin>
-{
-public:
-    W4A16ProjRetiredCreator()
-        : RetiredPluginCreator<W4A16ProjPlugin>("1", "float32 group scales; version 2 stores them as bfloat16")
-    {
-    }
+    static W4A16Format parse(FieldReader const& reader, CommonAttributes const& attrs);
+    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
+    std::string describe() const;
+    size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
+    cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
+    // The grouped op's (moeProj/W4A16MoEProjPlugin.cpp).
+    size_t groupedWorkspaceSize(
+        CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const;
+    cudaError_t groupedLaunch(CommonAttributes const& attrs, RoutingAttributes const& routing,
+        InputTensors const& in, LaunchArgs const& run) const;
 };
 
 } // namespace plugin

@@ -1,5 +1,5 @@
 /*
- * W4A4Proj plugin: field parsing and validation, input layout, and the call into
+ * W4A4Proj plugin: the W4A4 format's field parsing and validation, input layout, and the call into
  * metrale_w4a4_proj (see W4A4ProjPlugin.h).
  */
 #include "W4A4ProjPlugin.h"
@@ -10,87 +10,50 @@ namespace plugin
 {
 
 using nvinfer1::DataType;
-using nvinfer1::PluginFieldType;
 
-W4A4ProjPlugin::W4A4ProjPlugin(std::string layerName, CommonAttributes attrs, int32_t hasInputScale)
-    : ProjectionPlugin(std::move(layerName), std::move(attrs))
-    , mHasInputScale(hasInputScale)
+W4A4Format W4A4Format::parse(FieldReader const& reader, CommonAttributes const& attrs)
 {
-}
-
-nvinfer1::PluginFieldCollection const* W4A4ProjPlugin::fieldNames() noexcept
-{
-    static FieldNames const kFIELDS{{"n", PluginFieldType::kINT32}, {"k", PluginFieldType::kINT32},
-        {"activation_format", PluginFieldType::kCHAR}, {"has_input_scale", PluginFieldType::kINT32},
-        {"has_bias", PluginFieldType::kINT32}, {"family", PluginFieldType::kCHAR}, {"name", PluginFieldType::kCHAR}};
-    return kFIELDS.collection();
-}
-
-W4A4ProjPlugin* W4A4ProjPlugin::create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
-{
-    FieldReader const reader(
-        fc, {"n", "k", "activation_format", "has_input_scale", "has_bias", "family", "name"});
-    CommonAttributes attrs = parseCommonAttributes(reader, {"bf16", "nvfp4"}, "nvfp4");
     METRALE_REQUIRE(attrs.k % kBLOCK == 0, "field 'k': NVFP4 needs K to be a multiple of ", kBLOCK,
         ", found K=", attrs.k);
-    int32_t const hasInputScale = parseFlag(reader, "has_input_scale") ? 1 : 0;
-    return new W4A4ProjPlugin(layerName, std::move(attrs), hasInputScale);
+    W4A4Format f;
+    f.hasInputScale = parseFlag(reader, "has_input_scale") ? 1 : 0;
+    return f;
 }
 
-nvinfer1::IPluginV3* W4A4ProjPlugin::clone() noexcept
+std::vector<InputSpec> W4A4Format::weightInputs(CommonAttributes const& attrs) const
 {
-    METRALE_GUARDED("clone", nullptr, { return new W4A4ProjPlugin(*this); })
-}
-
-std::vector<InputSpec> W4A4ProjPlugin::weightInputs() const
-{
-    int64_t const n = mAttrs.n;
-    int64_t const k = mAttrs.k;
+    int64_t const n = attrs.n;
+    int64_t const k = attrs.k;
+    // weight_global_scale and input_scale are per tensor: [1] here, [E] in the grouped op.
     std::vector<InputSpec> specs{{"weight", DataType::kINT8, {n, k / 2}},
         {"weight_scale", DataType::kINT8, {n, k / kBLOCK}}, {"weight_global_scale", DataType::kFLOAT, {1}}};
-    if (mHasInputScale)
+    if (hasInputScale)
     {
         specs.push_back({"input_scale", DataType::kFLOAT, {1}});
     }
-    if (mAttrs.hasBias)
+    if (attrs.hasBias)
     {
         specs.push_back({"bias", DataType::kFLOAT, {n}});
     }
     return specs;
 }
 
-size_t W4A4ProjPlugin::workspaceSize(int64_t m) const
+std::string W4A4Format::describe() const
 {
-    return metrale_w4a4_workspace_size(m, mAttrs.n, mAttrs.k, mAttrs.activationFormat);
+    return cat("has_input_scale=", hasInputScale);
 }
 
-cudaError_t W4A4ProjPlugin::launch(int32_t xDType, void const* const* inputs, void* y, int64_t m, void* workspace,
-    size_t workspaceBytes, cudaStream_t stream) const
+size_t W4A4Format::workspaceSize(CommonAttributes const& attrs, int64_t m) const
 {
-    int32_t const inputScale = inputScaleIdx();
-    int32_t const bias = biasIdx();
-    return metrale_w4a4_proj(inputs[kX_IDX], xDType, static_cast<int8_t const*>(inputs[kWEIGHT_IDX]),
-        static_cast<int8_t const*>(inputs[kWEIGHT_SCALE_IDX]),
-        static_cast<float const*>(inputs[kWEIGHT_GLOBAL_SCALE_IDX]),
-        inputScale < 0 ? nullptr : static_cast<float const*>(inputs[inputScale]), mAttrs.activationFormat,
-        bias < 0 ? nullptr : static_cast<float const*>(inputs[bias]), y, m, mAttrs.n, mAttrs.k, workspace,
-        workspaceBytes, stream);
+    return metrale_w4a4_workspace_size(m, attrs.n, attrs.k, attrs.activationFormat);
 }
 
-void W4A4ProjPlugin::writeFields(FieldWriter& writer) const
+cudaError_t W4A4Format::launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const
 {
-    writer.addInt("n", &mAttrs.n);
-    writer.addInt("k", &mAttrs.k);
-    writer.addString("activation_format", mAttrs.activationFormatName);
-    writer.addInt("has_input_scale", &mHasInputScale);
-    writer.addInt("has_bias", &mAttrs.hasBias);
-    writer.addString("family", mAttrs.family);
-    writer.addString("name", mAttrs.name);
-}
-
-std::string W4A4ProjPlugin::describeOpAttributes() const
-{
-    return cat("has_input_scale=", mHasInputScale);
+    return metrale_w4a4_proj(run.x, run.xDType, in.required<int8_t>("weight"), in.required<int8_t>("weight_scale"),
+        in.required<float>("weight_global_scale"), in.optional<float>("input_scale", hasInputScale),
+        attrs.activationFormat, in.optional<float>("bias", attrs.hasBias), run.y, run.m, attrs.n, attrs.k,
+        run.workspace, run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

@@ -1,6 +1,8 @@
 /*
  * W4A4Proj as a TensorRT IPluginV3 (namespace "metrale", version "1"): NVFP4 weights (e2m1 codes,
  * e4m3 per-16 scales, float32 global scale), nvfp4 (default) or bf16 activations (docs/ops.md).
+ * W4A4Format is what W4A4Proj and its grouped-expert op W4A4MoEProj (moeProj/W4A4MoEProjPlugin.h)
+ * share.
  *
  * Inputs: x [M, K] (kFLOAT/kHALF/kBF16), weight kINT8 [N, K/2] (e2m1 codes), weight_scale kINT8
  * [N, K/16] (e4m3fn bit patterns), weight_global_scale kFLOAT [1], input_scale kFLOAT [1]
@@ -17,54 +19,40 @@ namespace metrale
 namespace plugin
 {
 
-class W4A4ProjPlugin : public ProjectionPlugin
+struct RoutingAttributes;
+
+//! What W4A4Proj and W4A4MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
+struct W4A4Format
 {
-public:
     static constexpr char const* kOP_TYPE{"W4A4Proj"};
+    static constexpr char const* kGROUPED_OP_TYPE{"W4A4MoEProj"};
     static constexpr char const* kPLUGIN_VERSION{"1"};
-
-    //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
-    static W4A4ProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc);
-    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept;
-
-    char const* getPluginName() const noexcept override
-    {
-        return kOP_TYPE;
-    }
-    nvinfer1::IPluginV3* clone() noexcept override;
-
-protected:
-    std::vector<InputSpec> weightInputs() const override;
-    size_t workspaceSize(int64_t m) const override;
-    cudaError_t launch(int32_t xDType, void const* const* inputs, void* y, int64_t m, void* workspace,
-        size_t workspaceBytes, cudaStream_t stream) const override;
-    void writeFields(FieldWriter& writer) const override;
-    std::string describeOpAttributes() const override;
-
-private:
-    static constexpr int32_t kWEIGHT_IDX{1};
-    static constexpr int32_t kWEIGHT_SCALE_IDX{2};
-    static constexpr int32_t kWEIGHT_GLOBAL_SCALE_IDX{3};
+    static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "nvfp4"};
+    static constexpr char const* kDEFAULT_ACTIVATION{"nvfp4"};
     //! Elements per e4m3 block scale.
     static constexpr int32_t kBLOCK{16};
 
-    W4A4ProjPlugin(std::string layerName, CommonAttributes attrs, int32_t hasInputScale);
-    W4A4ProjPlugin(W4A4ProjPlugin const&) = default;
+    int32_t hasInputScale{0};
 
-    int32_t inputScaleIdx() const noexcept
+    //! The fields after n and k, in contract order: the one field list.
+    template <typename Visitor>
+    void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {
-        return mHasInputScale ? kWEIGHT_GLOBAL_SCALE_IDX + 1 : -1;
-    }
-    int32_t biasIdx() const noexcept
-    {
-        return mAttrs.hasBias ? kWEIGHT_GLOBAL_SCALE_IDX + 1 + mHasInputScale : -1;
+        v.stringField("activation_format", attrs.activationFormatName);
+        v.intField("has_input_scale", hasInputScale);
+        visitTailFields(attrs, v);
     }
 
-    int32_t mHasInputScale;
-};
-
-class W4A4ProjPluginCreator : public ProjectionPluginCreator<W4A4ProjPlugin>
-{
+    static W4A4Format parse(FieldReader const& reader, CommonAttributes const& attrs);
+    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
+    std::string describe() const;
+    size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
+    cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
+    // The grouped op's (moeProj/W4A4MoEProjPlugin.cpp).
+    size_t groupedWorkspaceSize(
+        CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const;
+    cudaError_t groupedLaunch(CommonAttributes const& attrs, RoutingAttributes const& routing,
+        InputTensors const& in, LaunchArgs const& run) const;
 };
 
 } // namespace plugin

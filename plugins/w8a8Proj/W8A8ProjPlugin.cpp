@@ -1,5 +1,5 @@
 /*
- * W8A8Proj plugin: field parsing and validation, input layout, and the call into
+ * W8A8Proj plugin: the W8A8 format's field parsing and validation, input layout, and the call into
  * metrale_w8a8_proj (see W8A8ProjPlugin.h).
  */
 #include "W8A8ProjPlugin.h"
@@ -10,121 +10,53 @@ namespace plugin
 {
 
 using nvinfer1::DataType;
-using nvinfer1::PluginFieldType;
 
-namespace
+W8A8Format W8A8Format::parse(FieldReader const& reader, CommonAttributes const& /*attrs*/)
 {
-int32_t parseWeightScaleGranularity(std::string const& value)
-{
-    if (value == "channel")
-    {
-        return kMETRALE_WSCALE_CHANNEL;
-    }
-    if (value == "block128")
-    {
-        return kMETRALE_WSCALE_BLOCK128;
-    }
-    throw PluginError(cat(
-        "field 'weight_scale_granularity': expected channel or block128, found '", value, "'"));
+    W8A8Format f;
+    f.weightScaleGranularityName = reader.getString("weight_scale_granularity", "channel");
+    f.activationScaleGranularityName = reader.getString("activation_scale_granularity", "row");
+    f.weightScaleGranularity = parseChoice("weight_scale_granularity", f.weightScaleGranularityName,
+        {{"channel", kMETRALE_WSCALE_CHANNEL}, {"block128", kMETRALE_WSCALE_BLOCK128}});
+    f.activationScaleGranularity = parseChoice("activation_scale_granularity", f.activationScaleGranularityName,
+        {{"row", kMETRALE_ASCALE_ROW}, {"row_block128", kMETRALE_ASCALE_ROW_BLOCK128}});
+    return f;
 }
 
-int32_t parseActivationScaleGranularity(std::string const& value)
+std::vector<InputSpec> W8A8Format::weightInputs(CommonAttributes const& attrs) const
 {
-    if (value == "row")
-    {
-        return kMETRALE_ASCALE_ROW;
-    }
-    if (value == "row_block128")
-    {
-        return kMETRALE_ASCALE_ROW_BLOCK128;
-    }
-    throw PluginError(cat(
-        "field 'activation_scale_granularity': expected row or row_block128, found '", value, "'"));
-}
-} // namespace
-
-W8A8ProjPlugin::W8A8ProjPlugin(std::string layerName, CommonAttributes attrs, std::string weightScaleGranularity,
-    std::string activationScaleGranularity)
-    : ProjectionPlugin(std::move(layerName), std::move(attrs))
-    , mWeightScaleGranularityName(std::move(weightScaleGranularity))
-    , mActivationScaleGranularityName(std::move(activationScaleGranularity))
-    , mWeightScaleGranularity(parseWeightScaleGranularity(mWeightScaleGranularityName))
-    , mActivationScaleGranularity(parseActivationScaleGranularity(mActivationScaleGranularityName))
-{
-}
-
-nvinfer1::PluginFieldCollection const* W8A8ProjPlugin::fieldNames() noexcept
-{
-    static FieldNames const kFIELDS{{"n", PluginFieldType::kINT32}, {"k", PluginFieldType::kINT32},
-        {"weight_scale_granularity", PluginFieldType::kCHAR}, {"activation_format", PluginFieldType::kCHAR},
-        {"activation_scale_granularity", PluginFieldType::kCHAR}, {"has_bias", PluginFieldType::kINT32},
-        {"family", PluginFieldType::kCHAR}, {"name", PluginFieldType::kCHAR}};
-    return kFIELDS.collection();
-}
-
-W8A8ProjPlugin* W8A8ProjPlugin::create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
-{
-    FieldReader const reader(fc,
-        {"n", "k", "weight_scale_granularity", "activation_format", "activation_scale_granularity", "has_bias",
-            "family", "name"});
-    CommonAttributes attrs = parseCommonAttributes(reader, {"bf16", "fp8"}, "fp8");
-    std::string weightScale = reader.getString("weight_scale_granularity", "channel");
-    std::string activationScale = reader.getString("activation_scale_granularity", "row");
-    return new W8A8ProjPlugin(layerName, std::move(attrs), std::move(weightScale), std::move(activationScale));
-}
-
-nvinfer1::IPluginV3* W8A8ProjPlugin::clone() noexcept
-{
-    METRALE_GUARDED("clone", nullptr, { return new W8A8ProjPlugin(*this); })
-}
-
-std::vector<InputSpec> W8A8ProjPlugin::weightInputs() const
-{
-    int64_t const n = mAttrs.n;
-    int64_t const k = mAttrs.k;
+    int64_t const n = attrs.n;
+    int64_t const k = attrs.k;
     std::vector<int64_t> scaleDims{n};
-    if (mWeightScaleGranularity == kMETRALE_WSCALE_BLOCK128)
+    if (weightScaleGranularity == kMETRALE_WSCALE_BLOCK128)
     {
         scaleDims = {(n + kBLOCK - 1) / kBLOCK, (k + kBLOCK - 1) / kBLOCK};
     }
     std::vector<InputSpec> specs{{"weight", DataType::kINT8, {n, k}}, {"weight_scale", DataType::kFLOAT, scaleDims}};
-    if (mAttrs.hasBias)
+    if (attrs.hasBias)
     {
         specs.push_back({"bias", DataType::kFLOAT, {n}});
     }
     return specs;
 }
 
-size_t W8A8ProjPlugin::workspaceSize(int64_t m) const
+std::string W8A8Format::describe() const
 {
-    return metrale_w8a8_workspace_size(m, mAttrs.n, mAttrs.k, mAttrs.activationFormat, mActivationScaleGranularity);
+    return cat("weight_scale_granularity=", weightScaleGranularityName,
+        ";activation_scale_granularity=", activationScaleGranularityName);
 }
 
-cudaError_t W8A8ProjPlugin::launch(int32_t xDType, void const* const* inputs, void* y, int64_t m, void* workspace,
-    size_t workspaceBytes, cudaStream_t stream) const
+size_t W8A8Format::workspaceSize(CommonAttributes const& attrs, int64_t m) const
 {
-    return metrale_w8a8_proj(inputs[kX_IDX], xDType, static_cast<int8_t const*>(inputs[kWEIGHT_IDX]),
-        static_cast<float const*>(inputs[kWEIGHT_SCALE_IDX]), mWeightScaleGranularity, mAttrs.activationFormat,
-        mActivationScaleGranularity, mAttrs.hasBias ? static_cast<float const*>(inputs[kBIAS_IDX]) : nullptr, y, m,
-        mAttrs.n, mAttrs.k, workspace, workspaceBytes, stream);
+    return metrale_w8a8_workspace_size(m, attrs.n, attrs.k, attrs.activationFormat, activationScaleGranularity);
 }
 
-void W8A8ProjPlugin::writeFields(FieldWriter& writer) const
+cudaError_t W8A8Format::launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const
 {
-    writer.addInt("n", &mAttrs.n);
-    writer.addInt("k", &mAttrs.k);
-    writer.addString("weight_scale_granularity", mWeightScaleGranularityName);
-    writer.addString("activation_format", mAttrs.activationFormatName);
-    writer.addString("activation_scale_granularity", mActivationScaleGranularityName);
-    writer.addInt("has_bias", &mAttrs.hasBias);
-    writer.addString("family", mAttrs.family);
-    writer.addString("name", mAttrs.name);
-}
-
-std::string W8A8ProjPlugin::describeOpAttributes() const
-{
-    return cat("weight_scale_granularity=", mWeightScaleGranularityName,
-        ";activation_scale_granularity=", mActivationScaleGranularityName);
+    return metrale_w8a8_proj(run.x, run.xDType, in.required<int8_t>("weight"), in.required<float>("weight_scale"),
+        weightScaleGranularity, attrs.activationFormat, activationScaleGranularity,
+        in.optional<float>("bias", attrs.hasBias), run.y, run.m, attrs.n, attrs.k, run.workspace,
+        run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

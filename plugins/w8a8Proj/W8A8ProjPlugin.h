@@ -1,6 +1,7 @@
 /*
  * W8A8Proj as a TensorRT IPluginV3 (namespace "metrale", version "1"): FP8 e4m3 weights with
- * per-channel or 128x128 block scales, fp8 (default) or bf16 activations (docs/ops.md).
+ * per-channel or 128x128 block scales, fp8 (default) or bf16 activations (docs/ops.md). W8A8Format
+ * is what W8A8Proj and its grouped-expert op W8A8MoEProj (moeProj/W8A8MoEProjPlugin.h) share.
  *
  * Inputs: x [M, K] (kFLOAT/kHALF/kBF16), weight kINT8 [N, K] (e4m3fn bit patterns), weight_scale
  * kFLOAT [N] (channel) or [ceil(N/128), ceil(K/128)] (block128), bias kFLOAT [N] (has_bias=1).
@@ -17,49 +18,44 @@ namespace metrale
 namespace plugin
 {
 
-class W8A8ProjPlugin : public ProjectionPlugin
+struct RoutingAttributes;
+
+//! What W8A8Proj and W8A8MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
+struct W8A8Format
 {
-public:
     static constexpr char const* kOP_TYPE{"W8A8Proj"};
+    static constexpr char const* kGROUPED_OP_TYPE{"W8A8MoEProj"};
     static constexpr char const* kPLUGIN_VERSION{"1"};
-
-    //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
-    static W8A8ProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc);
-    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept;
-
-    char const* getPluginName() const noexcept override
-    {
-        return kOP_TYPE;
-    }
-    nvinfer1::IPluginV3* clone() noexcept override;
-
-protected:
-    std::vector<InputSpec> weightInputs() const override;
-    size_t workspaceSize(int64_t m) const override;
-    cudaError_t launch(int32_t xDType, void const* const* inputs, void* y, int64_t m, void* workspace,
-        size_t workspaceBytes, cudaStream_t stream) const override;
-    void writeFields(FieldWriter& writer) const override;
-    std::string describeOpAttributes() const override;
-
-private:
-    static constexpr int32_t kWEIGHT_IDX{1};
-    static constexpr int32_t kWEIGHT_SCALE_IDX{2};
-    static constexpr int32_t kBIAS_IDX{3};
+    static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8"};
+    static constexpr char const* kDEFAULT_ACTIVATION{"fp8"};
     //! Edge of a weight-scale block and of an activation-scale block (block128, row_block128).
     static constexpr int64_t kBLOCK{128};
 
-    W8A8ProjPlugin(std::string layerName, CommonAttributes attrs, std::string weightScaleGranularity,
-        std::string activationScaleGranularity);
-    W8A8ProjPlugin(W8A8ProjPlugin const&) = default;
+    std::string weightScaleGranularityName;
+    std::string activationScaleGranularityName;
+    int32_t weightScaleGranularity{kMETRALE_WSCALE_CHANNEL};
+    int32_t activationScaleGranularity{kMETRALE_ASCALE_ROW};
 
-    std::string mWeightScaleGranularityName;
-    std::string mActivationScaleGranularityName;
-    int32_t mWeightScaleGranularity;
-    int32_t mActivationScaleGranularity;
-};
+    //! The fields after n and k, in contract order: the one field list.
+    template <typename Visitor>
+    void visitFields(CommonAttributes const& attrs, Visitor& v) const
+    {
+        v.stringField("weight_scale_granularity", weightScaleGranularityName);
+        v.stringField("activation_format", attrs.activationFormatName);
+        v.stringField("activation_scale_granularity", activationScaleGranularityName);
+        visitTailFields(attrs, v);
+    }
 
-class W8A8ProjPluginCreator : public ProjectionPluginCreator<W8A8ProjPlugin>
-{
+    static W8A8Format parse(FieldReader const& reader, CommonAttributes const& attrs);
+    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
+    std::string describe() const;
+    size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
+    cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
+    // The grouped op's (moeProj/W8A8MoEProjPlugin.cpp).
+    size_t groupedWorkspaceSize(
+        CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const;
+    cudaError_t groupedLaunch(CommonAttributes const& attrs, RoutingAttributes const& routing,
+        InputTensors const& in, LaunchArgs const& run) const;
 };
 
 } // namespace plugin
