@@ -100,6 +100,15 @@ def test_unsupported_architecture(broken, tmp_path):
     _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o", "LlamaForCausalLM", "not supported")
 
 
+def test_config_without_architectures_says_what_to_add(broken, tmp_path):
+    cfg = json.loads((broken / "config.json").read_text())
+    del cfg["architectures"]
+    cfg["model_type"] = "qwen3"
+    (broken / "config.json").write_text(json.dumps(cfg))
+    _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o", "no 'architectures' entry",
+                        '"architectures": ["Qwen3ForCausalLM"]')
+
+
 def _rewrite(ckpt: Path, edit):
     tensors = load_file(str(ckpt / "model.safetensors"))
     edit(tensors)
