@@ -46,3 +46,12 @@ class BuildError(MetraleError):
 
 class CheckFailed(MetraleError):
     """A comparison or verification ran and found results out of tolerance."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C once something complete is on disk: ``note`` says what is there and how to go on
+    (the CLI prints it instead of "nothing partial was left behind"; the exit code stays 130)."""
+
+    def __init__(self, note: str):
+        super().__init__(note)
+        self.note = note

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from .engines.plan import BuildOptions
-from .errors import CheckFailed
+from .errors import CheckFailed, Interrupted
 
 STEPS = ("export", "compare", "engines")
 
@@ -74,9 +74,26 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
     result = JobResult(Path(out))
     exported = _export(model, out, options, events, why)
     result.steps["export"] = exported
-    result.steps["compare"] = _compare(out, options, events)
-    result.steps["engines"] = _engines(out, options, events)
+    step = "compare"
+    try:
+        result.steps["compare"] = _compare(out, options, events)
+        step = "engines"
+        result.steps["engines"] = _engines(out, options, events)
+    except KeyboardInterrupt as e:
+        raise Interrupted(resume_note(out, step, options)) from e
     return result
+
+
+def resume_note(out, step: str, options: JobOptions) -> str:
+    """What a Ctrl-C during ``step`` (after the export was written) leaves in ``out``, and the
+    commands that finish the job from there (engines already built are kept and not rebuilt)."""
+    build = f"`metrale-export build {out}` (with the same engine options)"
+    if step == "compare":
+        return (f"the export in {out} is complete but not verified; `metrale-export compare {out}` "
+                f"verifies it and {build} builds its engines")
+    verified = "complete and verified" if options.compare else "complete (not verified)"
+    return (f"the export in {out} is {verified} and the engines built before the interrupt are kept; "
+            f"{build} builds the rest")
 
 
 def _export(model, out, options: JobOptions, events: Events, experts_why: str) -> dict:

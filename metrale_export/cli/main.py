@@ -128,8 +128,10 @@ class _DefaultGroup(click.Group):
         except click.ClickException as e:
             e.show()
             code = e.exit_code
-        except (click.Abort, KeyboardInterrupt):  # Click turns a KeyboardInterrupt into Abort
-            click.echo("\nError: interrupted (Ctrl-C); nothing partial was left behind", err=True)
+        except (click.Abort, KeyboardInterrupt) as e:  # Click turns a KeyboardInterrupt into Abort
+            cause = e if isinstance(e, KeyboardInterrupt) else e.__cause__
+            note = getattr(cause, "note", None) or "nothing partial was left behind"  # errors.Interrupted
+            click.echo(f"\nError: interrupted (Ctrl-C); {note}", err=True)
             code = INTERRUPTED
             _interrupted = True
         raise SystemExit(code if isinstance(code, int) else 0)

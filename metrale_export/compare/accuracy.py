@@ -29,6 +29,7 @@ from polygraphy.common import TensorMetadata
 from polygraphy.comparator import Comparator, DataLoader
 
 from .. import contract
+from ..errors import InputError
 from ..ops import tolerances
 from ..ops.ort import load_graph, reference_session
 from . import metrics
@@ -186,7 +187,15 @@ def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAU
     output end to end. ``tolerance`` replaces the end-to-end bounds."""
     export_dir = Path(export_dir)
     manifest = load_manifest(export_dir)
-    checkpoint = Path(checkpoint or manifest["model"]["checkpoint_path"])
+    if checkpoint is None:
+        recorded = (manifest.get("model") or {}).get("checkpoint_path")
+        if not recorded:
+            raise InputError(f"{export_dir}: manifest.json records no checkpoint path; pass --checkpoint PATH")
+        checkpoint = Path(recorded)
+        if not checkpoint.exists():
+            raise InputError(f"{export_dir}: the checkpoint it was exported from, {checkpoint} (manifest.json), "
+                             "is not there any more; pass --checkpoint PATH")
+    checkpoint = Path(checkpoint)
     graph = load_graph(export_dir / "model.onnx")
     contract.check_model(graph, str(export_dir / "model.onnx"))  # an older op contract: re-export
     taps = find_taps(graph.graph)

@@ -130,6 +130,7 @@ def make_plan(source_path: Path, out_dir: Path | None, options: BuildOptions) ->
     """Read the source and the engine directory, activate the backend, and plan the build."""
     source = resolve_source(source_path)
     out_dir = Path(out_dir) if out_dir else source.onnx_path.parent / "engines"
+    _manifest.check_engine_dir(out_dir)
     name = choose_backend(options.backend, backends.available() if options.backend is None else {})
     # Usage conflicts need no backend: refuse them before importing one.
     chosen, conflict = resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))

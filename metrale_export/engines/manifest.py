@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .. import __version__
-from ..errors import InputError
+from ..errors import InputError, OutputLocationError
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = 1
@@ -55,6 +55,24 @@ def previous_engines(out_dir: Path) -> list[dict]:
     if not isinstance(old, dict) or old.get("manifest_version") != MANIFEST_VERSION:
         return []
     return [e for e in old.get("engines", []) if isinstance(e, dict)]
+
+
+def check_engine_dir(out_dir: Path) -> None:
+    """Refuse an engine directory whose ``manifest.json`` is not an engine manifest (an export's,
+    when ``-o`` names the export itself, or another tool's): the build would overwrite it."""
+    path = Path(out_dir) / MANIFEST
+    if not path.is_file():
+        return
+    try:
+        found = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        found = None
+    if isinstance(found, dict) and "engines" in found and "manifest_version" in found:
+        return
+    what = "an export's" if isinstance(found, dict) and "format_version" in found else "not an engine manifest"
+    raise OutputLocationError(
+        f"{out_dir}: its {MANIFEST} is {what}, and building engines here would overwrite it; choose "
+        f"another -o (default: engines/ beside the ONNX file)")
 
 
 def load(engine_dir: Path) -> dict:

@@ -84,6 +84,12 @@ def parse_config(raw: dict, where: Path | str = "config.json") -> ModelConfig:
     arch = archs[0] if isinstance(archs, list) and archs else None
     if arch not in SUPPORTED_ARCHITECTURES:
         supported = ", ".join(sorted(SUPPORTED_ARCHITECTURES))
+        if arch is None:
+            by_type = {family: a for a, family in SUPPORTED_ARCHITECTURES.items()}.get(raw.get("model_type"))
+            hint = (f"; model_type is {raw.get('model_type')!r}: add \"architectures\": [\"{by_type}\"]"
+                    if by_type else "")
+            raise ConfigError(f"{where}: no 'architectures' entry naming the model class; expected one of "
+                              f"{supported}{hint}")
         raise ConfigError(
             f"{where}: architecture {arch!r} is not supported; supported: {supported}"
         )

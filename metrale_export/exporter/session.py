@@ -118,6 +118,11 @@ def read_manifest(export_dir: str | Path) -> dict:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise InputError(f"{path}: not a readable manifest ({e})") from e
     version = manifest.get("format_version") if isinstance(manifest, dict) else None
+    if version is None and isinstance(manifest, dict) and "engines" in manifest:  # engines/manifest.json
+        source = (manifest.get("source") or {}).get("path")
+        export = f"the export it was built from, {Path(source).parent}" if source else "the export directory"
+        raise InputError(f"{export_dir}: an engine directory (metrale-export build wrote it), not an export; "
+                         f"pass {export}")
     if version != FORMAT_VERSION:
         raise InputError(
             f"{path}: format_version {version!r}; this metrale-export reads format_version {FORMAT_VERSION} "

@@ -112,3 +112,18 @@ def test_missing_backend_names_the_install(graph, tmp_path):
     result = _run(graph, "-o", tmp_path / "out", "--backend", "tensorrt")
     assert result.exit_code == 1
     assert "pip install tensorrt" in result.output
+
+
+@needs_cli
+def test_output_holding_another_manifest_is_refused_untouched(demo_exports, tmp_path):
+    """`build OUT -o OUT` would replace the export's manifest.json with the engines' one."""
+    import shutil
+
+    export = tmp_path / "export"
+    shutil.copytree(demo_exports["w8a8"], export)
+    before = (export / "manifest.json").read_bytes()
+    result = _run(export, "-o", export, "--backend", "tensorrt-rtx", "--profiles", "1")
+    assert result.exit_code == 2, result.output
+    assert "manifest.json is an export's" in result.output and "choose another -o" in result.output
+    assert (export / "manifest.json").read_bytes() == before
+    assert sorted(p.name for p in export.iterdir()) == ["manifest.json", "model.onnx"]

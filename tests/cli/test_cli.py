@@ -100,6 +100,15 @@ def test_unsupported_architecture(broken, tmp_path):
     _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o", "LlamaForCausalLM", "not supported")
 
 
+def test_config_without_architectures_says_what_to_add(broken, tmp_path):
+    cfg = json.loads((broken / "config.json").read_text())
+    del cfg["architectures"]
+    cfg["model_type"] = "qwen3"
+    (broken / "config.json").write_text(json.dumps(cfg))
+    _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o", "no 'architectures' entry",
+                        '"architectures": ["Qwen3ForCausalLM"]')
+
+
 def _rewrite(ckpt: Path, edit):
     tensors = load_file(str(ckpt / "model.safetensors"))
     edit(tensors)
@@ -233,3 +242,25 @@ def test_w4a16_symmetry_and_scale_search_flags_reach_the_exported_weights(demo_c
         differs |= any(inits[a].tobytes() != base_inits[b].tobytes() for a, b in zip(n.input[1:], n.input[1:])
                        if b in base_inits)
     assert differs  # the flag changed the weights against the default export
+
+
+def test_compare_when_the_checkpoint_moved_says_to_pass_it(demo_exports, tmp_path):
+    out = tmp_path / "moved"
+    shutil.copytree(demo_exports["w8a8"], out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    manifest["model"]["checkpoint_path"] = str(tmp_path / "gone")
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    r = run("compare", out)
+    assert r.exit_code == 2, r.output
+    assert f"the checkpoint it was exported from, {tmp_path / 'gone'}" in r.output and "--checkpoint" in r.output
+
+
+def test_compare_of_an_engine_directory_names_the_export(tmp_path):
+    engines = tmp_path / "job" / "engines"
+    engines.mkdir(parents=True)
+    (engines / "manifest.json").write_text(json.dumps(
+        {"manifest_version": 1, "engines": [], "source": {"path": str(tmp_path / "job" / "model.onnx")}}))
+    r = run("compare", engines)
+    assert r.exit_code == 2, r.output
+    assert "an engine directory" in r.output and f"built from, {tmp_path / 'job'}" in r.output
+    assert "re-export" not in r.output

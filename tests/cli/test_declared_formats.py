@@ -181,6 +181,14 @@ def test_weight_request_the_checkpoint_cannot_honour_is_refused(checkpoints, tmp
     assert not (tmp_path / "o").exists()
 
 
+def test_none_on_a_quantized_checkpoint_says_it_holds_no_float_weights(checkpoints, tmp_path):
+    r = run("export", checkpoints("gptq"), "-o", tmp_path / "o", "--weight-quantization", "none", "-q")
+    assert r.exit_code == 2
+    assert "--weight-quantization none needs float weights, which it does not hold" in r.output
+    assert "re-quantize" not in r.output and "declared" in r.output
+    assert not (tmp_path / "o").exists()
+
+
 def test_gptq_act_order_is_refused_by_the_export_with_the_reason(checkpoints, tmp_path):
     r = run("export", checkpoints("gptq-act-order"), "-o", tmp_path / "o", "-q")
     assert r.exit_code == 2

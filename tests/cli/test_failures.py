@@ -293,6 +293,31 @@ def test_ctrl_c_during_a_tensorrt_rtx_build_exits_130_without_the_engine(demo_ex
     assert not list(out.glob(".*.tmp-*")), sorted(out.iterdir())
 
 
+def test_ctrl_c_during_the_main_jobs_build_says_the_export_is_kept_and_how_to_finish(small_checkpoint, tmp_path):
+    """After step 1 the export is complete and stays: the line says so and names the command that
+    builds the rest, rather than "nothing partial was left behind" over a directory that exists."""
+    from metrale_export.engines import backends
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    out = tmp_path / "job"
+    p = cli_process(small_checkpoint, "-o", out, "--skip-compare", "--backend", "tensorrt-rtx",
+                    "--profiles", "1,2-4", "--max-context", "64")
+    seen = []
+    for line in p.stderr:  # wait until the first engine's build has started
+        seen.append(line)
+        if "building rows 1" in line:
+            break
+    p.send_signal(signal.SIGINT)
+    _, rest = p.communicate(timeout=120)
+    stderr = "".join(seen) + rest
+    assert p.returncode == 130, (p.returncode, stderr)
+    line = one_line_error(stderr)
+    assert "nothing partial" not in line, line
+    assert f"the export in {out} is complete" in line and f"metrale-export build {out}" in line, line
+    assert (out / "model.onnx").exists() and (out / "manifest.json").exists()
+
+
 def test_main_job_shows_progress_ends_naming_everything_and_a_rebuild_names_what_it_removes(
         small_checkpoint, tmp_path):
     from metrale_export.engines import backends

@@ -112,14 +112,17 @@ class DeclaredSource:
         if request.weight in ("declared", self.kind):
             return
         what = self.describe()
+        stored = (f"{self.checkpoint.root}: the checkpoint is already quantized ({what['format']}: "
+                  f"{what['weight_format']} weights); --weight-quantization {request.weight} ")
+        if request.weight == "none":
+            raise InputError(
+                stored + "needs float weights, which it does not hold (exporting it unquantized is not "
+                "supported: dequantize it with the tool that made it). Use --weight-quantization declared "
+                "to export what the checkpoint stores.")
         raise InputError(
-            f"{self.checkpoint.root}: the checkpoint is already quantized ({what['format']}: "
-            f"{what['weight_format']} weights); --weight-quantization {request.weight} would re-quantize "
-            f"weights that were already rounded (their calibration would be lost). "
-            f"Use --weight-quantization declared to export what the checkpoint stores"
-            + (", or start from the unquantized checkpoint." if request.weight != "none"
-               else "; exporting it unquantized is not supported (dequantize it with the tool that made it).")
-        )
+            stored + "would re-quantize weights that were already rounded (their calibration would be "
+            "lost). Use --weight-quantization declared to export what the checkpoint stores, or start "
+            "from the unquantized checkpoint.")
 
     def describe(self) -> dict:
         """The declared formats, for ``inspect`` and the manifest (keys: ``DESCRIBE_KEYS``)."""
