@@ -268,14 +268,20 @@ def _read_index(index: Path) -> dict[str, str]:
     return weight_map
 
 
+def read_json_object(path: Path, error: type[Exception] = ConfigError) -> dict:
+    """The JSON object in ``path``; ``error`` (a one-line message naming the file) when it is not
+    readable JSON or not an object."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise error(f"{path}: not readable JSON ({e})") from e
+    if not isinstance(value, dict):
+        raise error(f"{path}: expected a JSON object")
+    return value
+
+
 def _read_config(root: Path) -> dict:
     path = root / "config.json"
     if not path.exists():
         raise ConfigError(f"{path}: missing; a checkpoint needs its config.json beside the weights")
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path}: not readable JSON ({e})") from e
-    if not isinstance(config, dict):
-        raise ConfigError(f"{path}: expected a JSON object")
-    return config
+    return read_json_object(path)

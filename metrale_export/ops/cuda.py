@@ -106,6 +106,17 @@ def _check(err: int, op: str, name: str, detail: str) -> None:
         raise KernelLibraryError(f"{op} ({name}): the launcher returned {what} for {detail}")
 
 
+def _runs(spec: contract.OpSpec, name: str, activation_format: str) -> str:
+    """``metrale::<op>`` of ``spec``; a ValueError for an activation format the op does not have (the
+    kernels run exactly the contract's)."""
+    op = f"metrale::{spec.torch_name}"
+    allowed = spec.activation_formats
+    if activation_format not in allowed:
+        runs = f"only {allowed[0]}" if len(allowed) == 1 else " or ".join(allowed)
+        raise ValueError(f"{op} ({name}): runs {runs} activations, asked for {activation_format!r}")
+    return op
+
+
 def _prepare(op: str, name: str, x: Tensor, k: int, tensors: dict) -> tuple[Tensor, tuple]:
     if x.dtype not in _DTYPE_CODES:
         raise TypeError(f"{op} ({name}): x must be float32, float16 or bfloat16, found {x.dtype}")
@@ -193,9 +204,7 @@ def _bf16(op: str, name: str, t: Tensor) -> Tensor:
 
 def w4a16_proj_cuda(x, weight, weight_scale, zero_point, bias, n, k, group_size, activation_format,
                     family, name):
-    op = "metrale::w4a16_proj"
-    if activation_format != "bf16":
-        raise ValueError(f"{op} ({name}): runs only bf16 activations, asked for {activation_format!r}")
+    op = _runs(contract.W4A16, name, activation_format)
     x2, lead = _prepare(op, name, x, k, dict(weight=weight, weight_scale=weight_scale,
                                              zero_point=zero_point, bias=bias))
     y = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
@@ -206,9 +215,7 @@ def w4a16_proj_cuda(x, weight, weight_scale, zero_point, bias, n, k, group_size,
 
 def w8a8_proj_cuda(x, weight, weight_scale, bias, n, k, weight_scale_granularity, activation_format,
                    activation_scale_granularity, family, name):
-    op = "metrale::w8a8_proj"
-    if activation_format not in ("bf16", "fp8"):
-        raise ValueError(f"{op} ({name}): runs bf16 or fp8 activations, asked for {activation_format!r}")
+    op = _runs(contract.W8A8, name, activation_format)
     x2, lead = _prepare(op, name, x, k, dict(weight=weight, weight_scale=weight_scale, bias=bias))
     y = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
     launch_w8a8(x2, weight.contiguous(), _f32(weight_scale), _f32(bias), y, n, k, weight_scale_granularity,
@@ -218,9 +225,7 @@ def w8a8_proj_cuda(x, weight, weight_scale, bias, n, k, weight_scale_granularity
 
 def w4a4_proj_cuda(x, weight, weight_scale, weight_global_scale, input_scale, bias, n, k,
                    activation_format, family, name):
-    op = "metrale::w4a4_proj"
-    if activation_format not in ("bf16", "nvfp4"):
-        raise ValueError(f"{op} ({name}): runs bf16 or nvfp4 activations, asked for {activation_format!r}")
+    op = _runs(contract.W4A4, name, activation_format)
     x2, lead = _prepare(op, name, x, k, dict(weight=weight, weight_scale=weight_scale,
                                              weight_global_scale=weight_global_scale,
                                              input_scale=input_scale, bias=bias))
@@ -291,9 +296,7 @@ def _moe_out(x, n, top_k, combine):
 
 def w4a16_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, zero_point, bias, n, k, num_experts,
                         top_k, combine, group_size, activation_format, family, name):
-    op = "metrale::w4a16_moe_proj"
-    if activation_format != "bf16":
-        raise ValueError(f"{op} ({name}): runs only bf16 activations, asked for {activation_format!r}")
+    op = _runs(contract.op("W4A16MoEProj"), name, activation_format)
     x, ids, tw = _moe_prepare(op, name, x, topk_ids, topk_weights, k, top_k, combine,
                               dict(weight=weight, weight_scale=weight_scale, zero_point=zero_point, bias=bias))
     lib, y, m = _moe_lib(), _moe_out(x, n, top_k, combine), x.shape[0]
@@ -311,9 +314,7 @@ def w4a16_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, zero_po
 
 def w8a8_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, bias, n, k, num_experts, top_k, combine,
                        weight_scale_granularity, activation_format, activation_scale_granularity, family, name):
-    op = "metrale::w8a8_moe_proj"
-    if activation_format not in ("bf16", "fp8"):
-        raise ValueError(f"{op} ({name}): runs bf16 or fp8 activations, asked for {activation_format!r}")
+    op = _runs(contract.op("W8A8MoEProj"), name, activation_format)
     x, ids, tw = _moe_prepare(op, name, x, topk_ids, topk_weights, k, top_k, combine,
                               dict(weight=weight, weight_scale=weight_scale, bias=bias))
     lib, y, m = _moe_lib(), _moe_out(x, n, top_k, combine), x.shape[0]
@@ -332,9 +333,7 @@ def w8a8_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, bias, n,
 
 def w4a4_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, weight_global_scale, input_scale, bias, n,
                        k, num_experts, top_k, combine, activation_format, family, name):
-    op = "metrale::w4a4_moe_proj"
-    if activation_format not in ("bf16", "nvfp4"):
-        raise ValueError(f"{op} ({name}): runs bf16 or nvfp4 activations, asked for {activation_format!r}")
+    op = _runs(contract.op("W4A4MoEProj"), name, activation_format)
     x, ids, tw = _moe_prepare(op, name, x, topk_ids, topk_weights, k, top_k, combine,
                               dict(weight=weight, weight_scale=weight_scale, bias=bias))
     lib, y, m = _moe_lib(), _moe_out(x, n, top_k, combine), x.shape[0]

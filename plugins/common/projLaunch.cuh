@@ -15,6 +15,7 @@
 #include "actQuant.cuh"
 #include "metraleNumerics.cuh"
 #include "projGemm.cuh"
+#include "projStream.cuh"
 #include "projWgmma.cuh"
 
 namespace metrale
@@ -96,6 +97,24 @@ inline cudaError_t bf16OperandFor(bool wg, const void* x, int32_t xDtype, int64_
     }
     *out = static_cast<const uint16_t*>(workspace);
     return wgOperand<false>(x, xDtype, m, k, workspace, stream);
+}
+
+/* The bf16-activation path of a dense launcher: the bf16 operand of the tier that serves m rows
+ * (bf16OperandFor), then that tier (dispatchProjGemm), with the wgmma split's slice sums after the
+ * operand in the workspace. */
+template <class P>
+inline cudaError_t projectBf16(const typename P::Params& p, const void* x, int32_t xDtype, int64_t m, int64_t n,
+    int64_t k, void* workspace, size_t workspaceBytes, void* y, cudaStream_t stream)
+{
+    const bool wg = useWgmma<P>(m);
+    const uint16_t* X = nullptr;
+    cudaError_t e = bf16OperandFor(wg, x, xDtype, m, k, wgPartBytes(m, n, k), workspace, workspaceBytes, stream, &X);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    return dispatchProjGemm<P>(p, X, wg, wg ? static_cast<uint8_t*>(workspace) + bf16OperandBytes(m, k) : nullptr, y,
+        static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), xDtype, stream);
 }
 
 } // namespace metrale

@@ -51,23 +51,12 @@ extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, co
     {
         return e;
     }
-    if (group_size != 32 && group_size != 64 && group_size != 128)
+    e = w4a16Supported(n, k, group_size);  // as the dense launcher's
+    if (e != cudaSuccess)
     {
-        return cudaErrorNotSupported;
-    }
-    if (k % 2 != 0)
-    {
-        return cudaErrorInvalidValue;
-    }
-    if (k % 32 != 0)
-    {
-        return cudaErrorNotSupported;  // 16-byte weight rows, as the dense kernel (plugins/KERNELS.md, Limits)
+        return e;
     }
     const int64_t g = (k + group_size - 1) / group_size;  // a partial last group (op version 2)
-    if (n * (k / 2) > kMAX_DIM || n * g > kMAX_DIM)
-    {
-        return cudaErrorNotSupported;
-    }
     if (m == 0)
     {
         return cudaSuccess;
@@ -89,15 +78,7 @@ extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, co
     {
         return e;
     }
-    W4A16Policy::Params p{};
-    p.codes = reinterpret_cast<const uint8_t*>(weight);
-    p.scale = static_cast<const uint16_t*>(weight_scale);  // bf16 (op version 2)
-    p.zeroPoint = reinterpret_cast<const uint8_t*>(zero_point);
-    p.bias = bias;
-    p.groups = static_cast<int>(g);
-    p.groupShift = group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
-    p.perBlock = static_cast<int>(128 / group_size);
-    p.totalGroups = static_cast<int>(n * g);
+    const W4A16Policy::Params p = w4a16Params(weight, weight_scale, zero_point, bias, n, k, group_size);
     W4A16View view{{n * (k / 2), n * g, n * g, n}};
     return moeProject<W4A16Policy>(p, view, run, moeBf16Operand(run));
 }

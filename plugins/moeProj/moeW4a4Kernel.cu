@@ -105,13 +105,7 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
     {
         return e;
     }
-    W4A4Params p{};
-    p.codes = reinterpret_cast<const uint8_t*>(weight);
-    p.scale = reinterpret_cast<const uint8_t*>(weight_scale);
-    p.globalScale = weight_global_scale;
-    p.bias = bias;
-    p.scaleCols = static_cast<int>(k / kNVFP4_BLOCK);
-    p.totalScaleBytes = n * (k / kNVFP4_BLOCK);
+    W4A4Params p = w4a4Params(weight, weight_scale, weight_global_scale, bias, n, k);
     W4A4View view{{n * (k / 2), n * (k / kNVFP4_BLOCK), 0, n}};
     if (act_format == kMETRALE_ACT_BF16)
     {

@@ -94,14 +94,8 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     {
         return e;
     }
-    const int64_t kb = (k + kFP8_BLOCK - 1) / kFP8_BLOCK;
-    W8A8Params p{};
-    p.codes = reinterpret_cast<const uint8_t*>(weight);
-    p.scale = weight_scale;
-    p.bias = bias;
-    p.blockScales = weight_scale_granularity == kMETRALE_WSCALE_BLOCK128 ? 1 : 0;
-    p.kBlocks = static_cast<int>(kb);
-    const int64_t scalePer = p.blockScales ? ((n + kFP8_BLOCK - 1) / kFP8_BLOCK) * kb : n;
+    W8A8Params p = w8a8Params(weight, weight_scale, weight_scale_granularity, bias, k);
+    const int64_t scalePer = p.blockScales ? ((n + kFP8_BLOCK - 1) / kFP8_BLOCK) * p.kBlocks : n;
     W8A8View view{{n * k, scalePer, 0, n}};
     if (act_format == kMETRALE_ACT_BF16)
     {

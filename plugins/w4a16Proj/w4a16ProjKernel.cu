@@ -30,22 +30,10 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     {
         return cudaErrorInvalidValue;
     }
-    if (group_size != 32 && group_size != 64 && group_size != 128)
+    const cudaError_t supported = w4a16Supported(n, k, group_size);
+    if (supported != cudaSuccess)
     {
-        return cudaErrorNotSupported;
-    }
-    if (k % 2 != 0)
-    {
-        return cudaErrorInvalidValue;
-    }
-    if (k % 32 != 0)
-    {
-        return cudaErrorNotSupported;  // 16-byte weight rows for the copies (plugins/KERNELS.md, Limits)
-    }
-    const int64_t groups = (k + group_size - 1) / group_size;  // a partial last group (op version 2)
-    if (n * groups > kMAX_DIM || n * (k / 2) > kMAX_DIM)
-    {
-        return cudaErrorNotSupported;  // 32-bit indexing of the weight and its scales
+        return supported;
     }
     if (m == 0)
     {
@@ -56,22 +44,6 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     {
         return cudaErrorInvalidValue;
     }
-    const bool wg = useWgmma<W4A16Policy>(m);
-    const uint16_t* X = nullptr;
-    cudaError_t e = bf16OperandFor(wg, x, x_dtype, m, k, wgPartBytes(m, n, k), workspace, workspace_bytes, stream, &X);
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
-    W4A16Policy::Params p{};
-    p.codes = reinterpret_cast<const uint8_t*>(weight);
-    p.scale = static_cast<const uint16_t*>(weight_scale);
-    p.zeroPoint = reinterpret_cast<const uint8_t*>(zero_point);
-    p.bias = bias;
-    p.groups = static_cast<int>(groups);
-    p.groupShift = group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
-    p.perBlock = static_cast<int>(128 / group_size);
-    p.totalGroups = static_cast<int>(n * p.groups);
-    return dispatchProjGemm<W4A16Policy>(p, X, wg, wg ? static_cast<uint8_t*>(workspace) + bf16OperandBytes(m, k) : nullptr, y, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k),
-        x_dtype, stream);
+    return projectBf16<W4A16Policy>(w4a16Params(weight, weight_scale, zero_point, bias, n, k, group_size), x, x_dtype,
+        m, n, k, workspace, workspace_bytes, y, stream);
 }

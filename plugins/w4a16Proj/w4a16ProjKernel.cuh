@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "projGemm.cuh"
+#include "projLaunch.cuh"
 
 namespace metrale
 {
@@ -184,6 +185,46 @@ struct W4A16Policy : NoTable, IdentityEpilogue
         b1 = fmaBf16x2(fmaBf16x2(hi, kONE, b.nz2), b.s2, kNEG_ZERO);
     }
 };
+
+/* The W4A16 checks of the dense and the grouped launcher (after their own shape and routing checks):
+ * cudaSuccess, or why not. */
+inline cudaError_t w4a16Supported(int64_t n, int64_t k, int64_t group_size)
+{
+    if (group_size != 32 && group_size != 64 && group_size != 128)
+    {
+        return cudaErrorNotSupported;
+    }
+    if (k % 2 != 0)
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (k % 32 != 0)
+    {
+        return cudaErrorNotSupported;  // 16-byte weight rows for the copies (plugins/KERNELS.md, Limits)
+    }
+    const int64_t groups = (k + group_size - 1) / group_size;  // a partial last group (op version 2)
+    if (n * groups > kMAX_DIM || n * (k / 2) > kMAX_DIM)
+    {
+        return cudaErrorNotSupported;  // 32-bit indexing of the weight and its scales
+    }
+    return cudaSuccess;
+}
+
+/* W4A16Policy::Params, as the dense and the grouped launcher take them (host). */
+inline W4A16Policy::Params w4a16Params(const int8_t* weight, const void* weight_scale, const int8_t* zero_point,
+    const float* bias, int64_t n, int64_t k, int64_t group_size)
+{
+    W4A16Policy::Params p{};
+    p.codes = reinterpret_cast<const uint8_t*>(weight);
+    p.scale = static_cast<const uint16_t*>(weight_scale);  // bf16 (op version 2)
+    p.zeroPoint = reinterpret_cast<const uint8_t*>(zero_point);
+    p.bias = bias;
+    p.groups = static_cast<int>((k + group_size - 1) / group_size);
+    p.groupShift = group_size == 32 ? 5 : group_size == 64 ? 6 : 7;
+    p.perBlock = static_cast<int>(128 / group_size);
+    p.totalGroups = static_cast<int>(n * p.groups);
+    return p;
+}
 
 } // namespace metrale
 

@@ -67,26 +67,13 @@ extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const i
     {
         return cudaErrorInvalidValue;
     }
-    W4A4Params p{};
-    p.codes = reinterpret_cast<const uint8_t*>(weight);
-    p.scale = reinterpret_cast<const uint8_t*>(weight_scale);
-    p.globalScale = weight_global_scale;
-    p.bias = bias;
-    p.scaleCols = static_cast<int>(k / kNVFP4_BLOCK);
-    p.totalScaleBytes = n * (k / kNVFP4_BLOCK);
+    W4A4Params p = w4a4Params(weight, weight_scale, weight_global_scale, bias, n, k);
     const int mi = static_cast<int>(m);
     const int ni = static_cast<int>(n);
     const int ki = static_cast<int>(k);
     if (act_format == kMETRALE_ACT_BF16)
     {
-        const bool wg = useWgmma<W4A4Bf16Policy>(m);
-        const uint16_t* X = nullptr;
-        cudaError_t e = bf16OperandFor(wg, x, x_dtype, m, k, wgPartBytes(m, n, k), workspace, workspace_bytes, stream, &X);
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-        return dispatchProjGemm<W4A4Bf16Policy>(p, X, wg, wg ? static_cast<uint8_t*>(workspace) + bf16OperandBytes(m, k) : nullptr, y, mi, ni, ki, x_dtype, stream);
+        return projectBf16<W4A4Bf16Policy>(p, x, x_dtype, m, n, k, workspace, workspace_bytes, y, stream);
     }
     if (workspace == nullptr || !aligned(workspace, 16)
         || workspace_bytes < metrale_w4a4_workspace_size(m, n, k, act_format))

@@ -208,6 +208,21 @@ struct W4A4Bf16Policy : E2m1Table, W4A4Meta, IdentityEpilogue
     }
 };
 
+/* The weight side of W4A4Params, as the dense and the grouped launcher take it (host; ga is the
+ * nvfp4 pre-pass's). */
+inline W4A4Params w4a4Params(const int8_t* weight, const int8_t* weight_scale, const float* weight_global_scale,
+    const float* bias, int64_t n, int64_t k)
+{
+    W4A4Params p{};
+    p.codes = reinterpret_cast<const uint8_t*>(weight);
+    p.scale = reinterpret_cast<const uint8_t*>(weight_scale);
+    p.globalScale = weight_global_scale;
+    p.bias = bias;
+    p.scaleCols = static_cast<int>(k / kNVFP4_BLOCK);
+    p.totalScaleBytes = n * (k / kNVFP4_BLOCK);
+    return p;
+}
+
 } // namespace metrale
 
 #endif // METRALE_W4A4_PROJ_KERNEL_CUH

@@ -82,25 +82,13 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     {
         return cudaErrorInvalidValue;
     }
-    W8A8Params p{};
-    p.codes = reinterpret_cast<const uint8_t*>(weight);
-    p.scale = weight_scale;
-    p.bias = bias;
-    p.blockScales = weight_scale_granularity == kMETRALE_WSCALE_BLOCK128 ? 1 : 0;
-    p.kBlocks = static_cast<int>((k + kFP8_BLOCK - 1) / kFP8_BLOCK);
+    W8A8Params p = w8a8Params(weight, weight_scale, weight_scale_granularity, bias, k);
     const int mi = static_cast<int>(m);
     const int ni = static_cast<int>(n);
     const int ki = static_cast<int>(k);
     if (act_format == kMETRALE_ACT_BF16)
     {
-        const bool wg = useWgmma<W8A8Bf16Policy>(m);
-        const uint16_t* X = nullptr;
-        cudaError_t e = bf16OperandFor(wg, x, x_dtype, m, k, wgPartBytes(m, n, k), workspace, workspace_bytes, stream, &X);
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-        return dispatchProjGemm<W8A8Bf16Policy>(p, X, wg, wg ? static_cast<uint8_t*>(workspace) + bf16OperandBytes(m, k) : nullptr, y, mi, ni, ki, x_dtype, stream);
+        return projectBf16<W8A8Bf16Policy>(p, x, x_dtype, m, n, k, workspace, workspace_bytes, y, stream);
     }
     if (workspace == nullptr || !aligned(workspace, 16)
         || workspace_bytes < metrale_w8a8_workspace_size(m, n, k, act_format, act_scale_granularity))

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 
+#include "metrale/kernels.h"
 #include "projGemm.cuh"
 
 namespace metrale
@@ -153,6 +154,20 @@ struct W8A8Fp8Policy : NoTable
         return w8a8WeightScale(p, n, kb);
     }
 };
+
+/* The weight side of W8A8Params, as the dense and the grouped launcher take it (host; sx and nbx
+ * are the fp8 pre-pass's). */
+inline W8A8Params w8a8Params(const int8_t* weight, const float* weight_scale, int32_t weight_scale_granularity,
+    const float* bias, int64_t k)
+{
+    W8A8Params p{};
+    p.codes = reinterpret_cast<const uint8_t*>(weight);
+    p.scale = weight_scale;
+    p.bias = bias;
+    p.blockScales = weight_scale_granularity == kMETRALE_WSCALE_BLOCK128 ? 1 : 0;
+    p.kBlocks = static_cast<int>((k + kFP8_BLOCK - 1) / kFP8_BLOCK);
+    return p;
+}
 
 } // namespace metrale
 

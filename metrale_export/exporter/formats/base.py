@@ -74,6 +74,16 @@ class DeclaredSource:
         self._float = FloatSource(checkpoint, QuantRequest(weight="none"))
         self.check_request(request)
 
+    def stored_unless_excluded(self, name: str, marker: str, excluded_by: str) -> bool:
+        """Whether the checkpoint stores ``<name>.<marker>`` (the tensor that says a projection is
+        quantized); a stored one that the config's ``self.exclude`` patterns name is a
+        CheckpointError (``excluded_by`` says by what)."""
+        stored = f"{name}.{marker}" in self.checkpoint
+        if stored and match_module(self.exclude, name):
+            raise CheckpointError(f"{self.checkpoint.root}: {name}: {excluded_by}, but the checkpoint stores its "
+                                  f"{marker}")
+        return stored
+
     # --- to implement -----------------------------------------------------------------------
     @classmethod
     def detect(cls, ckpt: Checkpoint) -> bool:

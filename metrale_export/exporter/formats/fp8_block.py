@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import CheckpointError, InputError
+from ...errors import InputError
 from ...ops.numerics import FP8_BLOCK
 from ..projection import ProjSpec
-from .base import F32, FP8_DTYPES, I8, SCALE_DTYPES, DeclaredSource, ceil_div, match_module
+from .base import F32, FP8_DTYPES, I8, SCALE_DTYPES, DeclaredSource, ceil_div
 
 
 class Fp8BlockSource(DeclaredSource):
@@ -53,11 +53,7 @@ class Fp8BlockSource(DeclaredSource):
                 "activation_scale_granularity": "row_block128"}
 
     def is_quantized(self, name: str, weight_name: str) -> bool:
-        stored = f"{name}.weight_scale_inv" in self.checkpoint
-        if stored and match_module(self.exclude, name):
-            raise CheckpointError(f"{self.checkpoint.root}: {name}: listed in modules_to_not_convert, "
-                                  "but the checkpoint stores its weight_scale_inv")
-        return stored
+        return self.stored_unless_excluded(name, "weight_scale_inv", "listed in modules_to_not_convert")
 
     def quant_spec(self, name: str, n: int, k: int, family: str, bias: bool) -> ProjSpec:
         ck = self.checkpoint

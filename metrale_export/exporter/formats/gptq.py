@@ -19,15 +19,14 @@ the op and is refused with that explanation.
 
 from __future__ import annotations
 
-import json
-
 import torch
 
 from ...errors import CheckpointError, InputError
 from ...ops.numerics import pack_nibbles
 from ...ops.w4a16 import GROUP_SIZES, SCALE_DTYPE, store_scale
+from ..checkpoint import read_json_object
 from ..projection import ProjSpec
-from .base import F32, I8, SCALE_DTYPES, DeclaredSource, ceil_div, match_module, packed_int32_nibbles
+from .base import F32, I8, SCALE_DTYPES, DeclaredSource, ceil_div, packed_int32_nibbles
 
 
 class Int4KNSource(DeclaredSource):
@@ -49,14 +48,7 @@ class Int4KNSource(DeclaredSource):
         q = ckpt.config.get("quantization_config")
         if isinstance(q, dict):
             return dict(q)
-        path = ckpt.root / cls.config_file
-        try:
-            q = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise InputError(f"{path}: not readable JSON ({e})") from e
-        if not isinstance(q, dict):
-            raise InputError(f"{path}: expected a JSON object")
-        return q
+        return read_json_object(ckpt.root / cls.config_file, InputError)
 
     def __init__(self, checkpoint, request):
         q = self.read_qconfig(checkpoint)
@@ -81,10 +73,7 @@ class Int4KNSource(DeclaredSource):
                 "weight_scales": "per group along K", "activation": "none (bf16, not quantized)"}
 
     def is_quantized(self, name: str, weight_name: str) -> bool:
-        stored = f"{name}.qweight" in self.checkpoint
-        if stored and match_module(self.exclude, name):
-            raise CheckpointError(f"{self.checkpoint.root}: {name}: listed in modules_to_not_convert, but the checkpoint stores its qweight")
-        return stored
+        return self.stored_unless_excluded(name, "qweight", "listed in modules_to_not_convert")
 
     def qweight_shape(self, n: int, k: int) -> tuple[int, int]:
         raise NotImplementedError

@@ -22,7 +22,7 @@ import torch
 from ...errors import CheckpointError, InputError
 from ...ops.numerics import NVFP4_BLOCK
 from ..projection import ProjSpec
-from .base import F32, FP8_DTYPES, I8, DeclaredSource, match_module, to_channel_scale, to_scalar
+from .base import F32, FP8_DTYPES, I8, DeclaredSource, to_channel_scale, to_scalar
 
 HF_QUANT_CONFIG = "hf_quant_config.json"
 ALGOS = {"NVFP4": "w4a4", "FP8": "w8a8", "FP8_PER_CHANNEL_PER_TOKEN": "w8a8"}
@@ -83,11 +83,7 @@ class ModelOptSource(DeclaredSource):
                 "weight_scales": scales, "activation": act, "activation_scale_granularity": "row"}
 
     def is_quantized(self, name: str, weight_name: str) -> bool:
-        stored = f"{name}.weight_scale" in self.checkpoint
-        if stored and match_module(self.exclude, name):
-            raise CheckpointError(f"{self.checkpoint.root}: {name}: excluded from quantization by the config, "
-                                  "but the checkpoint stores its weight_scale")
-        return stored
+        return self.stored_unless_excluded(name, "weight_scale", "excluded from quantization by the config")
 
     def quant_spec(self, name: str, n: int, k: int, family: str, bias: bool) -> ProjSpec:
         ck = self.checkpoint
