@@ -64,6 +64,17 @@ def moe_experts_for(options: JobOptions) -> tuple[str, str]:
                      "grouped-expert ops; --plugins (the plugin lowering) or --skip-engines keeps them")
 
 
+def check_backend(options: JobOptions) -> None:
+    """A backend asked for by name (``--backend``) must import, checked before the export:
+    ``BackendMissing`` naming what to install (a default backend that is missing only skips step 3)."""
+    from .engines import backends
+
+    name = options.build.backend
+    if options.engines and name is not None and not backends.available().get(name):
+        raise backends.BackendMissing(backends.missing_message(name) + ", or add --skip-engines to export "
+                                      "and verify only")
+
+
 def plugins_conflict(options: JobOptions) -> str | None:
     """Why ``--plugins`` cannot build this job's engines (TensorRT-RTX has no IPluginV3 layers in
     Python), or None; refused before the export rather than after it."""
