@@ -23,6 +23,61 @@ def is_export(path: Path) -> bool:
     return path.suffix == ".onnx" or (path.is_dir() and (path / "model.onnx").exists())
 
 
+def engine_dir_of(path: Path) -> Path | None:
+    """The engine directory ``path`` is, or holds as ``engines/`` (a manifest.json listing engines)."""
+    if path.is_file():
+        return None
+    for d in (path, path / "engines"):
+        m = d / "manifest.json"
+        if m.is_file():
+            try:
+                doc = json.loads(m.read_text())
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+                continue
+            if isinstance(doc, dict) and "engines" in doc and "manifest_version" in doc:
+                return d
+    return None
+
+
+def summarize_engines(engine_dir: Path) -> dict:
+    """What ``metrale-export build`` left in ``engine_dir`` (its manifest, and which files are there)."""
+    from ..engines import manifest as engine_manifest
+
+    m = engine_manifest.load(engine_dir)
+    backend = m.get("backend") or {}
+    return {
+        "dir": str(engine_dir),
+        "complete": bool(m.get("complete")),
+        "backend": backend,
+        "lowering": m.get("lowering"),
+        "activation_quantization": m.get("activation_quantization"),
+        "max_context": m.get("max_context"),
+        "row_invariance": {k: (m.get("row_invariance") or {}).get(k) for k in ("promised", "scope", "reason")},
+        "size": engine_manifest.describe_size(m),
+        "source": (m.get("source") or {}).get("path"),
+        "engines": [{"rows": e["rows"], "file": e["file"], "bytes": e.get("bytes"),
+                     "present": (engine_dir / e["file"]).is_file()} for e in m["engines"]],
+    }
+
+
+def _echo_engines(s: dict) -> None:
+    b = s["backend"]
+    targets = f" for SM {', '.join(b['targets'])}" if b.get("targets") else ""
+    state = "complete" if s["complete"] else (
+        "INCOMPLETE: a build was interrupted or failed; run metrale-export build again to finish it")
+    click.echo(f"engines: {s['dir']}, {len(s['engines'])} engine(s) ({state}), {b.get('name')} "
+               f"{b.get('version')}{targets}, lowering {s['lowering']}, activation quantization "
+               f"{s['activation_quantization']}, max context {s['max_context']}")
+    for e in s["engines"]:
+        lo, hi = e["rows"]["lo"], e["rows"]["hi"]
+        size = f"{e['bytes'] / 1e6:.1f} MB" if e["bytes"] is not None else "size unknown"
+        missing = "" if e["present"] else ", MISSING from the directory"
+        click.echo(f"  rows {lo if lo == hi else f'{lo}-{hi}'}: {e['file']} ({size}{missing})")
+    click.echo(f"  {s['size']}")
+    ri = s["row_invariance"]
+    click.echo(f"  row invariance {'promised' if ri['promised'] else 'not promised'}: {ri['reason']}")
+
+
 def summarize(path: Path) -> dict:
     import onnx
 
@@ -148,23 +203,37 @@ def _echo_row_invariance(ri: dict, show_ops: bool) -> None:
 @click.option("--ops/--no-ops", "show_ops", default=True, help="List every metrale op with its attributes.")
 @opt.json_option
 def command(path, show_ops, as_json):
-    """Show an export or a checkpoint.
+    """Show an export, its engines or a checkpoint.
 
     \b
     An export directory or ONNX file: the metrale ops (per family and activation format, with
     attributes), the graph's inputs and outputs, the weight sizes and the checkpoint's declared
-    quantization format. A checkpoint (.safetensors file, directory or index): its model, tensor
-    sizes and the quantization format it declares (bits, group size, symmetry, weight scales,
-    activation format).
+    quantization format; and, for the main job's output directory, its engines. An engine
+    directory: the backend, the row-count profiles and their files, whether the build is complete
+    and what row invariance it promises. A checkpoint (.safetensors file, directory or index): its
+    model, tensor sizes and the quantization format it declares (bits, group size, symmetry,
+    weight scales, activation format).
     """
     export = is_export(path)
+    engines = engine_dir_of(path)
+    if engines == path and not export:  # an engine directory by itself
+        s = summarize_engines(engines)
+        if as_json:
+            click.echo(json.dumps(s, indent=2))
+        else:
+            _echo_engines(s)
+        return
     if path.is_dir() and not export and not any(path.glob("*.safetensors")) and not any(path.glob("*.index.json")):
-        raise InputError(f"{path}: neither an export (no model.onnx) nor a checkpoint (no *.safetensors "
-                         "or index); expected an export directory, an .onnx file or a checkpoint")
+        raise InputError(f"{path}: neither an export (no model.onnx), an engine directory (no manifest.json "
+                         "listing engines) nor a checkpoint (no *.safetensors or index); expected one of them")
     s = summarize(path) if export else summarize_checkpoint(path)
+    if export and engines is not None:
+        s["engines"] = summarize_engines(engines)
     if as_json:
         click.echo(json.dumps(s, indent=2))
     elif export:
         _echo_export(s, show_ops)
+        if "engines" in s:
+            _echo_engines(s["engines"])
     else:
         _echo_checkpoint(s)

@@ -152,7 +152,7 @@ def cli() -> None:
     and TensorRT engines, one per row-count profile.
 
     \b
-    The main job:   metrale-export MODEL [-o DIR] [--weight-quantization w4a16|w8a8|w4a4|none]
+    The main job:   metrale-export MODEL [-o DIR] [--weight-quantization auto|declared|none|w4a16|w8a8|w4a4]
     One step:       metrale-export export|build|compare|inspect ...
     A demo model:   metrale-export demo-model DIR   (or: make demo)
     """

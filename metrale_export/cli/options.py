@@ -69,7 +69,8 @@ quantization_options = _compose(
 )
 
 output_option = click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path), default=None,
-                             help="Output directory (default: <model name>.metrale/ beside the model).")
+                             help="Output directory (default: the checkpoint directory's name + .metrale, beside it: "
+                                  "models/qwen3/model.safetensors -> models/qwen3.metrale).")
 force_option = click.option("--force", is_flag=True, help="Replace the output directory if it exists.")
 quiet_option = click.option("-q", "--quiet", is_flag=True, help="No progress or summary, errors only.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (for scripts).")

@@ -67,8 +67,9 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     """The main job: export MODEL to ONNX with metrale ops, verify it, and build engines.
 
     MODEL is a .safetensors file with config.json beside it, a checkpoint directory, or a
-    model.safetensors.index.json. Output goes to DIR (default: MODEL's name + '.metrale'):
-    model.onnx, manifest.json, and engines/ when a TensorRT backend is installed.
+    model.safetensors.index.json. Output goes to DIR (default: the checkpoint directory's name +
+    '.metrale', beside it): model.onnx, manifest.json, and engines/ when a TensorRT backend is
+    installed.
     """
     from ..engines.plan import BuildOptions
     from ..pipeline import Events, JobOptions, run_job

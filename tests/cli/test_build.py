@@ -127,3 +127,29 @@ def test_output_holding_another_manifest_is_refused_untouched(demo_exports, tmp_
     assert "manifest.json is an export's" in result.output and "choose another -o" in result.output
     assert (export / "manifest.json").read_bytes() == before
     assert sorted(p.name for p in export.iterdir()) == ["manifest.json", "model.onnx"]
+
+
+@needs_cli
+@needs_rtx
+def test_inspect_shows_the_engines_of_an_output_and_of_an_engine_directory(demo_exports, tmp_path):
+    import shutil
+
+    export = tmp_path / "export"
+    shutil.copytree(demo_exports["w8a8"], export)
+    built = _run(export, "--backend", "tensorrt-rtx", "--profiles", "1", "--max-context", "64", "-q")
+    assert built.exit_code == 0, built.output
+    inspect = CliRunner().invoke(cli, ["inspect", str(export), "--no-ops"])
+    assert inspect.exit_code == 0, inspect.output
+    assert f"engines: {export / 'engines'}, 1 engine(s) (complete), tensorrt-rtx" in inspect.output
+    assert "rows 1: rows-1.engine" in inspect.output and "row invariance not promised" in inspect.output
+
+    manifest = json.loads((export / "engines" / "manifest.json").read_text())
+    manifest["complete"] = False  # what an interrupted build leaves
+    (export / "engines" / "manifest.json").write_text(json.dumps(manifest))
+    (export / "engines" / "rows-1.engine").unlink()
+    alone = CliRunner().invoke(cli, ["inspect", str(export / "engines"), "--json"])
+    assert alone.exit_code == 0, alone.output
+    summary = json.loads(alone.output)
+    assert summary["complete"] is False and summary["engines"][0]["present"] is False
+    text = CliRunner().invoke(cli, ["inspect", str(export / "engines")]).output
+    assert "INCOMPLETE" in text and "MISSING" in text

@@ -127,7 +127,7 @@ def test_inspect_float_checkpoint_declares_nothing(demo_checkpoint):
 
 def test_inspect_rejects_a_directory_that_is_neither(tmp_path):
     r = run("inspect", tmp_path)
-    assert r.exit_code == 2 and "neither an export (no model.onnx) nor a checkpoint" in r.output
+    assert r.exit_code == 2 and "neither an export (no model.onnx)" in r.output and "nor a checkpoint" in r.output
 
 
 def test_inspect_float_export_says_no_declared_format(demo_exports):
