@@ -61,7 +61,28 @@ def moe_experts_for(options: JobOptions) -> tuple[str, str]:
     if not options.moe_experts_default or not options.engines or options.build.plugins is not None:
         return asked, ""
     return "dense", ("MoE experts dense: the qdq lowering that builds these engines cannot express the "
-                     "grouped-expert ops; --plugins (the plugin lowering) or --moe-experts grouped keeps them")
+                     "grouped-expert ops; --plugins (the plugin lowering) or --skip-engines keeps them")
+
+
+MOE_FAMILIES = ("qwen3_moe", "qwen3_next")
+
+
+def moe_experts_conflict(options: JobOptions, family: str) -> str | None:
+    """Why the MoE expert form the user asked for cannot build this job's engines, or None.
+
+    ``--moe-experts grouped`` without ``--plugins`` would export, verify, and then fail in the qdq
+    build (it cannot express the grouped-expert ops): refused before the export instead."""
+    from .engines import backends
+
+    if family not in MOE_FAMILIES or options.moe_experts_default or not options.engines:
+        return None
+    if options.export.request.moe_experts != "grouped" or options.build.plugins is not None:
+        return None
+    if options.build.backend is None and not any(backends.available().values()):
+        return None  # no engines will be built
+    return ("grouped keeps the grouped-expert ops, which the qdq lowering that builds this job's engines "
+            "cannot express; add --plugins LIB (the plugin lowering) or --skip-engines, or leave "
+            "--moe-experts out (the job then exports the experts dense)")
 
 
 def run_job(model: Path, out: Path, options: JobOptions, events: Events | None = None) -> JobResult:

@@ -72,23 +72,26 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     installed.
     """
     from ..engines.plan import BuildOptions
-    from ..pipeline import Events, JobOptions, run_job
+    from ..pipeline import Events, JobOptions, moe_experts_conflict, run_job
     from .progress import ByteProgress
 
     say = (lambda msg: None) if (quiet or as_json) else (lambda msg: click.echo(msg, err=True))
     out = output or opt.default_output(model)
     preflight(model, out, profiles, ctx.params["dtype"], max_context, force, skip_compare)
-    export, _ = export_options(ctx.params, force)
+    export, session = export_options(ctx.params, force)
     build = BuildOptions(profiles=profiles, policy=policy, backend=backend, plugins=plugins,
                          max_context=max_context, rtx_targets=rtx_targets, float_weights=float_weights)
+    experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
+    job = JobOptions(export, build, compare=not skip_compare, engines=not skip_engines,
+                     moe_experts_default=experts_default)
+    conflict = moe_experts_conflict(job, session.config.family)
+    if conflict:
+        raise click.BadParameter(conflict, param_hint="--moe-experts")
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
     events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
     try:
-        experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
         with library_output_to_stderr():
-            result = run_job(model, out, JobOptions(export, build, compare=not skip_compare,
-                                                    engines=not skip_engines,
-                                                    moe_experts_default=experts_default), events)
+            result = run_job(model, out, job, events)
     finally:
         bar.close()
     if as_json:

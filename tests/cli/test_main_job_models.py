@@ -19,7 +19,7 @@ from metrale_export.engines.policy import parse_policy
 from metrale_export.engines.profiles import parse_profiles
 from metrale_export.exporter.export import ExportOptions
 from metrale_export.exporter.quantization import QuantRequest
-from metrale_export.pipeline import JobOptions, moe_experts_for
+from metrale_export.pipeline import JobOptions, moe_experts_conflict, moe_experts_for
 
 needs_rtx = pytest.mark.skipif(backends.available()["tensorrt-rtx"] is None,
                                reason=f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
@@ -41,6 +41,26 @@ def test_moe_experts_follow_the_lowering():
     assert moe_experts_for(_job(plugins=Path("lib.so"))) == ("grouped", "")
     assert moe_experts_for(_job(engines=False)) == ("grouped", "")
     assert moe_experts_for(_job(default=False)) == ("grouped", "")  # the user's choice stands
+
+
+@needs_rtx
+def test_grouped_experts_without_plugins_are_refused_before_the_export():
+    """Asked for by name, grouped experts would export and verify, then fail in the qdq build."""
+    assert "--plugins" in moe_experts_conflict(_job(default=False), "qwen3_moe")
+    assert moe_experts_conflict(_job(default=False), "qwen3") is None  # no experts to keep
+    assert moe_experts_conflict(_job(default=False, plugins=Path("lib.so")), "qwen3_next") is None
+    assert moe_experts_conflict(_job(default=False, engines=False), "qwen3_moe") is None
+    assert moe_experts_conflict(_job(default=False, asked="dense"), "qwen3_moe") is None
+    assert moe_experts_conflict(_job(), "qwen3_moe") is None  # the default: the job picks dense
+
+
+@needs_rtx
+def test_main_job_with_grouped_experts_and_qdq_engines_exits_2_before_tracing(demos, tmp_path):
+    out = tmp_path / "job"
+    r = run(demos / "moe", "-o", out, "--moe-experts", "grouped", "--profiles", "1", "--max-context", "64")
+    assert r.exit_code == 2, r.output
+    assert "--moe-experts" in r.output and "--skip-engines" in r.output
+    assert "tracing" not in r.output and not out.exists()
 
 
 @pytest.fixture(scope="module")
