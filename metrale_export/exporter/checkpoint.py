@@ -118,9 +118,12 @@ def _read_header(path: Path) -> tuple[dict, int]:
         nbytes = numel * _DTYPES[dtype].itemsize
         start, end = offsets
         if not 0 <= start <= end <= data_len or end - start != nbytes:
+            truncated = 0 <= start <= end and end - start == nbytes and end > data_len
             raise CheckpointError(
                 f"{where}: data offsets [{start}, {end}) do not hold a {dtype} tensor of "
                 f"shape {shape} ({nbytes} bytes) inside the {data_len} data bytes"
+                + ("; the file ends early (truncated: an interrupted download or copy?), fetch it again"
+                   if truncated else "")
             )
         spans.append((start, end, name))
     spans.sort()

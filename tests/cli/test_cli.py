@@ -81,6 +81,13 @@ def test_truncated_header(broken, tmp_path):
     _expect_usage_error(["export", path, "-o", tmp_path / "o"], tmp_path, "o", "model.safetensors", "header")
 
 
+def test_truncated_data_says_the_file_ends_early(broken, tmp_path):
+    path = broken / "model.safetensors"
+    path.write_bytes(path.read_bytes()[:-1000])  # what an interrupted download leaves
+    _expect_usage_error(["export", broken, "-o", tmp_path / "o"], tmp_path, "o", str(path),
+                        "the file ends early (truncated")
+
+
 def test_corrupt_header_length(broken, tmp_path):
     path = broken / "model.safetensors"
     data = path.read_bytes()
