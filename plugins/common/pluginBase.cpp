@@ -157,6 +157,23 @@ nvinfer1::IPluginCapability* PluginBase::getCapabilityInterface(nvinfer1::Plugin
     })
 }
 
+void PluginBase::requireCounts(
+    int32_t nbInputs, int32_t nbOutputs, char const* rowNames, char const* tailNames, std::string const& gates) const
+{
+    int32_t const expected = expectedNbInputs();
+    if (nbInputs != expected)
+    {
+        std::string names = rowNames;
+        for (InputSpec const& s : mInputs)
+        {
+            names += cat(", ", s.name);
+        }
+        throw PluginError(cat("expected ", expected, " inputs (", names, tailNames, ") for ", gates, "has_bias=",
+            mAttrs.hasBias, " and the op's other has_* fields, found ", nbInputs));
+    }
+    METRALE_REQUIRE(nbOutputs == 1, "expected 1 output (y), found ", nbOutputs);
+}
+
 void PluginBase::checkLaunch(cudaError_t status, int64_t m)
 {
     if (status != cudaSuccess)

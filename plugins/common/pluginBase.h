@@ -284,6 +284,10 @@ protected:
     //! Appends every field, in contract order, pointing into this object's members.
     virtual void writeFields(FieldWriter& writer) const = 0;
 
+    //! checkCounts for a layout: the message names the inputs (rowNames, the op's inputs, tailNames)
+    //! and the fields that set their count (gates, e.g. "combine=1, ", then has_bias).
+    void requireCounts(int32_t nbInputs, int32_t nbOutputs, char const* rowNames, char const* tailNames,
+        std::string const& gates) const;
     //! Throws the PluginError of a failed kernel launch for m rows (nothing on cudaSuccess).
     static void checkLaunch(cudaError_t status, int64_t m);
 

@@ -33,18 +33,7 @@ ProjectionPlugin::ProjectionPlugin(
 
 void ProjectionPlugin::checkCounts(int32_t nbInputs, int32_t nbOutputs) const
 {
-    int32_t const expected = expectedNbInputs();
-    if (nbInputs != expected)
-    {
-        std::string names = "x";
-        for (InputSpec const& s : mInputs)
-        {
-            names += cat(", ", s.name);
-        }
-        throw PluginError(cat("expected ", expected, " inputs (", names, ") for has_bias=", mAttrs.hasBias,
-            " and the op's other has_* fields, found ", nbInputs));
-    }
-    METRALE_REQUIRE(nbOutputs == 1, "expected 1 output (y), found ", nbOutputs);
+    requireCounts(nbInputs, nbOutputs, "x", "", "");
 }
 
 void ProjectionPlugin::checkTypes(DataType const* types, int32_t nbInputs) const

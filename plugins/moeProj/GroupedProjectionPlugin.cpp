@@ -97,22 +97,8 @@ LaunchArgs GroupedProjectionPlugin::withRouting(LaunchArgs args, void const* con
 
 void GroupedProjectionPlugin::checkCounts(int32_t nbInputs, int32_t nbOutputs) const
 {
-    int32_t const expected = expectedNbInputs();
-    if (nbInputs != expected)
-    {
-        std::string names = "x, topk_ids";
-        for (InputSpec const& s : mInputs)
-        {
-            names += cat(", ", s.name);
-        }
-        if (mRouting.combine)
-        {
-            names += ", topk_weights";
-        }
-        throw PluginError(cat("expected ", expected, " inputs (", names, ") for combine=", mRouting.combine,
-            ", has_bias=", mAttrs.hasBias, " and the op's other has_* fields, found ", nbInputs));
-    }
-    METRALE_REQUIRE(nbOutputs == 1, "expected 1 output (y), found ", nbOutputs);
+    requireCounts(nbInputs, nbOutputs, "x, topk_ids", mRouting.combine ? ", topk_weights" : "",
+        cat("combine=", mRouting.combine, ", "));
 }
 
 void GroupedProjectionPlugin::checkTypes(DataType const* types, int32_t nbInputs) const
