@@ -64,6 +64,36 @@ def moe_experts_for(options: JobOptions) -> tuple[str, str]:
                      "grouped-expert ops; --plugins (the plugin lowering) or --skip-engines keeps them")
 
 
+def check_backend(options: JobOptions) -> None:
+    """A backend asked for by name (``--backend``) must import, checked before the export:
+    ``BackendMissing`` naming what to install (a default backend that is missing only skips step 3)."""
+    from .engines import backends
+
+    name = options.build.backend
+    if options.engines and name is not None and not backends.available().get(name):
+        raise backends.BackendMissing(backends.missing_message(name) + ", or add --skip-engines to export "
+                                      "and verify only")
+
+
+def plugins_conflict(options: JobOptions) -> str | None:
+    """Why ``--plugins`` cannot build this job's engines (TensorRT-RTX has no IPluginV3 layers in
+    Python), or None; refused before the export rather than after it."""
+    from .engines import backends
+    from .engines.plan import choose_backend
+
+    if not options.engines or options.build.plugins is None:
+        return None
+    found = backends.available() if options.build.backend is None else {}
+    if options.build.backend is None and not any(found.values()):
+        return None  # no engines will be built
+    if choose_backend(options.build.backend, found) != "tensorrt-rtx":
+        return None
+    return ("the plugin lowering needs TensorRT: the engines would be built with TensorRT-RTX ("
+            + ("--backend tensorrt-rtx" if options.build.backend else "the only backend installed here")
+            + "), whose Python API has no IPluginV3 layers; drop --plugins (qdq engines, no row-invariance "
+            "promise), add --skip-engines to export only, or run on a GPU machine with TensorRT")
+
+
 MOE_FAMILIES = ("qwen3_moe", "qwen3_next")
 
 

@@ -169,7 +169,9 @@ def _echo_export(s: dict, show_ops: bool) -> None:
     if "model" in s:
         wq = dict(s["weight_quantization"] or {})
         declared = wq.pop("declared", "absent")
-        click.echo(f"model: {s['model']}, weights: {json.dumps(wq)}")
+        fmt = wq.pop("format", None)
+        extra = ", ".join(f"{k}={v}" for k, v in sorted(wq.items()) if v is not None)
+        click.echo(f"model: {s['model']}, weights: {fmt}" + (f" ({extra})" if extra else ""))
         if declared != "absent":  # manifests written before the declared format was recorded lack it
             click.echo(f"declared format: {describe_text(declared)}")
     click.echo("inputs:  " + ", ".join(f"{k}{v}" for k, v in s["inputs"].items()))

@@ -72,7 +72,7 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     installed.
     """
     from ..engines.plan import BuildOptions
-    from ..pipeline import Events, JobOptions, moe_experts_conflict, run_job
+    from ..pipeline import Events, JobOptions, check_backend, moe_experts_conflict, plugins_conflict, run_job
     from .progress import ByteProgress
 
     say = (lambda msg: None) if (quiet or as_json) else (lambda msg: click.echo(msg, err=True))
@@ -87,6 +87,10 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     conflict = moe_experts_conflict(job, session.config.family)
     if conflict:
         raise click.BadParameter(conflict, param_hint="--moe-experts")
+    conflict = plugins_conflict(job)
+    if conflict:
+        raise click.BadParameter(conflict, param_hint="--plugins")
+    check_backend(job)
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
     events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
     try:

@@ -37,6 +37,7 @@ def test_main_job_exports_and_verifies(demo_checkpoint, tmp_path):
     r = run("inspect", out)
     assert r.exit_code == 0
     assert "W8A8Proj ffn fp8: 6" in r.output
+    assert "weights: w8a8 (" in r.output and "w8a8_weight_scales=channel" in r.output  # not a JSON dump
     assert "weight_scale_granularity=channel" in r.output and "activation_scale_granularity=row" in r.output
 
     r = run("compare", out, "--json")

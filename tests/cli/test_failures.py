@@ -170,6 +170,31 @@ def test_dtype_the_reference_cannot_run_is_refused_before_export(demo_checkpoint
     assert "tracing" not in r.output and not (tmp_path / "o").exists()
 
 
+def test_plugins_with_tensorrt_rtx_is_refused_before_export(small_checkpoint, tmp_path):
+    """The main job has no --lowering: the build's own refusal ('use --lowering qdq') came after the
+    export and named an option the job does not have."""
+    lib = tmp_path / "libmetrale_plugins.so"
+    lib.write_bytes(b"\x7fELF")
+    r = run(small_checkpoint, "-o", tmp_path / "o", "--plugins", lib, "--backend", "tensorrt-rtx")
+    assert r.exit_code == 2, r.output
+    line = one_line_error(r.output)
+    assert "--plugins" in line and "TensorRT-RTX" in line and "--skip-engines" in line
+    assert "--lowering" not in line
+    assert "tracing" not in r.output and not (tmp_path / "o").exists()
+
+
+def test_a_backend_asked_for_that_does_not_import_is_refused_before_export(small_checkpoint, tmp_path):
+    from metrale_export.engines import backends
+
+    if backends.available()["tensorrt"] is not None:
+        pytest.skip("real TensorRT is installed here: nothing is missing")
+    r = run(small_checkpoint, "-o", tmp_path / "o", "--backend", "tensorrt")
+    assert r.exit_code == 1, r.output
+    line = one_line_error(r.output)
+    assert "pip install tensorrt" in line and "--skip-engines" in line
+    assert "tracing" not in r.output and not (tmp_path / "o").exists()
+
+
 def test_existing_output_is_refused_before_export(demo_checkpoint, tmp_path):
     out = tmp_path / "exists"
     out.mkdir()
