@@ -1,7 +1,7 @@
 /*
  * W4A16Proj as a TensorRT IPluginV3 (namespace "metrale", version "2"): int4 weights with bfloat16
  * group scales and optional zero points, bf16 activations (docs/ops.md). W4A16Format is what
- * W4A16Proj and its grouped-expert op W4A16MoEProj (moeProj/W4A16MoEProjPlugin.h) share.
+ * W4A16Proj and its grouped-expert op W4A16MoEProj (moeProj/W4A16MoEProjPlugin.cpp) share.
  *
  * Inputs: x [M, K] (kFLOAT/kHALF/kBF16), weight kINT8 [N, K/2], weight_scale kBF16
  * [N, ceil(K/group_size)], zero_point kINT8 [N, ceil(K/group_size)] (has_zero_point=1), bias

@@ -1,7 +1,7 @@
 /*
  * W4A4Proj as a TensorRT IPluginV3 (namespace "metrale", version "1"): NVFP4 weights (e2m1 codes,
  * e4m3 per-16 scales, float32 global scale), nvfp4 (default) or bf16 activations (docs/ops.md).
- * W4A4Format is what W4A4Proj and its grouped-expert op W4A4MoEProj (moeProj/W4A4MoEProjPlugin.h)
+ * W4A4Format is what W4A4Proj and its grouped-expert op W4A4MoEProj (moeProj/W4A4MoEProjPlugin.cpp)
  * share.
  *
  * Inputs: x [M, K] (kFLOAT/kHALF/kBF16), weight kINT8 [N, K/2] (e2m1 codes), weight_scale kINT8

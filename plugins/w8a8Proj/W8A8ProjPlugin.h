@@ -1,7 +1,7 @@
 /*
  * W8A8Proj as a TensorRT IPluginV3 (namespace "metrale", version "1"): FP8 e4m3 weights with
  * per-channel or 128x128 block scales, fp8 (default) or bf16 activations (docs/ops.md). W8A8Format
- * is what W8A8Proj and its grouped-expert op W8A8MoEProj (moeProj/W8A8MoEProjPlugin.h) share.
+ * is what W8A8Proj and its grouped-expert op W8A8MoEProj (moeProj/W8A8MoEProjPlugin.cpp) share.
  *
  * Inputs: x [M, K] (kFLOAT/kHALF/kBF16), weight kINT8 [N, K] (e4m3fn bit patterns), weight_scale
  * kFLOAT [N] (channel) or [ceil(N/128), ceil(K/128)] (block128), bias kFLOAT [N] (has_bias=1).
