@@ -58,6 +58,7 @@ def command(source, output, profiles, policy, plugins, backend, lowering, timing
     """
     from ..engines.build import BuildOptions, UsageConflict, build_engines
     from ..engines.manifest import describe_size
+    from ..errors import Interrupted
 
     options = BuildOptions(
         profiles=profiles, policy=policy, backend=backend, lowering=lowering, plugins=plugins,
@@ -71,6 +72,9 @@ def command(source, output, profiles, policy, plugins, backend, lowering, timing
             manifest = build_engines(source, output, options, engine_progress(say))
     except UsageConflict as e:
         raise click.BadParameter(str(e), param_hint=e.param) from e
+    except KeyboardInterrupt as e:
+        raise Interrupted("the engine being built was dropped, the ones finished before it are kept; "
+                          "the same command builds the rest") from e
     if as_json:
         click.echo(json.dumps(manifest, indent=2))
     promise = manifest["row_invariance"]

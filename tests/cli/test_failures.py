@@ -310,6 +310,7 @@ def test_ctrl_c_during_a_tensorrt_rtx_build_exits_130_without_the_engine(demo_ex
     stderr = "".join(seen) + rest
     assert p.returncode == 130, (p.returncode, stderr)
     assert "Traceback" not in stderr and "interrupted" in stderr, stderr
+    assert "the same command builds the rest" in one_line_error(stderr), stderr
     # An engine whose build finished before the signal ("built rows-1.engine") is complete and may
     # stay; the profile being built when it came leaves no engine and no temporary file.
     finished = set(re.findall(r"built \S*?(rows-[\w-]+\.engine)", stderr))
