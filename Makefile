@@ -35,7 +35,7 @@ test-all: $(STAMP)
 
 # The main job on the built-in demo model.
 demo: $(STAMP)
-	$(BIN)/metrale-export demo-model $(DEMO)
+	$(BIN)/metrale-export demo-model $(DEMO) --force
 	$(BIN)/metrale-export $(DEMO)/model.safetensors -o build/demo.metrale --force
 
 # The CUDA kernels (needs nvcc; no GPU needed to compile).

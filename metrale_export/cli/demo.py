@@ -7,6 +7,12 @@ from pathlib import Path
 import click
 
 
+def checkpoint_files(d: Path) -> list[Path]:
+    """The files in d that the demo would overwrite, or mix with (another checkpoint's shards)."""
+    return [p for p in d.iterdir() if p.name == "config.json" or p.name.endswith(".safetensors")
+            or p.name.endswith(".safetensors.index.json")]
+
+
 @click.command("demo-model")
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path))
 @click.option("--seed", default=0, show_default=True, help="Seed of the random weights.")
@@ -15,10 +21,19 @@ import click
                    "shared expert.")
 @click.option("--moe", is_flag=True,
               help="A Qwen3-MoE-shaped model instead: 4 experts (top 2) in layer 0, a dense MLP in layer 1.")
-def command(out_dir, seed, hybrid, moe):
+@click.option("--force", is_flag=True, help="Replace the checkpoint files DIR already holds.")
+def command(out_dir, seed, hybrid, moe, force):
     """Write a tiny random Qwen3 checkpoint (model.safetensors + config.json) into DIR."""
     if hybrid and moe:
         raise click.BadParameter("choose one of --hybrid and --moe", param_hint="--moe")
+    held = sorted(p.name for p in checkpoint_files(out_dir)) if out_dir.is_dir() else []
+    if held and not force:
+        from ..errors import OutputExistsError
+
+        raise OutputExistsError(f"{out_dir}: already holds a checkpoint ({', '.join(held)}), which the demo "
+                                "would overwrite; choose another DIR, or pass --force to replace it")
+    for p in checkpoint_files(out_dir) if held else []:  # --force: no shard of the old one stays beside it
+        p.unlink()
     if moe:
         from ..exporter.demo import write_moe_demo
 

@@ -162,6 +162,23 @@ def test_demo_model_follows_the_umask(tmp_path):
     assert (tmp_path / "d" / "model.safetensors").stat().st_mode & 0o777 == 0o644
 
 
+def test_demo_model_does_not_overwrite_a_checkpoint_without_force(small_checkpoint, tmp_path):
+    import shutil
+
+    d = tmp_path / "mine"
+    shutil.copytree(small_checkpoint, d)
+    (d / "model.safetensors.index.json").write_text("{}")
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    r = run("demo-model", d)
+    assert r.exit_code == 2, r.output
+    assert "already holds a checkpoint" in one_line_error(r.output) and "--force" in r.output
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+    r = run("demo-model", d, "--force")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in d.iterdir()) == ["config.json", "model.safetensors"]  # no old index left
+    assert run("inspect", d).exit_code == 0
+
+
 def test_dtype_the_reference_cannot_run_is_refused_before_export(demo_checkpoint, tmp_path):
     r = run(demo_checkpoint, "-o", tmp_path / "o", "--dtype", "bfloat16", "--skip-engines")
     assert r.exit_code == 2, r.output
