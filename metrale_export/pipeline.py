@@ -75,6 +75,22 @@ def check_backend(options: JobOptions) -> None:
                                       "and verify only")
 
 
+def check_engine_targets(options: JobOptions, weight_kind: str) -> None:
+    """The build's own target check (``engines.plan.check_rtx_targets``: TensorRT-RTX compiles FP8
+    weights for SM 8.9 and later only) on the ops the export will write, before the export."""
+    from types import SimpleNamespace
+
+    from .engines import backends
+    from .engines.plan import check_rtx_targets, choose_backend
+
+    found = backends.available() if options.build.backend is None else {}
+    if not options.engines or (options.build.backend is None and not any(found.values())):
+        return
+    op = {"w8a8": "W8A8Proj", "w4a4": "W4A4Proj"}.get(weight_kind)
+    check_rtx_targets(choose_backend(options.build.backend, found), "plugin" if options.build.plugins else "qdq",
+                      options.build.rtx_targets, [SimpleNamespace(op_type=op)] if op else [])
+
+
 def plugins_conflict(options: JobOptions) -> str | None:
     """Why ``--plugins`` cannot build this job's engines (TensorRT-RTX has no IPluginV3 layers in
     Python), or None; refused before the export rather than after it."""

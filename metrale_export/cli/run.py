@@ -72,7 +72,8 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     installed.
     """
     from ..engines.plan import BuildOptions
-    from ..pipeline import Events, JobOptions, check_backend, moe_experts_conflict, plugins_conflict, run_job
+    from ..pipeline import (Events, JobOptions, check_backend, check_engine_targets, moe_experts_conflict,
+                            plugins_conflict, run_job)
     from .progress import ByteProgress
 
     say = (lambda msg: None) if (quiet or as_json) else (lambda msg: click.echo(msg, err=True))
@@ -91,6 +92,8 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     if conflict:
         raise click.BadParameter(conflict, param_hint="--plugins")
     check_backend(job)
+    source = session.source  # the weight format every quantized projection will have
+    check_engine_targets(job, source.kind if hasattr(source, "kind") else source.kind_for("ffn"))
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
     events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
     try:

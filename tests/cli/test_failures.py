@@ -212,6 +212,22 @@ def test_a_backend_asked_for_that_does_not_import_is_refused_before_export(small
     assert "tracing" not in r.output and not (tmp_path / "o").exists()
 
 
+def test_an_rtx_target_that_cannot_hold_fp8_weights_is_refused_before_export(small_checkpoint, tmp_path):
+    r = run(small_checkpoint, "-o", tmp_path / "o", "--weight-quantization", "w8a8", "--backend", "tensorrt-rtx",
+            "--rtx-target", "8.6")
+    assert r.exit_code == 2, r.output
+    assert "--rtx-target 8.6" in one_line_error(r.output) and "SM 8.9" in r.output
+    assert "tracing" not in r.output and not (tmp_path / "o").exists()
+    # W4A16 and float weights store no FP8 weight: SM 8.6 can hold them.
+    from metrale_export.engines.plan import BuildOptions
+    from metrale_export.engines.policy import parse_policy
+    from metrale_export.pipeline import JobOptions, check_engine_targets
+
+    job = JobOptions(None, BuildOptions(None, parse_policy("declared"), backend="tensorrt-rtx", rtx_targets=((8, 6),)))
+    for kind in ("w4a16", "none"):
+        check_engine_targets(job, kind)
+
+
 def test_existing_output_is_refused_before_export(demo_checkpoint, tmp_path):
     out = tmp_path / "exists"
     out.mkdir()
