@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from .engines.plan import BuildOptions
-from .errors import CheckFailed, Interrupted
+from .errors import CheckFailed, Interrupted, MetraleError
 
 STEPS = ("export", "compare", "engines")
 
@@ -148,6 +148,11 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
         result.steps["engines"] = _engines(out, options, events)
     except KeyboardInterrupt as e:
         raise Interrupted(resume_note(out, step, options)) from e
+    except MetraleError as e:
+        if step == "engines":  # the export stays: say so, and how to build once the cause is fixed
+            e.args = (f"{e}; the export in {out} is complete and kept: once this is fixed, "
+                      f"`metrale-export build {out}` builds its engines (the main job again needs --force)",)
+        raise
     return result
 
 

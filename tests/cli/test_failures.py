@@ -228,6 +228,20 @@ def test_an_rtx_target_that_cannot_hold_fp8_weights_is_refused_before_export(sma
         check_engine_targets(job, kind)
 
 
+def test_a_build_refusal_after_the_export_says_the_export_is_kept(small_checkpoint, tmp_path):
+    from metrale_export.engines import backends
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    out = tmp_path / "o"
+    r = run(small_checkpoint, "-o", out, "--activation-quantization", "nvfp4", "--skip-compare",
+            "--backend", "tensorrt-rtx", "--profiles", "1", "--max-context", "64")
+    assert r.exit_code == 2, r.output
+    assert "--activation-quantization nvfp4" in one_line_error(r.output)
+    assert f"the export in {out} is complete and kept" in r.output and f"metrale-export build {out}" in r.output
+    assert (out / "model.onnx").exists()
+
+
 def test_existing_output_is_refused_before_export(demo_checkpoint, tmp_path):
     out = tmp_path / "exists"
     out.mkdir()
