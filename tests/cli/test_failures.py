@@ -41,6 +41,16 @@ def cli_process(*args, **kw) -> subprocess.Popen:
                             preexec_fn=_sigint_default, **kw)
 
 
+def stderr_until(p: subprocess.Popen, text: str) -> list[str]:
+    """The process's stderr lines read up to and including the first that holds ``text``."""
+    seen = []
+    for line in p.stderr:
+        seen.append(line)
+        if text in line:
+            break
+    return seen
+
+
 def one_line_error(output: str) -> str:
     """The error line of a CLI run: exactly one line starting 'Error:', no traceback."""
     assert "Traceback" not in output, output
@@ -346,11 +356,7 @@ def test_ctrl_c_during_a_tensorrt_rtx_build_exits_130_without_the_engine(demo_ex
     out = tmp_path / "engines"
     p = cli_process("build", demo_exports["w4a16"], "-o", out, "--backend", "tensorrt-rtx", "--lowering", "qdq",
                     "--profiles", "1,2-8", "--max-context", "256")
-    seen = []
-    for line in p.stderr:  # wait until the first engine's build has started
-        seen.append(line)
-        if "building rows 1" in line:
-            break
+    seen = stderr_until(p, "building rows 1")  # the first engine's build has started
     time.sleep(1.0)
     p.send_signal(signal.SIGINT)
     stdout, rest = p.communicate(timeout=120)
@@ -376,11 +382,7 @@ def test_ctrl_c_during_the_main_jobs_build_says_the_export_is_kept_and_how_to_fi
     out = tmp_path / "job"
     p = cli_process(small_checkpoint, "-o", out, "--skip-compare", "--backend", "tensorrt-rtx",
                     "--profiles", "1,2-4", "--max-context", "64")
-    seen = []
-    for line in p.stderr:  # wait until the first engine's build has started
-        seen.append(line)
-        if "building rows 1" in line:
-            break
+    seen = stderr_until(p, "building rows 1")  # the first engine's build has started
     p.send_signal(signal.SIGINT)
     _, rest = p.communicate(timeout=120)
     stderr = "".join(seen) + rest
