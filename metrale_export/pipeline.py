@@ -75,34 +75,39 @@ def check_backend(options: JobOptions) -> None:
                                       "and verify only")
 
 
+def _engine_backend(options: JobOptions) -> str | None:
+    """The backend that will build this job's engines (``engines.plan.choose_backend``), or None when
+    none will: step 3 skipped, or no backend asked for and none installed (the step is then skipped)."""
+    from .engines import backends
+    from .engines.plan import choose_backend
+
+    if not options.engines:
+        return None
+    found = backends.available() if options.build.backend is None else {}
+    if options.build.backend is None and not any(found.values()):
+        return None
+    return choose_backend(options.build.backend, found)
+
+
 def check_engine_targets(options: JobOptions, weight_kind: str) -> None:
     """The build's own target check (``engines.plan.check_rtx_targets``: TensorRT-RTX compiles FP8
     weights for SM 8.9 and later only) on the ops the export will write, before the export."""
     from types import SimpleNamespace
 
-    from .engines import backends
-    from .engines.plan import check_rtx_targets, choose_backend
+    from .engines.plan import check_rtx_targets
 
-    found = backends.available() if options.build.backend is None else {}
-    if not options.engines or (options.build.backend is None and not any(found.values())):
+    backend = _engine_backend(options)
+    if backend is None:
         return
     op = {"w8a8": "W8A8Proj", "w4a4": "W4A4Proj"}.get(weight_kind)
-    check_rtx_targets(choose_backend(options.build.backend, found), "plugin" if options.build.plugins else "qdq",
+    check_rtx_targets(backend, "plugin" if options.build.plugins else "qdq",
                       options.build.rtx_targets, [SimpleNamespace(op_type=op)] if op else [])
 
 
 def plugins_conflict(options: JobOptions) -> str | None:
     """Why ``--plugins`` cannot build this job's engines (TensorRT-RTX has no IPluginV3 layers in
     Python), or None; refused before the export rather than after it."""
-    from .engines import backends
-    from .engines.plan import choose_backend
-
-    if not options.engines or options.build.plugins is None:
-        return None
-    found = backends.available() if options.build.backend is None else {}
-    if options.build.backend is None and not any(found.values()):
-        return None  # no engines will be built
-    if choose_backend(options.build.backend, found) != "tensorrt-rtx":
+    if options.build.plugins is None or _engine_backend(options) != "tensorrt-rtx":
         return None
     return ("the plugin lowering needs TensorRT: the engines would be built with TensorRT-RTX ("
             + ("--backend tensorrt-rtx" if options.build.backend else "the only backend installed here")
@@ -110,22 +115,17 @@ def plugins_conflict(options: JobOptions) -> str | None:
             "promise), add --skip-engines to export only, or run on a GPU machine with TensorRT")
 
 
-MOE_FAMILIES = ("qwen3_moe", "qwen3_next")
-
-
 def moe_experts_conflict(options: JobOptions, family: str) -> str | None:
     """Why the MoE expert form the user asked for cannot build this job's engines, or None.
 
     ``--moe-experts grouped`` without ``--plugins`` would export, verify, and then fail in the qdq
     build (it cannot express the grouped-expert ops): refused before the export instead."""
-    from .engines import backends
+    from .exporter.layers.registry import has_routed_experts
 
-    if family not in MOE_FAMILIES or options.moe_experts_default or not options.engines:
+    if options.moe_experts_default or options.export.request.moe_experts != "grouped":
         return None
-    if options.export.request.moe_experts != "grouped" or options.build.plugins is not None:
+    if options.build.plugins is not None or not has_routed_experts(family) or _engine_backend(options) is None:
         return None
-    if options.build.backend is None and not any(backends.available().values()):
-        return None  # no engines will be built
     return ("grouped keeps the grouped-expert ops, which the qdq lowering that builds this job's engines "
             "cannot express; add --plugins LIB (the plugin lowering) or --skip-engines, or leave "
             "--moe-experts out (the job then exports the experts dense)")

@@ -92,8 +92,7 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     if conflict:
         raise click.BadParameter(conflict, param_hint="--plugins")
     check_backend(job)
-    source = session.source  # the weight format every quantized projection will have
-    check_engine_targets(job, source.kind if hasattr(source, "kind") else source.kind_for("ffn"))
+    check_engine_targets(job, session.source.kind_for("ffn"))  # every family but the head has this kind
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
     events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
     try:

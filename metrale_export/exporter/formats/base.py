@@ -67,6 +67,11 @@ class DeclaredSource:
     format_name = "declared"
     kind = "none"
 
+    def kind_for(self, family: str) -> str:
+        """The kind a quantized projection of ``family`` exports as: the format's, for every family
+        (as ``FloatSource.kind_for``; modules the format excludes stay float projection by projection)."""
+        return self.kind
+
     def __init__(self, checkpoint: Checkpoint, request: QuantRequest):
         self.checkpoint = checkpoint
         self.request = request

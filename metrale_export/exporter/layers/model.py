@@ -12,7 +12,8 @@ The decoder-layer protocol (``registry.LAYERS[family]``): static ``plan(cfg, sou
 ``plain_tensors(cfg, prefix)``; the constructor ``(cfg, specs, dtype)``; ``state_specs()`` (the
 layer's state tensors, in the order ``forward(x, cos, sin, *states) -> (x, *new_states)`` takes and
 returns them). Optional: static ``recipes(cfg, checkpoint, prefix)`` (tensors assembled from the
-checkpoint's layout, ``views.RowRecipe``), ``rotary_dim(cfg)`` and ``final_norm`` (a norm class).
+checkpoint's layout, ``views.RowRecipe``), ``rotary_dim(cfg)``, ``final_norm`` (a norm class) and
+``routed_experts`` (True where the layer has a routed MoE block; default False).
 """
 
 from __future__ import annotations

@@ -276,6 +276,8 @@ def build_mlp(cfg, moe: MoeConfig, specs: dict, dtype: torch.dtype) -> nn.Module
 class Qwen3MoeDecoderLayer(DecoderLayer):
     """Qwen3 attention and a sparse MoE (or, per mlp_only_layers/decoder_sparse_step, dense) FFN."""
 
+    routed_experts = True
+
     def __init__(self, cfg, specs: dict, dtype: torch.dtype):
         nn.Module.__init__(self)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)

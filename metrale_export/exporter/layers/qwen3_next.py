@@ -103,6 +103,7 @@ class Qwen3NextDecoderLayer(nn.Module):
     """Pre-norm token mixer (GDN or gated attention) and MoE/dense FFN with residuals."""
 
     final_norm = OffsetRMSNorm
+    routed_experts = True
 
     def __init__(self, cfg, specs: dict, dtype: torch.dtype):
         super().__init__()

@@ -17,6 +17,11 @@ LAYERS: dict[str, type] = {
 }
 
 
+def has_routed_experts(family: str) -> bool:
+    """Whether the family's decoder layers have routed MoE blocks (the layer's ``routed_experts``)."""
+    return getattr(layer_builder(family), "routed_experts", False)
+
+
 def layer_builder(family: str) -> type:
     """The decoder-layer class of a config family."""
     try:
