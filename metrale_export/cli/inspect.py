@@ -25,18 +25,12 @@ def is_export(path: Path) -> bool:
 
 def engine_dir_of(path: Path) -> Path | None:
     """The engine directory ``path`` is, or holds as ``engines/`` (a manifest.json listing engines)."""
+    from ..engines import manifest as engine_manifest
+
     if path.is_file():
         return None
-    for d in (path, path / "engines"):
-        m = d / "manifest.json"
-        if m.is_file():
-            try:
-                doc = json.loads(m.read_text())
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-                continue
-            if isinstance(doc, dict) and "engines" in doc and "manifest_version" in doc:
-                return d
-    return None
+    return next((d for d in (path, path / "engines")
+                 if engine_manifest.is_engine_manifest(engine_manifest.read_if_any(d))), None)
 
 
 def summarize_engines(engine_dir: Path) -> dict:

@@ -57,17 +57,26 @@ def previous_engines(out_dir: Path) -> list[dict]:
     return [e for e in old.get("engines", []) if isinstance(e, dict)]
 
 
+def read_if_any(out_dir: Path) -> object | None:
+    """The parsed ``manifest.json`` of ``out_dir`` whatever wrote it; None where it is absent or unreadable."""
+    try:
+        return json.loads((Path(out_dir) / MANIFEST).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None
+
+
+def is_engine_manifest(doc: object) -> bool:
+    """Whether a parsed manifest is one this module writes (not an export's or another tool's)."""
+    return isinstance(doc, dict) and "engines" in doc and "manifest_version" in doc
+
+
 def check_engine_dir(out_dir: Path) -> None:
     """Refuse an engine directory whose ``manifest.json`` is not an engine manifest (an export's,
     when ``-o`` names the export itself, or another tool's): the build would overwrite it."""
-    path = Path(out_dir) / MANIFEST
-    if not path.is_file():
+    if not (Path(out_dir) / MANIFEST).is_file():
         return
-    try:
-        found = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-        found = None
-    if isinstance(found, dict) and "engines" in found and "manifest_version" in found:
+    found = read_if_any(out_dir)
+    if is_engine_manifest(found):
         return
     what = "an export's" if isinstance(found, dict) and "format_version" in found else "not an engine manifest"
     raise OutputLocationError(
