@@ -165,11 +165,13 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
 
 
 def reference_session(model: str | Path | onnx.ModelProto, threads: int | None = None,
-                      base_dir: str | Path | None = None, extra_outputs=()) -> ort.InferenceSession:
+                      base_dir: str | Path | None = None, extra_outputs=(),
+                      prepack: bool = True) -> ort.InferenceSession:
     """An ONNX Runtime CPU session of ``model`` with the metrale reference ops.
 
     ``model`` is a path (its external data is read from its directory) or a graph proto whose
-    external data lies in ``base_dir``."""
+    external data lies in ``base_dir``. ``prepack=False``: no second, repacked copy of the float
+    weights (the lm_head's MatMul), for sessions that run a few times."""
     if isinstance(model, onnx.ModelProto):
         proto = model
     else:
@@ -183,4 +185,6 @@ def reference_session(model: str | Path | onnx.ModelProto, threads: int | None =
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
+    if not prepack:
+        so.add_session_config_entry("session.disable_prepacking", "1")
     return ort.InferenceSession(ref.SerializeToString(), so, providers=["CPUExecutionProvider"])

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import torch
 
 from ..contract import ceil_div
+from . import weight_cache
 from .numerics import E4M3_MAX, FP8_BLOCK, bf16_round, e4m3_from_bits, e4m3_round, e4m3_to_bits
 
 WEIGHT_SCALE_GRANULARITIES = ("channel", "block128")
@@ -103,11 +104,12 @@ def proj(
     """CPU reference of W8A8Proj in the dtype of x."""
     n, k = weight.shape
     if activation_format == "bf16":
-        wb = bf16_round(dequantize(weight, weight_scale, weight_scale_granularity))
+        wb = weight_cache.expanded("w8a8-bf16", (weight, weight_scale), (weight_scale_granularity,),
+                                   lambda: bf16_round(dequantize(weight, weight_scale, weight_scale_granularity)))
         acc = bf16_round(x.to(torch.float32)) @ wb.T
     elif activation_format == "fp8":
         xq, sx = quantize_activation(x, activation_scale_granularity)
-        wq = e4m3_from_bits(weight)
+        wq = weight_cache.expanded("w8a8-fp8", (weight,), (), lambda: e4m3_from_bits(weight))
         if weight_scale_granularity == "channel" and activation_scale_granularity == "row":
             acc = (xq @ wq.T) * sx * weight_scale.to(torch.float32)[None, :]
         else:
