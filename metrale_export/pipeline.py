@@ -41,6 +41,7 @@ class Events:
     export_progress: object = None  # exporter.export's progress (note/start/update; close, if it has one)
     build_progress: Callable | None = None  # engines.build.Progress
     compare_report: Callable | None = None  # called with the comparison report before it is judged
+    compare_progress: object = None  # compare_export's progress (start/update/close), one step a segment
 
 
 @dataclass
@@ -196,7 +197,7 @@ def _compare(out, options: JobOptions, events: Events):
     events.say("[2/3] comparing the export in ONNX Runtime (reference ops) with PyTorch on a prefill "
                "and a decode step ...")
     started = time.perf_counter()
-    report = compare_export(out)
+    report = compare_export(out, progress=events.compare_progress)
     if events.compare_report is not None:
         events.compare_report(report)
     failure = report.first_failure()

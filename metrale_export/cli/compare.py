@@ -65,10 +65,12 @@ def run_compare(export_dir: Path, checkpoint, tolerance, quiet: bool, as_json: b
     from polygraphy.logger import G_LOGGER
 
     from ..compare.accuracy import compare_export
+    from .progress import StepProgress
 
     G_LOGGER.module_severity = G_LOGGER.ERROR
+    bar = StepProgress("comparing", enabled=not (quiet or as_json), unit="segment")
     with library_output_to_stderr():
-        report = compare_export(export_dir, checkpoint, tolerance=tolerance)
+        report = compare_export(export_dir, checkpoint, tolerance=tolerance, progress=bar)
     if not quiet:
         print_report(report, as_json, verbose)
     failure = report.first_failure()

@@ -74,7 +74,7 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     from ..engines.plan import BuildOptions
     from ..pipeline import (Events, JobOptions, check_backend, check_engine_targets, moe_experts_conflict,
                             plugins_conflict, run_job)
-    from .progress import ByteProgress
+    from .progress import ByteProgress, StepProgress
 
     say = (lambda msg: None) if (quiet or as_json) else (lambda msg: click.echo(msg, err=True))
     out = output or opt.default_output(model)
@@ -94,7 +94,8 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     check_backend(job)
     check_engine_targets(job, session.source.kind_for("ffn"))  # every family but the head has this kind
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
-    events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
+    events = Events(say=say, export_progress=bar, build_progress=engine_progress(say),
+                    compare_progress=StepProgress("comparing", enabled=not (quiet or as_json), unit="segment"))
     try:
         with library_output_to_stderr():
             result = run_job(model, out, job, events)

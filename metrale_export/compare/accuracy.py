@@ -271,10 +271,20 @@ def _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, fee
 
 def _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance,
                          report: Report) -> Report:
-    """One ONNX Runtime run of the whole verification graph per case and the whole PyTorch model."""
+    """One ONNX Runtime run of the whole verification graph per case and the whole PyTorch model
+    (one thread each, as streamed: float32 sums then run in the same order, so both give the same
+    numbers)."""
+    from .streaming import one_thread
+
     model = torch_model_factory(export_dir, checkpoint, manifest)().eval()
-    ort_runner = OnnxrtRunner(lambda: reference_session(graph, base_dir=export_dir, extra_outputs=taps.values()),
+    ort_runner = OnnxrtRunner(lambda: reference_session(graph, threads=1, base_dir=export_dir,
+                                                        extra_outputs=taps.values(), prepack=False),
                               name="onnxrt-reference")
+    with one_thread():
+        return _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report)
+
+
+def _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report: Report) -> Report:
     for case in cases:
         meta = _metadata(manifest, case)
         torch_runner = TorchRunner(lambda: model, meta, name="torch-reference")

@@ -63,18 +63,19 @@ class _Parts:
         self.model, self.source, self.segments = model, source, segments
         self.pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="compare-load")
         self.pending: dict[int, Future] = {}
-        self.resident: set[int] = set()
         self.peak = 0
         self.lock = threading.Lock()
 
     def _load(self, s: int) -> None:
-        seg = self.segments[s]
-        for path in _part_paths(seg):
+        for path in _part_paths(self.segments[s]):
             self.model.load_part(self.source, path)
-        if seg.layer is not None:
-            with self.lock:
-                self.resident.add(s)
-                self.peak = max(self.peak, len(self.resident))
+        with self.lock:
+            self.peak = max(self.peak, self.resident_layers())
+
+    def resident_layers(self) -> int:
+        """Decoder layers of the model whose buffers are in memory now (not on ``meta``)."""
+        return sum(any(not b.is_meta for b in self.model.model.layers[str(i)].buffers())
+                   for i in self.model.layer_ids)
 
     def get(self, s: int) -> None:
         """Segment ``s``'s parts loaded (and the next decoder layer's started)."""
@@ -91,8 +92,6 @@ class _Parts:
     def free(self, s: int) -> None:
         for path in _part_paths(self.segments[s]):
             self.model.free_part(path)
-        with self.lock:
-            self.resident.discard(s)
 
     def close(self) -> None:
         for future in self.pending.values():
@@ -101,11 +100,12 @@ class _Parts:
 
 
 @contextlib.contextmanager
-def _threads(n: int):
-    """torch's intra-op threads at ``n`` for the run: the loader thread quantizes on one core (the
-    quantizer is single-threaded by design), the compute thread takes the other."""
+def one_thread():
+    """torch's intra-op threads at 1 for the run: the loader thread quantizes on one core (the
+    quantizer is single-threaded by design), the compute thread takes the other, and float32 sums
+    keep one order whatever the machine."""
     before = torch.get_num_threads()
-    torch.set_num_threads(n)
+    torch.set_num_threads(1)
     try:
         yield
     finally:
@@ -131,7 +131,7 @@ def run_segments(export_dir: Path, graph_model, segments: list[Segment], taps: G
     model.load_part(source, "model.rotary_emb")
     parts = _Parts(model, source, segments)
     try:
-        with _threads(1):
+        with one_thread():
             for s, seg in enumerate(segments):
                 with weight_cache.reuse():
                     session = reference_session(segment_model(graph_model, seg, infos), threads=1,

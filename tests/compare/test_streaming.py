@@ -1,0 +1,112 @@
+"""The streaming comparison (compare/segments.py, compare/streaming.py): the graph cut into the
+embedding, each decoder layer and the head covers every node once and in order; run segment by
+segment it gives the report of the whole-graph run, number for number; and it holds at most two
+decoder layers' PyTorch weights at once, whatever the depth."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+from safetensors.torch import save_file
+
+from metrale_export.cli.main import cli
+from metrale_export.compare.accuracy import Case, compare_export
+from metrale_export.compare.segments import plan_segments
+from metrale_export.compare.taps import find_taps
+from metrale_export.exporter import demo
+from metrale_export.exporter.export import ExportOptions, export
+from metrale_export.exporter.quantization import QuantRequest
+from metrale_export.ops.ort import load_graph
+
+CASES = (Case("prefill", 2, 5, 0), Case("decode", 2, 1, 4))
+
+
+def _export(base, layers: int, fmt: str = "w4a16"):
+    cfg = dict(demo.DEMO_CONFIG, num_hidden_layers=layers, hidden_size=128, intermediate_size=256,
+               num_attention_heads=2, num_key_value_heads=1)
+    (base / "ckpt").mkdir(parents=True)
+    (base / "ckpt" / "config.json").write_text(json.dumps(cfg))
+    save_file(demo.demo_tensors(cfg), str(base / "ckpt" / "model.safetensors"), metadata={"format": "pt"})
+    return export(base / "ckpt", base / fmt, ExportOptions(request=QuantRequest(weight=fmt))).out_dir
+
+
+@pytest.fixture(scope="module")
+def by_depth(tmp_path_factory):
+    """W4A16 exports of demo-shaped checkpoints (hidden 128) of 2 and 6 layers."""
+    return {n: _export(tmp_path_factory.mktemp(f"depth{n}"), n) for n in (2, 6)}
+
+
+def _states(n: int) -> dict[int, list[str]]:
+    return {i: [f"present_key.{i}", f"present_value.{i}"] for i in range(n)}
+
+
+def test_segments_cover_the_graph_once_in_order(by_depth):
+    graph = load_graph(by_depth[6] / "model.onnx").graph
+    taps = find_taps(graph)
+    segments = plan_segments(graph, taps, _states(6))
+    assert [s.name for s in segments] == ["embedding", *(f"layer {i}" for i in range(6)), "head"]
+    nodes = [j for s in segments for j in s.nodes]
+    assert len(nodes) == len(set(nodes)) == len(graph.node)  # every node of this graph is needed
+    for s in segments:
+        assert list(s.nodes) == sorted(s.nodes)
+    available = {v.name for v in graph.input}
+    for s in segments:
+        assert set(s.inputs) <= available, (s.name, set(s.inputs) - available)
+        available |= set(s.outputs)
+    assert {o.name for o in graph.output} <= available
+    # Each layer segment computes its own ops, its residual output and its states.
+    for i in range(6):
+        seg = segments[i + 1]
+        produced = {o for j in seg.nodes for o in graph.node[j].output}
+        assert {t.y for t in taps.ops if t.layer == i} <= produced
+        assert {taps.layers[i].x_out, f"present_key.{i}", f"present_value.{i}"} <= produced
+
+
+def test_a_graph_without_layers_is_not_cut(by_depth):
+    graph = load_graph(by_depth[2] / "model.onnx").graph
+    taps = find_taps(graph)
+    taps.layers, taps.reason = {}, "expected one Gather of the embedding"
+    assert plan_segments(graph, taps, _states(2)) == "expected one Gather of the embedding"
+
+
+def _same_report(a, b):
+    ja, jb = json.loads(a.to_json()), json.loads(b.to_json())
+    for key in ("ok", "first_failure", "rows", "ops", "layers"):
+        assert ja[key] == jb[key], key
+
+
+def test_streamed_report_equals_the_whole_graph_run(by_depth):
+    streamed = compare_export(by_depth[6], cases=CASES)
+    whole = compare_export(by_depth[6], cases=CASES, streaming=False)
+    assert streamed.run["mode"] == "streamed" and streamed.run["segments"] == 8
+    assert whole.run["mode"] == "whole-graph"
+    assert streamed.ok and len(streamed.ops) == 7 * 6 * 2 and len(streamed.layers) == 3 * 6 * 2
+    _same_report(streamed, whole)
+
+
+@pytest.mark.parametrize("fmt", ["none", "w8a8", "w4a4"])
+def test_streamed_report_equals_the_whole_graph_run_on_the_demo(demo_exports, fmt):
+    streamed = compare_export(demo_exports[fmt])
+    assert streamed.run["mode"] == "streamed"
+    _same_report(streamed, compare_export(demo_exports[fmt], streaming=False))
+
+
+def test_resident_layers_do_not_grow_with_depth(by_depth):
+    peaks = {n: compare_export(d, cases=CASES).run["resident_layers_peak"] for n, d in by_depth.items()}
+    # The layer being compared and the next one being read: 2 whatever the depth.
+    assert peaks == {2: 2, 6: 2}
+    assert compare_export(by_depth[6], cases=CASES, streaming=False).run["resident_layers_peak"] == 6
+
+
+def test_progress_on_stderr_only_without_json_or_quiet(by_depth):
+    runner = CliRunner()
+    r = runner.invoke(cli, ["compare", str(by_depth[2])])
+    assert r.exit_code == 0, r.output
+    assert "comparing" in r.stderr and "segment" in r.stderr
+    r = runner.invoke(cli, ["compare", str(by_depth[2]), "--json"])
+    assert r.exit_code == 0
+    assert "comparing" not in r.stderr
+    report = json.loads(r.stdout)
+    assert report["run"] == {"mode": "streamed", "segments": 4, "resident_layers_peak": 2}
