@@ -85,7 +85,7 @@ def float_weights_in_bf16(model: onnx.ModelProto, store=None) -> tuple[onnx.Mode
             made[name] = None
             if t is not None and store is not None and uses_external_data(t):
                 if _exact_bf16_external(t, store):
-                    new = helper.make_tensor(f"{name}.bf16", TensorProto.BFLOAT16, list(t.dims), b"", raw=True)
+                    new = TensorProto(name=f"{name}.bf16", data_type=TensorProto.BFLOAT16, dims=list(t.dims))
                     chunks = ((c >> 16).astype(np.uint16) for c in iter_chunks(t, store.source_dir, np.uint32))
                     graph.initializer.append(store.write_chunks(new, chunks))
                     made[name] = new.name

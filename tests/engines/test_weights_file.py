@@ -121,3 +121,37 @@ def test_available_memory_can_be_given(monkeypatch):
     assert found > 0 and "MemAvailable" in where
     with pytest.raises(resources.InputError, match="METRALE_AVAILABLE_MEMORY='lots'"):
         resources.parse_bytes("lots", resources.MEMORY_ENV)
+
+
+def test_float_tables_in_the_source_files_become_bf16_in_the_weights_file(tmp_path):
+    """An embedding and lm_head stored as external float32 (a large export's): converted to
+    bfloat16 in chunks, the same values as the in-memory conversion."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(3)
+    vocab, hidden = 300, 64
+    emb, head = (rng.standard_normal(s).astype(ml_dtypes.bfloat16).astype(np.float32)
+                 for s in ((vocab, hidden), (hidden, vocab)))
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Gather", ["embed.weight", "ids"], ["h"], name="embed"),
+         onnx.helper.make_node("MatMul", ["h", "lm_head.weight"], ["logits"], name="lm_head")],
+        "head", [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["M"])],
+        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["M", vocab])],
+        [onnx.numpy_helper.from_array(emb, "embed.weight"), onnx.numpy_helper.from_array(head, "lm_head.weight")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    model.ir_version = 10
+    src = tmp_path / "src" / "model.onnx"
+    src.parent.mkdir()
+    onnx.save_model(model, str(src), save_as_external_data=True, location="model.onnx.data", size_threshold=0)
+    out = tmp_path / "onnx" / "plugin-x.onnx"
+    numbers = LoweredGraphFromOnnx(src, "plugin", {}, "checkpoint", out)()
+    assert numbers["bf16_float_weights"] == ["embed.weight", "lm_head.weight"]
+    assert numbers["weights_file"]["bytes"] >= 2 * vocab * hidden * 2
+    # ONNX Runtime has no bfloat16 MatMul: compare the graphs and the tensors themselves
+    expected, _ = float_weights_in_bf16(onnx.load(str(src)))
+    got = onnx.load(str(out))
+    assert [n.op_type for n in got.graph.node] == [n.op_type for n in expected.graph.node]
+    tensors = {t.name: onnx.numpy_helper.to_array(t) for t in expected.graph.initializer}
+    assert {t.name for t in got.graph.initializer} == set(tensors)
+    for t in got.graph.initializer:
+        assert np.array_equal(onnx.numpy_helper.to_array(t).view(np.uint16), tensors[t.name].view(np.uint16))
