@@ -33,7 +33,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import uses_external_data
 
-from .weights_file import iter_chunks
+from .weights_file import initializers as _initializers, iter_chunks
 
 from .policy import FLOAT_WEIGHTS  # noqa: F401 - --float-weights: bf16 where exact, or as exported
 
@@ -156,14 +156,6 @@ def tensor_bytes(t: onnx.TensorProto) -> int:
     if bits is None:
         bits = 8 * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
     return (numel * bits + 7) // 8
-
-
-def _initializers(graph: onnx.GraphProto):
-    yield from graph.initializer
-    for node in graph.node:
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                yield from _initializers(g)
 
 
 def footprint(model: onnx.ModelProto) -> dict:

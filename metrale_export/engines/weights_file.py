@@ -150,7 +150,7 @@ class WeightsFile:
     def adopt(self, model: onnx.ModelProto) -> None:
         """Bring every initializer of ``model`` that is not yet in this file and not small into it:
         external source tensors are copied in chunks, in-memory ones moved."""
-        for t in _initializers(model.graph):
+        for t in initializers(model.graph):
             if uses_external_data(t):
                 if _external(t).get("location") == self.location:
                     continue
@@ -182,12 +182,13 @@ def _typed_bytes(t: onnx.TensorProto) -> int:
         sum(len(getattr(t, f)) * 8 for f in ("int64_data", "double_data", "uint64_data"))
 
 
-def _initializers(graph: onnx.GraphProto):
+def initializers(graph: onnx.GraphProto):
+    """Every initializer of ``graph`` and of its subgraphs (If, Loop, Scan bodies)."""
     yield from graph.initializer
     for node in graph.node:
         for a in node.attribute:
             for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                yield from _initializers(g)
+                yield from initializers(g)
 
 
 def save_header(model: onnx.ModelProto, path: Path) -> None:

@@ -17,7 +17,7 @@ from metrale_export.engines import backends
 from metrale_export.engines.build import BuildOptions, build_engines
 from metrale_export.engines.policy import parse_policy
 from metrale_export.engines.profiles import parse_profiles
-from support.graphs import Proj, model_graph, projection_graph
+from support.graphs import Proj, head_graph, model_graph, projection_graph
 from metrale_export.errors import BuildError, InputError
 
 _found = backends.available()
@@ -219,20 +219,7 @@ def test_max_context_within_the_models_positions(tmp_path):
 
 def _embedding_and_head(path, vocab=8192, hidden=256):
     """ids [M] -> Gather(embedding) -> MatMul(lm_head [hidden, vocab]): weight-dominated, bf16-exact."""
-    import ml_dtypes
-
-    rng = np.random.default_rng(5)
-    emb, head = (rng.standard_normal(s).astype(ml_dtypes.bfloat16).astype(np.float32)
-                 for s in ((vocab, hidden), (hidden, vocab)))
-    graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Gather", ["embed.weight", "ids"], ["h"], name="embed"),
-         onnx.helper.make_node("MatMul", ["h", "lm_head.weight"], ["logits"], name="lm_head")],
-        "head", [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["M"])],
-        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["M", vocab])],
-        [onnx.numpy_helper.from_array(emb, "embed.weight"), onnx.numpy_helper.from_array(head, "lm_head.weight")])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    onnx.save(model, path)
+    onnx.save(head_graph(vocab, hidden), path)
     return vocab * hidden
 
 

@@ -15,7 +15,7 @@ from metrale_export.engines.lowering import lower_qdq
 from metrale_export.engines.plan import check_engine_weights, lowered_graph_of, UsageConflict
 from metrale_export.engines.weights import float_weights_in_bf16
 from metrale_export.engines.weights_file import ALIGN, INLINE_BYTES
-from support.graphs import Proj, projection_graph
+from support.graphs import Proj, head_graph, projection_graph
 
 GiB = 1 << 30
 
@@ -126,20 +126,8 @@ def test_available_memory_can_be_given(monkeypatch):
 def test_float_tables_in_the_source_files_become_bf16_in_the_weights_file(tmp_path):
     """An embedding and lm_head stored as external float32 (a large export's): converted to
     bfloat16 in chunks, the same values as the in-memory conversion."""
-    import ml_dtypes
-
-    rng = np.random.default_rng(3)
     vocab, hidden = 300, 64
-    emb, head = (rng.standard_normal(s).astype(ml_dtypes.bfloat16).astype(np.float32)
-                 for s in ((vocab, hidden), (hidden, vocab)))
-    graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Gather", ["embed.weight", "ids"], ["h"], name="embed"),
-         onnx.helper.make_node("MatMul", ["h", "lm_head.weight"], ["logits"], name="lm_head")],
-        "head", [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["M"])],
-        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["M", vocab])],
-        [onnx.numpy_helper.from_array(emb, "embed.weight"), onnx.numpy_helper.from_array(head, "lm_head.weight")])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
-    model.ir_version = 10
+    model = head_graph(vocab, hidden, seed=3)
     src = tmp_path / "src" / "model.onnx"
     src.parent.mkdir()
     onnx.save_model(model, str(src), save_as_external_data=True, location="model.onnx.data", size_threshold=0)
