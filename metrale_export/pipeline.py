@@ -17,6 +17,7 @@ from typing import Callable
 
 from .engines.plan import BuildOptions
 from .errors import CheckFailed, Interrupted, MetraleError
+from .meter import StepMeter
 
 STEPS = ("export", "compare", "engines")
 
@@ -48,9 +49,19 @@ class Events:
 class JobResult:
     output: Path
     steps: dict = field(default_factory=dict)  # step -> its summary, or "skipped: why"
+    resources: dict = field(default_factory=dict)  # step -> meter.StepMeter.as_json (wall, peak RSS)
 
     def as_json(self) -> dict:
-        return {"output": str(self.output), "steps": self.steps}
+        return {"output": str(self.output), "steps": self.steps, "resources": self.resources}
+
+    def describe_resources(self) -> str:
+        """One line: each step's wall time and peak resident memory."""
+        parts = []
+        for step, r in self.resources.items():
+            peak = f"{r['peak_rss_bytes'] / 2**30:.2f} GiB" + ("" if r["peak_rss_scope"] == "step" else "*")
+            parts.append(f"{step} {r['wall_seconds']:.1f} s, peak RSS {peak}")
+        note = " (* the process's peak so far: its reset is not available here)" if "*" in "".join(parts) else ""
+        return "time and memory per step: " + "; ".join(parts) + note
 
 
 def moe_experts_for(options: JobOptions) -> tuple[str, str]:
@@ -140,13 +151,20 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
         request = dataclasses.replace(options.export.request, moe_experts=experts)
         options = dataclasses.replace(options, export=dataclasses.replace(options.export, request=request))
     result = JobResult(Path(out))
-    exported = _export(model, out, options, events, why)
-    result.steps["export"] = exported
+
+    def measured(step, run):
+        with StepMeter() as meter:
+            result.steps[step] = run()
+        if not (isinstance(result.steps[step], str) and result.steps[step].startswith("skipped")):
+            result.resources[step] = meter.as_json()
+
+    measured("export", lambda: _export(model, out, options, events, why))
     step = "compare"
     try:
-        result.steps["compare"] = _compare(out, options, events)
+        measured("compare", lambda: _compare(out, options, events))
         step = "engines"
-        result.steps["engines"] = _engines(out, options, events)
+        measured("engines", lambda: _engines(out, options, events))
+        events.say(result.describe_resources())
     except KeyboardInterrupt as e:
         raise Interrupted(resume_note(out, step, options)) from e
     except MetraleError as e:

@@ -48,7 +48,7 @@ def engine_progress(say):
 @click.option("--json", "as_json", is_flag=True, help="Print the engine manifest as JSON on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Show TensorRT's warnings and errors.")
 def command(source, output, profiles, policy, plugins, backend, lowering, timing_cache, max_context,
-            rtx_targets, float_weights, quiet, as_json, verbose):
+            rtx_targets, float_weights, engine_weights, quiet, as_json, verbose):
     """Build one TensorRT engine per row-count profile of ONNX_OR_EXPORT_DIR.
 
     \b
@@ -63,7 +63,7 @@ def command(source, output, profiles, policy, plugins, backend, lowering, timing
     options = BuildOptions(
         profiles=profiles, policy=policy, backend=backend, lowering=lowering, plugins=plugins,
         timing_cache=timing_cache, max_context=max_context, rtx_targets=rtx_targets,
-        float_weights=float_weights, verbose=verbose,
+        float_weights=float_weights, engine_weights=engine_weights, verbose=verbose,
     )
     say = (lambda *a, **k: None) if quiet else (lambda msg: click.echo(msg, err=True))
 

@@ -13,7 +13,7 @@ import click
 from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
-from ..engines.policy import FLOAT_WEIGHTS
+from ..engines.policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
 from ..exporter.names import DTYPE_NAMES, W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
 
 
@@ -128,4 +128,8 @@ engine_options = _compose(
     click.option("--float-weights", type=click.Choice(FLOAT_WEIGHTS), default="checkpoint", show_default=True,
                  help="Engines' float weights (embedding, lm_head, router): checkpoint = bfloat16 where "
                       "the values are (the lm_head and router then run in bf16); float32 = as exported."),
+    click.option("--engine-weights", type=click.Choice(ENGINE_WEIGHTS), default="shared", show_default=True,
+                 help="Where the engines' weights live: shared = one weights file, bound as engine inputs "
+                      "(one copy for every profile); stripped = REFIT + STRIP_PLAN engines refitted from "
+                      "it; embedded = a copy in every engine."),
 )

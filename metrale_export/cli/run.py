@@ -63,7 +63,7 @@ def preflight(model, out, profiles, dtype: str, max_context: int | None, force: 
 @opt.json_option
 @click.pass_context
 def command(ctx, model, output, profiles, policy, plugins, backend, max_context, rtx_targets,
-            float_weights, skip_compare, skip_engines, force, quiet, as_json, **_):
+            float_weights, engine_weights, skip_compare, skip_engines, force, quiet, as_json, **_):
     """The main job: export MODEL to ONNX with metrale ops, verify it, and build engines.
 
     MODEL is a .safetensors file with config.json beside it, a checkpoint directory, or a
@@ -81,7 +81,8 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     preflight(model, out, profiles, ctx.params["dtype"], max_context, force, skip_compare)
     export, session = export_options(ctx.params, force)
     build = BuildOptions(profiles=profiles, policy=policy, backend=backend, plugins=plugins,
-                         max_context=max_context, rtx_targets=rtx_targets, float_weights=float_weights)
+                         max_context=max_context, rtx_targets=rtx_targets, float_weights=float_weights,
+                         engine_weights=engine_weights)
     experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
     job = JobOptions(export, build, compare=not skip_compare, engines=not skip_engines,
                      moe_experts_default=experts_default)

@@ -9,9 +9,11 @@ How each weight format is stored (weights are transposed to [K, N] so MatMul nee
 - W4A16, symmetric: INT4 ``code - 8`` with the bfloat16 group scales widened to float32 (exact),
   blocked DequantizeLinear (axis 0, block_size = group_size), then ``bf16(w)``: the product
   ``(code - z) * s`` is exact in float32, so this is the contract's one rounding. TensorRT has no
-  UINT4 weights and no zero points in DequantizeLinear, so with zero points the weight is INT8
-  ``code - z`` with the same scales. A partial last group is padded with zero codes to a whole
-  group and the activation with zero columns (Pad), so every block is whole.
+  UINT4 weights and no zero points in DequantizeLinear, so with zero points the weight stays INT4
+  ``code - 8`` and a float32 per-group offset ``(8 - z) * s`` is added before the rounding (exact:
+  ``(code - 8) * s + (8 - z) * s = (code - z) * s``). TensorRT(-RTX) keeps such INT4 constants
+  INT4 in the engine (measured: half a byte a weight). A partial last group is padded with zero
+  codes to a whole group and the activation with zero columns (Pad), so every block is whole.
 - W8A8: FLOAT8E4M3FN codes with per-channel scales (axis 1) or, for 128x128 blocks, scales
   repeated along N and blocked along K (axis 0, block_size = 128).
 - W4A4: neither ONNX Runtime nor TensorRT before SM 10.0 runs FLOAT4E2M1, so the e2m1 values are
@@ -54,7 +56,7 @@ from .. import contract
 from ..errors import InputError
 
 DOMAIN = contract.DOMAIN
-LOWERING_VERSION = 1  # bump when the qdq output changes, so cached engines rebuild
+LOWERING_VERSION = 2  # bump when the qdq output changes, so cached engines rebuild
 MIN_OPSET = 21
 MIN_IR_VERSION = 10
 _EXTERNAL_DATA_BYTES = 1 << 30  # save initializers to a side file above this
@@ -199,8 +201,9 @@ def _np_dtype(dtype) -> np.dtype:
 class _Emitter:
     """Adds the nodes of one lowered op to the graph under a name prefix."""
 
-    def __init__(self, graph: gs.Graph, prefix: str):
+    def __init__(self, graph: gs.Graph, prefix: str, store=None):
         self.graph = graph
+        self.store = store  # weights_file.WeightsFile: large constants go to disk as they are made
         self.prefix = re.sub(r"[^A-Za-z0-9_.]", "_", prefix)
         self.count = 0
 
@@ -210,6 +213,8 @@ class _Emitter:
 
     def const(self, what: str, value: np.ndarray) -> gs.Constant:
         arr = np.asarray(value)
+        if self.store is not None and arr.nbytes >= self.store.inline_bytes:
+            return self.store.constant(self.name(what), arr)
         if arr.dtype in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.float8_e4m3fn)):
             # gs writes one byte per element for these; let onnx pack them.
             name = self.name(what)
@@ -317,21 +322,22 @@ def _lower_w4a16(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
     _expect_shape(weight, (n, k // 2), "weight", key, node)
     _expect_shape(scale, (n, groups), "weight_scale", key, node)
     idx = 3
-    codes = _unpack(weight).astype(np.int16)
+    q = (_unpack(weight).astype(np.int8) - 8).T  # [K, N] int4 codes - 8
+    pad = groups * g - k
+    if pad:  # a partial last group: zero codes and zero activations make it whole
+        q = np.concatenate((q, np.zeros((pad, n), dtype=q.dtype)), axis=0)
+        x = e.op("Pad", [x, e.i64("pads", [0, 0, 0, pad])])
+    w = e.dequantize(q.astype(ml_dtypes.int4), scale.T.copy(), axis=0, block=g)
     if a["has_zero_point"]:
-        zp = _constant(node, idx, "zero_point", key).astype(np.int16)
+        # (code - z) * s = (code - 8) * s + (8 - z) * s: INT4 codes and a per-group offset, both
+        # terms and their sum exact in float32 (|code - z| <= 15 times a bfloat16 scale).
+        zp = _constant(node, idx, "zero_point", key).astype(np.float32)
         _expect_shape(zp, (n, groups), "zero_point", key, node)
         idx += 1
-        q = codes - np.repeat(zp, g, axis=1)[:, :k]
-    else:
-        q = codes - 8
-    pad = groups * g - k
-    if pad:  # a partial last group: zero codes (weights 0) and zero activations make it whole
-        q = np.concatenate((q, np.zeros((n, pad), dtype=q.dtype)), axis=1)
-        x = e.op("Pad", [x, e.i64("pads", [0, 0, 0, pad])])
-    q = q.T.astype(np.int8 if a["has_zero_point"] else ml_dtypes.int4)
-    w = e.bf16_round(e.dequantize(q, scale.T.copy(), axis=0, block=g))
-    return e.op("MatMul", [x, w]), idx
+        offset = ((8.0 - zp) * scale).T.reshape(groups, 1, n)
+        w = e.op("Reshape", [w, e.i64("shape", [groups, g, n])])
+        w = e.op("Reshape", [e.op("Add", [w, e.f32("w_offset", offset)]), e.i64("shape", [groups * g, n])])
+    return e.op("MatMul", [x, e.bf16_round(w)]), idx
 
 
 def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
@@ -423,22 +429,24 @@ def _lower_w4a4(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
 _LOWER = {"W4A16Proj": _lower_w4a16, "W8A8Proj": _lower_w8a8, "W4A4Proj": _lower_w4a4}
 
 
-def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None) -> onnx.ModelProto:
+def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None, store=None) -> onnx.ModelProto:
     """A new model with every metrale node replaced by standard ONNX (module docstring).
 
     ``formats`` maps op keys (``metrale_ops``) to activation formats; ``None`` keeps each node's
-    ``activation_format``. Formats outside the contract's table are refused.
+    ``activation_format``. Formats outside the contract's table are refused. With ``store`` (a
+    ``weights_file.WeightsFile``), ``model`` may be a header whose weights stay in their files:
+    each is read when its node is lowered, and the lowered weights are written to ``store``.
     """
     # gs warns that it keeps FLOAT8E4M3FN constants as ONNX tensors: that is what we want.
     quiet = (_GS_LOGGER.severity, _GS_LOGGER.colors)
     _GS_LOGGER.severity, _GS_LOGGER.colors = _GS_LOGGER.ERROR, False
     try:
-        return _lower_qdq(model, formats)
+        return _lower_qdq(model, formats, store)
     finally:
         _GS_LOGGER.severity, _GS_LOGGER.colors = quiet
 
 
-def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.ModelProto:
+def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=None) -> onnx.ModelProto:
     ops = {op.key: op for op in metrale_ops(model)}
     grouped = [op for op in ops.values() if contract.op(op.op_type).grouped_of is not None]
     if grouped:
@@ -453,6 +461,8 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
             "export this model with --moe-experts dense (one W*Proj node per expert), which lowers."
         )
     graph = gs.import_onnx(model)
+    if store is not None:
+        store.attach(graph)
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     for node in list(graph.nodes):
         if node.domain != DOMAIN:
@@ -470,7 +480,7 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
             )
         x_in, y = node.inputs[0], node.outputs[0]
         dtype = _np_dtype(x_in.dtype) or _np_dtype(y.dtype)
-        e = _Emitter(graph, f"{key}")
+        e = _Emitter(graph, f"{key}", store)
         node.outputs.clear()  # detach y before the last emitted node writes it
         x = e.bf16_round(x_in)
         acc, next_input = _LOWER[node.op](e, node, a, key, fmt, x)

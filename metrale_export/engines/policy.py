@@ -26,6 +26,10 @@ DENSE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is Non
 # --float-weights: how an engine stores the export's float weights (engines/weights.py):
 # "checkpoint" in bfloat16 where every value is exact in it, "float32" as exported.
 FLOAT_WEIGHTS = ("checkpoint", "float32")
+# --engine-weights: where an engine's weights live (docs/engines.md, "Engine weights"): "shared",
+# engine inputs bound to one copy of the weights file; "stripped", left out of the plan (REFIT +
+# STRIP_PLAN) and refitted from the weights file; "embedded", a copy in every engine.
+ENGINE_WEIGHTS = ("shared", "stripped", "embedded")
 # The grouped-expert ops run the table of their weight format's dense op (docs/ops.md).
 MOE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is not None)
 
