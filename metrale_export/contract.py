@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import struct
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -325,6 +326,24 @@ def check_model(model, where: str) -> None:
             why = outdated(node.op_type, imported)
             if why:
                 raise InputError(f"{where}: {why}")
+
+
+# ---- Attention (docs/ops.md, "Attention"): the numeric facts of its reduction order ------------
+# Kept as one block apart from the projection specs. The kernel (plugins/attention/attentionKernel.cuh)
+# carries the same constants; tests/ops/test_attention.py fails when they drift.
+ATTENTION_BLOCK_KEYS = 64      # keys per online-softmax block, at absolute positions 0, 64, 128, ...
+ATTENTION_CHUNK_BLOCKS = 4     # blocks per chunk: the chunks' (m, l, o) fold in ascending order
+ATTENTION_HEAD_DIMS = (64, 128, 256)
+ATTENTION_DTYPES = ("float16", "bfloat16")
+LOG2E = 1.4426950408889634     # log2(e) as a float64
+
+
+def attention_scale_log2(scale: float) -> float:
+    """The score multiplier of the Attention op: float32(float32(scale) * log2 e), the product in
+    float64 and rounded once to float32 (scores are ``x = s * scale_log2`` and the softmax runs in
+    base 2)."""
+    s32 = struct.unpack("f", struct.pack("f", scale))[0]
+    return struct.unpack("f", struct.pack("f", s32 * LOG2E))[0]
 
 
 def to_dict() -> dict:
