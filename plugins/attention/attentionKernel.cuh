@@ -253,6 +253,14 @@ __global__ void __launch_bounds__(kTHREADS) attentionKernel(const AttnParams p)
             }
         }
     }
+    // m16 tiles holding no row of the group (decode: all but the first) skip their mma work; the
+    // arithmetic of the rows that exist does not change.
+    bool mtLive[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+    {
+        mtLive[mt] = row0 + warp * C::kWARP_ROWS + mt * 16 < rows;
+    }
     float* myTotal = sTotal + size_t(warp) * C::kWARP_ROWS * D;
     // (M, L) of row (mt, hh) at myML[((mt * 2 + hh) * 2 + {0, 1}) * kTHREADS].
     float* myML = sTotal + size_t(C::kROWS) * D + tid;
@@ -265,118 +273,129 @@ __global__ void __launch_bounds__(kTHREADS) attentionKernel(const AttnParams p)
         const uint16_t* sK = sKV + 2 * stage * C::kKV_ELEMS;
         const uint16_t* sV = sK + C::kKV_ELEMS;
 
-        // ---- s = q . k: per (row, key) mma over d in steps of 16, ascending, from zero.
-        float s[MT][8][4];
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-#pragma unroll
-            for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    s[mt][nt][e] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / 16; ++kk)
+        if (mtLive[0])
         {
-            uint32_t a[MT][4];
-#pragma unroll
+            // ---- s = q . k: per (row, key) mma over d in steps of 16, ascending, from zero.
+            float s[MT][8][4];
+    #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
+    #pragma unroll
+                for (int nt = 0; nt < 8; ++nt)
+    #pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        s[mt][nt][e] = 0.0f;
+    #pragma unroll 1
+            for (int kk = 0; kk < D / 16; ++kk)
             {
-                const int i = lane >> 3;
-                const int r = warp * C::kWARP_ROWS + mt * 16 + (i & 1) * 8 + (lane & 7);
-                ldsm4(a[mt], sQ + swz<D>(r, 2 * kk + (i >> 1)));
-            }
-#pragma unroll
-            for (int np = 0; np < 4; ++np)
-            {
-                const int i = lane >> 3;
-                uint32_t bk[4];
-                ldsm4(bk, sK + swz<D>(np * 16 + (i >> 1) * 8 + (lane & 7), 2 * kk + (i & 1)));
-#pragma unroll
+                uint32_t a[MT][4];
+    #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
                 {
-                    mma16816<kF16>(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);
-                    mma16816<kF16>(s[mt][2 * np + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[2], bk[3]);
+                    const int i = lane >> 3;
+                    const int r = warp * C::kWARP_ROWS + mt * 16 + (i & 1) * 8 + (lane & 7);
+                    ldsm4(a[mt], sQ + swz<D>(r, 2 * kk + (i >> 1)));
                 }
-            }
-        }
-
-        // ---- the online softmax update of the block, per row.
-        const int key0 = blk * kBLOCK_KEYS;
-#pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
-        {
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh)
-            {
-                float bm = kNEG_INF;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
+    #pragma unroll
+                for (int np = 0; np < 4; ++np)
                 {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
+                    const int i = lane >> 3;
+                    uint32_t bk[4];
+                    ldsm4(bk, sK + swz<D>(np * 16 + (i >> 1) * 8 + (lane & 7), 2 * kk + (i & 1)));
+    #pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
                     {
-                        const int key = key0 + nt * 8 + 2 * qd + e;
-                        float x = __fmul_rn(s[mt][nt][2 * hh + e], p.scaleLog2);
-                        x = key <= limit[mt][hh] ? x : kNEG_INF;
-                        s[mt][nt][2 * hh + e] = x;
-                        bm = fmaxf(bm, x);
+                        if (!mtLive[mt])
+                        {
+                            continue;
+                        }
+                        mma16816<kF16>(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);
+                        mma16816<kF16>(s[mt][2 * np + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[2], bk[3]);
                     }
                 }
-                bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
-                bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
-                const float mn = fmaxf(m[mt][hh], bm);
-                const float sub = mn == kNEG_INF ? 0.0f : mn;
-                const float alpha = m[mt][hh] == mn ? 1.0f : ex2(__fsub_rn(m[mt][hh], sub));
-                float sum = 0.0f;
-#pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-                {
-#pragma unroll
-                    for (int e = 0; e < 2; ++e)
-                    {
-                        const float pv = ex2(__fsub_rn(s[mt][nt][2 * hh + e], sub));
-                        s[mt][nt][2 * hh + e] = pv;
-                        sum = (nt == 0 && e == 0) ? pv : __fadd_rn(sum, pv);
-                    }
-                }
-                sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-                sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-                l[mt][hh] = __fadd_rn(__fmul_rn(l[mt][hh], alpha), sum);
-                m[mt][hh] = mn;
-#pragma unroll
-                for (int dt = 0; dt < DT; ++dt)
-                {
-                    o[mt][dt][2 * hh] = __fmul_rn(o[mt][dt][2 * hh], alpha);
-                    o[mt][dt][2 * hh + 1] = __fmul_rn(o[mt][dt][2 * hh + 1], alpha);
-                }
             }
-        }
 
-        // ---- o = mma(P, V, o): over the block's keys in steps of 16, ascending.
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-        {
-            // P of keys 16 kk .. 16 kk + 15 as the A fragment (rounded to the dtype, RNE).
-            uint32_t pa[MT][4];
-#pragma unroll
+            // ---- the online softmax update of the block, per row.
+            const int key0 = blk * kBLOCK_KEYS;
+    #pragma unroll
             for (int mt = 0; mt < MT; ++mt)
             {
-                pa[mt][0] = packP<kF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                pa[mt][1] = packP<kF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                pa[mt][2] = packP<kF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                pa[mt][3] = packP<kF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+    #pragma unroll
+                for (int hh = 0; hh < 2; ++hh)
+                {
+                    float bm = kNEG_INF;
+    #pragma unroll
+                    for (int nt = 0; nt < 8; ++nt)
+                    {
+    #pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                        {
+                            const int key = key0 + nt * 8 + 2 * qd + e;
+                            float x = __fmul_rn(s[mt][nt][2 * hh + e], p.scaleLog2);
+                            x = key <= limit[mt][hh] ? x : kNEG_INF;
+                            s[mt][nt][2 * hh + e] = x;
+                            bm = fmaxf(bm, x);
+                        }
+                    }
+                    bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
+                    bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
+                    const float mn = fmaxf(m[mt][hh], bm);
+                    const float sub = mn == kNEG_INF ? 0.0f : mn;
+                    const float alpha = m[mt][hh] == mn ? 1.0f : ex2(__fsub_rn(m[mt][hh], sub));
+                    float sum = 0.0f;
+    #pragma unroll
+                    for (int nt = 0; nt < 8; ++nt)
+                    {
+    #pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                        {
+                            const float pv = ex2(__fsub_rn(s[mt][nt][2 * hh + e], sub));
+                            s[mt][nt][2 * hh + e] = pv;
+                            sum = (nt == 0 && e == 0) ? pv : __fadd_rn(sum, pv);
+                        }
+                    }
+                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+                    l[mt][hh] = __fadd_rn(__fmul_rn(l[mt][hh], alpha), sum);
+                    m[mt][hh] = mn;
+    #pragma unroll
+                    for (int dt = 0; dt < DT; ++dt)
+                    {
+                        o[mt][dt][2 * hh] = __fmul_rn(o[mt][dt][2 * hh], alpha);
+                        o[mt][dt][2 * hh + 1] = __fmul_rn(o[mt][dt][2 * hh + 1], alpha);
+                    }
+                }
             }
-#pragma unroll
-            for (int dp = 0; dp < DT / 2; ++dp)
+
+            // ---- o = mma(P, V, o): over the block's keys in steps of 16, ascending.
+    #pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
             {
-                const int i = lane >> 3;
-                uint32_t bv[4];
-                ldsm4t(bv, sV + swz<D>(kk * 16 + (i & 1) * 8 + (lane & 7), 2 * dp + (i >> 1)));
-#pragma unroll
+                // P of keys 16 kk .. 16 kk + 15 as the A fragment (rounded to the dtype, RNE).
+                uint32_t pa[MT][4];
+    #pragma unroll
                 for (int mt = 0; mt < MT; ++mt)
                 {
-                    mma16816<kF16>(o[mt][2 * dp], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], bv[0], bv[1]);
-                    mma16816<kF16>(o[mt][2 * dp + 1], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], bv[2], bv[3]);
+                    pa[mt][0] = packP<kF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+                    pa[mt][1] = packP<kF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+                    pa[mt][2] = packP<kF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+                    pa[mt][3] = packP<kF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+                }
+    #pragma unroll
+                for (int dp = 0; dp < DT / 2; ++dp)
+                {
+                    const int i = lane >> 3;
+                    uint32_t bv[4];
+                    ldsm4t(bv, sV + swz<D>(kk * 16 + (i & 1) * 8 + (lane & 7), 2 * dp + (i >> 1)));
+    #pragma unroll
+                    for (int mt = 0; mt < MT; ++mt)
+                    {
+                        if (!mtLive[mt])
+                        {
+                            continue;
+                        }
+                        mma16816<kF16>(o[mt][2 * dp], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], bv[0], bv[1]);
+                        mma16816<kF16>(o[mt][2 * dp + 1], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], bv[2], bv[3]);
+                    }
                 }
             }
         }
