@@ -30,6 +30,12 @@ NEG_INF = float("-inf")
 ATTENTION_BOUND = 2.0 ** -7
 
 
+def operand_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The tensor cores' operand type for inputs of ``dtype``: float16 stays, bfloat16 and float32
+    (rounded, RNE: the projections' step 0 too) are bfloat16."""
+    return torch.float16 if dtype == torch.float16 else torch.bfloat16
+
+
 def check_shapes(q: Tensor, k: Tensor, v: Tensor, where: str = "Attention") -> tuple[int, int, int, int, int, int]:
     """(batch, q_heads, kv_heads, seq, total, head_dim) of q [B, Hq, S, D], k/v [B, Hkv, T, D]; a
     ValueError naming the mismatch otherwise."""
@@ -76,14 +82,16 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor
     """Causal GQA attention in the op's order, float32 on the CPU.
 
     q: [B, Hq, S, D]; k, v: [B, Hkv, T, D] (T >= S: the past and this step's keys); query i sits at
-    absolute position T - S + i and sees keys 0 .. T - S + i. Returns [B, S, Hq, D] in q's dtype."""
+    absolute position T - S + i and sees keys 0 .. T - S + i. Returns [B, S, Hq, D] in q's dtype
+    (float32: the operands and P are rounded to bf16, the output is not)."""
     b, hq, hkv, s, t, d = check_shapes(q, k, v)
     g = hq // hkv
     c = attention_scale_log2(scale)
-    q32 = q.to(torch.float32)
+    op_dtype = operand_dtype(q.dtype)
+    q32 = q.to(op_dtype).to(torch.float32)
     # Head h reads kv head h // g.
-    k32 = k.to(torch.float32).repeat_interleave(g, dim=1)
-    v32 = v.to(torch.float32).repeat_interleave(g, dim=1)
+    k32 = k.to(op_dtype).to(torch.float32).repeat_interleave(g, dim=1)
+    v32 = v.to(op_dtype).to(torch.float32).repeat_interleave(g, dim=1)
     limit = (t - s) + torch.arange(s)  # [S]: each query's last key
     shape = (b, hq, s)
     M = torch.full(shape, NEG_INF)
@@ -111,7 +119,7 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor
             p = torch.exp2(x - sub[..., None])
             l = l * alpha + _quad_row_sum(p)
             m = mn
-            pr = p.to(q.dtype).to(torch.float32)
+            pr = p.to(op_dtype).to(torch.float32)
             o = o * alpha[..., None] + _dot(pr, vb.transpose(-1, -2))
         if c0 == 0:
             M, L, O = m, l, o
@@ -124,6 +132,8 @@ def attention_reference(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor
 def _probs64(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Tensor]:
     b, hq, hkv, s, t, d = check_shapes(q, k, v)
     g = hq // hkv
+    # The operands as the op reads them (float32 rounded to bf16), then exact.
+    q, k, v = (x.to(operand_dtype(x.dtype)) for x in (q, k, v))
     q64 = q.to(torch.float64)
     k64 = k.to(torch.float64).repeat_interleave(g, dim=1)
     v64 = v.to(torch.float64).repeat_interleave(g, dim=1)
@@ -133,8 +143,8 @@ def _probs64(q: Tensor, k: Tensor, v: Tensor, scale: float) -> tuple[Tensor, Ten
 
 
 def attention_float64(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
-    """Plain causal GQA softmax attention in float64 (the exact value the bound is against):
-    [B, S, Hq, D] float64."""
+    """Plain causal GQA softmax attention in float64 of the operands as the op reads them (the exact
+    value the bound is against): [B, S, Hq, D] float64."""
     probs, v64 = _probs64(q, k, v, scale)
     return torch.matmul(probs, v64).permute(0, 2, 1, 3).contiguous()
 

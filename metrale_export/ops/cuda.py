@@ -365,7 +365,7 @@ def _attention_lib() -> ctypes.CDLL:
         p, i32, i64, sz = ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_size_t
         lib.metrale_attention_split.argtypes = [i64, i64, i64, i64, i64, i64]
         lib.metrale_attention_split.restype = i32
-        lib.metrale_attention_workspace_size.argtypes = [i64, i64, i64, i64, i64, i64, i32]
+        lib.metrale_attention_workspace_size.argtypes = [i32, i64, i64, i64, i64, i64, i64, i32]
         lib.metrale_attention_workspace_size.restype = sz
         lib.metrale_attention.argtypes = [p, p, p, p, i32, i64, i64, i64, i64, i64, i64, ctypes.c_float, i32, p, sz,
                                           p]
@@ -381,14 +381,15 @@ def attention_split(batch: int, q_heads: int, kv_heads: int, seq: int, total: in
 
 
 def launch_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, split: int = -1, name: str = "attention") -> Tensor:
-    """The Attention op on CUDA: q [B, Hq, S, D], k/v [B, Hkv, T, D] (bf16 or f16) -> [B, S, Hq, D].
+    """The Attention op on CUDA: q [B, Hq, S, D], k/v [B, Hkv, T, D] (bf16, f16 or float32, all the same)
+    -> [B, S, Hq, D] of that dtype.
     ``split``: 1 per-chunk CTAs and a merge, 0 none, -1 the launcher's choice."""
     from .attention import check_shapes
 
     op = "metrale::attention"
     b, hq, hkv, s, t, d = check_shapes(q, k, v, f"{op} ({name})")
-    if q.dtype not in (torch.bfloat16, torch.float16) or k.dtype != q.dtype or v.dtype != q.dtype:
-        raise TypeError(f"{op} ({name}): q, k, v must all be bfloat16 or all float16, found "
+    if q.dtype not in _DTYPE_CODES or k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"{op} ({name}): q, k, v must have one dtype, float32, float16 or bfloat16, found "
                         f"{q.dtype}, {k.dtype}, {v.dtype}")
     for tname, tt in (("k", k), ("v", v)):
         if tt.device != q.device:
@@ -397,7 +398,7 @@ def launch_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, split: int =
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     out = torch.empty((b, s, hq, d), dtype=q.dtype, device=q.device)
     with torch.cuda.device(q.device):
-        ws = _workspace(lib.metrale_attention_workspace_size(b, hq, hkv, s, t, d, split), q.device)
+        ws = _workspace(lib.metrale_attention_workspace_size(_DTYPE_CODES[q.dtype], b, hq, hkv, s, t, d, split), q.device)
         err = lib.metrale_attention(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), _DTYPE_CODES[q.dtype],
                                     b, hq, hkv, s, t, d, contract.attention_scale_log2(scale), split,
                                     ws.data_ptr(), ws.numel(), _stream(q.device))

@@ -9,6 +9,8 @@
 #include "metrale/kernels.h"
 #include "attentionKernel.cuh"
 
+#include <algorithm>
+
 using namespace metrale;
 using namespace metrale::attn;
 
@@ -20,6 +22,19 @@ constexpr int64_t kSPLIT_BELOW_CTAS = 264;  // about two waves of an H100/H200 (
 int rowsPerCta(int64_t headDim)
 {
     return headDim <= 128 ? AttnCfg<128>::kROWS : AttnCfg<256>::kROWS;
+}
+
+size_t bf16Bytes(int64_t elems)
+{
+    return alignUp(size_t(elems) * 2, 256);
+}
+
+cudaError_t toBf16(const void* src, uint16_t* dst, int64_t elems, cudaStream_t stream)
+{
+    const size_t n2 = size_t(elems) / 2;  // head_dim is even
+    const unsigned blocks = static_cast<unsigned>(std::min<size_t>((n2 + 255) / 256, 8192));
+    toBf16Kernel<<<blocks, 256, 0, stream>>>(static_cast<const float*>(src), dst, n2);
+    return cudaGetLastError();
 }
 
 int64_t chunksOf(int64_t total)
@@ -83,20 +98,25 @@ extern "C" int32_t metrale_attention_split(int64_t batch, int64_t q_heads, int64
     return chunksOf(total) > 1 && tiles * batch * kv_heads < kSPLIT_BELOW_CTAS ? 1 : 0;
 }
 
-extern "C" size_t metrale_attention_workspace_size(int64_t batch, int64_t q_heads, int64_t kv_heads,
-    int64_t seq, int64_t total, int64_t head_dim, int32_t split)
+extern "C" size_t metrale_attention_workspace_size(int32_t dtype, int64_t batch, int64_t q_heads,
+    int64_t kv_heads, int64_t seq, int64_t total, int64_t head_dim, int32_t split)
 {
     if (!validArgs(batch, q_heads, kv_heads, seq, total))
     {
         return 0;
     }
     const bool useSplit = split > 0 || (split < 0 && metrale_attention_split(batch, q_heads, kv_heads, seq, total, head_dim));
-    if (!useSplit)
+    size_t bytes = 0;
+    if (useSplit)
     {
-        return 0;
+        const size_t slots = size_t(batch) * q_heads * seq * chunksOf(total);
+        bytes += alignUp(slots * size_t(head_dim + 2) * sizeof(float), 256);
     }
-    const size_t slots = size_t(batch) * q_heads * seq * chunksOf(total);
-    return slots * size_t(head_dim + 2) * sizeof(float);
+    if (dtype == kMETRALE_FLOAT32)
+    {
+        bytes += bf16Bytes(batch * q_heads * seq * head_dim) + 2 * bf16Bytes(batch * kv_heads * total * head_dim);
+    }
+    return bytes;
 }
 
 extern "C" cudaError_t metrale_attention(const void* q, const void* k, const void* v, void* out, int32_t dtype,
@@ -107,13 +127,13 @@ extern "C" cudaError_t metrale_attention(const void* q, const void* k, const voi
     {
         return cudaErrorInvalidValue;
     }
-    if ((dtype != kMETRALE_BFLOAT16 && dtype != kMETRALE_FLOAT16)
+    if ((dtype != kMETRALE_BFLOAT16 && dtype != kMETRALE_FLOAT16 && dtype != kMETRALE_FLOAT32)
         || (head_dim != 64 && head_dim != 128 && head_dim != 256))
     {
         return cudaErrorNotSupported;
     }
     const bool useSplit = split > 0 || (split < 0 && metrale_attention_split(batch, q_heads, kv_heads, seq, total, head_dim));
-    const size_t need = metrale_attention_workspace_size(batch, q_heads, kv_heads, seq, total, head_dim, useSplit ? 1 : 0);
+    const size_t need = metrale_attention_workspace_size(dtype, batch, q_heads, kv_heads, seq, total, head_dim, useSplit ? 1 : 0);
     if (workspace_bytes < need || (need > 0 && !workspace))
     {
         return cudaErrorInvalidValue;
@@ -122,7 +142,8 @@ extern "C" cudaError_t metrale_attention(const void* q, const void* k, const voi
     p.q = static_cast<const uint16_t*>(q);
     p.k = static_cast<const uint16_t*>(k);
     p.v = static_cast<const uint16_t*>(v);
-    p.out = static_cast<uint16_t*>(out);
+    p.out = out;
+    p.outF32 = dtype == kMETRALE_FLOAT32 ? 1 : 0;
     p.batch = int(batch);
     p.qHeads = int(q_heads);
     p.kvHeads = int(kv_heads);
@@ -131,11 +152,37 @@ extern "C" cudaError_t metrale_attention(const void* q, const void* k, const voi
     p.group = int(q_heads / kv_heads);
     p.nChunks = int(chunksOf(total));
     p.scaleLog2 = scale_log2;
+    uint8_t* ws = static_cast<uint8_t*>(workspace);
     if (useSplit)
     {
         const size_t slots = size_t(batch) * q_heads * seq * p.nChunks;
-        p.wsO = static_cast<float*>(workspace);
+        p.wsO = reinterpret_cast<float*>(ws);
         p.wsML = p.wsO + slots * head_dim;
+        ws += alignUp(slots * size_t(head_dim + 2) * sizeof(float), 256);
+    }
+    if (p.outF32)
+    {
+        // Step 0 of a float32 graph: q, k, v rounded to bf16 (RNE) into the workspace.
+        const int64_t nq = batch * q_heads * seq * head_dim, nkv = batch * kv_heads * total * head_dim;
+        uint16_t* q16 = reinterpret_cast<uint16_t*>(ws);
+        uint16_t* k16 = reinterpret_cast<uint16_t*>(ws + bf16Bytes(nq));
+        uint16_t* v16 = reinterpret_cast<uint16_t*>(ws + bf16Bytes(nq) + bf16Bytes(nkv));
+        cudaError_t err = toBf16(q, q16, nq, stream);
+        if (err == cudaSuccess)
+        {
+            err = toBf16(k, k16, nkv, stream);
+        }
+        if (err == cudaSuccess)
+        {
+            err = toBf16(v, v16, nkv, stream);
+        }
+        if (err != cudaSuccess)
+        {
+            return err;
+        }
+        p.q = q16;
+        p.k = k16;
+        p.v = v16;
     }
     const int64_t rowTiles = (seq * p.group + rowsPerCta(head_dim) - 1) / rowsPerCta(head_dim);
     const bool f16 = dtype == kMETRALE_FLOAT16;

@@ -19,7 +19,8 @@
  *   Decode may give each chunk its own CTA (split mode, the partials go through the workspace and
  *   the merge kernel folds them with the same foldChunk) or fold in registers and shared memory
  *   (unsplit): the same float32 operations on the same values, hence the same bits.
- * - Output = total_o / total_l (correctly rounded) + 0 (so -0 becomes +0), rounded to the dtype.
+ * - Output = total_o / total_l (correctly rounded) + 0 (so -0 becomes +0), rounded to the dtype
+ *   (float32 graphs: operands rounded to bf16 first by toBf16Kernel, the output left in float32).
  * - Blocks or chunks past a row's position (other rows of its tile need them) are exact no-ops for
  *   the row: p = 0, alpha = 1 by the equality select, the fold's weight ex2(-inf) = 0.
  * Compiled with -fmad=false: no multiply-add is contracted.
@@ -68,10 +69,11 @@ struct AttnParams
     const uint16_t* q;  // [B, Hq, S, D]
     const uint16_t* k;  // [B, Hkv, T, D]
     const uint16_t* v;
-    uint16_t* out;      // [B, S, Hq, D]
+    void* out;          // [B, S, Hq, D]: 16-bit of the operands' dtype, or float32 (outF32)
     float* wsO;         // split: [B*Hq*S, nChunks, D]
     float* wsML;        // split: [B*Hq*S, nChunks, 2]
     int batch, qHeads, kvHeads, seq, total, group, nChunks;
+    int outF32;         // float32 graphs: operands rounded to bf16 by a pre-pass, the output not rounded
     float scaleLog2;
 };
 
@@ -140,9 +142,26 @@ __device__ __forceinline__ float finishValue(float O, float L)
     return __fadd_rn(__fdiv_rn(O, L), 0.0f);
 }
 
-__device__ __forceinline__ void storeOut2(uint16_t* out, size_t i, float a, float b, bool f16)
+__device__ __forceinline__ void storeOut2(const AttnParams& p, size_t i, float a, float b, bool f16)
 {
-    *reinterpret_cast<uint32_t*>(out + i) = f16 ? packHalf2(a, b) : packBf16x2(a, b);
+    if (p.outF32)
+    {
+        *reinterpret_cast<float2*>(static_cast<float*>(p.out) + i) = make_float2(a, b);
+    }
+    else
+    {
+        *reinterpret_cast<uint32_t*>(static_cast<uint16_t*>(p.out) + i) = f16 ? packHalf2(a, b) : packBf16x2(a, b);
+    }
+}
+
+/* float32 operands -> bf16 (RNE), the float32 graphs' step 0. */
+__global__ void toBf16Kernel(const float* __restrict__ src, uint16_t* __restrict__ dst, size_t n2)
+{
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n2; i += size_t(gridDim.x) * blockDim.x)
+    {
+        const float2 v = reinterpret_cast<const float2*>(src)[i];
+        reinterpret_cast<uint32_t*>(dst)[i] = packBf16x2(v.x, v.y);
+    }
 }
 
 /* Copy `rows` rows of D 16-bit values into a swizzled tile; rows with src == nullptr are zero. */
@@ -506,7 +525,7 @@ __global__ void __launch_bounds__(kTHREADS) attentionKernel(const AttnParams p)
                 for (int dt = 0; dt < DT; ++dt)
                 {
                     const float* slot = myTotal + (((mt * 2 + hh) * DT + dt) * 2) * 32 + lane;
-                    storeOut2(p.out, base + dt * 8 + 2 * qd, finishValue(slot[0], Lr), finishValue(slot[32], Lr), kF16);
+                    storeOut2(p, base + dt * 8 + 2 * qd, finishValue(slot[0], Lr), finishValue(slot[32], Lr), kF16);
                 }
             }
         }
@@ -555,7 +574,7 @@ __global__ void __launch_bounds__(kTHREADS) attentionMergeKernel(const AttnParam
 #pragma unroll
     for (int j = 0; j < kPER_LANE; j += 2)
     {
-        storeOut2(p.out, base + j, finishValue(O[j], L), finishValue(O[j + 1], L), kF16);
+        storeOut2(p, base + j, finishValue(O[j], L), finishValue(O[j + 1], L), kF16);
     }
 }
 

@@ -2,7 +2,7 @@
 
 - agreement with the float64 evaluation and the CPU reference of docs/ops.md within the op's bound
   (ATTENTION_BOUND * (P @ |v|) per element), for decode, prefill with and without a past, head dims
-  64 / 128 / 256, GQA groups 1 / 2 / 4 / 8, bf16 and f16; every element written (outputs are fresh
+  64 / 128 / 256, GQA groups 1 / 2 / 4 / 8, bf16, f16 and float32 (operands rounded to bf16); every element written (outputs are fresh
   ``torch.empty``, checked finite and within bound);
 - bitwise: the split and unsplit modes; (a) a sequence alone vs batched with 1..63 others, at every
   place in the batch; (b) prefill in one chunk vs chunks of 1, 7 and 64 tokens vs decode token by
@@ -55,7 +55,7 @@ CASES = [  # b, hq, hkv, s, t, d
 
 
 @pytest.mark.parametrize("b,hq,hkv,s,t,d", CASES)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_within_bound_of_float64_and_reference(b, hq, hkv, s, t, d, dtype):
     q, k, v = _inputs(b, hq, hkv, s, t, d, dtype)
     scale = A.default_scale(d)
@@ -137,5 +137,5 @@ def test_refusals():
     with pytest.raises(mcuda.KernelLibraryError, match="cudaErrorNotSupported"):
         _run(q, k, v)
     q, k, v = _inputs(1, 4, 2, 1, 10, 64, dtype=torch.float32)
-    with pytest.raises(TypeError, match="bfloat16 or all float16"):
-        _run(q, k, v)
+    with pytest.raises(TypeError, match="must have one dtype"):
+        mcuda.launch_attention(q, k.to(torch.bfloat16), v, 0.125)

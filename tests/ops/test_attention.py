@@ -31,7 +31,7 @@ def _inputs(b, hq, hkv, s, t, d, dtype=torch.bfloat16, seed=0):
     (1, 4, 1, 1, 1000, 128),   # decode over four chunks
     (1, 2, 1, 5, 600, 256),
 ])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 def test_reference_within_bound_of_float64(b, hq, hkv, s, t, d, dtype):
     q, k, v = _inputs(b, hq, hkv, s, t, d, dtype)
     scale = A.default_scale(d)
