@@ -134,6 +134,11 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
                 raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a string, "
                                     f"found {value!r}")
             value = _text(value)
+        elif a.type == "float":
+            if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
+                raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a float, "
+                                    f"found {value!r}")
+            value = float(value)
         elif not isinstance(value, (int, np.integer)):
             raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected an int, found {value!r}")
         else:
@@ -148,8 +153,9 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
 
 
 def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
-    """The metrale nodes of the main graph, in graph order, checked against the contract (a graph
-    of an older op contract is refused: ``contract.check_model``)."""
+    """The metrale projection nodes of the main graph, in graph order, checked against the contract
+    (a graph of an older op contract is refused: ``contract.check_model``); the other metrale
+    nodes are checked too, but have no activation format to choose and are not listed."""
     try:
         contract.check_model(model, "the ONNX graph")
     except InputError as e:
@@ -161,6 +167,8 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
         a = _attrs(node)
         key = _key(node, a, i)
         a = contract_attributes(node.op_type, a, key)
+        if not contract.op(node.op_type).is_projection:
+            continue  # norms, the float projection, the router: no activation format to choose
         ops.append(OpInfo(key, node.op_type, a["family"], a["activation_format"], a["n"], a["k"]))
     keys = [op.key for op in ops]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
@@ -173,7 +181,7 @@ def with_activation_formats(model: onnx.ModelProto, formats: dict[str, str]) -> 
     """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``."""
     out = copy.deepcopy(model)
     for i, node in enumerate(out.graph.node):
-        if node.domain != DOMAIN:
+        if node.domain != DOMAIN or not contract.op(node.op_type).is_projection:
             continue
         key = _key(node, _attrs(node), i)
         if key not in formats:
