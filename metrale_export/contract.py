@@ -451,6 +451,24 @@ ATTENTION_DTYPES = ("float16", "bfloat16")
 LOG2E = 1.4426950408889634     # log2(e) as a float64
 
 
+# The op: q [B, Hq, S, D] (x_name "q"), key / value [B, Hkv, T, D] (the cache with this step's keys
+# appended), y [B, S, Hq, D]; shapes "x.<i>" are q's dimension i.
+ATTENTION = OpSpec(
+    "Attention", "attention", 1, category="attention", torch_op="attention", x_name="q", has_plugin=False,
+    inputs=(Input("key", "x", ("x.0", "kv_heads", "total", "head_dim"),
+                  doc="the keys of the past and of this step, [B, kv_heads, total, head_dim], total >= S"),
+            Input("value", "x", ("x.0", "kv_heads", "total", "head_dim"), doc="the values, as key")),
+    attributes=(Attribute("q_heads", "int", doc="Hq, a multiple of kv_heads"),
+                Attribute("kv_heads", "int", doc="Hkv"),
+                Attribute("head_dim", "int", ATTENTION_HEAD_DIMS, doc="D"),
+                Attribute("scale", "float", doc="the score scale (Qwen3: head_dim ** -0.5)"),
+                *_name_tail()),
+    outputs=(Output("y", "x", ("x.0", "x.2", "q_heads", "head_dim")),),
+    doc="q: [B, Hq, S, D]; key, value: [B, Hkv, T, D]; y: [B, S, Hq, D], the dtype of q; causal, query i "
+        "at position T - S + i")
+OPS[ATTENTION.op_type] = ATTENTION
+
+
 def attention_scale_log2(scale: float) -> float:
     """The score multiplier of the Attention op: float32(float32(scale) * log2 e), the product in
     float64 and rounded once to float32 (scores are ``x = s * scale_log2`` and the softmax runs in

@@ -404,3 +404,14 @@ def launch_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, split: int =
                                     ws.data_ptr(), ws.numel(), _stream(q.device))
     _check(err, op, name, f"batch={b} q_heads={hq} kv_heads={hkv} seq={s} total={t} head_dim={d}")
     return out
+
+
+def attention_cuda(q, key, value, q_heads, kv_heads, head_dim, scale, family, name):
+    op = "metrale::attention"
+    if q.shape[1] != q_heads or key.shape[1] != kv_heads or q.shape[-1] != head_dim:
+        raise ValueError(f"{op} ({name}): q {list(q.shape)} and key {list(key.shape)} do not match q_heads="
+                         f"{q_heads}, kv_heads={kv_heads}, head_dim={head_dim}")
+    return launch_attention(q, key, value, float(scale), name=name)
+
+
+torch.library.register_kernel("metrale::attention", "cuda", attention_cuda)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import contract
-from . import float_proj as float_proj_ref, moe, norms, router as router_ref, w4a4, w4a16, w8a8
+from . import attention as attention_ref, float_proj as float_proj_ref, moe, norms, router as router_ref, w4a4, w4a16, w8a8
 
 _TORCH_TYPES = {"int": "SymInt", "float": "float", "string": "str"}
 
@@ -39,6 +39,8 @@ _REFERENCES.update({
     "FloatProj": lambda x, t, a: float_proj_ref.proj(x, t["weight"], t.get("bias")),
     "Router": lambda x, t, a: router_ref.route(x, int(a["top_k"]), int(a["normalize"])),
 })
+# Attention (docs/ops.md, "Attention"; reference in ops/attention.py).
+_REFERENCES["Attention"] = lambda x, t, a: attention_ref.attention_reference(x, t["key"], t["value"], float(a["scale"]))
 # The grouped-expert ops (docs/ops.md, "Grouped-expert ops"; reference in ops/moe.py).
 for _t, _spec in contract.OPS.items():
     if _spec.grouped_of is not None:
@@ -68,8 +70,10 @@ _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16":
 
 
 def output_shape(spec: contract.OpSpec, output: contract.Output, x: Tensor, attrs: dict) -> tuple:
-    """The shape of ``output`` for x and the attributes: "m" is x's rows, other names attributes."""
-    return tuple(x.shape[0] if d == "m" else attrs[d] for d in output.shape)
+    """The shape of ``output`` for x and the attributes: "m" is x's rows, "x.<i>" x's dimension i,
+    other names attributes."""
+    return tuple(x.shape[0] if d == "m" else x.shape[int(d[2:])] if d.startswith("x.") else attrs[d]
+                 for d in output.shape)
 
 
 def output_dtype(output: contract.Output, x: Tensor) -> torch.dtype:
@@ -110,3 +114,4 @@ w4a4_moe_proj = OPS["W4A4MoEProj"]
 rms_norm = OPS["RMSNorm"]
 float_proj = OPS["FloatProj"]
 router = OPS["Router"]
+attention = OPS["Attention"]
