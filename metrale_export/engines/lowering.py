@@ -52,6 +52,7 @@ from onnx_graphsurgeon.logger import G_LOGGER as _GS_LOGGER
 
 from .. import contract
 from ..errors import InputError
+from . import expand
 
 DOMAIN = contract.DOMAIN
 LOWERING_VERSION = 1  # bump when the qdq output changes, so cached engines rebuild
@@ -178,8 +179,12 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
 
 
 def with_activation_formats(model: onnx.ModelProto, formats: dict[str, str]) -> onnx.ModelProto:
-    """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``."""
+    """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``, and whose
+    nodes of ops with no TensorRT plugin yet are expanded to standard ONNX (``expand``)."""
     out = copy.deepcopy(model)
+    unplugged = expand.expanded_op_types(plugin_path=True)
+    if any(n.domain == DOMAIN and n.op_type in unplugged for n in out.graph.node):
+        out = _expand_nodes(out, unplugged)
     for i, node in enumerate(out.graph.node):
         if node.domain != DOMAIN or not contract.op(node.op_type).is_projection:
             continue
@@ -467,6 +472,9 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
             continue
         key = _key_gs(node, dict(node.attrs), index[id(node)])
         a = contract_attributes(node.op, dict(node.attrs), key)
+        if node.op in expand.EXPANSIONS:
+            _expand_node(graph, node, a, key)
+            continue
         fmt = formats.get(key) if formats is not None else ops[key].activation_format
         if fmt is None:
             raise LoweringError(f"node {key}: no activation format chosen for it")
@@ -499,6 +507,28 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
     del out.opset_import[:]
     out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
     out.ir_version = max(model.ir_version, MIN_IR_VERSION)
+    return out
+
+
+def _expand_node(graph: gs.Graph, node: gs.Node, a: dict, key: str) -> None:
+    ins, outs = list(node.inputs), list(node.outputs)
+    node.inputs.clear()
+    node.outputs.clear()
+    expand.EXPANSIONS[node.op](_Emitter(graph, key), ins, outs, a)
+
+
+def _expand_nodes(model: onnx.ModelProto, op_types: tuple[str, ...]) -> onnx.ModelProto:
+    """``model`` with its metrale nodes of ``op_types`` expanded to standard ONNX (``expand``)."""
+    graph = gs.import_onnx(model)
+    for i, node in enumerate(list(graph.nodes)):
+        if node.domain == DOMAIN and node.op in op_types:
+            key = _key_gs(node, dict(node.attrs), i)
+            _expand_node(graph, node, contract_attributes(node.op, dict(node.attrs), key), key)
+    graph.cleanup().toposort()
+    out = gs.export_onnx(graph)
+    del out.opset_import[:]
+    out.opset_import.extend(model.opset_import)
+    out.ir_version = model.ir_version
     return out
 
 
