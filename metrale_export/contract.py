@@ -460,7 +460,7 @@ ATTENTION = OpSpec(
             Input("value", "x", ("x.0", "kv_heads", "total", "head_dim"), doc="the values, as key")),
     attributes=(Attribute("q_heads", "int", doc="Hq, a multiple of kv_heads"),
                 Attribute("kv_heads", "int", doc="Hkv"),
-                Attribute("head_dim", "int", ATTENTION_HEAD_DIMS, doc="D"),
+                Attribute("head_dim", "int", doc="D (the CUDA kernel runs ATTENTION_HEAD_DIMS; the references any)"),
                 Attribute("scale", "float", doc="the score scale (Qwen3: head_dim ** -0.5)"),
                 *_name_tail()),
     outputs=(Output("y", "x", ("x.0", "x.2", "q_heads", "head_dim")),),
