@@ -54,6 +54,7 @@ from onnx_graphsurgeon.logger import G_LOGGER as _GS_LOGGER
 
 from .. import contract
 from ..errors import InputError
+from . import expand
 
 DOMAIN = contract.DOMAIN
 LOWERING_VERSION = 2  # bump when the qdq output changes, so cached engines rebuild
@@ -136,6 +137,11 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
                 raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a string, "
                                     f"found {value!r}")
             value = _text(value)
+        elif a.type == "float":
+            if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
+                raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a float, "
+                                    f"found {value!r}")
+            value = float(value)
         elif not isinstance(value, (int, np.integer)):
             raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected an int, found {value!r}")
         else:
@@ -150,8 +156,9 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
 
 
 def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
-    """The metrale nodes of the main graph, in graph order, checked against the contract (a graph
-    of an older op contract is refused: ``contract.check_model``)."""
+    """The metrale projection nodes of the main graph, in graph order, checked against the contract
+    (a graph of an older op contract is refused: ``contract.check_model``); the other metrale
+    nodes are checked too, but have no activation format to choose and are not listed."""
     try:
         contract.check_model(model, "the ONNX graph")
     except InputError as e:
@@ -163,6 +170,8 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
         a = _attrs(node)
         key = _key(node, a, i)
         a = contract_attributes(node.op_type, a, key)
+        if not contract.op(node.op_type).is_projection:
+            continue  # norms, the float projection, the router: no activation format to choose
         ops.append(OpInfo(key, node.op_type, a["family"], a["activation_format"], a["n"], a["k"]))
     keys = [op.key for op in ops]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
@@ -172,10 +181,14 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
 
 
 def with_activation_formats(model: onnx.ModelProto, formats: dict[str, str]) -> onnx.ModelProto:
-    """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``."""
+    """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``, and whose
+    nodes of ops with no TensorRT plugin yet are expanded to standard ONNX (``expand``)."""
     out = copy.deepcopy(model)
+    unplugged = expand.expanded_op_types(plugin_path=True)
+    if any(n.domain == DOMAIN and n.op_type in unplugged for n in out.graph.node):
+        out = _expand_nodes(out, unplugged)
     for i, node in enumerate(out.graph.node):
-        if node.domain != DOMAIN:
+        if node.domain != DOMAIN or not contract.op(node.op_type).is_projection:
             continue
         key = _key(node, _attrs(node), i)
         if key not in formats:
@@ -469,6 +482,9 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
             continue
         key = _key_gs(node, dict(node.attrs), index[id(node)])
         a = contract_attributes(node.op, dict(node.attrs), key)
+        if node.op in expand.EXPANSIONS:
+            _expand_node(graph, node, a, key)
+            continue
         fmt = formats.get(key) if formats is not None else ops[key].activation_format
         if fmt is None:
             raise LoweringError(f"node {key}: no activation format chosen for it")
@@ -501,6 +517,28 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
     del out.opset_import[:]
     out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
     out.ir_version = max(model.ir_version, MIN_IR_VERSION)
+    return out
+
+
+def _expand_node(graph: gs.Graph, node: gs.Node, a: dict, key: str) -> None:
+    ins, outs = list(node.inputs), list(node.outputs)
+    node.inputs.clear()
+    node.outputs.clear()
+    expand.EXPANSIONS[node.op](_Emitter(graph, key), ins, outs, a)
+
+
+def _expand_nodes(model: onnx.ModelProto, op_types: tuple[str, ...]) -> onnx.ModelProto:
+    """``model`` with its metrale nodes of ``op_types`` expanded to standard ONNX (``expand``)."""
+    graph = gs.import_onnx(model)
+    for i, node in enumerate(list(graph.nodes)):
+        if node.domain == DOMAIN and node.op in op_types:
+            key = _key_gs(node, dict(node.attrs), i)
+            _expand_node(graph, node, contract_attributes(node.op, dict(node.attrs), key), key)
+    graph.cleanup().toposort()
+    out = gs.export_onnx(graph)
+    del out.opset_import[:]
+    out.opset_import.extend(model.opset_import)
+    out.ir_version = model.ir_version
     return out
 
 

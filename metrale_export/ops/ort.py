@@ -38,20 +38,26 @@ _DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
 _WIDENED = {"bfloat16": torch.bfloat16}
 _INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32,
              **{d: PyCustomOpDef.dt_float for d in _WIDENED}}
-_ATTR_DT = {"int": PyCustomOpDef.dt_int64, "string": PyCustomOpDef.dt_string}
+_ATTR_DT = {"int": PyCustomOpDef.dt_int64, "float": PyCustomOpDef.dt_float, "string": PyCustomOpDef.dt_string}
 _registered: set[str] = set()
 
 
-def _impl(op_type: str, present: list[str]):
-    """A numpy-in, numpy-out function running the reference of ``op_type``."""
+def _impl(op_type: str, present: list[str], outputs: list[str]):
+    """A numpy-in, numpy-out function running the reference of ``op_type`` (the ``outputs``
+    present, of an op of several)."""
+    spec = contract.op(op_type)
 
     def run(x, *rest, **attrs):
         t = dict(zip(present, (torch.from_numpy(np.ascontiguousarray(a)) for a in rest)))
-        for i in contract.op(op_type).inputs:
+        for i in spec.inputs:
             if i.dtype in _WIDENED and i.name in t:
                 t[i.name] = t[i.name].to(_WIDENED[i.dtype])  # back from the exact float32 Cast
         xt = torch.from_numpy(np.ascontiguousarray(x))
-        return torch_ops.reference(op_type, xt, t, attrs).numpy()
+        out = torch_ops.reference(op_type, xt, t, attrs)
+        if not isinstance(out, tuple):
+            return out.numpy()
+        every = dict(zip((o.name for o in spec.outputs), out))
+        return tuple(every[o].contiguous().numpy() for o in outputs)
 
     return run
 
@@ -71,14 +77,23 @@ def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
         )
     spec = contract.op(op_type)
     present = [i.name for i in spec.inputs if not i.optional or has[i.name]]
+    outputs = [o.name for o in spec.outputs if not o.optional or has[o.gate]]
     tag = "_".join("".join(w[0] for w in p.split("_")) for p in present)
     name = f"{op_type}__{_DT[x_type][0]}__{tag}"
     if name not in _registered:
+        types = {**_INPUT_DT, "x": _DT[x_type][1]}
         onnx_op(op_type=name, domain=CONTRIB,
-                inputs=[_DT[x_type][1]] + [{**_INPUT_DT, "x": _DT[x_type][1]}[spec.input(p).dtype] for p in present],
-                outputs=[_DT[x_type][1]], attrs=attribute_types(op_type))(_impl(op_type, present))
+                inputs=[_DT[x_type][1]] + [types[spec.input(p).dtype] for p in present],
+                outputs=[types[spec.output(o).dtype] for o in outputs],
+                attrs=attribute_types(op_type))(_impl(op_type, present, outputs))
         _registered.add(name)
     return name
+
+
+def _flags(spec: contract.OpSpec, present: dict[str, bool]) -> dict[str, bool]:
+    """Optional input name -> present, and gate attribute -> set (an optional output's gate is
+    always some optional input's)."""
+    return {**present, **{i.gate: present[i.name] for i in spec.inputs if i.optional}}
 
 
 def _register_all() -> None:
@@ -90,7 +105,7 @@ def _register_all() -> None:
         optional = spec.optional_inputs
         for x_type in _DT:
             for bits in itertools.product((False, True), repeat=len(optional)):
-                _variant(op_type, x_type, dict(zip(optional, bits)))
+                _variant(op_type, x_type, _flags(spec, dict(zip(optional, bits))))
 
 
 _register_all()
@@ -143,7 +158,7 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         spec = contract.op(node.op_type)
-        flags = {i.name: bool(attrs.get(i.gate, 0)) for i in spec.inputs if i.optional}
+        flags = _flags(spec, {i.name: bool(attrs.get(i.gate, 0)) for i in spec.inputs if i.optional})
         present = [i for i in spec.inputs if not i.optional or flags[i.name]]
         for pos, i in enumerate(present, start=1):
             if i.dtype in _WIDENED and pos < len(node.input):

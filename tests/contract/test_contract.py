@@ -39,11 +39,19 @@ def test_contract_imports_neither_torch_nor_onnx():
 def test_specs_are_consistent():
     for op_type, spec in contract.OPS.items():
         assert spec.op_type == op_type
+        names = spec.attribute_names
+        assert len(set(names)) == len(names), op_type
+        assert {"family", "name"} <= set(names)
+        for o in spec.outputs:
+            if o.optional:  # an absent output is passed through from a named input
+                assert spec.attribute(o.gate).values == (0, 1) and o.absent in (spec.x_name, "x", *spec.torch_inputs)
+        if not spec.is_projection:
+            assert spec.category in contract.NON_PROJECTION_CATEGORIES, op_type
+            assert not spec.activation_formats and "activation_format" not in names
+            continue
         assert spec.default_activation in spec.activation_formats
         assert set(spec.activation_formats) <= set(contract.ACTIVATION_FORMATS)
         assert spec.attribute("activation_format").values == spec.activation_formats
-        names = spec.attribute_names
-        assert len(set(names)) == len(names), op_type
         for i in spec.inputs:
             if i.optional:
                 assert spec.attribute(i.gate).values == (0, 1), (op_type, i.name)
@@ -122,3 +130,16 @@ def test_lowering_refuses_an_attribute_the_contract_does_not_define(demo_exports
     node.attribute.append(onnx.helper.make_attribute("group_size", 32))
     with pytest.raises(lowering.LoweringError, match="group_size are not in the op contract"):
         lowering.metrale_ops(model)
+
+
+def test_a_non_projection_op_has_its_own_outputs_and_float_attributes():
+    norm = contract.op("RMSNorm")
+    assert norm.present_outputs({}) == ("y",)
+    assert norm.present_outputs({"has_residual": 1}) == ("y", "residual_out")
+    assert norm.float_attributes == ("epsilon",)
+    assert norm.emitted_attributes[-2:] == ("family", "name")  # ints, floats, strings
+    assert contract.op("Router").present_outputs({}) == ("topk_ids", "topk_weights")
+    # The projections keep their one output and are the only ones the engine policy sees.
+    assert all(s.outputs == (contract.Output("y", "x", ("m", "n")),) for s in contract.projections().values())
+    assert set(contract.projections()) == {t for t, s in contract.OPS.items() if "Proj" in t and t != "FloatProj"}
+    assert "float" not in contract.by_kind()

@@ -25,7 +25,7 @@ if not torch.cuda.is_available():
 
 import metrale_export.ops.cuda  # noqa: E402,F401  (registers the CUDA kernels)
 from metrale_export.compare.row_invariance import decode_inputs  # noqa: E402
-from metrale_export.exporter.layers.attention import cached_attention  # noqa: E402
+from metrale_export.exporter.layers.attention import AttentionCore, cached_attention  # noqa: E402
 from metrale_export.exporter.layers.norm import RMSNorm  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -48,17 +48,19 @@ def test_rmsnorm_rows_alone_equal_batched(size):
     assert not bad, f"RMSNorm rows {bad} differ alone vs in a batch of {ROWS}"
 
 
-@pytest.mark.parametrize("heads,kv_heads,d,past,s", [(4, 2, 64, 5, 1), (8, 4, 32, 5, 1), (4, 2, 64, 3, 7)])
+@pytest.mark.parametrize("heads,kv_heads,d,past,s", [(4, 2, 64, 5, 1), (8, 4, 128, 5, 1), (4, 2, 64, 3, 7)])
 def test_cached_attention_rows_alone_equal_batched(heads, kv_heads, d, past, s):
     g = torch.Generator().manual_seed(heads * d + past)
     r = lambda *shape: torch.randn(*shape, generator=g).to(DEV)  # noqa: E731
     q, k, v = r(ROWS, heads, s, d), r(ROWS, kv_heads, s, d), r(ROWS, kv_heads, s, d)
     pk, pv = r(ROWS, kv_heads, past, d), r(ROWS, kv_heads, past, d)
+    core = AttentionCore(heads, kv_heads, d, d ** -0.5, "attn")
+    q, k, v, pk, pv = (t.to(torch.bfloat16) for t in (q, k, v, pk, pv))
     with torch.no_grad():
-        full = cached_attention(q, k, v, pk, pv, d ** -0.5)
+        full = cached_attention(q, k, v, pk, pv, core)
         bad = [i for i in range(ROWS)
                if not all(_same(a[0], b[i]) for a, b in zip(
-                   cached_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], pk[i:i + 1], pv[i:i + 1], d ** -0.5), full))]
+                   cached_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], pk[i:i + 1], pv[i:i + 1], core), full))]
     assert not bad, f"attention rows {bad} differ alone vs in a batch of {ROWS}"
 
 
