@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-DOMAIN = "metrale"
+from .contract import DOMAIN
 NORMALIZATIONS = frozenset({
     "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
     "SkipSimplifiedLayerNormalization", "GroupNormalization", "InstanceNormalization",
