@@ -23,7 +23,7 @@ FORMATS = ("w4a16", "w8a8", "w4a4")
 # that moves one activation across a bf16 rounding boundary changes it by 2^-9 relative, and that
 # change spreads to every later position and layer. On the demo model (prefill 2 x 7), the CPU
 # reference with its projection outputs moved by +-1 float32 ulp at random is 4e-6 .. 1.2e-3 from
-# ONNX Runtime (benchmarks/debug_w4a16.py, 2026-11-29), so MODEL_QUANTIZED (1e-3) cannot hold on
+# ONNX Runtime (benchmarks/diagnostics/debug_w4a16.py, 2026-11-29), so MODEL_QUANTIZED (1e-3) cannot hold on
 # another device's summation order; the bound below does, and the projection check (each
 # projection against the CPU reference op on the GPU's own inputs) is what checks the kernels.
 # |gpu - cpu| of a projection, in units of 2^-24 * sum_k |x_k| |w_nk| (float32 accumulation noise;

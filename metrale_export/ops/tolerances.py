@@ -16,7 +16,7 @@ MODEL_QUANTIZED = 1e-3
 # The same quantized model on another device's summation order (the GPU through the CUDA ops) vs
 # ONNX Runtime, W4A16: its bf16 activation rounding carries a float32 last-bit difference across a
 # rounding boundary now and then, and on the demo models that alone moves the logits by up to 1.2e-3
-# (benchmarks/debug_w4a16.py, 2026-11-29). The kernels themselves are checked per projection.
+# (benchmarks/diagnostics/debug_w4a16.py, 2026-11-29). The kernels themselves are checked per projection.
 MODEL_OTHER_DEVICE_BF16 = 5e-3
 # An unquantized export vs transformers in float32.
 TRANSFORMERS = 1e-4

@@ -1,6 +1,6 @@
 """GPU tests of the PyTorch model around the kernels: row invariance at the model level.
 
-The W4A16 demo model lost bitwise row invariance on the H200 (benchmarks/results/model-check-20261129.md)
+The W4A16 demo model lost bitwise row invariance on the H200 (benchmarks/results/model-check-20261129-1838-5bcf015.md)
 although every projection kept it: torch's own GPU ops did not. ``pow(2).mean(-1)`` of RMSNorm and
 the batched attention matmuls pick their kernels by the tensor's shape, so a decode row alone and
 inside a batch of 33 differed in the last float32 bit (RMSNorm: 5 of 33 rows; probs @ v: every
