@@ -3,8 +3,9 @@
 Torch-free and onnx-free (plain Python), so every floor imports it: the ONNX schemas and
 translations, the torch and ONNX Runtime reference ops, the CUDA wrapper's argument codes, the
 engine policy and lowering, the projection specs and the format readers all derive from it, and
-``python -m metrale_export.contract --write`` exports it as ``plugins/contract.json``, against which
-the C++ plugins' field tables and the conformance harness are checked (tests/plugins).
+``python -m metrale_export.contract --write`` exports it as ``plugins/contract.json`` and generates
+the C++ header ``plugins/include/metrale/contract.h`` (contract_header.py), from which the kernels'
+enums and constants, the plugins' field tables and the conformance harness read it.
 
 Model: TensorRT's ``plugin/*/*_PluginConfig.yaml`` (inputs, attribute types and options as data).
 
@@ -67,6 +68,7 @@ class Input:
     shape: tuple[str, ...]
     gate: str | None = None
     doc: str = ""
+    encoding: str | None = None  # the bits an int8 input holds, where they are a float format: "e4m3fn"
 
     @property
     def optional(self) -> bool:
@@ -204,15 +206,16 @@ class OpSpec:
     def optional_inputs(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.inputs if i.optional)
 
+    @property
+    def fp8_inputs(self) -> tuple[str, ...]:
+        """The inputs holding FP8 e4m3fn bit patterns (FP8-typed tensors in a standard-ONNX lowering)."""
+        return tuple(i.name for i in self.inputs if i.encoding == "e4m3fn")
+
     def input(self, name: str) -> Input:
         for i in self.inputs:
             if i.name == name:
                 return i
         raise KeyError(f"{self.op_type}: no input {name!r}")
-
-    def present_inputs(self, attrs: dict) -> tuple[str, ...]:
-        """The inputs after x a node with ``attrs`` has, in order (gates absent count as 0)."""
-        return tuple(i.name for i in self.inputs if not i.optional or int(attrs.get(i.gate, 0)))
 
     def defaults(self) -> dict:
         return {a.name: a.default for a in self.attributes if a.default is not None}
@@ -263,7 +266,7 @@ W4A16 = OpSpec(
 
 W8A8 = OpSpec(
     "W8A8Proj", "w8a8", 1, "FP8",
-    inputs=(Input("weight", "int8", ("n", "k"), doc="FP8 e4m3fn bit patterns"),
+    inputs=(Input("weight", "int8", ("n", "k"), doc="FP8 e4m3fn bit patterns", encoding="e4m3fn"),
             Input("weight_scale", "float32", ("n",), doc="[n] (channel) or [ceil(n/128), ceil(k/128)] (block128)"),
             _BIAS),
     attributes=(*_common_head(),
@@ -277,7 +280,8 @@ W8A8 = OpSpec(
 W4A4 = OpSpec(
     "W4A4Proj", "w4a4", 1, "NVFP4",
     inputs=(Input("weight", "int8", ("n", "k/2"), doc="two e2m1 codes a byte, even k low"),
-            Input("weight_scale", "int8", ("n", "k/16"), doc="e4m3fn bit patterns, one per 16 k"),
+            Input("weight_scale", "int8", ("n", "k/16"), doc="e4m3fn bit patterns, one per 16 k",
+                  encoding="e4m3fn"),
             Input("weight_global_scale", "float32", ("1",)),
             Input("input_scale", "float32", ("1",), "has_input_scale", "static activation global scale"),
             _BIAS),
@@ -287,6 +291,11 @@ W4A4 = OpSpec(
                 *_common_tail()),
     activation_formats=("bf16", "nvfp4"), default_activation="nvfp4", doc=_X_DOC)
 
+
+
+# How a MoE's experts export (--moe-experts): as its grouped-expert op (below), or one dense op per
+# expert run on every row (what a standard-ONNX lowering can express).
+MOE_LAYOUTS = ("grouped", "dense")
 
 
 def grouped(dense: OpSpec) -> OpSpec:
@@ -365,6 +374,12 @@ ROUTER = OpSpec(
 
 OPS.update({o.op_type: o for o in (RMSNORM, FLOAT_PROJ, ROUTER)})
 # --- end of the non-projection ops ------------------------------------------------------------------
+
+
+# The kernels' C enums (include/metrale/contract.h, generated): name, label prefix, the values in code order.
+C_ENUMS = (("MetraleDType", "", X_DTYPES), ("MetraleActFormat", "ACT_", ACTIVATION_FORMATS),
+           ("MetraleWeightScale", "WSCALE_", W8A8.attribute("weight_scale_granularity").values),
+           ("MetraleActScale", "ASCALE_", W8A8.attribute("activation_scale_granularity").values))
 
 
 def op_types() -> tuple[str, ...]:
@@ -515,11 +530,32 @@ def to_json() -> str:
 JSON_PATH = Path(__file__).resolve().parents[1] / "plugins" / "contract.json"
 
 
+def generated() -> dict[Path, str]:
+    """The files generated from the contract for the C++ side, path -> text: plugins/contract.json
+    and plugins/include/metrale/contract.h."""
+    from . import contract_header
+
+    return {JSON_PATH: to_json(), contract_header.HEADER_PATH: contract_header.to_header()}
+
+
+def stale() -> list[str]:
+    """One line per generated file that differs from what the contract generates (empty: current)."""
+    return [f"{path}: differs from what metrale_export/contract.py generates (hand-edited or stale): regenerate "
+            f"it with python -m metrale_export.contract --write"
+            for path, text in generated().items() if not path.exists() or path.read_text() != text]
+
+
 def main(argv: list[str]) -> int:
-    """``python -m metrale_export.contract [--write]``: print the JSON, or write plugins/contract.json."""
+    """``python -m metrale_export.contract [--write | --check]``: print the JSON; write the generated
+    files (plugins/contract.json, plugins/include/metrale/contract.h); or exit 1 when one is stale."""
     if "--write" in argv:
-        JSON_PATH.write_text(to_json())
-        print(f"wrote {JSON_PATH}")
+        for path, text in generated().items():
+            path.write_text(text)
+            print(f"wrote {path}")
+    elif "--check" in argv:
+        problems = stale()
+        print("\n".join(problems) or "the generated files are current")
+        return 1 if problems else 0
     else:
         sys.stdout.write(to_json())
     return 0

@@ -17,8 +17,7 @@ from __future__ import annotations
 from collections import Counter
 
 from . import contract
-
-DOMAIN = "metrale"
+from .contract import DOMAIN
 NORMALIZATIONS = frozenset({
     "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
     "SkipSimplifiedLayerNormalization", "GroupNormalization", "InstanceNormalization",

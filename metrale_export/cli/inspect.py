@@ -15,6 +15,7 @@ from pathlib import Path
 
 import click
 
+from ..contract import DOMAIN
 from ..errors import InputError
 from . import options as opt
 
@@ -95,7 +96,7 @@ def summarize(path: Path) -> dict:
     op_bytes = defaultdict(int)
     nodes = {n.name: n for n in model.graph.node}
     for node in model.graph.node:
-        if node.domain == "metrale":
+        if node.domain == DOMAIN:
             op_bytes[node.op_type] += sum(sizes.get(i, 0) for i in node.input[1:])
     def shape(v):
         return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]

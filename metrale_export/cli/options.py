@@ -10,11 +10,15 @@ from pathlib import Path
 
 import click
 
+from ..contract import MOE_LAYOUTS, W8A8
 from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
 from ..engines.policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
 from ..exporter.names import DTYPE_NAMES, W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
+
+W8A8_SCALES = W8A8.attribute("weight_scale_granularity")
+W8A8_ACT_SCALES = W8A8.attribute("activation_scale_granularity")
 
 
 def _compose(*decorators):
@@ -53,12 +57,12 @@ quantization_options = _compose(
     click.option("--no-scale-search", is_flag=True,
                  help="Plain round-to-nearest W4A16 group scales (clipping ranges) and NVFP4 block scales "
                       "(default: search each for the lowest squared error)."),
-    click.option("--w8a8-weight-scales", type=click.Choice(["channel", "block128"]), default="channel",
+    click.option("--w8a8-weight-scales", type=click.Choice(W8A8_SCALES.values), default=W8A8_SCALES.default,
                  show_default=True, help="W8A8 weight scales: per output channel or 128x128 blocks."),
-    click.option("--w8a8-activation-scales", type=click.Choice(["row", "row_block128"]), default="row",
+    click.option("--w8a8-activation-scales", type=click.Choice(W8A8_ACT_SCALES.values), default=W8A8_ACT_SCALES.default,
                  show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
     click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
-    click.option("--moe-experts", type=click.Choice(("grouped", "dense")), default="grouped", show_default=True,
+    click.option("--moe-experts", type=click.Choice(MOE_LAYOUTS), default=MOE_LAYOUTS[0], show_default=True,
                  help="Quantized MoE experts: grouped-expert ops reading only the routed experts, or one "
                       "projection per expert run on every row (what the qdq lowering can express)."),
     click.option("--layers", default=None, metavar="SPEC",

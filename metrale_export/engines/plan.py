@@ -25,6 +25,7 @@ from typing import Callable
 
 import onnx
 
+from .. import contract
 from ..hashing import sha256_file
 from ..errors import InputError
 from ..invariance import audit, engine_promise
@@ -208,8 +209,9 @@ def resolve_max_context(max_context: int | None, model_max: int | None, where: P
     return max_context
 
 
-# The qdq lowering stores these weights as FLOAT8E4M3FN (docs/engines.md, Lowerings).
-_FP8_STORED = ("W8A8Proj", "W4A4Proj")
+# The qdq lowering stores the weights of the ops with FP8 (e4m3fn) inputs as FLOAT8E4M3FN
+# (docs/engines.md, Lowerings): W8A8Proj's weights, W4A4Proj's block scales and so its codes.
+_FP8_STORED = tuple(t for t, s in contract.OPS.items() if s.fp8_inputs and s.grouped_of is None)
 _FP8_MIN_TARGET = (8, 9)  # TensorRT-RTX: "Cannot compile for target(s) sm86 ... fp8_e4m3"
 
 

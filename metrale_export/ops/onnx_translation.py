@@ -29,11 +29,6 @@ _ACT_TYPES = [_ONNX_TYPES[t] for t in contract.X_DTYPES]
 _ATTR_TYPES = {"int": OpSchema.AttrType.INT, "float": OpSchema.AttrType.FLOAT, "string": OpSchema.AttrType.STRING}
 
 
-def present_flag(op_type: str, name: str) -> str:
-    """The attribute that says whether optional input ``name`` of ``op_type`` is present."""
-    return contract.op(op_type).input(name).gate
-
-
 def attribute_names(op_type: str) -> tuple[str, ...]:
     """The contract's attributes a node of ``op_type`` carries, in the order an export writes them."""
     return contract.op(op_type).emitted_attributes

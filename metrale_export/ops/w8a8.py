@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 import torch
 
-from ..contract import ceil_div
+from ..contract import W8A8, ceil_div
 from . import weight_cache
 from .numerics import E4M3_MAX, FP8_BLOCK, bf16_round, e4m3_from_bits, e4m3_round, e4m3_to_bits
 
-WEIGHT_SCALE_GRANULARITIES = ("channel", "block128")
-ACT_SCALE_GRANULARITIES = ("row", "row_block128")
+WEIGHT_SCALE_GRANULARITIES = W8A8.attribute("weight_scale_granularity").values
+ACT_SCALE_GRANULARITIES = W8A8.attribute("activation_scale_granularity").values
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """GPU tests of the PyTorch model around the kernels: row invariance at the model level.
 
-The W4A16 demo model lost bitwise row invariance on the H200 (benchmarks/results/model-check-20261129.md)
+The W4A16 demo model lost bitwise row invariance on the H200 (benchmarks/results/model-check-20261129-1838-5bcf015.md)
 although every projection kept it: torch's own GPU ops did not. ``pow(2).mean(-1)`` of RMSNorm and
 the batched attention matmuls pick their kernels by the tensor's shape, so a decode row alone and
 inside a batch of 33 differed in the last float32 bit (RMSNorm: 5 of 33 rows; probs @ v: every
@@ -66,13 +66,13 @@ def test_cached_attention_rows_alone_equal_batched(heads, kv_heads, d, past, s):
 
 @pytest.fixture(scope="module", params=["demo", "hybrid"])
 def demo_w4a16(request, tmp_path_factory):
-    from benchmarks.model_check import _build
+    from benchmarks.model_check import build_model
     from metrale_export.exporter.demo import write_demo
     from metrale_export.exporter.demo_hybrid import write_hybrid_demo
 
     root = tmp_path_factory.mktemp(request.param)
     (write_demo if request.param == "demo" else write_hybrid_demo)(root)
-    return _build(root, "w4a16", "cuda")
+    return build_model(root, "w4a16", "cuda")
 
 
 def _record(model, inputs) -> dict[str, list[torch.Tensor]]:
@@ -119,7 +119,7 @@ def test_demo_w4a16_every_module_row_invariant(demo_w4a16):
 
 @pytest.mark.parametrize("case", ["prefill", "decode"])
 def test_demo_w4a16_projections_within_float32_noise(demo_w4a16, case):
-    from benchmarks.model_check import NOISE_UNITS, _inputs, projection_noise
+    from benchmarks.model_check import NOISE_UNITS, model_inputs, projection_noise
 
-    worst, where = projection_noise(demo_w4a16, [t.to(DEV) for t in _inputs(demo_w4a16, case)])
+    worst, where = projection_noise(demo_w4a16, [t.to(DEV) for t in model_inputs(demo_w4a16, case)])
     assert worst <= NOISE_UNITS, f"{where}: {worst:.1f} units of 2^-24 sum|x||w| from the CPU reference op"

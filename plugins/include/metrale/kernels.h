@@ -20,21 +20,15 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
+#include "metrale/contract.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* dtype codes of x and y (y always has the dtype of x). */
-enum MetraleDType { kMETRALE_FLOAT32 = 0, kMETRALE_FLOAT16 = 1, kMETRALE_BFLOAT16 = 2 };
-
-/* activation_format attribute. */
-enum MetraleActFormat { kMETRALE_ACT_BF16 = 0, kMETRALE_ACT_FP8 = 1, kMETRALE_ACT_NVFP4 = 2 };
-
-/* weight_scale_granularity (W8A8Proj). */
-enum MetraleWeightScale { kMETRALE_WSCALE_CHANNEL = 0, kMETRALE_WSCALE_BLOCK128 = 1 };
-
-/* activation_scale_granularity (W8A8Proj with fp8 activations). */
-enum MetraleActScale { kMETRALE_ASCALE_ROW = 0, kMETRALE_ASCALE_ROW_BLOCK128 = 1 };
+/* The argument codes (x_dtype: MetraleDType, act_format: MetraleActFormat, weight_scale_granularity:
+ * MetraleWeightScale, act_scale_granularity: MetraleActScale) are the op contract's, generated into
+ * metrale/contract.h; y always has the dtype of x. */
 
 /* W4A16Proj (op version 2). weight: int8 [n, k/2] packed codes; weight_scale: bfloat16 bit patterns
  * [n, ceil(k/group_size)]; zero_point: int8 [n, ceil(k/group_size)] or NULL (symmetric, zero point

@@ -1,6 +1,6 @@
 """Where the W4A16 demo model on the GPU loses row invariance and its distance to ONNX Runtime.
 
-Usage (GPU machine, kernel library built): python -m benchmarks.debug_w4a16 CKPT_DIR [NPZ]
+Usage (GPU machine, kernel library built): python -m benchmarks.diagnostics.debug_w4a16 CKPT_DIR [NPZ]
   CKPT_DIR: the demo checkpoint (``python -m benchmarks.model_check prepare .devicecarry`` writes
   .devicecarry/demo); NPZ: its ort_reference.npz (optional, for the prefill error).
 
@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.model_check import _build, _inputs
+from benchmarks.model_check import build_model, model_inputs
 from metrale_export.compare.row_invariance import decode_inputs
 from metrale_export.exporter.projection import Projection
 from metrale_export.ops import w4a16
@@ -200,7 +200,7 @@ def decode_check(model, rec: Recorder, device) -> None:
 
 def prefill_check(model, rec: Recorder, device, npz: Path | None) -> None:
     print("## 4. prefill (2 x 7 rows): projections vs the CPU reference op on the captured input")
-    inputs = [t.to(device) for t in _inputs(model, "prefill")]
+    inputs = [t.to(device) for t in model_inputs(model, "prefill")]
     out, recs = rec.run(model, inputs)
     for name, mod, xb, yb in recs:
         if isinstance(mod, Projection):
@@ -254,7 +254,7 @@ def main() -> int:
     npz = Path(sys.argv[2]) if len(sys.argv) > 2 else None
     device = os.environ.get("DEBUG_DEVICE", "cuda")
     torch_invariance(device)
-    model = _build(ckpt, "w4a16", device)
+    model = build_model(ckpt, "w4a16", device)
     rec = Recorder(model)
     decode_check(model, rec, device)
     prefill_check(model, rec, device, npz)

@@ -7,7 +7,7 @@ once to bfloat16 (version 2, ``w4a16.store_scale``), and between the two. Versio
 making ``store_scale`` keep float32, so both runs quantize the same weights with the same
 round-to-nearest quantizer. Prints a Markdown table.
 
-    python -m benchmarks.w4a16_scale_rounding [--out FILE]
+    python -m benchmarks.diagnostics.w4a16_scale_rounding [--out FILE]
 """
 
 from __future__ import annotations
