@@ -274,7 +274,7 @@ def _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, f
     """One ONNX Runtime run of the whole verification graph per case and the whole PyTorch model
     (one thread each, as streamed: float32 sums then run in the same order, so both give the same
     numbers)."""
-    from .streaming import one_thread
+    from ..ops.w4a16 import one_thread
 
     model = torch_model_factory(export_dir, checkpoint, manifest)().eval()
     ort_runner = OnnxrtRunner(lambda: reference_session(graph, threads=1, base_dir=export_dir,

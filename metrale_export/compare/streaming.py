@@ -16,7 +16,6 @@ most two decoder layers' PyTorch weights (this one, the next one being read) are
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -27,6 +26,7 @@ import numpy as np
 import torch
 
 from ..ops import weight_cache
+from ..ops.w4a16 import one_thread
 from ..ops.ort import reference_session
 from .segments import Segment, segment_model, value_infos
 from .taps import GraphTaps
@@ -99,19 +99,6 @@ class _Parts:
         self.pool.shutdown(wait=True)
 
 
-@contextlib.contextmanager
-def one_thread():
-    """torch's intra-op threads at 1 for the run: the loader thread quantizes on one core (the
-    quantizer is single-threaded by design), the compute thread takes the other, and float32 sums
-    keep one order whatever the machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
 def run_segments(export_dir: Path, graph_model, segments: list[Segment], taps: GraphTaps, model, source,
                  cases, feeds: dict[str, dict], progress: Callable[[str], None] | None = None,
                  ) -> Streamed:
@@ -131,6 +118,8 @@ def run_segments(export_dir: Path, graph_model, segments: list[Segment], taps: G
     model.load_part(source, "model.rotary_emb")
     parts = _Parts(model, source, segments)
     try:
+        # torch on one thread: the loader thread quantizes on one core, this one computes on the
+        # other, and float32 sums keep one order (the whole-graph run does the same).
         with one_thread():
             for s, seg in enumerate(segments):
                 with weight_cache.reuse():

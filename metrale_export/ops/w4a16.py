@@ -45,7 +45,7 @@ _CHUNK_ELEMENTS = 1 << 18
 
 
 @contextlib.contextmanager
-def _one_thread():
+def one_thread():
     """torch's intra-op threads off while quantizing. The chunks are small (``_CHUNK_ELEMENTS``), so a
     second thread only adds synchronisation: on the 2-core machine under load, one 12288x4096 weight
     took 0.64 CPU s on one thread and 6-20 CPU s (13-55 s of wall time) on two. One thread also keeps
@@ -116,7 +116,7 @@ def quantize(w: torch.Tensor, group_size: int = 128, symmetric: bool = True,
     why = check_shape(k, group_size)
     if why:
         raise ValueError(why)
-    with _one_thread():
+    with one_thread():
         return _quantize(w, group_size, symmetric, search)
 
 

@@ -95,8 +95,9 @@ def test_streamed_report_equals_the_whole_graph_run_on_the_demo(demo_exports, fm
 
 def test_resident_layers_do_not_grow_with_depth(by_depth):
     peaks = {n: compare_export(d, cases=CASES).run["resident_layers_peak"] for n, d in by_depth.items()}
-    # The layer being compared and the next one being read: 2 whatever the depth.
-    assert peaks == {2: 2, 6: 2}
+    # The layer being compared and, at most, the next one being read: whatever the depth (1 when the
+    # read-ahead ends after the layer before it was released).
+    assert all(1 <= p <= 2 for p in peaks.values()), peaks
     assert compare_export(by_depth[6], cases=CASES, streaming=False).run["resident_layers_peak"] == 6
 
 
@@ -109,4 +110,5 @@ def test_progress_on_stderr_only_without_json_or_quiet(by_depth):
     assert r.exit_code == 0
     assert "comparing" not in r.stderr
     report = json.loads(r.stdout)
-    assert report["run"] == {"mode": "streamed", "segments": 4, "resident_layers_peak": 2}
+    assert report["run"]["mode"] == "streamed" and report["run"]["segments"] == 4
+    assert 1 <= report["run"]["resident_layers_peak"] <= 2
