@@ -41,9 +41,17 @@ def _external(tensor: onnx.TensorProto) -> dict:
 
 
 def read_array(tensor: onnx.TensorProto, base_dir: Path) -> np.ndarray:
-    """A tensor's values, from its external file (relative to ``base_dir``) or its raw data;
-    the tensor itself is not changed (onnx >= 1.18 reads without writing back)."""
-    return numpy_helper.to_array(tensor, str(base_dir))
+    """A tensor's values, from its external file (relative to ``base_dir``) or its raw data; the
+    tensor itself is not changed. The file is read here rather than by onnx, whose reader refuses
+    a data file with several hard links (an export shared by linking it elsewhere)."""
+    if not uses_external_data(tensor):
+        return numpy_helper.to_array(tensor)
+    loaded = onnx.TensorProto()
+    loaded.CopyFrom(tensor)  # the header only: no data to copy
+    del loaded.external_data[:]
+    loaded.data_location = onnx.TensorProto.DEFAULT
+    loaded.raw_data = b"".join(c.tobytes() for c in iter_chunks(tensor, base_dir, np.uint8))
+    return numpy_helper.to_array(loaded)
 
 
 class FileValues(LazyValues):
