@@ -136,7 +136,8 @@ class WeightsFile:
         self.count += 1
 
     def write_tensor(self, tensor: onnx.TensorProto) -> onnx.TensorProto:
-        """Move an in-memory tensor's raw data into the file; ``tensor`` then points there."""
+        """Move an in-memory tensor's raw data into the file; ``tensor`` then points there (its
+        arena keeps the bytes: for tensors that were in memory already, small sources)."""
         start = self._begin(tensor)
         self._write(tensor.raw_data)
         self._point(tensor, start)
@@ -152,7 +153,14 @@ class WeightsFile:
 
     def constant(self, name: str, array: np.ndarray) -> gs.Constant:
         """A gs constant for a tensor the lowering made, its bytes already in the file."""
-        proto = self.write_tensor(numpy_helper.from_array(np.asarray(array), name))
+        # A fresh header proto: protobuf (upb) keeps a cleared raw_data's bytes in the message's
+        # arena for as long as the message lives, so a proto that ever held the data would keep it.
+        full = numpy_helper.from_array(np.asarray(array), name)
+        proto = onnx.TensorProto(name=name, data_type=full.data_type, dims=list(full.dims))
+        start = self._begin(proto)
+        self._write(full.raw_data)
+        del full
+        self._point(proto, start)
         return gs.Constant(name, FileValues(proto, self.path.parent))
 
     def adopt(self, model: onnx.ModelProto) -> None:
