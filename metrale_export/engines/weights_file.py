@@ -71,7 +71,7 @@ def attach(graph: gs.Graph, base_dir: Path) -> None:
     for t in graph.tensors().values():
         values = getattr(t, "_values", None)
         if isinstance(t, gs.Constant) and type(values) is LazyValues and uses_external_data(values.tensor):
-            t._values = FileValues(values.tensor, base_dir)
+            t._values = t._lazy = FileValues(values.tensor, base_dir)
 
 
 def iter_chunks(tensor: onnx.TensorProto, base_dir: Path, dtype, chunk_bytes: int = CHUNK_BYTES):
@@ -113,6 +113,17 @@ class WeightsFile:
     def attach(self, graph: gs.Graph) -> None:
         """``attach`` for the source graph this file's tensors come from."""
         attach(graph, self.source_dir)
+
+    @staticmethod
+    def release(tensors) -> None:
+        """Drop the loaded values of source constants once their node is lowered. gs caches them
+        on the constant, and a constant sits in a reference cycle with its own consumer list, so
+        without this they would wait for a full garbage collection (at 8B: gigabytes)."""
+        for t in tensors:
+            values = getattr(t, "_values", None)
+            lazy = getattr(t, "_lazy", None)
+            if isinstance(t, gs.Constant) and lazy is not None and values is not lazy:
+                t._values = lazy
 
     # -- writing --
     def _write(self, data) -> None:
