@@ -508,6 +508,8 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
         e.op("CastLike", [acc, x_in], out=y)
         if dtype is not None:
             y.dtype = dtype
+        if store is not None:
+            store.release(node.inputs)
         node.inputs.clear()
     graph.cleanup().toposort()
     out = gs.export_onnx(graph)

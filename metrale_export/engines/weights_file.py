@@ -41,9 +41,17 @@ def _external(tensor: onnx.TensorProto) -> dict:
 
 
 def read_array(tensor: onnx.TensorProto, base_dir: Path) -> np.ndarray:
-    """A tensor's values, from its external file (relative to ``base_dir``) or its raw data;
-    the tensor itself is not changed (onnx >= 1.18 reads without writing back)."""
-    return numpy_helper.to_array(tensor, str(base_dir))
+    """A tensor's values, from its external file (relative to ``base_dir``) or its raw data; the
+    tensor itself is not changed. The file is read here rather than by onnx, whose reader refuses
+    a data file with several hard links (an export shared by linking it elsewhere)."""
+    if not uses_external_data(tensor):
+        return numpy_helper.to_array(tensor)
+    loaded = onnx.TensorProto()
+    loaded.CopyFrom(tensor)  # the header only: no data to copy
+    del loaded.external_data[:]
+    loaded.data_location = onnx.TensorProto.DEFAULT
+    loaded.raw_data = b"".join(c.tobytes() for c in iter_chunks(tensor, base_dir, np.uint8))
+    return numpy_helper.to_array(loaded)
 
 
 class FileValues(LazyValues):
@@ -63,7 +71,7 @@ def attach(graph: gs.Graph, base_dir: Path) -> None:
     for t in graph.tensors().values():
         values = getattr(t, "_values", None)
         if isinstance(t, gs.Constant) and type(values) is LazyValues and uses_external_data(values.tensor):
-            t._values = FileValues(values.tensor, base_dir)
+            t._values = t._lazy = FileValues(values.tensor, base_dir)
 
 
 def iter_chunks(tensor: onnx.TensorProto, base_dir: Path, dtype, chunk_bytes: int = CHUNK_BYTES):
@@ -106,6 +114,17 @@ class WeightsFile:
         """``attach`` for the source graph this file's tensors come from."""
         attach(graph, self.source_dir)
 
+    @staticmethod
+    def release(tensors) -> None:
+        """Drop the loaded values of source constants once their node is lowered. gs caches them
+        on the constant, and a constant sits in a reference cycle with its own consumer list, so
+        without this they would wait for a full garbage collection (at 8B: gigabytes)."""
+        for t in tensors:
+            values = getattr(t, "_values", None)
+            lazy = getattr(t, "_lazy", None)
+            if isinstance(t, gs.Constant) and lazy is not None and values is not lazy:
+                t._values = lazy
+
     # -- writing --
     def _write(self, data) -> None:
         self._file.write(data)
@@ -128,7 +147,8 @@ class WeightsFile:
         self.count += 1
 
     def write_tensor(self, tensor: onnx.TensorProto) -> onnx.TensorProto:
-        """Move an in-memory tensor's raw data into the file; ``tensor`` then points there."""
+        """Move an in-memory tensor's raw data into the file; ``tensor`` then points there (its
+        arena keeps the bytes: for tensors that were in memory already, small sources)."""
         start = self._begin(tensor)
         self._write(tensor.raw_data)
         self._point(tensor, start)
@@ -144,7 +164,14 @@ class WeightsFile:
 
     def constant(self, name: str, array: np.ndarray) -> gs.Constant:
         """A gs constant for a tensor the lowering made, its bytes already in the file."""
-        proto = self.write_tensor(numpy_helper.from_array(np.asarray(array), name))
+        # A fresh header proto: protobuf (upb) keeps a cleared raw_data's bytes in the message's
+        # arena for as long as the message lives, so a proto that ever held the data would keep it.
+        full = numpy_helper.from_array(np.asarray(array), name)
+        proto = onnx.TensorProto(name=name, data_type=full.data_type, dims=list(full.dims))
+        start = self._begin(proto)
+        self._write(full.raw_data)
+        del full
+        self._point(proto, start)
         return gs.Constant(name, FileValues(proto, self.path.parent))
 
     def adopt(self, model: onnx.ModelProto) -> None:
