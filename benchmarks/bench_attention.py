@@ -42,6 +42,16 @@ def _copies(nbytes: float) -> int:
     return max(2, min(64, math.ceil(2.2 * L2_BYTES / nbytes)))
 
 
+def _input_sets(n: int, batch: int, seq: int, total: int) -> list:
+    """n copies of (q [batch, HQ, seq, D], k, v [batch, HKV, total, D]), bf16 on the GPU."""
+    sets = []
+    for _ in range(n):
+        q = torch.randn(batch, HQ, seq, D, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(batch, HKV, total, D, device="cuda", dtype=torch.bfloat16)
+        sets.append((q, k, torch.randn_like(k)))
+    return sets
+
+
 def _sdpa(backend, q, k, v, causal):
     with sdpa_kernel([backend]):
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
@@ -61,11 +71,7 @@ def bench_decode(batch: int, past: int, copy_tbs: float) -> dict:
     total = past + 1
     kv_bytes = 2 * batch * HKV * total * D * 2
     n = _copies(kv_bytes)
-    sets = []
-    for _ in range(n):
-        q = torch.randn(batch, HQ, 1, D, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(batch, HKV, total, D, device="cuda", dtype=torch.bfloat16)
-        sets.append((q, k, torch.randn_like(k)))
+    sets = _input_sets(n, batch, 1, total)
     scale = A.default_scale(D)
     row = dict(kind="decode", batch=batch, past=past, kv_bytes=kv_bytes,
                split=mcuda.attention_split(batch, HQ, HKV, 1, total, D))
@@ -85,11 +91,7 @@ def bench_prefill(batch: int, seq: int) -> dict:
     flops = 4 * batch * HQ * D * seq * seq / 2
     nbytes = 2 * batch * (HQ + 2 * HKV) * seq * D
     n = _copies(nbytes)
-    sets = []
-    for _ in range(n):
-        q = torch.randn(batch, HQ, seq, D, device="cuda", dtype=torch.bfloat16)
-        k = torch.randn(batch, HKV, seq, D, device="cuda", dtype=torch.bfloat16)
-        sets.append((q, k, torch.randn_like(k)))
+    sets = _input_sets(n, batch, seq, seq)
     scale = A.default_scale(D)
     row = dict(kind="prefill", batch=batch, seq=seq, flops=flops)
     row["ours_s"] = time_graph(lambda i: mcuda.launch_attention(*sets[i % n], scale))

@@ -164,6 +164,13 @@ __global__ void toBf16Kernel(const float* __restrict__ src, uint16_t* __restrict
     }
 }
 
+/* Row `row` of kv head h's group: query position row / G, query head h G + row % G. */
+__device__ __forceinline__ void rowPosHead(const AttnParams& p, int h, int row, int& pos, int& head)
+{
+    pos = row / p.group;
+    head = h * p.group + row % p.group;
+}
+
 /* Copy `rows` rows of D 16-bit values into a swizzled tile; rows with src == nullptr are zero. */
 template <int D>
 __device__ __forceinline__ void loadKV(uint16_t* tile, const uint16_t* base, int key0, int total)
@@ -445,7 +452,8 @@ __global__ void __launch_bounds__(kTHREADS) attentionKernel(const AttnParams p)
                     {
                         continue;
                     }
-                    const int pos = row / p.group, head = h * p.group + row % p.group;
+                    int pos, head;
+                    rowPosHead(p, h, row, pos, head);
                     const size_t rid = (size_t(b) * p.qHeads + head) * p.seq + pos;
                     const size_t slot = rid * p.nChunks + blockIdx.z;
                     if (qd == 0)
@@ -518,7 +526,8 @@ __global__ void __launch_bounds__(kTHREADS) attentionKernel(const AttnParams p)
                 {
                     continue;
                 }
-                const int pos = row / p.group, head = h * p.group + row % p.group;
+                int pos, head;
+                rowPosHead(p, h, row, pos, head);
                 const size_t base = ((size_t(b) * p.seq + pos) * p.qHeads + head) * D;
                 const float Lr = myML[((mt * 2 + hh) * 2 + 1) * kTHREADS];
 #pragma unroll
