@@ -75,6 +75,7 @@ def _echo_engines(s: dict) -> None:
 def summarize(path: Path) -> dict:
     import onnx
 
+    from ..exporter.external_data import external_data_files
     from ..exporter.manifest import ROW_INVARIANCE_SCOPE, metrale_ops
     from ..invariance import audit
     from .. import contract
@@ -87,6 +88,7 @@ def summarize(path: Path) -> dict:
     except Exception as e:
         raise InputError(f"{onnx_path}: not a readable ONNX model ({e})") from e
     contract.check_model(model, str(onnx_path))  # an older op contract: say to re-export
+    external_data_files(model, onnx_path)  # a missing or truncated weights file is refused, not summarized
     sizes = {}
     for init in model.graph.initializer:
         ext = {e.key: e.value for e in init.external_data}
