@@ -130,7 +130,8 @@ engine_options = _compose(
                  callback=_policy,
                  help="adaptive | declared | bf16 | fp8 | nvfp4 | per family: ffn=fp8,attn=bf16,..."),
     click.option("--plugins", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_plugin_library,
-                 help="The metrale plugin library libmetrale_plugins.so (for --lowering plugin)."),
+                 help="The metrale plugin library libmetrale_plugins.so: engines with the metrale ops as "
+                      "IPluginV3 layers (the plugin lowering)."),
     click.option("--backend", type=click.Choice(backends.BACKENDS),
                  help="Engine builder (default: tensorrt if it imports, else tensorrt-rtx)."),
     click.option("--max-context", default=None, type=click.IntRange(1),

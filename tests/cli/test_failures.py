@@ -427,6 +427,12 @@ def test_help_imports_neither_torch_nor_onnx():
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
 
 
+def test_the_main_jobs_help_names_only_its_own_options():
+    """`run --help` mentioned --lowering (through --plugins' help), which the main job lacks."""
+    r = CliRunner().invoke(cli, ["run", "--help"])
+    assert r.exit_code == 0 and "--plugins" in r.output and "--lowering" not in r.output, r.output
+
+
 def test_missing_model_is_refused_before_any_heavy_import(tmp_path):
     """A MODEL path that does not exist is one line and exit 2, for the main job and export, found
     before torch or ONNX Runtime is imported (it took 20-40 s on a loaded machine)."""
