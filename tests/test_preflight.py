@@ -15,7 +15,8 @@ from safetensors.torch import save_file
 
 from metrale_export.exporter import safetensors_files as st
 from metrale_export.exporter.checkpoint import _DTYPES
-from metrale_export.exporter.demo import DEMO_CONFIG, demo_tensors
+from metrale_export.exporter.demo import demo_tensors
+from support.checkpoints import write_small_demo
 
 # A fresh interpreter runs each case through the real CLI and reports, per case, the exit code, the
 # error line and whether torch or onnx had been imported when the error came back.
@@ -41,11 +42,7 @@ def _run_cases(cases: list[list[str]]) -> list[dict]:
 
 @pytest.fixture(scope="module")
 def tiny_checkpoint(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("tiny")
-    cfg = dict(DEMO_CONFIG, vocab_size=64, num_hidden_layers=2)
-    (d / "config.json").write_text(json.dumps(cfg))
-    save_file(demo_tensors(cfg), str(d / "model.safetensors"))
-    return d
+    return write_small_demo(tmp_path_factory.mktemp("tiny"), vocab_size=64, num_hidden_layers=2)
 
 
 def _with_nan(src: Path, dst: Path, tensor: str) -> Path:
