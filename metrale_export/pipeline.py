@@ -10,13 +10,14 @@ build); a skipped step says why in the summary; the summary names every output.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from .engines.plan import BuildOptions
-from .errors import CheckFailed, Interrupted, MetraleError
+from .errors import CheckFailed, Interrupted, MetraleError, OutputLocationError
 from .meter import StepMeter
 
 STEPS = ("export", "compare", "engines")
@@ -76,17 +77,6 @@ def moe_experts_for(options: JobOptions) -> tuple[str, str]:
                      "grouped-expert ops; --plugins (the plugin lowering) or --skip-engines keeps them")
 
 
-def check_backend(options: JobOptions) -> None:
-    """A backend asked for by name (``--backend``) must import, checked before the export:
-    ``BackendMissing`` naming what to install (a default backend that is missing only skips step 3)."""
-    from .engines import backends
-
-    name = options.build.backend
-    if options.engines and name is not None and not backends.available().get(name):
-        raise backends.BackendMissing(backends.missing_message(name) + ", or add --skip-engines to export "
-                                      "and verify only")
-
-
 def _engine_backend(options: JobOptions) -> str | None:
     """The backend that will build this job's engines (``engines.plan.choose_backend``), or None when
     none will: step 3 skipped, or no backend asked for and none installed (the step is then skipped)."""
@@ -99,6 +89,17 @@ def _engine_backend(options: JobOptions) -> str | None:
     if options.build.backend is None and not any(found.values()):
         return None
     return choose_backend(options.build.backend, found)
+
+
+def engine_count(options: JobOptions, model_max: int | None) -> int:
+    """How many engines step 3 will build into the output (0: none), for the export's free-space
+    check (``exporter.writer.output_bytes``)."""
+    from .engines.plan import resolve_max_context, resolve_profiles
+
+    if _engine_backend(options) is None:
+        return 0
+    context = resolve_max_context(options.build.max_context, model_max, Path("config.json"))
+    return len(resolve_profiles(options.build.profiles, context))
 
 
 def check_engine_targets(options: JobOptions, weight_kind: str) -> None:
@@ -169,10 +170,21 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
         raise Interrupted(resume_note(out, step, options)) from e
     except MetraleError as e:
         if step == "engines":  # the export stays: say so, and how to build once the cause is fixed
-            e.args = (f"{e}; the export in {out} is complete and kept: once this is fixed, "
-                      f"`metrale-export build {out}` builds its engines (the main job again needs --force)",)
+            e.args = (f"{e}; {kept_note(out)}",)
         raise
+    except OSError as e:
+        if step != "engines" or e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = e.filename or Path(out) / "engines"
+        raise OutputLocationError(f"{where}: {e.strerror or e} while building the engines; free some space: "
+                                  f"{kept_note(out)}") from e
     return result
+
+
+def kept_note(out) -> str:
+    """What a failed step 3 leaves (the export) and the command that builds its engines."""
+    return (f"the export in {out} is complete and kept: once this is fixed, `metrale-export build {out}` "
+            "builds its engines (the main job again needs --force)")
 
 
 def resume_note(out, step: str, options: JobOptions) -> str:

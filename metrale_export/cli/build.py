@@ -18,13 +18,26 @@ from .streams import library_output_to_stderr
 LOWERINGS = ("plugin", "qdq")
 
 
+def expected_time(seconds: list[float]) -> str:
+    """What the next engine is expected to take: the mean build time of the engines built so far in
+    this run (no estimate before the first; the main job's step 3 and ``build`` both print it)."""
+    if not seconds:
+        return ""
+    mean = sum(seconds) / len(seconds)
+    shown = f"{mean:.0f} s" if mean < 120 else f"{mean / 60:.0f} min"
+    return f" (expected about {shown}: the mean of the {len(seconds)} engine(s) built so far)"
+
+
 def engine_progress(say):
-    """The build's progress events (engines.build.Progress) as lines for ``say``."""
+    """The build's progress events (engines.build.Progress) as lines for ``say``; each engine's
+    line says how long it is expected to take once one engine has been built."""
+    built: list[float] = []
 
     def progress(event, rows, details):
         if event == "build":
-            say(f"building {rows} ...")
+            say(f"building {rows} ...{expected_time(built)}")
         elif event == "built":
+            built.append(details["seconds"])
             say(f"  built {details['file']} ({details['bytes'] / 1e6:.1f} MB, {details['seconds']:.1f} s)")
         elif event == "skip":
             say(f"unchanged {rows}: {details['file']}")

@@ -19,11 +19,16 @@ def _fmt(r) -> str:
     return f"{r.rel_error:.2e} / {bound:.1e}"
 
 
-def print_report(report, as_json: bool, verbose: bool = False) -> None:
+def print_report(report, as_json: bool, verbose: bool = False, err: bool = False) -> None:
+    """The comparison's table (worst layers first; ``verbose``: everything), on stdout (``compare``'s
+    result) or, with ``err``, on stderr (the main job, whose stdout is for --json)."""
     if as_json:
         click.echo(report.to_json())
         return
-    echo = click.echo
+
+    def echo(line=""):
+        click.echo(line, err=err)
+
     echo("end to end, ONNX Runtime vs PyTorch (relative error / bound from depth and format):")
     echo(f"  {'case':<9}{'output':<34}{'rel. error / bound':>22}{'cosine':>12}{'top-1':>8}{'KL':>10}  ok")
     for case in dict.fromkeys(r.case for r in report.rows):

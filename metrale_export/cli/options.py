@@ -102,6 +102,19 @@ def _policy(ctx, param, value):
         raise click.BadParameter(str(e), ctx=ctx, param=param) from e
 
 
+def _plugin_library(ctx, param, value):
+    """A --plugins file that is no loadable shared library is refused before any heavy import."""
+    from ..engines.profiles import UsageConflict
+    from ..preflight import check_plugin_library
+
+    if value is not None:
+        try:
+            check_plugin_library(value)
+        except UsageConflict as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+    return value
+
+
 def _targets(ctx, param, values):
     out = []
     for v in values:
@@ -120,8 +133,9 @@ engine_options = _compose(
     click.option("--activation-quantization", "policy", default="declared", show_default=True,
                  callback=_policy,
                  help="adaptive | declared | bf16 | fp8 | nvfp4 | per family: ffn=fp8,attn=bf16,..."),
-    click.option("--plugins", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                 help="The metrale plugin library libmetrale_plugins.so (for --lowering plugin)."),
+    click.option("--plugins", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_plugin_library,
+                 help="The metrale plugin library libmetrale_plugins.so: engines with the metrale ops as "
+                      "IPluginV3 layers (the plugin lowering)."),
     click.option("--backend", type=click.Choice(backends.BACKENDS),
                  help="Engine builder (default: tensorrt if it imports, else tensorrt-rtx)."),
     click.option("--max-context", default=None, type=click.IntRange(1),

@@ -11,7 +11,9 @@ Invariants:
 - engines and ``manifest.json`` are written atomically (``manifest.write_atomic``);
 - the manifest is rewritten after every engine with ``complete: false``, listing what is built and
   what the previous build listed that is still to be checked, so an interrupted build resumes;
-- files of the previous build are removed only at the end, and each is reported (``remove``).
+- files of the previous build are removed only at the end, and each is reported (``remove``);
+- a build that fails or is interrupted leaves no lowered graph that no manifest names and no
+  directory it made that stayed empty (``_cleanup_after_failure``).
 """
 
 from __future__ import annotations
@@ -179,7 +181,30 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
     """Build (or reuse) the engines of every profile; return the manifest that was written."""
     progress = progress or (lambda event, rows, details: None)
     plan, backend = make_plan(source_path, out_dir, options)
-    return execute(plan, backend, options, progress)
+    made = [d for d in (plan.out_dir / "onnx", plan.out_dir) if not d.exists()]
+    try:
+        return execute(plan, backend, options, progress)
+    except BaseException:
+        _cleanup_after_failure(plan, made)
+        raise
+
+
+def _cleanup_after_failure(plan: BuildPlan, made: list[Path]) -> None:
+    """Remove the lowered graphs no manifest entry names (the build's cache of a failed build) and
+    the directories this build made that are empty again; never an engine or a previous file."""
+    named = {e.get("onnx") for e in _manifest.previous_engines(plan.out_dir)}
+    for rel in plan.graphs:
+        if rel not in named:
+            for path in (plan.out_dir / rel, plan.out_dir / f"{rel}.data"):
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError:
+                    pass
+    for d in made:
+        try:
+            d.rmdir()
+        except OSError:
+            pass
 
 
 def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, progress: Progress) -> dict:

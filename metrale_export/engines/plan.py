@@ -28,21 +28,14 @@ import onnx
 from .. import contract
 from ..hashing import sha256_file
 from ..errors import InputError
+from ..exporter.external_data import external_data_files
 from ..invariance import audit, engine_promise
 from . import backends, lowering as _lowering, policy as _policy, resources as _resources
 from .policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
-from .profiles import (DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileShapes, RowRange, fit_profiles,
-                       optimization_profiles, parse_profiles)
+from .profiles import (DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileShapes, RowRange, fit_profiles,  # noqa: F401
+                       UsageConflict, optimization_profiles, parse_profiles, resolve_max_context)
 
 LOWERINGS = ("plugin", "qdq")
-
-
-class UsageConflict(InputError):
-    """Options that cannot go together; ``param`` names the option to blame (the CLI's hint)."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass
@@ -138,17 +131,7 @@ def resolve_source(path: Path, hash_files: bool = True) -> Source:
         header = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - onnx raises several types for a bad file
         raise InputError(f"{onnx_path}: not a readable ONNX model ({e})") from e
-    files = [onnx_path]
-    for tensor in header.graph.initializer:
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                data = onnx_path.parent / entry.value
-                if data not in files:
-                    if not data.is_file():
-                        raise InputError(
-                            f"{onnx_path}: initializer {tensor.name}: external data {data} is missing"
-                        )
-                    files.append(data)
+    files = [onnx_path, *external_data_files(header, onnx_path)]  # each there and long enough
     weight_bytes = sum(p.stat().st_size for p in files[1:]) or onnx_path.stat().st_size
     return Source(onnx_path, manifest, files, _lowering.metrale_ops(header), input_shapes(header),
                   sha256_files(files) if hash_files else "", audit(header.graph), weight_bytes)
@@ -193,20 +176,6 @@ def resolve_profiles(profiles: tuple[RowRange, ...] | None, max_context: int) ->
     if profiles is not None:
         return profiles
     return fit_profiles(parse_profiles(DEFAULT_PROFILES), max_context)
-
-
-def resolve_max_context(max_context: int | None, model_max: int | None, where: Path) -> int:
-    """The longest context the engines take: the one asked for, within the model's positions, or
-    by default ``min(DEFAULT_MAX_CONTEXT, model_max)``."""
-    if max_context is None:
-        return min(DEFAULT_MAX_CONTEXT, model_max) if model_max else DEFAULT_MAX_CONTEXT
-    if model_max and max_context > model_max:
-        raise UsageConflict(
-            f"{max_context} tokens is more than the model's max_position_embeddings "
-            f"({model_max}, {where}); lower --max-context",
-            "--max-context",
-        )
-    return max_context
 
 
 # The qdq lowering stores the weights of the ops with FP8 (e4m3fn) inputs as FLOAT8E4M3FN

@@ -28,12 +28,15 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 
 from .. import contract
 from ..errors import InputError
+from ..exporter.external_data import external_data_files
+from ..exporter.names import REFERENCE_DTYPES
 from . import onnx_translation  # noqa: F401  (registers the schemas shape inference reads)
 from . import torch_ops
 
 CONTRIB = "ai.onnx.contrib"
-_DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
-       onnx.TensorProto.FLOAT16: ("float16", PyCustomOpDef.dt_float16)}
+_ORT_TYPES = {"float32": (onnx.TensorProto.FLOAT, ("float", PyCustomOpDef.dt_float)),
+              "float16": (onnx.TensorProto.FLOAT16, ("float16", PyCustomOpDef.dt_float16))}
+_DT = dict(_ORT_TYPES[name] for name in REFERENCE_DTYPES)
 # Contract dtypes the Python ops take widened (exactly) to float32 through a Cast, and their torch dtype.
 _WIDENED = {"bfloat16": torch.bfloat16}
 _INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32,
@@ -114,9 +117,11 @@ _register_all()
 def load_graph(path: str | Path) -> onnx.ModelProto:
     """The graph of an ONNX file with its external weights left on disk (references only)."""
     try:
-        return onnx.load(str(path), load_external_data=False)
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # protobuf DecodeError, OSError: an unreadable or truncated file
         raise InputError(f"{path}: cannot read the ONNX graph: {e}") from e
+    external_data_files(model, Path(path))  # a missing or truncated weights file: one line, not ORT's traceback
+    return model
 
 
 def value_types(model: onnx.ModelProto) -> dict[str, int]:
