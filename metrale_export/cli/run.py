@@ -40,10 +40,11 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     installed.
     """
     from ..engines.profiles import UsageConflict
-    from ..exporter.writer import output_lock
+    from ..exporter.writer import check_location, output_lock
     from ..preflight import check_job
 
     out = output or opt.default_output(model)
+    check_location(out, force)  # an unusable location is named before the lock is taken beside it
     with output_lock(out):  # a second job into the same -o is refused at once, naming this one's pid
         try:  # torch-free and onnx-free: bad input is refused in about a second
             check_job(model, out, force=force, dtype=ctx.params["dtype"], compare=not skip_compare,
