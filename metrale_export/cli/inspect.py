@@ -104,7 +104,7 @@ def summarize(path: Path) -> dict:
         "nodes": len(nodes),
         "weights_bytes": sum(sizes.values()),
         "ops_by_type_family_format": dict(sorted(Counter(
-            f"{o['op_type']} {o['family']} {o['activation_format']}" for o in ops).items())),
+            f"{o['op_type']} {o['family']} {o.get('activation_format', '-')}" for o in ops).items())),
         "op_weight_bytes": dict(op_bytes),
         "ops": ops,
         "inputs": {v.name: shape(v) for v in model.graph.input},

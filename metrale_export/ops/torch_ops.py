@@ -68,8 +68,12 @@ _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16":
 
 
 def output_shape(spec: contract.OpSpec, output: contract.Output, x: Tensor, attrs: dict) -> tuple:
-    """The shape of ``output`` for x and the attributes: "m" is x's rows, other names attributes."""
-    return tuple(x.shape[0] if d == "m" else attrs[d] for d in output.shape)
+    """The shape of ``output`` for x and the attributes: "m" is x's rows, "..." x's leading
+    dimensions, other names attributes."""
+    dims: list = []
+    for d in output.shape:
+        dims.extend(x.shape[:-1] if d == "..." else (x.shape[0] if d == "m" else attrs[d],))
+    return tuple(dims)
 
 
 def output_dtype(output: contract.Output, x: Tensor) -> torch.dtype:
