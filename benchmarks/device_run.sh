@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|invariance|all] [pytest -k expression]
+# (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
+#  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
 # (all: tests, the fp8 accuracy table of benchmarks/fp8_accuracy.py, the kernel benchmark)
 # Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
 # records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
@@ -24,4 +26,9 @@ if [ "$what" = all ] || [ "$what" = fp8acc ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ] || [ "$what" = quick ]; then
   python3 -m benchmarks.bench_kernels --out "$OUT" $( [ "$what" = quick ] && echo --quick ) 2>&1 | tee "$OUT/bench.log" | tail -45
+fi
+if [ "$what" = invariance ]; then
+  python3 -m pytest tests/gpu/test_invariance_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
+    ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-invariance.log" | tail -30
+  python3 -m benchmarks.bench_invariance --out "$OUT" 2>&1 | tee "$OUT/bench-invariance.log" | tail -60
 fi

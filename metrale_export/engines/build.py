@@ -74,7 +74,7 @@ class LoweredGraphFromOnnx(BaseLoader):
         if self.lowering == "qdq":
             rewritten = lowering.lower_qdq(self.model(), self.formats)
         else:
-            rewritten = lowering.with_activation_formats(self.model(), self.formats)
+            rewritten = lowering.lower_plugins(self.model(), self.formats)
         converted = []
         if self.float_weights == "checkpoint":
             rewritten, converted = _weights.float_weights_in_bf16(rewritten)

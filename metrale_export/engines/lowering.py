@@ -30,6 +30,12 @@ How activations are computed:
   Q/DQ pair, the e2m1 rounding as Round on the three spacings of the e2m1 grid. The GEMM runs on
   exact float32 operands: an emulation, not FP4 tensor cores.
 
+The non-projection ops (RMSNorm, FloatProj, Router) expand to their formulas in standard ONNX
+(``_EXPAND``: ReduceMean, MatMul, Softmax and TopK, whose reduction orders TensorRT chooses per
+tactic: what the qdq lowering does not promise). ``lower_plugins`` is the plugin lowering: one
+``PLUGIN_REWRITES`` entry per kind of rewrite (set the activation format, keep the plugin, or
+expand an op that has no plugin yet).
+
 Invariants: the lowered graph computes docs/ops.md's formulas up to the float32 accumulation order
 (and, for fp8, float32 reassociation of the scales); it has no ``metrale`` node left; the default
 opset becomes at least 21 (blocked DequantizeLinear, INT4) and the IR version at least 10.
@@ -39,6 +45,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -233,6 +240,12 @@ class _Emitter:
             gs.Node(op, name=self.name(op), attrs=attrs or {}, inputs=inputs, outputs=[out])
         )
         return out
+
+    def ops(self, op: str, inputs: list, attrs: dict | None, outs: list):
+        """A node of several outputs (``outs``: Variables, or None for a new one each)."""
+        outs = [o if o is not None else gs.Variable(self.name(f"{op.lower()}_{i}")) for i, o in enumerate(outs)]
+        self.graph.nodes.append(gs.Node(op, name=self.name(op), attrs=attrs or {}, inputs=inputs, outputs=outs))
+        return outs
 
     def i64(self, what: str, values) -> gs.Constant:
         return self.const(what, np.asarray(values, dtype=np.int64))
@@ -431,6 +444,175 @@ def _lower_w4a4(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
 _LOWER = {"W4A16Proj": _lower_w4a16, "W8A8Proj": _lower_w8a8, "W4A4Proj": _lower_w4a4}
 
 
+# --- the non-projection ops in standard ONNX (docs/ops.md, "Norms, the float projection and the
+# router"): the same formulas, with the reduction orders TensorRT's tactics choose -------------------
+
+def _f32(e: _Emitter, t):
+    return e.op("Cast", [t], {"to": TensorProto.FLOAT})
+
+
+def _expand_rms_norm(e: _Emitter, node: gs.Node, a: dict, key: str, outs: list) -> None:
+    x, weight = node.inputs[0], node.inputs[1]
+    rest = list(node.inputs[2:])
+    residual = rest.pop(0) if a["has_residual"] else None
+    gate = rest.pop(0) if a["has_gate"] else None
+    s = e.op("Add", [x, residual], out=outs[1]) if residual is not None else x  # rounded to x's dtype
+    h = _f32(e, s)
+    ms = e.op("ReduceMean", [e.op("Mul", [h, h]), e.i64("axes", [-1])], {"keepdims": 1})
+    r = e.op("Div", [e.f32("one", 1.0), e.op("Sqrt", [e.op("Add", [ms, e.f32("eps", a["epsilon"])])])])
+    t = e.op("Mul", [h, r])
+    w = _f32(e, weight)
+    if a["weight_offset"]:
+        u = e.op("Mul", [t, e.op("Add", [w, e.f32("one", 1.0)])])
+    else:
+        u = e.op("Mul", [_f32(e, e.op("CastLike", [t, x])), w])
+    if gate is not None:
+        z = _f32(e, gate)
+        silu = e.op("Div", [z, e.op("Add", [e.f32("one", 1.0), e.op("Exp", [e.op("Neg", [z])])])])
+        u = e.op("Mul", [_f32(e, e.op("CastLike", [u, x])), silu])
+    e.op("CastLike", [u, x], out=outs[0])
+
+
+def _expand_float_proj(e: _Emitter, node: gs.Node, a: dict, key: str, outs: list) -> None:
+    n, k = int(a["n"]), int(a["k"])
+    weight = _constant(node, 1, "weight", key)
+    if weight.dtype != np.dtype(ml_dtypes.bfloat16):
+        raise LoweringError(f"node {key} (FloatProj): weight: expected bfloat16, found {weight.dtype}")
+    _expect_shape(weight, (n, k), "weight", key, node)
+    x = node.inputs[0]
+    acc = e.op("MatMul", [e.bf16_round(x), e.f32("w", weight.astype(np.float32).T.copy())])  # exact products
+    if a["has_bias"]:
+        bias = _constant(node, 2, "bias", key).astype(np.float32)
+        _expect_shape(bias, (n,), "bias", key, node)
+        acc = e.op("Add", [acc, e.f32("bias", bias)])
+    e.op("CastLike", [acc, x], out=outs[0])
+
+
+def _expand_router(e: _Emitter, node: gs.Node, a: dict, key: str, outs: list) -> None:
+    logits = node.inputs[0]
+    probs = e.op("Softmax", [_f32(e, logits)], {"axis": -1})
+    # ONNX TopK: among equal values the lower index first, the contract's tie rule.
+    top, idx = e.ops("TopK", [probs, e.i64("k", [int(a["top_k"])])], {"axis": -1, "largest": 1, "sorted": 1},
+                     [None, None])
+    if a["normalize"]:
+        top = e.op("Div", [top, e.op("ReduceSum", [top, e.i64("axes", [-1])], {"keepdims": 1})])
+    e.op("Cast", [idx], {"to": TensorProto.INT32}, out=outs[0])
+    e.op("CastLike", [top, logits], out=outs[1])
+
+
+_EXPAND = {"RMSNorm": _expand_rms_norm, "FloatProj": _expand_float_proj, "Router": _expand_router}
+
+
+# --- the plugin lowering: one entry per kind of rewrite -----------------------------------------
+
+
+@dataclass(frozen=True)
+class PluginRewrite:
+    """One entry of the plugin lowering: ``can(spec)`` says whether it takes a node of that op
+    (and why not); ``action`` what it does: "format" (the node stays a plugin, its
+    activation_format set from the policy's choice), "plugin" (the node stays a plugin as
+    exported) or "standard" (expanded to standard ONNX as the qdq lowering does: no plugin, so
+    TensorRT chooses its reduction order, and ``invariance.audit`` lists it as left)."""
+
+    name: str
+    can: Callable[[contract.OpSpec], tuple[bool, str]]
+    action: str
+
+
+def _is_projection(spec):
+    return spec.is_projection, "a quantized projection" if spec.is_projection else "not a projection"
+
+
+def _has_plugin(spec):
+    return spec.has_plugin, "a TensorRT plugin" if spec.has_plugin else f"{spec.op_type} has no TensorRT plugin yet"
+
+
+def _expandable(spec):
+    ok = spec.op_type in _EXPAND
+    return ok, "expanded to standard ONNX" if ok else f"{spec.op_type} has no standard-ONNX expansion"
+
+
+# In priority order: the first entry whose ``can`` holds takes the node. A new op kind (attention)
+# is one more entry, or none when it is a plugin as exported.
+PLUGIN_REWRITES: list[PluginRewrite] = [
+    PluginRewrite("activation format", _is_projection, "format"),
+    PluginRewrite("plugin as exported", _has_plugin, "plugin"),
+    PluginRewrite("standard ONNX (no plugin yet)", _expandable, "standard"),
+]
+
+
+def plugin_plan(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
+    """Node key -> (action, the entry's name) for every metrale node of the main graph, or a
+    LoweringError naming a node no entry takes, with each entry's reason."""
+    plan = {}
+    for i, node in enumerate(model.graph.node):
+        if node.domain != DOMAIN:
+            continue
+        key = _key(node, _attrs(node), i)
+        spec = contract.op(node.op_type) if node.op_type in contract.OPS else None
+        if spec is None:
+            contract_attributes(node.op_type, _attrs(node), key)  # raises: unknown op type
+        reasons = []
+        for entry in PLUGIN_REWRITES:
+            ok, why = entry.can(spec)
+            if ok:
+                plan[key] = (entry.action, entry.name)
+                break
+            reasons.append(f"{entry.name}: {why}")
+        else:
+            raise LoweringError(f"node {key} ({node.op_type}): the plugin lowering cannot take it ({'; '.join(reasons)})")
+    return plan
+
+
+def lower_plugins(model: onnx.ModelProto, formats: dict[str, str]) -> onnx.ModelProto:
+    """The plugin lowering: a copy of ``model`` in which each metrale node is rewritten by its
+    ``PLUGIN_REWRITES`` entry (``plugin_plan``)."""
+    plan = plugin_plan(model)
+    out = with_activation_formats(model, formats)
+    standard = {k for k, (action, _) in plan.items() if action == "standard"}
+    if not standard:
+        return out
+    quiet = (_GS_LOGGER.severity, _GS_LOGGER.colors)
+    _GS_LOGGER.severity, _GS_LOGGER.colors = _GS_LOGGER.ERROR, False
+    try:
+        return _expand_nodes(out, standard)
+    finally:
+        _GS_LOGGER.severity, _GS_LOGGER.colors = quiet
+
+
+def _expand_nodes(model: onnx.ModelProto, keys: set[str], raise_opset: bool = True) -> onnx.ModelProto:
+    """``model`` with the non-projection metrale nodes named by ``keys`` in standard ONNX."""
+    graph = gs.import_onnx(model)
+    index = {id(n): i for i, n in enumerate(graph.nodes)}
+    for node in list(graph.nodes):
+        if node.domain != DOMAIN:
+            continue
+        key = _key_gs(node, dict(node.attrs), index[id(node)])
+        if key not in keys:
+            continue
+        a = contract_attributes(node.op, dict(node.attrs), key)
+        outs = list(node.outputs)
+        node.outputs.clear()
+        outs += [None] * (len(contract.op(node.op).outputs) - len(outs))
+        _EXPAND[node.op](_Emitter(graph, key), node, a, key, outs)
+        node.inputs.clear()
+    graph.cleanup().toposort()
+    out = gs.export_onnx(graph)
+    return _finish(model, out, raise_opset)
+
+
+def _finish(model: onnx.ModelProto, out: onnx.ModelProto, raise_opset: bool) -> onnx.ModelProto:
+    opsets = {o.domain: o.version for o in out.opset_import}
+    if raise_opset:
+        opsets[""] = max(opsets.get("", MIN_OPSET), MIN_OPSET)
+    if not any(n.domain == DOMAIN for n in out.graph.node):
+        opsets.pop(DOMAIN, None)
+    del out.opset_import[:]
+    out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
+    out.ir_version = max(model.ir_version, MIN_IR_VERSION)
+    return out
+
+
 def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None) -> onnx.ModelProto:
     """A new model with every metrale node replaced by standard ONNX (module docstring).
 
@@ -467,6 +649,16 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
             continue
         key = _key_gs(node, dict(node.attrs), index[id(node)])
         a = contract_attributes(node.op, dict(node.attrs), key)
+        if not contract.op(node.op).is_projection:
+            if node.op not in _EXPAND:
+                raise LoweringError(f"node {key} ({node.op}): the qdq lowering has no standard-ONNX "
+                                    f"expansion of it; build with the plugin backend")
+            outs = list(node.outputs)
+            node.outputs.clear()
+            outs += [None] * (len(contract.op(node.op).outputs) - len(outs))
+            _EXPAND[node.op](_Emitter(graph, key), node, a, key, outs)
+            node.inputs.clear()
+            continue
         fmt = formats.get(key) if formats is not None else ops[key].activation_format
         if fmt is None:
             raise LoweringError(f"node {key}: no activation format chosen for it")
@@ -492,14 +684,7 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
             y.dtype = dtype
         node.inputs.clear()
     graph.cleanup().toposort()
-    out = gs.export_onnx(graph)
-    opsets = {o.domain: o.version for o in out.opset_import}
-    opsets[""] = max(opsets.get("", MIN_OPSET), MIN_OPSET)
-    opsets.pop(DOMAIN, None)
-    del out.opset_import[:]
-    out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
-    out.ir_version = max(model.ir_version, MIN_IR_VERSION)
-    return out
+    return _finish(model, gs.export_onnx(graph), raise_opset=True)
 
 
 def _key_gs(node: gs.Node, attrs: dict, index: int) -> str:
