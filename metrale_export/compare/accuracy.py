@@ -82,6 +82,9 @@ class Report:
     ops: list[OpRow] = field(default_factory=list)
     layers: list[LayerRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Static activation scales only: the export's logits (ONNX Runtime) against the same model with
+    # dynamic scales (PyTorch), per case: what calibration costs. Reported, not judged.
+    static_vs_dynamic: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -138,10 +141,15 @@ class Report:
         if worst is not None:
             text += (f"; logits relative error {worst.rel_error:.2e} (bound {worst.tolerance:.1e}), "
                      f"top-1 agreement {min(r.top1 for r in logits):.3f}")
+        if self.static_vs_dynamic:
+            w = max(self.static_vs_dynamic, key=lambda r: r["rel_error"])
+            text += (f"; static activation scales vs dynamic: logits relative error {w['rel_error']:.2e}, "
+                     f"top-1 agreement {min(r['top1'] for r in self.static_vs_dynamic):.3f}")
         return text
 
     def to_json(self) -> str:
-        return json.dumps({"ok": self.ok, "first_failure": self.first_failure(), "notes": self.notes,
+        extra = {"static_vs_dynamic": self.static_vs_dynamic} if self.static_vs_dynamic else {}
+        return json.dumps({"ok": self.ok, "first_failure": self.first_failure(), "notes": self.notes, **extra,
                            "rows": [r.as_dict() for r in self.rows],
                            "layers": [r.as_dict() for r in self.layers],
                            "ops": [r.as_dict() for r in self.ops]}, indent=2, default=float)
@@ -200,6 +208,12 @@ def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAU
     contract.check_model(graph, str(export_dir / "model.onnx"))  # an older op contract: re-export
     taps = find_taps(graph.graph)
     model = torch_model_factory(export_dir, checkpoint, manifest)().eval()
+    dynamic: list = []  # the dynamic-scale model of a static-scale export, built once when asked
+
+    def dynamic_model():
+        if not dynamic:
+            dynamic.append(torch_model_factory(export_dir, checkpoint, manifest, static_scales=False)().eval())
+        return dynamic[0]
     ort_runner = OnnxrtRunner(lambda: reference_session(graph, base_dir=export_dir, extra_outputs=taps.values()),
                               name="onnxrt-reference")
     vocab = manifest["model"]["vocab_size"]
@@ -218,4 +232,19 @@ def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAU
         report.rows += _end_to_end_rows(case, ort_out, torch_out, model, taps, tolerance)
         report.ops += check_ops(model, taps, ort_out, case.name)
         report.layers += check_layers(model, taps, ort_out, feed, case.name, case.past)
+        if manifest.get("activation_scales"):
+            report.static_vs_dynamic.append(_static_vs_dynamic(case, ort_out, feed, dynamic_model(), meta))
+    if report.static_vs_dynamic:
+        report.notes.append("static activation scales (manifest.json activation_scales): the logits are also "
+                            "compared with the same model on dynamic scales (static_vs_dynamic; not judged)")
     return report
+
+
+def _static_vs_dynamic(case: Case, ort_out: dict, feed: dict, dynamic, meta) -> dict:
+    """The export's logits against the dynamic-scale PyTorch model's on the same inputs."""
+    out = TorchRunner(lambda: dynamic, meta, name="torch-dynamic-scales")
+    with out:
+        ref = out.infer(feed)["logits"]
+    got = ort_out["logits"]
+    return {"case": case.name, "rel_error": metrics.rel_error(got, ref), "cosine": metrics.cosine(got, ref),
+            "top1": metrics.top1_agreement(got, ref), "kl": metrics.kl_divergence(got, ref)}

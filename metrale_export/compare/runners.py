@@ -15,6 +15,7 @@ import torch
 from polygraphy.backend.base import BaseRunner
 from polygraphy.backend.onnxrt import OnnxrtRunner
 
+from ..exporter import calibration
 from ..exporter.export import DTYPES
 from ..exporter.session import open_model, request_from_manifest
 from ..exporter.layers.model import CausalLM
@@ -52,12 +53,16 @@ class TorchRunner(BaseRunner):
         del self.model
 
 
-def torch_model_factory(export_dir: Path, checkpoint: Path, manifest: dict):
-    """A callable building the export's PyTorch model from the checkpoint it was exported from."""
+def torch_model_factory(export_dir: Path, checkpoint: Path, manifest: dict, static_scales: bool = True):
+    """A callable building the export's PyTorch model from the checkpoint it was exported from
+    (with the static activation scales its manifest records; ``static_scales=False``: the same model
+    with dynamic scales, what the export would be without calibration)."""
     request = request_from_manifest(manifest)
 
     def build() -> CausalLM:
         session = open_model(checkpoint, request)
+        if static_scales:
+            session = calibration.from_manifest(session, manifest)
         return session.model(DTYPES[manifest["dtype"]], manifest["layers"]).load_weights(session.source)
 
     return build

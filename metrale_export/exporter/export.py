@@ -31,7 +31,7 @@ import torch
 
 from ..errors import ExportError, InputError
 from ..ops import onnx_translation
-from . import replicate
+from . import calibration, replicate
 from .layers.model import CausalLM
 from .manifest import MANIFEST_NAME, build_manifest
 from .names import DTYPE_NAMES
@@ -54,6 +54,9 @@ class ExportOptions:
     # Trace one decoder layer per kind and replicate it (replicate.py); False traces every layer.
     replicate_layers: bool = True
     model_path: str | None = None  # recorded in the manifest (filled in by export())
+    # --activation-scales dynamic|static and --calibration-data (exporter/calibration.py).
+    activation_scales: str = "dynamic"
+    calibration_data: str | None = None
 
 
 @dataclass
@@ -231,6 +234,12 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
     dtype = DTYPES[options.dtype]
     session = model_path if isinstance(model_path, ModelSession) else open_model(model_path, options.request)
     options.request = session.request  # the session's request is what the manifest records
+    calibration.check_options(options.activation_scales, options.calibration_data)
+    if options.activation_scales == "static":  # before any tracing: the data is checked first
+        if progress is not None:
+            progress.note(f"calibrating static activation scales on {options.calibration_data} ...")
+        session = calibration.calibrated(session, dtype, options.layers, options.calibration_data,
+                                         show_progress=getattr(progress, "enabled", progress is not None))
     options.model_path = str(session.path)
     ckpt, cfg, source = session.checkpoint, session.config, session.source
     with torch.device("meta"):

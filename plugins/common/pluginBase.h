@@ -386,6 +386,20 @@ public:
     }
 };
 
+//! The creator registered under an op's older plugin version whose graphs the current version
+//! reads as they are (its format's kCOMPATIBLE_VERSION: the newer version only added an attribute
+//! value, contract.VALUE_SINCE): it creates the current plugin, so a node written as the older
+//! version (no plugin_version attribute) builds with the same arithmetic.
+template <typename Plugin>
+class CompatiblePluginCreator : public ProjectionPluginCreator<Plugin>
+{
+public:
+    char const* getPluginVersion() const noexcept override
+    {
+        return Plugin::Format::kCOMPATIBLE_VERSION;
+    }
+};
+
 } // namespace plugin
 } // namespace metrale
 

@@ -619,6 +619,7 @@ struct Library
     void* handle{nullptr};
     std::map<std::string, IPluginCreatorV3One*> creators;
     std::vector<IPluginCreatorV3One*> retired;  // W4A16Proj and W4A16MoEProj version "1"
+    std::vector<IPluginCreatorV3One*> compatible;  // W8A8Proj and W8A8MoEProj version "1" (read as they are)
 };
 
 using GetCreatorsFn = IPluginCreatorInterface* const* (*) (int32_t&);
@@ -654,9 +655,11 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
     IPluginCreatorInterface* const* list = getCreators(n);
     // The plugin version of each op (docs/ops.md; metrale_export/contract.py), and W4A16Proj's
     // retired version "1", whose creator refuses every plugin (an older export: re-export).
-    std::map<std::string, std::string> const versions{{"W4A16Proj", "2"}, {"W8A8Proj", "1"}, {"W4A4Proj", "1"},
-        {"W4A16MoEProj", "2"}, {"W8A8MoEProj", "1"}, {"W4A4MoEProj", "1"}};
-    check(list != nullptr && n == 8, "getCreators returns 8 creators (found " + std::to_string(n) + ")");
+    // W8A8Proj version 2 only added a value (activation_scale_granularity=tensor): its version "1"
+    // creator builds version-1 nodes as they are.
+    std::map<std::string, std::string> const versions{{"W4A16Proj", "2"}, {"W8A8Proj", "2"}, {"W4A4Proj", "1"},
+        {"W4A16MoEProj", "2"}, {"W8A8MoEProj", "2"}, {"W4A4MoEProj", "1"}};
+    check(list != nullptr && n == 10, "getCreators returns 10 creators (found " + std::to_string(n) + ")");
     for (int32_t i = 0; list != nullptr && i < n; ++i)
     {
         InterfaceInfo const info = list[i]->getInterfaceInfo();
@@ -677,6 +680,11 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
             lib.retired.push_back(creator);
             continue;
         }
+        if ((name == "W8A8Proj" || name == "W8A8MoEProj") && std::strcmp(creator->getPluginVersion(), "1") == 0)
+        {
+            lib.compatible.push_back(creator);
+            continue;
+        }
         std::string const want = versions.count(name) ? versions.at(name) : "?";
         check(std::strcmp(creator->getPluginNamespace(), "metrale") == 0 && want == creator->getPluginVersion(),
             "creator " + name + ": namespace 'metrale', version '" + want + "' (found '"
@@ -689,6 +697,8 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
     }
     check(lib.retired.size() == 2, "retired creators for W4A16Proj and W4A16MoEProj version 1 (found "
             + std::to_string(lib.retired.size()) + ")");
+    check(lib.compatible.size() == 2, "version-1 creators for W8A8Proj and W8A8MoEProj (found "
+            + std::to_string(lib.compatible.size()) + ")");
     return lib;
 }
 
@@ -1070,7 +1080,7 @@ void runCase(
         return;
     }
     check(c.op == h.core->getPluginName() && std::string("metrale") == h.core->getPluginNamespace()
-            && std::string(c.op.rfind("W4A16", 0) == 0 ? "2" : "1") == h.core->getPluginVersion(),
+            && std::string(c.op.rfind("W4A4", 0) == 0 ? "1" : "2") == h.core->getPluginVersion(),
         c.id + ": plugin name/namespace/version " + h.core->getPluginName() + "/" + h.core->getPluginNamespace() + "/"
             + h.core->getPluginVersion());
     check(h.build->getNbOutputs() == 1, c.id + ": one output");
@@ -1173,8 +1183,8 @@ void checkRefusals(Library const& lib, Logger& logger)
         {"W8A8Proj", "weight_scale_granularity tensor",
             {i("n", 64), i("k", 256), s("weight_scale_granularity", "tensor")}},
         {"W8A8Proj", "activation_format nvfp4", {i("n", 64), i("k", 256), s("activation_format", "nvfp4")}},
-        {"W8A8Proj", "activation_scale_granularity tensor",
-            {i("n", 64), i("k", 256), s("activation_scale_granularity", "tensor")}},
+        {"W8A8Proj", "activation_scale_granularity column",
+            {i("n", 64), i("k", 256), s("activation_scale_granularity", "column")}},
         {"W4A4Proj", "K not a multiple of 16", {i("n", 64), i("k", 40)}},
         {"W4A4Proj", "activation_format fp8", {i("n", 64), i("k", 64), s("activation_format", "fp8")}},
         {"W4A4Proj", "family unknown", {i("n", 64), i("k", 64), s("family", "mlp")}},

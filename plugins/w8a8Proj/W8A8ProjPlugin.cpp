@@ -19,7 +19,8 @@ W8A8Format W8A8Format::parse(FieldReader const& reader, CommonAttributes const& 
     f.weightScaleGranularity = parseChoice("weight_scale_granularity", f.weightScaleGranularityName,
         {{"channel", kMETRALE_WSCALE_CHANNEL}, {"block128", kMETRALE_WSCALE_BLOCK128}});
     f.activationScaleGranularity = parseChoice("activation_scale_granularity", f.activationScaleGranularityName,
-        {{"row", kMETRALE_ASCALE_ROW}, {"row_block128", kMETRALE_ASCALE_ROW_BLOCK128}});
+        {{"row", kMETRALE_ASCALE_ROW}, {"row_block128", kMETRALE_ASCALE_ROW_BLOCK128},
+            {"tensor", kMETRALE_ASCALE_TENSOR}});
     return f;
 }
 
@@ -33,6 +34,10 @@ std::vector<InputSpec> W8A8Format::weightInputs(CommonAttributes const& attrs) c
         scaleDims = {(n + kBLOCK - 1) / kBLOCK, (k + kBLOCK - 1) / kBLOCK};
     }
     std::vector<InputSpec> specs{{"weight", DataType::kINT8, {n, k}}, {"weight_scale", DataType::kFLOAT, scaleDims}};
+    if (staticScale())
+    {
+        specs.push_back({"input_scale", DataType::kFLOAT, {1}});  // [E] in the grouped op
+    }
     if (attrs.hasBias)
     {
         specs.push_back({"bias", DataType::kFLOAT, {n}});
@@ -55,7 +60,8 @@ cudaError_t W8A8Format::launch(CommonAttributes const& attrs, InputTensors const
 {
     return metrale_w8a8_proj(run.x, run.xDType, in.required<int8_t>("weight"), in.required<float>("weight_scale"),
         weightScaleGranularity, attrs.activationFormat, activationScaleGranularity,
-        in.optional<float>("bias", attrs.hasBias), run.y, run.m, attrs.n, attrs.k, run.workspace,
+        in.optional<float>("input_scale", staticScale()), in.optional<float>("bias", attrs.hasBias), run.y, run.m,
+        attrs.n, attrs.k, run.workspace,
         run.workspaceBytes, run.stream);
 }
 

@@ -1,10 +1,13 @@
 /*
- * W8A8Proj as a TensorRT IPluginV3 (namespace "metrale", version "1"): FP8 e4m3 weights with
- * per-channel or 128x128 block scales, fp8 (default) or bf16 activations (docs/ops.md). W8A8Format
- * is what W8A8Proj and its grouped-expert op W8A8MoEProj (moeProj/W8A8MoEProjPlugin.cpp) share.
+ * W8A8Proj as a TensorRT IPluginV3 (namespace "metrale", version "2", also registered as "1"):
+ * FP8 e4m3 weights with per-channel or 128x128 block scales, fp8 (default) or bf16 activations
+ * (docs/ops.md). Version 2 added activation_scale_granularity=tensor (a static scale, input_scale);
+ * a node without it is a version-1 node, which the "1" creator builds as it is. W8A8Format is what
+ * W8A8Proj and its grouped-expert op W8A8MoEProj (moeProj/W8A8MoEProjPlugin.cpp) share.
  *
  * Inputs: x [M, K] (kFLOAT/kHALF/kBF16), weight kINT8 [N, K] (e4m3fn bit patterns), weight_scale
- * kFLOAT [N] (channel) or [ceil(N/128), ceil(K/128)] (block128), bias kFLOAT [N] (has_bias=1).
+ * kFLOAT [N] (channel) or [ceil(N/128), ceil(K/128)] (block128), input_scale kFLOAT [1]
+ * (activation_scale_granularity=tensor), bias kFLOAT [N] (has_bias=1).
  * Output y [M, N], the type of x. Fields: the ONNX attributes n, k, weight_scale_granularity,
  * activation_format, activation_scale_granularity, has_bias, family, name.
  */
@@ -25,7 +28,9 @@ struct W8A8Format
 {
     static constexpr char const* kOP_TYPE{"W8A8Proj"};
     static constexpr char const* kGROUPED_OP_TYPE{"W8A8MoEProj"};
-    static constexpr char const* kPLUGIN_VERSION{"1"};
+    static constexpr char const* kPLUGIN_VERSION{"2"};
+    //! Version-1 nodes (no static activation scale) read as they are (CompatiblePluginCreator).
+    static constexpr char const* kCOMPATIBLE_VERSION{"1"};
     static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8"};
     static constexpr char const* kDEFAULT_ACTIVATION{"fp8"};
     //! Edge of a weight-scale block and of an activation-scale block (block128, row_block128).
@@ -35,6 +40,11 @@ struct W8A8Format
     std::string activationScaleGranularityName;
     int32_t weightScaleGranularity{kMETRALE_WSCALE_CHANNEL};
     int32_t activationScaleGranularity{kMETRALE_ASCALE_ROW};
+
+    bool staticScale() const
+    {
+        return activationScaleGranularity == kMETRALE_ASCALE_TENSOR;
+    }
 
     //! The fields after n and k, in contract order: the one field list.
     template <typename Visitor>

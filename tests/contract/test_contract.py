@@ -45,10 +45,29 @@ def test_specs_are_consistent():
         names = spec.attribute_names
         assert len(set(names)) == len(names), op_type
         for i in spec.inputs:
-            if i.optional:
-                assert spec.attribute(i.gate).values == (0, 1), (op_type, i.name)
+            if i.optional:  # a has_* flag, or an enumerated value (W8A8Proj's input_scale: tensor)
+                values = spec.attribute(i.gate).values
+                assert values == (0, 1) if i.gate_value == 1 else i.gate_value in values, (op_type, i.name)
         assert {"n", "k", "has_bias", "family", "name"} <= set(names)
     assert contract.domain_version() == max(s.version for s in contract.OPS.values())
+
+
+def test_node_versions_of_value_only_changes():
+    """W8A8Proj version 2 only added activation_scale_granularity=tensor: nodes without it are
+    version 1 (no plugin_version: dynamic-scale exports keep their bytes), nodes with it version 2."""
+    for op_type in ("W8A8Proj", "W8A8MoEProj"):
+        spec = contract.op(op_type)
+        assert spec.version == 2
+        assert spec.node_version({"activation_scale_granularity": "row"}) == 1
+        assert spec.node_version({}) == 1  # the default, row
+        assert spec.node_version({"activation_scale_granularity": b"tensor"}) == 2
+        assert not contract.names_plugin_version(spec, {"activation_scale_granularity": "row_block128"})
+        assert contract.names_plugin_version(spec, {"activation_scale_granularity": "tensor"})
+        assert contract.outdated(op_type, 1) is None  # older W8A8 graphs read as they are
+        assert "input_scale" in spec.present_inputs({"activation_scale_granularity": "tensor"})
+        assert "input_scale" not in spec.present_inputs({"activation_scale_granularity": "row"})
+    assert contract.op("W4A16Proj").node_version({}) == 2  # a layout change: every node
+    assert contract.outdated("W4A16Proj", 1) is not None
 
 
 def test_drift_check_reports_a_changed_default_and_a_missing_plugin(tmp_path):

@@ -103,18 +103,25 @@ class CausalLM(nn.Module):
     def weight_nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
-    def iter_weights(self, source) -> Iterator[tuple[str, torch.Tensor]]:
-        """(buffer path, tensor) for every buffer, reading the checkpoint one tensor at a time."""
+    def iter_weights(self, source, only: str | None = None) -> Iterator[tuple[str, torch.Tensor]]:
+        """(buffer path, tensor) for every buffer, reading the checkpoint one tensor at a time;
+        ``only``: the buffers under that module path alone ("model.layers.3."; nothing else is read)."""
         source = with_recipes(source, self.recipes)
         ckpt = source.checkpoint
+        keep = (lambda path: True) if only is None else (lambda path: path.startswith(only))  # noqa: E731
         for fqn, make in self.computed().items():
-            yield fqn, make()
+            if keep(fqn):
+                yield fqn, make()
         for fqn, name in self.plain.items():
+            if not keep(fqn):
+                continue
             t = ckpt.get(name)
             if not all_finite(t):  # sliced: no float32 copy of the embedding
                 raise CheckpointError(f"{ckpt.root}: tensor {name!r} holds NaN or infinite values")
             yield fqn, t.to(self.dtype)
         for prefix, proj in self.projections():
+            if not keep(f"{prefix}."):
+                continue
             loaded = proj.load(source) if isinstance(proj, GroupedProjection) else source.load(proj.spec)
             for key, t in loaded.items():
                 if proj.spec.kind == "none" and t.dtype.is_floating_point:
