@@ -291,8 +291,7 @@ def main(argv=None) -> int:
     print(text)
     if not args.quick:
         args.results.mkdir(parents=True, exist_ok=True)
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M")
-        dest = args.results / f"quant-{stamp}-{commit.split()[0]}.md"  # <kind>-YYYYMMDD-HHMM-<commit>
+        dest = args.results / f"quant-{datetime.date.today().isoformat()}-{commit.split()[0]}.md"
         dest.write_text(text)
         print(f"written to {dest}")
     return 0

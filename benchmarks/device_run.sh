@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|attention|all] [pytest -k expression]
-# (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
+#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|all] [pytest -k expression]
 # (all: tests, the fp8 accuracy table of benchmarks/fp8_accuracy.py, the kernel benchmark)
 # Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
 # records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
@@ -25,9 +24,4 @@ if [ "$what" = all ] || [ "$what" = fp8acc ]; then
 fi
 if [ "$what" = bench ] || [ "$what" = all ] || [ "$what" = quick ]; then
   python3 -m benchmarks.bench_kernels --out "$OUT" $( [ "$what" = quick ] && echo --quick ) 2>&1 | tee "$OUT/bench.log" | tail -45
-fi
-if [ "$what" = attention ]; then
-  python3 -m pytest tests/gpu/test_attention_kernel.py -m gpu -rs -s --confcutdir=tests/gpu -p no:cacheprovider \
-    ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/attention-tests.log" | tail -40
-  python3 -m benchmarks.bench_attention --out "$OUT" 2>&1 | tee "$OUT/attention-bench.log" | tail -45
 fi

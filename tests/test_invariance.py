@@ -16,8 +16,8 @@ FIXED = "declared: every engine runs the same format per op"
 
 def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
     """Qwen3 per layer: 7 projections covered; input, q, k and post-attention RMSNorm (ReduceMean of
-    Pow) and the metrale Attention node (no TensorRT plugin yet: the plugin lowering expands it to
-    standard ops) left to TensorRT; then the final norm and the float lm_head."""
+    Pow), QK^T and PV MatMuls and the Softmax left to TensorRT; then the final norm and the float
+    lm_head."""
     out = demo_exports["w4a16"]
     r = CliRunner().invoke(cli, ["inspect", str(out), "--json"])
     assert r.exit_code == 0, r.output
@@ -25,12 +25,11 @@ def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
     layers = DEMO_CONFIG["num_hidden_layers"]
     assert len(ri["covers"]) == 7 * layers
     assert {c["name"] for c in ri["covers"]} >= {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"}
-    assert ri["left_by_kind"] == {"attention": layers, "norm": 4 * layers + 1, "float projection": 1}
+    assert ri["left_by_kind"] == {"attention": 3 * layers, "norm": 4 * layers + 1, "float projection": 1}
     left = ri["left_to_tensorrt"]
     for layer in range(layers):
         here = [e for e in left if e["where"] == f"model.layers.{layer}"]
-        assert [(e["op_type"], e.get("expanded")) for e in here if e["kind"] == "attention"] == \
-            [("Attention", "no TensorRT plugin yet")]
+        assert sorted(e["op_type"] for e in here if e["kind"] == "attention") == ["MatMul", "MatMul", "Softmax"]
         assert [e["op_type"] for e in here if e["kind"] == "norm"] == ["ReduceMean"] * 4
     tail = [e for e in left if e["where"] == "model"]
     assert [(e["kind"], e.get("weight")) for e in tail] == [("norm", None), ("float projection", "lm_head.weight")]
@@ -41,7 +40,7 @@ def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
 
     text = CliRunner().invoke(cli, ["inspect", str(out)]).output
     assert f"covers the outputs of {7 * layers} metrale projections" in text
-    assert f"{layers} attention (Attention)" in text and f"{4 * layers + 1} norm (ReduceMean)" in text
+    assert f"{3 * layers} attention (MatMul, Softmax)" in text and f"{4 * layers + 1} norm (ReduceMean)" in text
 
 
 def test_engine_promise_is_projections_only_while_anything_is_left():

@@ -19,16 +19,11 @@ def _fmt(r) -> str:
     return f"{r.rel_error:.2e} / {bound:.1e}"
 
 
-def print_report(report, as_json: bool, verbose: bool = False, err: bool = False) -> None:
-    """The comparison's table (worst layers first; ``verbose``: everything), on stdout (``compare``'s
-    result) or, with ``err``, on stderr (the main job, whose stdout is for --json)."""
+def print_report(report, as_json: bool, verbose: bool = False) -> None:
     if as_json:
         click.echo(report.to_json())
         return
-
-    def echo(line=""):
-        click.echo(line, err=err)
-
+    echo = click.echo
     echo("end to end, ONNX Runtime vs PyTorch (relative error / bound from depth and format):")
     echo(f"  {'case':<9}{'output':<34}{'rel. error / bound':>22}{'cosine':>12}{'top-1':>8}{'KL':>10}  ok")
     for case in dict.fromkeys(r.case for r in report.rows):
@@ -70,12 +65,10 @@ def run_compare(export_dir: Path, checkpoint, tolerance, quiet: bool, as_json: b
     from polygraphy.logger import G_LOGGER
 
     from ..compare.accuracy import compare_export
-    from .progress import StepProgress
 
     G_LOGGER.module_severity = G_LOGGER.ERROR
-    bar = StepProgress("comparing", enabled=not (quiet or as_json), unit="segment")
     with library_output_to_stderr():
-        report = compare_export(export_dir, checkpoint, tolerance=tolerance, progress=bar)
+        report = compare_export(export_dir, checkpoint, tolerance=tolerance)
     if not quiet:
         print_report(report, as_json, verbose)
     failure = report.first_failure()

@@ -10,15 +10,11 @@ from pathlib import Path
 
 import click
 
-from ..contract import MOE_LAYOUTS, W8A8
 from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
-from ..engines.policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
+from ..engines.policy import FLOAT_WEIGHTS
 from ..exporter.names import DTYPE_NAMES, W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
-
-W8A8_SCALES = W8A8.attribute("weight_scale_granularity")
-W8A8_ACT_SCALES = W8A8.attribute("activation_scale_granularity")
 
 
 def _compose(*decorators):
@@ -57,12 +53,12 @@ quantization_options = _compose(
     click.option("--no-scale-search", is_flag=True,
                  help="Plain round-to-nearest W4A16 group scales (clipping ranges) and NVFP4 block scales "
                       "(default: search each for the lowest squared error)."),
-    click.option("--w8a8-weight-scales", type=click.Choice(W8A8_SCALES.values), default=W8A8_SCALES.default,
+    click.option("--w8a8-weight-scales", type=click.Choice(["channel", "block128"]), default="channel",
                  show_default=True, help="W8A8 weight scales: per output channel or 128x128 blocks."),
-    click.option("--w8a8-activation-scales", type=click.Choice(W8A8_ACT_SCALES.values), default=W8A8_ACT_SCALES.default,
+    click.option("--w8a8-activation-scales", type=click.Choice(["row", "row_block128"]), default="row",
                  show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
     click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
-    click.option("--moe-experts", type=click.Choice(MOE_LAYOUTS), default=MOE_LAYOUTS[0], show_default=True,
+    click.option("--moe-experts", type=click.Choice(("grouped", "dense")), default="grouped", show_default=True,
                  help="Quantized MoE experts: grouped-expert ops reading only the routed experts, or one "
                       "projection per expert run on every row (what the qdq lowering can express)."),
     click.option("--layers", default=None, metavar="SPEC",
@@ -102,19 +98,6 @@ def _policy(ctx, param, value):
         raise click.BadParameter(str(e), ctx=ctx, param=param) from e
 
 
-def _plugin_library(ctx, param, value):
-    """A --plugins file that is no loadable shared library is refused before any heavy import."""
-    from ..engines.profiles import UsageConflict
-    from ..preflight import check_plugin_library
-
-    if value is not None:
-        try:
-            check_plugin_library(value)
-        except UsageConflict as e:
-            raise click.BadParameter(str(e), ctx=ctx, param=param) from e
-    return value
-
-
 def _targets(ctx, param, values):
     out = []
     for v in values:
@@ -133,9 +116,8 @@ engine_options = _compose(
     click.option("--activation-quantization", "policy", default="declared", show_default=True,
                  callback=_policy,
                  help="adaptive | declared | bf16 | fp8 | nvfp4 | per family: ffn=fp8,attn=bf16,..."),
-    click.option("--plugins", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_plugin_library,
-                 help="The metrale plugin library libmetrale_plugins.so: engines with the metrale ops as "
-                      "IPluginV3 layers (the plugin lowering)."),
+    click.option("--plugins", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                 help="The metrale plugin library libmetrale_plugins.so (for --lowering plugin)."),
     click.option("--backend", type=click.Choice(backends.BACKENDS),
                  help="Engine builder (default: tensorrt if it imports, else tensorrt-rtx)."),
     click.option("--max-context", default=None, type=click.IntRange(1),
@@ -146,8 +128,4 @@ engine_options = _compose(
     click.option("--float-weights", type=click.Choice(FLOAT_WEIGHTS), default="checkpoint", show_default=True,
                  help="Engines' float weights (embedding, lm_head, router): checkpoint = bfloat16 where "
                       "the values are (the lm_head and router then run in bf16); float32 = as exported."),
-    click.option("--engine-weights", type=click.Choice(ENGINE_WEIGHTS), default="shared", show_default=True,
-                 help="Where the engines' weights live: shared = one weights file, bound as engine inputs "
-                      "(one copy for every profile); stripped = REFIT + STRIP_PLAN engines refitted from "
-                      "it; embedded = a copy in every engine."),
 )

@@ -82,9 +82,6 @@ class Report:
     ops: list[OpRow] = field(default_factory=list)
     layers: list[LayerRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    # How it ran: "mode" (streamed: segment by segment; whole-graph), "segments", and
-    # "resident_layers_peak" (most decoder layers whose PyTorch weights were in memory at once).
-    run: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -145,7 +142,6 @@ class Report:
 
     def to_json(self) -> str:
         return json.dumps({"ok": self.ok, "first_failure": self.first_failure(), "notes": self.notes,
-                           "run": self.run,
                            "rows": [r.as_dict() for r in self.rows],
                            "layers": [r.as_dict() for r in self.layers],
                            "ops": [r.as_dict() for r in self.ops]}, indent=2, default=float)
@@ -185,7 +181,12 @@ def _end_to_end_rows(case: Case, ort_out: dict, torch_out: dict, model, taps: Gr
     return rows
 
 
-def _resolve_checkpoint(export_dir: Path, manifest: dict, checkpoint: Path | None) -> Path:
+def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAULT_CASES,
+                   tolerance: float | None = None, seed: int = 0) -> Report:
+    """Run both runtimes on seeded inputs; check every op, every layer (teacher-forced) and every
+    output end to end. ``tolerance`` replaces the end-to-end bounds."""
+    export_dir = Path(export_dir)
+    manifest = load_manifest(export_dir)
     if checkpoint is None:
         recorded = (manifest.get("model") or {}).get("checkpoint_path")
         if not recorded:
@@ -194,105 +195,27 @@ def _resolve_checkpoint(export_dir: Path, manifest: dict, checkpoint: Path | Non
         if not checkpoint.exists():
             raise InputError(f"{export_dir}: the checkpoint it was exported from, {checkpoint} (manifest.json), "
                              "is not there any more; pass --checkpoint PATH")
-    return Path(checkpoint)
-
-
-def _feed(manifest: dict, case: Case, seed: int) -> dict:
-    """The case's seeded inputs (Polygraphy's DataLoader), the same for both runtimes."""
-    loader = DataLoader(seed=seed, iterations=1, input_metadata=_metadata(manifest, case),
-                        val_range={"input_ids": (0, manifest["model"]["vocab_size"] - 1),
-                                   "position_ids": (0, 4096), "": (-1.0, 1.0)})
-    return loader[0]
-
-
-def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAULT_CASES,
-                   tolerance: float | None = None, seed: int = 0, progress=None,
-                   streaming: bool = True) -> Report:
-    """Run both runtimes on seeded inputs; check every op, every layer (teacher-forced) and every
-    output end to end. ``tolerance`` replaces the end-to-end bounds.
-
-    ``streaming`` (the default): segment by segment, one layer's weights in memory at a time
-    (streaming.py), where the graph's residual stream can be followed; otherwise, or with False,
-    one run of the whole graph. ``progress``: an object with ``start(total)`` and ``update(name)``
-    (and ``close()``), told of each segment done."""
-    export_dir = Path(export_dir)
-    manifest = load_manifest(export_dir)
-    checkpoint = _resolve_checkpoint(export_dir, manifest, checkpoint)
+    checkpoint = Path(checkpoint)
     graph = load_graph(export_dir / "model.onnx")
     contract.check_model(graph, str(export_dir / "model.onnx"))  # an older op contract: re-export
     taps = find_taps(graph.graph)
-    feeds = {case.name: _feed(manifest, case, seed) for case in cases}
+    model = torch_model_factory(export_dir, checkpoint, manifest)().eval()
+    ort_runner = OnnxrtRunner(lambda: reference_session(graph, base_dir=export_dir, extra_outputs=taps.values()),
+                              name="onnxrt-reference")
+    vocab = manifest["model"]["vocab_size"]
     report = Report()
     if taps.reason:
         report.notes.append(f"per-layer check skipped: {taps.reason}")
-    if streaming and not taps.reason:
-        streamed = _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance,
-                                      progress, report)
-        if streamed:
-            return report
-    return _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, report)
-
-
-def _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, progress,
-                       report: Report) -> bool:
-    import torch
-
-    from ..exporter.export import DTYPES
-    from ..exporter.session import open_model, request_from_manifest
-    from .segments import plan_segments
-    from .streaming import run_segments
-
-    session = open_model(checkpoint, request_from_manifest(manifest))
-    with torch.device("meta"):  # a skeleton: each part is loaded when its segment runs
-        model = session.model(DTYPES[manifest["dtype"]], manifest["layers"]).eval()
-    states = {i: [f"{s.output}.{i}" for s in model.states[i]] for i in model.layer_ids}
-    segments = plan_segments(graph.graph, taps, states)
-    if isinstance(segments, str):
-        report.notes.append(f"compared as one graph: {segments}")
-        return False
-    if progress is not None:
-        progress.start(len(segments))
-    try:
-        run = run_segments(export_dir, graph, segments, taps, model, session.source, cases, feeds,
-                           progress.update if progress is not None else None)
-    finally:
-        if progress is not None and hasattr(progress, "close"):
-            progress.close()
-    for case in cases:
-        report.rows += _end_to_end_rows(case, run.ort_out[case.name], run.torch_out[case.name], model, taps,
-                                        tolerance)
-    for case in cases:
-        report.ops += run.ops[case.name]
-    for case in cases:
-        report.layers += run.layers[case.name]
-    report.run = {"mode": "streamed", "segments": len(segments), "resident_layers_peak": run.resident_peak}
-    return True
-
-
-def _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance,
-                         report: Report) -> Report:
-    """One ONNX Runtime run of the whole verification graph per case and the whole PyTorch model
-    (one thread each, as streamed: float32 sums then run in the same order, so both give the same
-    numbers)."""
-    from ..ops.w4a16 import one_thread
-
-    model = torch_model_factory(export_dir, checkpoint, manifest)().eval()
-    ort_runner = OnnxrtRunner(lambda: reference_session(graph, threads=1, base_dir=export_dir,
-                                                        extra_outputs=taps.values(), prepack=False),
-                              name="onnxrt-reference")
-    with one_thread():
-        return _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report)
-
-
-def _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report: Report) -> Report:
     for case in cases:
         meta = _metadata(manifest, case)
         torch_runner = TorchRunner(lambda: model, meta, name="torch-reference")
-        feed = feeds[case.name]
+        loader = DataLoader(seed=seed, iterations=1, input_metadata=meta,
+                            val_range={"input_ids": (0, vocab - 1), "position_ids": (0, 4096),
+                                       "": (-1.0, 1.0)})
+        feed = loader[0]
         results = Comparator.run([ort_runner, torch_runner], data_loader=[feed])
         ort_out, torch_out = dict(results[0][1][0].items()), dict(results[1][1][0].items())
         report.rows += _end_to_end_rows(case, ort_out, torch_out, model, taps, tolerance)
         report.ops += check_ops(model, taps, ort_out, case.name)
         report.layers += check_layers(model, taps, ort_out, feed, case.name, case.past)
-    report.run = {"mode": "whole-graph", "segments": 1, "resident_layers_peak": len(model.layer_ids)}
     return report

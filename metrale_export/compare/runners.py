@@ -1,5 +1,5 @@
-"""A Polygraphy runner for an export directory: the PyTorch model rebuilt from the same checkpoint
-(ONNX Runtime's side is Polygraphy's own ``OnnxrtRunner`` over ``ops.ort.reference_session``).
+"""Polygraphy runners for an export directory: ONNX Runtime with the metrale reference ops, and the
+PyTorch model rebuilt from the same checkpoint.
 
 ``TorchRunner`` exists because Polygraphy's ``PytRunner`` moves every input to CUDA; this one runs
 on the device it is given (the CPU in CI, the GPU with the CUDA ops on the H200).
@@ -13,10 +13,12 @@ from pathlib import Path
 
 import torch
 from polygraphy.backend.base import BaseRunner
+from polygraphy.backend.onnxrt import OnnxrtRunner
 
 from ..exporter.export import DTYPES
 from ..exporter.session import open_model, request_from_manifest
 from ..exporter.layers.model import CausalLM
+from ..ops.ort import reference_session
 
 
 class TorchRunner(BaseRunner):
@@ -59,3 +61,7 @@ def torch_model_factory(export_dir: Path, checkpoint: Path, manifest: dict):
         return session.model(DTYPES[manifest["dtype"]], manifest["layers"]).load_weights(session.source)
 
     return build
+
+
+def onnxrt_runner(onnx_path: Path) -> OnnxrtRunner:
+    return OnnxrtRunner(lambda: reference_session(onnx_path), name="onnxrt-reference")

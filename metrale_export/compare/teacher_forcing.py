@@ -57,21 +57,18 @@ def layer_formats(taps: GraphTaps) -> dict[int | None, set[str]]:
     """Activation formats of the metrale ops of each layer."""
     out: dict[int | None, set[str]] = {}
     for t in taps.ops:
-        if t.activation_format:  # the non-projection ops have none
-            out.setdefault(t.layer, set()).add(t.activation_format)
+        out.setdefault(t.layer, set()).add(t.activation_format)
     return out
 
 
 @torch.no_grad()
 def check_ops(model, taps: GraphTaps, values: dict, case: str) -> list[OpRow]:
-    # Projection and GroupedProjection modules by the checkpoint name their node carries, and the
-    # modules of the other metrale ops (norms, router, float gates) by their op_name.
+    # Projection and GroupedProjection modules by the checkpoint name their node carries.
     modules = {m.spec.name: m for _, m in model.named_modules()
                if isinstance(getattr(getattr(m, "spec", None), "name", None), str)}
-    modules.update({m.op_name: m for _, m in model.named_modules() if getattr(m, "op_name", "")})
     rows = []
     for t in taps.ops:
-        bound = tolerances.op_bound(t.activation_format, t.op_type)
+        bound = tolerances.op_bound(t.activation_format)
         module = modules.get(t.projection)
         inputs = t.inputs or (t.x,)
         if module is None or any(v not in values for v in (*inputs, t.y)):

@@ -9,11 +9,9 @@ How each weight format is stored (weights are transposed to [K, N] so MatMul nee
 - W4A16, symmetric: INT4 ``code - 8`` with the bfloat16 group scales widened to float32 (exact),
   blocked DequantizeLinear (axis 0, block_size = group_size), then ``bf16(w)``: the product
   ``(code - z) * s`` is exact in float32, so this is the contract's one rounding. TensorRT has no
-  UINT4 weights and no zero points in DequantizeLinear, so with zero points the weight stays INT4
-  ``code - 8`` and a float32 per-group offset ``(8 - z) * s`` is added before the rounding (exact:
-  ``(code - 8) * s + (8 - z) * s = (code - z) * s``). TensorRT(-RTX) keeps such INT4 constants
-  INT4 in the engine (measured: half a byte a weight). A partial last group is padded with zero
-  codes to a whole group and the activation with zero columns (Pad), so every block is whole.
+  UINT4 weights and no zero points in DequantizeLinear, so with zero points the weight is INT8
+  ``code - z`` with the same scales. A partial last group is padded with zero codes to a whole
+  group and the activation with zero columns (Pad), so every block is whole.
 - W8A8: FLOAT8E4M3FN codes with per-channel scales (axis 1) or, for 128x128 blocks, scales
   repeated along N and blocked along K (axis 0, block_size = 128).
 - W4A4: neither ONNX Runtime nor TensorRT before SM 10.0 runs FLOAT4E2M1, so the e2m1 values are
@@ -54,10 +52,9 @@ from onnx_graphsurgeon.logger import G_LOGGER as _GS_LOGGER
 
 from .. import contract
 from ..errors import InputError
-from . import expand
 
 DOMAIN = contract.DOMAIN
-LOWERING_VERSION = 2  # bump when the qdq output changes, so cached engines rebuild
+LOWERING_VERSION = 1  # bump when the qdq output changes, so cached engines rebuild
 MIN_OPSET = 21
 MIN_IR_VERSION = 10
 _EXTERNAL_DATA_BYTES = 1 << 30  # save initializers to a side file above this
@@ -137,11 +134,6 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
                 raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a string, "
                                     f"found {value!r}")
             value = _text(value)
-        elif a.type == "float":
-            if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
-                raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a float, "
-                                    f"found {value!r}")
-            value = float(value)
         elif not isinstance(value, (int, np.integer)):
             raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected an int, found {value!r}")
         else:
@@ -156,9 +148,8 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
 
 
 def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
-    """The metrale projection nodes of the main graph, in graph order, checked against the contract
-    (a graph of an older op contract is refused: ``contract.check_model``); the other metrale
-    nodes are checked too, but have no activation format to choose and are not listed."""
+    """The metrale nodes of the main graph, in graph order, checked against the contract (a graph
+    of an older op contract is refused: ``contract.check_model``)."""
     try:
         contract.check_model(model, "the ONNX graph")
     except InputError as e:
@@ -170,8 +161,6 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
         a = _attrs(node)
         key = _key(node, a, i)
         a = contract_attributes(node.op_type, a, key)
-        if not contract.op(node.op_type).is_projection:
-            continue  # norms, the float projection, the router: no activation format to choose
         ops.append(OpInfo(key, node.op_type, a["family"], a["activation_format"], a["n"], a["k"]))
     keys = [op.key for op in ops]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
@@ -181,14 +170,10 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
 
 
 def with_activation_formats(model: onnx.ModelProto, formats: dict[str, str]) -> onnx.ModelProto:
-    """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``, and whose
-    nodes of ops with no TensorRT plugin yet are expanded to standard ONNX (``expand``)."""
+    """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``."""
     out = copy.deepcopy(model)
-    unplugged = expand.expanded_op_types(plugin_path=True)
-    if any(n.domain == DOMAIN and n.op_type in unplugged for n in out.graph.node):
-        out = _expand_nodes(out, unplugged)
     for i, node in enumerate(out.graph.node):
-        if node.domain != DOMAIN or not contract.op(node.op_type).is_projection:
+        if node.domain != DOMAIN:
             continue
         key = _key(node, _attrs(node), i)
         if key not in formats:
@@ -214,9 +199,8 @@ def _np_dtype(dtype) -> np.dtype:
 class _Emitter:
     """Adds the nodes of one lowered op to the graph under a name prefix."""
 
-    def __init__(self, graph: gs.Graph, prefix: str, store=None):
+    def __init__(self, graph: gs.Graph, prefix: str):
         self.graph = graph
-        self.store = store  # weights_file.WeightsFile: large constants go to disk as they are made
         self.prefix = re.sub(r"[^A-Za-z0-9_.]", "_", prefix)
         self.count = 0
 
@@ -226,8 +210,6 @@ class _Emitter:
 
     def const(self, what: str, value: np.ndarray) -> gs.Constant:
         arr = np.asarray(value)
-        if self.store is not None and arr.nbytes >= self.store.inline_bytes:
-            return self.store.constant(self.name(what), arr)
         if arr.dtype in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.float8_e4m3fn)):
             # gs writes one byte per element for these; let onnx pack them.
             name = self.name(what)
@@ -335,22 +317,21 @@ def _lower_w4a16(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
     _expect_shape(weight, (n, k // 2), "weight", key, node)
     _expect_shape(scale, (n, groups), "weight_scale", key, node)
     idx = 3
-    q = (_unpack(weight).astype(np.int8) - 8).T  # [K, N] int4 codes - 8
-    pad = groups * g - k
-    if pad:  # a partial last group: zero codes and zero activations make it whole
-        q = np.concatenate((q, np.zeros((pad, n), dtype=q.dtype)), axis=0)
-        x = e.op("Pad", [x, e.i64("pads", [0, 0, 0, pad])])
-    w = e.dequantize(q.astype(ml_dtypes.int4), scale.T.copy(), axis=0, block=g)
+    codes = _unpack(weight).astype(np.int16)
     if a["has_zero_point"]:
-        # (code - z) * s = (code - 8) * s + (8 - z) * s: INT4 codes and a per-group offset, both
-        # terms and their sum exact in float32 (|code - z| <= 15 times a bfloat16 scale).
-        zp = _constant(node, idx, "zero_point", key).astype(np.float32)
+        zp = _constant(node, idx, "zero_point", key).astype(np.int16)
         _expect_shape(zp, (n, groups), "zero_point", key, node)
         idx += 1
-        offset = ((8.0 - zp) * scale).T.reshape(groups, 1, n)
-        w = e.op("Reshape", [w, e.i64("shape", [groups, g, n])])
-        w = e.op("Reshape", [e.op("Add", [w, e.f32("w_offset", offset)]), e.i64("shape", [groups * g, n])])
-    return e.op("MatMul", [x, e.bf16_round(w)]), idx
+        q = codes - np.repeat(zp, g, axis=1)[:, :k]
+    else:
+        q = codes - 8
+    pad = groups * g - k
+    if pad:  # a partial last group: zero codes (weights 0) and zero activations make it whole
+        q = np.concatenate((q, np.zeros((n, pad), dtype=q.dtype)), axis=1)
+        x = e.op("Pad", [x, e.i64("pads", [0, 0, 0, pad])])
+    q = q.T.astype(np.int8 if a["has_zero_point"] else ml_dtypes.int4)
+    w = e.bf16_round(e.dequantize(q, scale.T.copy(), axis=0, block=g))
+    return e.op("MatMul", [x, w]), idx
 
 
 def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
@@ -442,24 +423,22 @@ def _lower_w4a4(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
 _LOWER = {"W4A16Proj": _lower_w4a16, "W8A8Proj": _lower_w8a8, "W4A4Proj": _lower_w4a4}
 
 
-def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None, store=None) -> onnx.ModelProto:
+def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None) -> onnx.ModelProto:
     """A new model with every metrale node replaced by standard ONNX (module docstring).
 
     ``formats`` maps op keys (``metrale_ops``) to activation formats; ``None`` keeps each node's
-    ``activation_format``. Formats outside the contract's table are refused. With ``store`` (a
-    ``weights_file.WeightsFile``), ``model`` may be a header whose weights stay in their files:
-    each is read when its node is lowered, and the lowered weights are written to ``store``.
+    ``activation_format``. Formats outside the contract's table are refused.
     """
     # gs warns that it keeps FLOAT8E4M3FN constants as ONNX tensors: that is what we want.
     quiet = (_GS_LOGGER.severity, _GS_LOGGER.colors)
     _GS_LOGGER.severity, _GS_LOGGER.colors = _GS_LOGGER.ERROR, False
     try:
-        return _lower_qdq(model, formats, store)
+        return _lower_qdq(model, formats)
     finally:
         _GS_LOGGER.severity, _GS_LOGGER.colors = quiet
 
 
-def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=None) -> onnx.ModelProto:
+def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.ModelProto:
     ops = {op.key: op for op in metrale_ops(model)}
     grouped = [op for op in ops.values() if contract.op(op.op_type).grouped_of is not None]
     if grouped:
@@ -474,17 +453,12 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
             "export this model with --moe-experts dense (one W*Proj node per expert), which lowers."
         )
     graph = gs.import_onnx(model)
-    if store is not None:
-        store.attach(graph)
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     for node in list(graph.nodes):
         if node.domain != DOMAIN:
             continue
         key = _key_gs(node, dict(node.attrs), index[id(node)])
         a = contract_attributes(node.op, dict(node.attrs), key)
-        if node.op in expand.EXPANSIONS:
-            _expand_node(graph, node, a, key)
-            continue
         fmt = formats.get(key) if formats is not None else ops[key].activation_format
         if fmt is None:
             raise LoweringError(f"node {key}: no activation format chosen for it")
@@ -496,7 +470,7 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
             )
         x_in, y = node.inputs[0], node.outputs[0]
         dtype = _np_dtype(x_in.dtype) or _np_dtype(y.dtype)
-        e = _Emitter(graph, f"{key}", store)
+        e = _Emitter(graph, f"{key}")
         node.outputs.clear()  # detach y before the last emitted node writes it
         x = e.bf16_round(x_in)
         acc, next_input = _LOWER[node.op](e, node, a, key, fmt, x)
@@ -508,8 +482,6 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
         e.op("CastLike", [acc, x_in], out=y)
         if dtype is not None:
             y.dtype = dtype
-        if store is not None:
-            store.release(node.inputs)
         node.inputs.clear()
     graph.cleanup().toposort()
     out = gs.export_onnx(graph)
@@ -519,28 +491,6 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
     del out.opset_import[:]
     out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
     out.ir_version = max(model.ir_version, MIN_IR_VERSION)
-    return out
-
-
-def _expand_node(graph: gs.Graph, node: gs.Node, a: dict, key: str) -> None:
-    ins, outs = list(node.inputs), list(node.outputs)
-    node.inputs.clear()
-    node.outputs.clear()
-    expand.EXPANSIONS[node.op](_Emitter(graph, key), ins, outs, a)
-
-
-def _expand_nodes(model: onnx.ModelProto, op_types: tuple[str, ...]) -> onnx.ModelProto:
-    """``model`` with its metrale nodes of ``op_types`` expanded to standard ONNX (``expand``)."""
-    graph = gs.import_onnx(model)
-    for i, node in enumerate(list(graph.nodes)):
-        if node.domain == DOMAIN and node.op in op_types:
-            key = _key_gs(node, dict(node.attrs), i)
-            _expand_node(graph, node, contract_attributes(node.op, dict(node.attrs), key), key)
-    graph.cleanup().toposort()
-    out = gs.export_onnx(graph)
-    del out.opset_import[:]
-    out.opset_import.extend(model.opset_import)
-    out.ir_version = model.ir_version
     return out
 
 

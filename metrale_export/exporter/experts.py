@@ -26,7 +26,7 @@ from ..ops.moe import PER_EXPERT_SCALARS
 from .projection import ProjSpec
 
 MOE_OP_TYPES = {kind: spec.op_type for kind, spec in contract.grouped_by_kind().items()}
-LAYOUTS = contract.MOE_LAYOUTS  # --moe-experts
+LAYOUTS = ("grouped", "dense")  # --moe-experts
 
 
 @dataclass(frozen=True)

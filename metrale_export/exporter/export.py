@@ -34,11 +34,11 @@ from ..ops import onnx_translation
 from . import replicate
 from .layers.model import CausalLM
 from .manifest import MANIFEST_NAME, build_manifest
-from .names import DTYPE_NAMES, parse_layers  # noqa: F401  (parse_layers: re-exported)
+from .names import DTYPE_NAMES
 from .quantization import QuantRequest
 from .session import ModelSession, open_model, select_source  # noqa: F401  (select_source: re-exported)
 from .writer import (DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory, check_location,
-                     output_bytes, tensor_digest)
+                     tensor_digest)
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 OPSET = 20
@@ -53,9 +53,6 @@ class ExportOptions:
     force: bool = False
     # Trace one decoder layer per kind and replicate it (replicate.py); False traces every layer.
     replicate_layers: bool = True
-    # Engines the main job builds into the same directory after the export: the free-space check
-    # counts them too (writer.output_bytes).
-    engines: int = 0
     model_path: str | None = None  # recorded in the manifest (filled in by export())
 
 
@@ -64,6 +61,29 @@ class ExportResult:
     out_dir: Path
     manifest: dict
     seconds: float
+
+
+def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:
+    """'0', '0,2', '1-3' -> sorted unique layer ids within the model."""
+    if spec is None or spec.strip() in ("", "all"):
+        return None
+    ids: set[int] = set()
+    for part in spec.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                lo, hi = (int(p) for p in part.split("-", 1))
+                if lo > hi:
+                    raise ValueError
+                ids.update(range(lo, hi + 1))
+            else:
+                ids.add(int(part))
+        except ValueError:
+            raise InputError(f"--layers: expected indices like '0', '0,2' or '1-3', found {part!r}") from None
+    bad = sorted(i for i in ids if not 0 <= i < num_layers)
+    if bad:
+        raise InputError(f"--layers: layer {bad[0]} does not exist; the model has layers 0-{num_layers - 1}")
+    return sorted(ids)
 
 
 def _dynamic_shapes(model: CausalLM):
@@ -215,8 +235,7 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
     ckpt, cfg, source = session.checkpoint, session.config, session.source
     with torch.device("meta"):
         model = session.model(dtype, options.layers)
-    what = f"the export and its {options.engines} engine(s)" if options.engines else "the export"
-    check_location(Path(out_dir), options.force, output_bytes(model.weight_nbytes(), options.engines), what)
+    check_location(Path(out_dir), options.force, model.weight_nbytes())  # before any tracing
     if progress is not None:
         n_proj = len(model.projections())
         progress.note(f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "

@@ -72,8 +72,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
     from .. import __version__
 
     ops = metrale_ops(proto.graph)
-    # Non-projection ops (Attention, norms) have no activation format.
-    counts = Counter("/".join(str(o[k]) for k in ("op_type", "family", "activation_format") if k in o) for o in ops)
+    counts = Counter(f"{o['op_type']}/{o['family']}/{o['activation_format']}" for o in ops)
     config_hash = hashlib.sha256((ckpt.root / "config.json").read_bytes()).hexdigest()
     req = options.request
     return {

@@ -18,11 +18,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import contract
 from . import w4a4, w4a16, w8a8
 
 # Grouped op type -> the dense op whose arithmetic each expert follows.
-DENSE_OF = {t: s.grouped_of for t, s in contract.OPS.items() if s.grouped_of is not None}
+DENSE_OF = {"W4A16MoEProj": "W4A16Proj", "W8A8MoEProj": "W8A8Proj", "W4A4MoEProj": "W4A4Proj"}
 OP_TYPES = tuple(DENSE_OF)
 ROUTING_INPUTS = (("topk_ids", "tensor(int32)", False), ("topk_weights", "T", True))
 # Tensors stacked with a leading expert axis whose per-expert form is a scalar [1] in the dense op.

@@ -26,7 +26,12 @@ DOMAIN = contract.DOMAIN
 _ONNX_TYPES = {"float32": "tensor(float)", "float16": "tensor(float16)", "bfloat16": "tensor(bfloat16)",
                "int8": "tensor(int8)", "int32": "tensor(int32)", "x": "T"}
 _ACT_TYPES = [_ONNX_TYPES[t] for t in contract.X_DTYPES]
-_ATTR_TYPES = {"int": OpSchema.AttrType.INT, "float": OpSchema.AttrType.FLOAT, "string": OpSchema.AttrType.STRING}
+_ATTR_TYPES = {"int": OpSchema.AttrType.INT, "string": OpSchema.AttrType.STRING}
+
+
+def present_flag(op_type: str, name: str) -> str:
+    """The attribute that says whether optional input ``name`` of ``op_type`` is present."""
+    return contract.op(op_type).input(name).gate
 
 
 def attribute_names(op_type: str) -> tuple[str, ...]:
@@ -50,12 +55,10 @@ def onnx_type(dtype: str) -> str:
 def _schema(spec: contract.OpSpec) -> OpSchema:
     fp = OpSchema.FormalParameter
     optional = OpSchema.FormalParameterOption.Optional
-    inputs = [fp(spec.x_name, "T")] + [
+    inputs = [fp("x", "T")] + [
         fp(i.name, onnx_type(i.dtype), param_option=optional) if i.optional else fp(i.name, onnx_type(i.dtype))
         for i in spec.inputs
     ]
-    outputs = [fp(o.name, onnx_type(o.dtype), param_option=optional) if o.optional else fp(o.name, onnx_type(o.dtype))
-               for o in spec.outputs]
     # In the emitted order: the exporter writes a node's attributes in the schema's order.
     attrs = [OpSchema.Attribute(a.name, _ATTR_TYPES[a.type], a.doc or a.name)
              for a in map(spec.attribute, spec.emitted_attributes)]
@@ -63,7 +66,7 @@ def _schema(spec: contract.OpSpec) -> OpSchema:
         attrs.append(OpSchema.Attribute("plugin_version", OpSchema.AttrType.STRING,
                                         "the TensorRT plugin version (the op version)"))
     return OpSchema(spec.op_type, DOMAIN, spec.version, doc=f"metrale {spec.op_type}: see docs/ops.md",
-                    inputs=inputs, outputs=outputs,
+                    inputs=inputs, outputs=[fp("y", "T")],
                     type_constraints=[("T", _ACT_TYPES, "activation and output dtype")], attributes=attrs)
 
 
@@ -91,9 +94,7 @@ def _opset() -> onnxscript.values.Opset:
 def translation(spec: contract.OpSpec):
     """The translation of ``metrale::<spec.torch_name>`` (arguments: x, the inputs in the torch op's
     order, then the torch attributes) into one ``metrale`` node (inputs in contract order) with the
-    has_* gates set from the present inputs. An op of several outputs returns each of them, an
-    absent optional one as the input its ``absent`` names (``compact_outputs`` then drops it from
-    the node)."""
+    has_* gates set from the present inputs."""
     params = ["x", *spec.torch_inputs, *spec.torch_attributes]
     signature = inspect.Signature([inspect.Parameter(p, inspect.Parameter.POSITIONAL_OR_KEYWORD) for p in params])
     gates = spec.derived_gates
@@ -105,11 +106,7 @@ def translation(spec: contract.OpSpec):
         if contract.names_plugin_version(spec):
             attrs["plugin_version"] = str(spec.version)
         inputs = [values["x"], *(values[i.name] for i in spec.inputs)]
-        if len(spec.outputs) == 1:
-            return getattr(_opset(), spec.op_type)(*inputs, **attrs)
-        results = getattr(_opset(), spec.op_type)(*inputs, **attrs, _outputs=len(spec.outputs))
-        present = spec.present_outputs(attrs)
-        return tuple(r if o.name in present else values[o.absent] for o, r in zip(spec.outputs, results))
+        return getattr(_opset(), spec.op_type)(*inputs, **attrs)
 
     translate.__signature__ = signature
     translate.__name__ = f"_{spec.kind}"
@@ -125,33 +122,12 @@ def translation_table() -> dict:
 
 
 def compact_inputs(graph: onnx.GraphProto) -> int:
-    """Drop empty (absent optional) inputs of every metrale node, and its absent optional outputs
-    (``compact_outputs``); returns the nodes touched."""
+    """Drop empty (absent optional) inputs of every metrale node; returns the nodes touched."""
     touched = 0
     for node in graph.node:
         if node.domain == DOMAIN and any(not i for i in node.input):
             kept = [i for i in node.input if i]
             del node.input[:]
             node.input.extend(kept)
-            touched += 1
-    return touched + compact_outputs(graph)
-
-
-def compact_outputs(graph: onnx.GraphProto) -> int:
-    """Drop the outputs a metrale node's gates say are absent (the translation traced them, unused);
-    returns the nodes touched. Only trailing outputs are optional in the contract."""
-    touched = 0
-    for node in graph.node:
-        if node.domain != DOMAIN or node.op_type not in contract.OPS:
-            continue
-        spec = contract.op(node.op_type)
-        if len(spec.outputs) == 1:
-            continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        present = spec.present_outputs(attrs)
-        kept = [o for o, out in zip(node.output, spec.outputs) if out.name in present]
-        if len(kept) != len(node.output):
-            del node.output[:]
-            node.output.extend(kept)
             touched += 1
     return touched

@@ -3,11 +3,8 @@
 Invariants: a bound here is a promise checked by a test; changing one needs the reason in the commit.
 """
 
-# One op against a float64 evaluation of the contract, by output dtype (and activation format):
-# float32 y by activation format (fp8: Hopper's FP8 accumulator); a bfloat16 or float16 y adds one
-# final rounding (bfloat16: 2^-8 relative at worst).
+# One op against a float64 evaluation of the contract, by output dtype (and activation format).
 OP_FP32 = {"bf16": 1e-5, "nvfp4": 1e-5, "fp8": 1e-4}
-OP_OUTPUT = {"bfloat16": 8e-3, "float16": 1e-3}
 
 # A whole export, ONNX Runtime vs the PyTorch reference of the same model: the floors of the
 # end-to-end bounds (end_to_end_bound below: deeper models get depth x LAYER).
@@ -16,7 +13,7 @@ MODEL_QUANTIZED = 1e-3
 # The same quantized model on another device's summation order (the GPU through the CUDA ops) vs
 # ONNX Runtime, W4A16: its bf16 activation rounding carries a float32 last-bit difference across a
 # rounding boundary now and then, and on the demo models that alone moves the logits by up to 1.2e-3
-# (benchmarks/diagnostics/debug_w4a16.py, 2026-11-29). The kernels themselves are checked per projection.
+# (benchmarks/debug_w4a16.py, 2026-11-29). The kernels themselves are checked per projection.
 MODEL_OTHER_DEVICE_BF16 = 5e-3
 # An unquantized export vs transformers in float32.
 TRANSFORMERS = 1e-4
@@ -31,27 +28,8 @@ QUANTIZED_VS_FLOAT = {"w4a16": 0.25, "w8a8": 0.08, "w4a4": 0.30}
 # --- compare: teacher-forced pieces and the end-to-end run (docs/ops.md, "Tolerances") -------------
 # Per op: ONNX Runtime's metrale op against the PyTorch model's projection (built from the
 # checkpoint) on ONNX Runtime's own input: two evaluations of the contract on the same operands.
-def op_bound(activation_format: str, op_type: str | None = None) -> float:
-    if op_type in OP_NON_PROJECTION:
-        return OP_NON_PROJECTION[op_type]
+def op_bound(activation_format: str) -> float:
     return OP_FP32.get(activation_format, OP_FP32["bf16"])
-
-
-# The non-projection ops against the PyTorch module on ONNX Runtime's input (relative Frobenius
-# error of each output; the router's ids must be equal). Both sides run the same CPU reference, so
-# the expected error is 0; the bound is a few float32 ulps of reassociation, far below what one
-# wrong weight element gives (a norm weight element of K = 128 off by 10% moves y by about 1e-2).
-OP_NON_PROJECTION = {"RMSNorm": 1e-5, "FloatProj": 1e-5, "Router": 1e-5}
-# Attention: both sides run ops/attention.py's reference on the same q, key, value (same bits
-# expected); against float64 the op's own bound is per element (ops.attention.ATTENTION_BOUND).
-OP_NON_PROJECTION["Attention"] = 1e-5
-
-
-def op_output_bound(dtype, activation_format: str = "bf16") -> float:
-    """The bound of one op whose y has ``dtype`` (float32, float16 or bfloat16: a name, or a torch or
-    numpy dtype) against the float64 evaluation (docs/ops.md, Tolerances)."""
-    name = str(dtype).rsplit(".", 1)[-1]
-    return OP_OUTPUT[name] if name in OP_OUTPUT else op_bound(activation_format)
 
 
 # Per layer, relative error of the layer's update (output - input) and of its new state, with the

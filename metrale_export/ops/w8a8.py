@@ -11,12 +11,11 @@ from dataclasses import dataclass
 
 import torch
 
-from ..contract import W8A8, ceil_div
-from . import weight_cache
+from ..contract import ceil_div
 from .numerics import E4M3_MAX, FP8_BLOCK, bf16_round, e4m3_from_bits, e4m3_round, e4m3_to_bits
 
-WEIGHT_SCALE_GRANULARITIES = W8A8.attribute("weight_scale_granularity").values
-ACT_SCALE_GRANULARITIES = W8A8.attribute("activation_scale_granularity").values
+WEIGHT_SCALE_GRANULARITIES = ("channel", "block128")
+ACT_SCALE_GRANULARITIES = ("row", "row_block128")
 
 
 @dataclass(frozen=True)
@@ -104,12 +103,11 @@ def proj(
     """CPU reference of W8A8Proj in the dtype of x."""
     n, k = weight.shape
     if activation_format == "bf16":
-        wb = weight_cache.expanded("w8a8-bf16", (weight, weight_scale), (weight_scale_granularity,),
-                                   lambda: bf16_round(dequantize(weight, weight_scale, weight_scale_granularity)))
+        wb = bf16_round(dequantize(weight, weight_scale, weight_scale_granularity))
         acc = bf16_round(x.to(torch.float32)) @ wb.T
     elif activation_format == "fp8":
         xq, sx = quantize_activation(x, activation_scale_granularity)
-        wq = weight_cache.expanded("w8a8-fp8", (weight,), (), lambda: e4m3_from_bits(weight))
+        wq = e4m3_from_bits(weight)
         if weight_scale_granularity == "channel" and activation_scale_granularity == "row":
             acc = (xq @ wq.T) * sx * weight_scale.to(torch.float32)[None, :]
         else:

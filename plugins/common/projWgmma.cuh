@@ -1010,7 +1010,7 @@ inline int wgTokenTile(int64_t m, int64_t n)
  * its waves of 132 CTAs (one per SM) less than 70%: each CTA sums its slice from +0 and writes it to
  * the float32 buffer `part` [slices, m, n]; wgReduceKernel then folds them per element in slice order,
  * from +0, as the single-CTA walk does, so the bits are the same. A layout choice of (m, n, k) only.
- * Measured on the H200 (benchmarks/results/kernels-20261201-0905-637bff1.md): the split wins
+ * Measured on the H200 (benchmarks/results/kernels-20261201-0905-wgmma-split.md): the split wins
  * 1.4-2.7x on 24-61% full grids (8B-down / 8B-qkv / 32B-down at M = 64, 32B-down at M = 256) and loses
  * up to 1.4x on nearly full ones (the buffer's traffic and the per-CTA prologue).
  */

@@ -1,6 +1,5 @@
 /*
- * W8A8MoEProj as a TensorRT IPluginV3 (namespace, version and fields from
- * metrale/contract.h): the grouped-expert op of
+ * W8A8MoEProj as a TensorRT IPluginV3 (namespace "metrale", version "1"): the grouped-expert op of
  * W8A8Proj (docs/ops.md, "Grouped-expert ops"), from the same W8A8Format.
  *
  * Inputs: x, topk_ids kINT32 [M, top_k], weight kINT8 [E, N, K] (e4m3fn bit patterns),

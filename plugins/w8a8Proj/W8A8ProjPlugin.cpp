@@ -9,16 +9,17 @@ namespace metrale
 namespace plugin
 {
 
+using nvinfer1::DataType;
+
 W8A8Format W8A8Format::parse(FieldReader const& reader, CommonAttributes const& /*attrs*/)
 {
     W8A8Format f;
-    f.weightScaleGranularityName = reader.getString("weight_scale_granularity");
-    f.activationScaleGranularityName = reader.getString("activation_scale_granularity");
-    // The codes are the values' positions in the contract: MetraleWeightScale, MetraleActScale.
-    f.weightScaleGranularity = parseCode(
-        "weight_scale_granularity", f.weightScaleGranularityName, Op::kWEIGHT_SCALE_GRANULARITY_VALUES);
-    f.activationScaleGranularity = parseCode(
-        "activation_scale_granularity", f.activationScaleGranularityName, Op::kACTIVATION_SCALE_GRANULARITY_VALUES);
+    f.weightScaleGranularityName = reader.getString("weight_scale_granularity", "channel");
+    f.activationScaleGranularityName = reader.getString("activation_scale_granularity", "row");
+    f.weightScaleGranularity = parseChoice("weight_scale_granularity", f.weightScaleGranularityName,
+        {{"channel", kMETRALE_WSCALE_CHANNEL}, {"block128", kMETRALE_WSCALE_BLOCK128}});
+    f.activationScaleGranularity = parseChoice("activation_scale_granularity", f.activationScaleGranularityName,
+        {{"row", kMETRALE_ASCALE_ROW}, {"row_block128", kMETRALE_ASCALE_ROW_BLOCK128}});
     return f;
 }
 
@@ -31,9 +32,12 @@ std::vector<InputSpec> W8A8Format::weightInputs(CommonAttributes const& attrs) c
     {
         scaleDims = {(n + kBLOCK - 1) / kBLOCK, (k + kBLOCK - 1) / kBLOCK};
     }
-    // Op::kINPUTS: weight, weight_scale, bias (has_bias).
-    return contractInputs(
-        Op::kINPUTS, {{n, k}, scaleDims, {n}}, [&](IntFieldValues& gates) { visitFields(attrs, gates); });
+    std::vector<InputSpec> specs{{"weight", DataType::kINT8, {n, k}}, {"weight_scale", DataType::kFLOAT, scaleDims}};
+    if (attrs.hasBias)
+    {
+        specs.push_back({"bias", DataType::kFLOAT, {n}});
+    }
+    return specs;
 }
 
 std::string W8A8Format::describe() const

@@ -1,6 +1,5 @@
 /*
- * W8A8Proj as a TensorRT IPluginV3 (namespace, version and fields from
- * metrale/contract.h): FP8 e4m3 weights with
+ * W8A8Proj as a TensorRT IPluginV3 (namespace "metrale", version "1"): FP8 e4m3 weights with
  * per-channel or 128x128 block scales, fp8 (default) or bf16 activations (docs/ops.md). W8A8Format
  * is what W8A8Proj and its grouped-expert op W8A8MoEProj (moeProj/W8A8MoEProjPlugin.cpp) share.
  *
@@ -24,19 +23,20 @@ struct RoutingAttributes;
 //! What W8A8Proj and W8A8MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
 struct W8A8Format
 {
-    //! The ops' contract (metrale/contract.h): type, version, activation formats, fields, inputs.
-    using Op = contract::W8A8Proj;
-    using GroupedOp = contract::W8A8MoEProj;
+    static constexpr char const* kOP_TYPE{"W8A8Proj"};
+    static constexpr char const* kGROUPED_OP_TYPE{"W8A8MoEProj"};
+    static constexpr char const* kPLUGIN_VERSION{"1"};
+    static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8"};
+    static constexpr char const* kDEFAULT_ACTIVATION{"fp8"};
     //! Edge of a weight-scale block and of an activation-scale block (block128, row_block128).
-    static constexpr int64_t kBLOCK{contract::kFP8_BLOCK};
+    static constexpr int64_t kBLOCK{128};
 
     std::string weightScaleGranularityName;
     std::string activationScaleGranularityName;
     int32_t weightScaleGranularity{kMETRALE_WSCALE_CHANNEL};
     int32_t activationScaleGranularity{kMETRALE_ASCALE_ROW};
 
-    //! The fields after n and k bound to this format's members, in contract order (checked
-    //! against Op::kFIELDS at creation).
+    //! The fields after n and k, in contract order: the one field list.
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {

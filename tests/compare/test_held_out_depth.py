@@ -1,5 +1,5 @@
 """Held-out depth: Qwen3 checkpoints of 28 and 36 layers, made with transformers from random weights
-with outlier channels (tests/support/held_out.py), pass the main job in every weight format, the
+with outlier channels (tests/compare/checkpoints.py), pass the main job in every weight format, the
 comparison included, and build engines with TensorRT-RTX (one profile, small context, to keep the
 engine builds short). Slow: each case exports, compares and builds a real-depth model."""
 
@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from metrale_export.cli.main import cli
 from metrale_export.engines import backends
 
-from support.held_out import write_qwen3
+from checkpoints import write_qwen3
 
 pytestmark = [
     pytest.mark.slow,

@@ -12,7 +12,6 @@ from metrale_export.engines.lowering import (
     metrale_ops,
     with_activation_formats,
 )
-from metrale_export.ops import tolerances
 from support.graphs import Proj, projection_graph, reference
 
 ROWS = (1, 3, 7, 31, 1000)
@@ -162,7 +161,8 @@ def test_half_precision_activations_keep_their_dtype(dtype):
         feed = x.numpy()
     y = _session(lowered).run(None, {"x": feed})[0]
     assert y.dtype == feed.dtype
-    assert _rel(y.astype(np.float32), ref.float().numpy()) <= tolerances.op_output_bound(dtype)
+    # docs/ops.md: 8e-3 for a bfloat16 output, 1e-3 for float16 (one final rounding).
+    assert _rel(y.astype(np.float32), ref.float().numpy()) <= {"float16": 1e-3, "bfloat16": 8e-3}[dtype]
 
 
 @pytest.mark.slow

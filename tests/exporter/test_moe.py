@@ -11,7 +11,7 @@ import onnx
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from support.stateful import ort_steps, rel, torch_steps
+from stateful import ort_steps, rel, torch_steps
 
 from metrale_export.exporter.checkpoint import Checkpoint
 from metrale_export.exporter.config import parse_config

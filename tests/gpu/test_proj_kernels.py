@@ -26,7 +26,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (tests/gpu)", allow_module_level=True)
 
 from metrale_export.ops import cuda as mcuda  # noqa: E402
-from metrale_export.ops import tolerances, w4a4, w4a16, w8a8  # noqa: E402
+from metrale_export.ops import w4a4, w4a16, w8a8  # noqa: E402
 from metrale_export.ops.numerics import FP8_BLOCK, bf16_round, e4m3_from_bits  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -67,7 +67,9 @@ def _case_id(c):
 
 
 def _tolerance(op_fmt: str, dtype: torch.dtype) -> float:
-    return tolerances.op_output_bound(dtype, op_fmt)
+    if dtype == torch.float32:
+        return 1e-4 if op_fmt == "fp8" else 1e-5
+    return 8e-3 if dtype == torch.bfloat16 else 1e-3
 
 
 def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -236,7 +238,7 @@ def test_custom_ops_dispatch_to_cuda():
     assert torch.equal(y, layer.run(x.to(DEV)))
     ref = torch.ops.metrale.w4a16_proj(x, c["weight"], c["weight_scale"], None, layer.bias, 256, 512, 128,
                                        "bf16", "ffn", "test.w4a16")
-    assert _rel(y, ref) <= tolerances.op_output_bound(y.dtype)
+    assert _rel(y, ref) <= 8e-3
 
 
 def test_unsupported_k_is_a_clear_error():

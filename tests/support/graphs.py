@@ -226,21 +226,3 @@ def model_graph(hidden: int = 64, vocab: int = 96, kv_heads: int = 2, head_dim: 
     )
     model.ir_version = 10
     return model
-
-
-def head_graph(vocab: int, hidden: int, seed: int = 5) -> onnx.ModelProto:
-    """ids [M] -> Gather(embedding) -> MatMul(lm_head [hidden, vocab]), float32 values exact in bfloat16."""
-    import ml_dtypes
-
-    rng = np.random.default_rng(seed)
-    emb, head = (rng.standard_normal(s).astype(ml_dtypes.bfloat16).astype(np.float32)
-                 for s in ((vocab, hidden), (hidden, vocab)))
-    graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Gather", ["embed.weight", "ids"], ["h"], name="embed"),
-         onnx.helper.make_node("MatMul", ["h", "lm_head.weight"], ["logits"], name="lm_head")],
-        "head", [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["M"])],
-        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["M", vocab])],
-        [onnx.numpy_helper.from_array(emb, "embed.weight"), onnx.numpy_helper.from_array(head, "lm_head.weight")])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    return model

@@ -103,30 +103,23 @@ class CausalLM(nn.Module):
     def weight_nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
-    def iter_weights(self, source, prefix: str = "", cast: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
-        """(buffer path, tensor) for every buffer whose path starts with ``prefix``, reading the
-        checkpoint one tensor at a time; ``cast=False`` leaves float tensors in their stored dtype
-        (a buffer's ``copy_`` converts them, with no second full-size copy)."""
+    def iter_weights(self, source) -> Iterator[tuple[str, torch.Tensor]]:
+        """(buffer path, tensor) for every buffer, reading the checkpoint one tensor at a time."""
         source = with_recipes(source, self.recipes)
         ckpt = source.checkpoint
         for fqn, make in self.computed().items():
-            if fqn.startswith(prefix):
-                yield fqn, make()
+            yield fqn, make()
         for fqn, name in self.plain.items():
-            if not fqn.startswith(prefix):
-                continue
             t = ckpt.get(name)
             if not all_finite(t):  # sliced: no float32 copy of the embedding
                 raise CheckpointError(f"{ckpt.root}: tensor {name!r} holds NaN or infinite values")
-            yield fqn, t.to(self.dtype) if cast else t
-        for path, proj in self.projections():
-            if not f"{path}.".startswith(prefix):
-                continue
+            yield fqn, t.to(self.dtype)
+        for prefix, proj in self.projections():
             loaded = proj.load(source) if isinstance(proj, GroupedProjection) else source.load(proj.spec)
             for key, t in loaded.items():
-                if cast and proj.spec.kind == "none" and t.dtype.is_floating_point:
+                if proj.spec.kind == "none" and t.dtype.is_floating_point:
                     t = t.to(self.dtype)
-                yield f"{path}.{key}", t
+                yield f"{prefix}.{key}", t
 
     def load_weights(self, source) -> "CausalLM":
         """Fill every buffer from the checkpoint (for the in-memory PyTorch reference)."""
@@ -134,21 +127,6 @@ class CausalLM(nn.Module):
         for fqn, t in self.iter_weights(source):
             buffers[fqn].copy_(t)
         return self
-
-    def load_part(self, source, path: str) -> nn.Module:
-        """Materialize the submodule at ``path`` ("model.layers.3", "lm_head") on the CPU and fill
-        its buffers from the checkpoint, the rest of the model left as it is (on ``meta`` for a
-        model streamed part by part: ``compare`` holds one layer at a time)."""
-        module = self.get_submodule(path)
-        module.to_empty(device="cpu")
-        buffers = dict(module.named_buffers(prefix=path))
-        for fqn, t in self.iter_weights(source, prefix=f"{path}.", cast=False):
-            buffers[fqn].copy_(t)
-        return module
-
-    def free_part(self, path: str) -> None:
-        """Release the buffers of the submodule at ``path`` (back to ``meta``)."""
-        self.get_submodule(path).to("meta")
 
     # --- graph -----------------------------------------------------------------------------------
     def state_specs(self) -> list[tuple[int, StateSpec]]:
@@ -171,30 +149,17 @@ class CausalLM(nn.Module):
         return (tokens, dict(tokens), states)
 
     def forward(self, input_ids, position_ids, *states):
-        x, cos, sin = self.embed(input_ids, position_ids)
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self.model.rotary_emb(position_ids, x.dtype)
         presents = []
         j = 0
         for i in self.layer_ids:
             n = len(self.states[i])
-            x, *new = self.layer(i, x, cos, sin, states[j:j + n])
+            x, *new = self.model.layers[str(i)](x, cos, sin, *states[j:j + n])
             presents += new
             j += n
-        return (self.head(x), *presents)
-
-    # The steps of ``forward``, also run one at a time by the streaming comparison.
-    def embed(self, input_ids, position_ids):
-        """(the residual stream's start, cos, sin)."""
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = self.model.rotary_emb(position_ids, x.dtype)
-        return x, cos, sin
-
-    def layer(self, i: int, x, cos, sin, states):
-        """Decoder layer ``i``: (x, *its new states)."""
-        return self.model.layers[str(i)](x, cos, sin, *states)
-
-    def head(self, x):
-        """The logits of the residual stream's end."""
-        return self.lm_head(self.model.norm(x))
+        logits = self.lm_head(self.model.norm(x))
+        return (logits, *presents)
 
     def example_inputs(self, batch: int = 2, seq: int = 3, past: int = 4, device="cpu"):
         """Inputs of the traced shapes (sizes chosen off 0/1 so no dimension specializes)."""

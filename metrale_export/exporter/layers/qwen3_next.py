@@ -94,7 +94,7 @@ class GatedAttention(Attention):
         k = self.k_norm(self.k_proj(x).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_partial_rotary(q, cos, sin), apply_partial_rotary(k, cos, sin)
-        out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.core)
+        out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.scaling)
         out = out * torch.sigmoid(gate)
         return self.o_proj(out), k_all, v_all
 

@@ -20,15 +20,21 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
-#include "metrale/contract.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The argument codes (x_dtype: MetraleDType, act_format: MetraleActFormat, weight_scale_granularity:
- * MetraleWeightScale, act_scale_granularity: MetraleActScale) are the op contract's, generated into
- * metrale/contract.h; y always has the dtype of x. */
+/* dtype codes of x and y (y always has the dtype of x). */
+enum MetraleDType { kMETRALE_FLOAT32 = 0, kMETRALE_FLOAT16 = 1, kMETRALE_BFLOAT16 = 2 };
+
+/* activation_format attribute. */
+enum MetraleActFormat { kMETRALE_ACT_BF16 = 0, kMETRALE_ACT_FP8 = 1, kMETRALE_ACT_NVFP4 = 2 };
+
+/* weight_scale_granularity (W8A8Proj). */
+enum MetraleWeightScale { kMETRALE_WSCALE_CHANNEL = 0, kMETRALE_WSCALE_BLOCK128 = 1 };
+
+/* activation_scale_granularity (W8A8Proj with fp8 activations). */
+enum MetraleActScale { kMETRALE_ASCALE_ROW = 0, kMETRALE_ASCALE_ROW_BLOCK128 = 1 };
 
 /* W4A16Proj (op version 2). weight: int8 [n, k/2] packed codes; weight_scale: bfloat16 bit patterns
  * [n, ceil(k/group_size)]; zero_point: int8 [n, ceil(k/group_size)] or NULL (symmetric, zero point
@@ -84,23 +90,6 @@ cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, const int32_t*
     const float* weight_global_scale, const float* input_scale, int32_t act_format, const float* bias,
     void* y, int64_t m, int64_t top_k, int64_t num_experts, int64_t n, int64_t k, int32_t combine,
     void* workspace, size_t workspace_bytes, cudaStream_t stream);
-
-/* Attention (docs/ops.md, "Attention"): causal grouped-query attention over a KV cache.
- * q: [batch, q_heads, seq, head_dim]; k, v: [batch, kv_heads, total, head_dim] (the cache with this
- * step's keys appended, total >= seq); out: [batch, seq, q_heads, head_dim]; all of `dtype`
- * (bfloat16, float16, or float32: then q, k, v are rounded to bf16 in the workspace and the output
- * is float32); head_dim 64, 128 or 256, else cudaErrorNotSupported. Query position i
- * (absolute total - seq + i) sees keys 0 .. total - seq + i. scale_log2: the contract's
- * float32(scale * log2 e). split: 1 one CTA per 256-key chunk and a merge, 0 none, -1 as
- * metrale_attention_split chooses; the bits are the same in all three. A row's output depends only
- * on its own query and its own sequence's keys and values up to its position. */
-int32_t metrale_attention_split(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq,
-    int64_t total, int64_t head_dim);
-size_t metrale_attention_workspace_size(int32_t dtype, int64_t batch, int64_t q_heads,
-    int64_t kv_heads, int64_t seq, int64_t total, int64_t head_dim, int32_t split);
-cudaError_t metrale_attention(const void* q, const void* k, const void* v, void* out, int32_t dtype,
-    int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq, int64_t total, int64_t head_dim,
-    float scale_log2, int32_t split, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
