@@ -209,6 +209,14 @@ def _cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     out.ir_version = proto.ir_version
     del out.opset_import[:]
     out.opset_import.extend(proto.opset_import)
+    # The metrale opset a graph imports is the newest node version it uses (contract.node_version):
+    # a W8A8 graph without static scales stays at version 1, as before W8A8Proj version 2.
+    from .. import contract
+    versions = [contract.op(n.op_type).node_version({a.name: onnx.helper.get_attribute_value(a) for a in n.attribute})
+                for n in out.graph.node if n.domain == contract.DOMAIN]
+    for o in out.opset_import:
+        if o.domain == contract.DOMAIN and versions:
+            o.version = max(versions)
     out.producer_name, out.producer_version = "metrale-export", _version()
     return out
 
