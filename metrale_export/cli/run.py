@@ -53,11 +53,11 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
         except UsageConflict as e:
             raise click.BadParameter(str(e), param_hint=e.param) from e
         _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_targets, float_weights,
-             skip_compare, skip_engines, force, quiet, as_json, verbose)
+             engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose)
 
 
 def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_targets, float_weights,
-         skip_compare, skip_engines, force, quiet, as_json, verbose):
+         engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose):
     from ..engines.plan import BuildOptions
     from ..pipeline import (Events, JobOptions, check_engine_targets, engine_count, moe_experts_conflict,
                             plugins_conflict, run_job)

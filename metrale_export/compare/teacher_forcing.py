@@ -54,11 +54,13 @@ class LayerRow(_Bounded):
 
 
 def layer_formats(taps: GraphTaps) -> dict[int | None, set[str]]:
-    """Activation formats of the metrale ops of each layer."""
+    """The roundings of the metrale ops of each layer: the projections' activation formats, and the
+    operand rounding of the other ops that round (tolerances.OPERAND_ROUNDING)."""
     out: dict[int | None, set[str]] = {}
     for t in taps.ops:
-        if t.activation_format:  # the non-projection ops have none
-            out.setdefault(t.layer, set()).add(t.activation_format)
+        fmt = t.activation_format or tolerances.OPERAND_ROUNDING.get(t.op_type)
+        if fmt:  # the norms, router and float projection round nothing
+            out.setdefault(t.layer, set()).add(fmt)
     return out
 
 

@@ -12,6 +12,7 @@ import torch
 
 from metrale_export.compare.accuracy import Case, compare_export
 from metrale_export.exporter import writer
+from metrale_export import contract
 from metrale_export.exporter.checkpoint import Checkpoint
 from metrale_export.exporter.config import parse_config
 from metrale_export.exporter.export import ExportOptions, export
@@ -28,7 +29,9 @@ def test_graph_is_valid_and_every_op_carries_the_contract(demo_exports):
         model = onnx.load(str(d / "model.onnx"))
         onnx.checker.check_model(model)
         ops = [n for n in model.graph.node if n.domain == "metrale"]
-        assert len(ops) == (0 if fmt == "none" else 14), fmt
+        projections = [n for n in ops if n.op_type in contract.projections()]
+        assert len(projections) == (0 if fmt == "none" else 14), fmt
+        assert sum(n.op_type == "Attention" for n in ops) == 2, fmt  # every format: one per layer
         for node in ops:
             names = {a.name for a in node.attribute}
             assert names == set(onnx_translation.node_attribute_names(node.op_type)), node.name

@@ -13,17 +13,19 @@ import torch
 from safetensors.torch import load_file, save_file
 from support.stateful import ort_steps, rel, torch_steps
 
+from metrale_export import contract
 from metrale_export.exporter.checkpoint import Checkpoint
 from metrale_export.exporter.config import parse_config
 from metrale_export.exporter.export import ExportOptions, export
 from metrale_export.exporter.layers.model import CausalLM
 from metrale_export.exporter.layers.moe import SparseMoE
 from metrale_export.exporter.quantization import FloatSource, QuantRequest
+from metrale_export.ops import tolerances
 from metrale_export.ops.ort import reference_session
 
 transformers = pytest.importorskip("transformers")
 
-TRANSFORMERS = 1e-4  # docs/ops.md: unquantized export vs transformers (float32)
+TRANSFORMERS = tolerances.TRANSFORMERS  # docs/ops.md: unquantized export vs transformers
 QUANTIZED = 1e-3  # docs/ops.md: ONNX Runtime vs the PyTorch reference of the quantized model
 CHUNKS = [5, 1, 1, 2]
 
@@ -126,9 +128,13 @@ def test_unquantized_export_matches_transformers(hf_moe, ids, tmp_path):
     check_against(hf, ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS), ids, CHUNKS)
 
 
-def _metrale_nodes(out):
+def _projection_nodes(out, attention_layers):
+    """The metrale projection nodes; the other metrale nodes are one Attention per attention layer."""
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
-    return [n for n in graph.node if n.domain == "metrale"]
+    nodes = [n for n in graph.node if n.domain == "metrale"]
+    assert sorted({n.op_type for n in nodes} - set(contract.projections())) == ["Attention"]
+    assert sum(n.op_type == "Attention" for n in nodes) == attention_layers
+    return [n for n in nodes if n.op_type in contract.projections()]
 
 
 def _attr(node, name):
@@ -141,7 +147,7 @@ def test_quantized_export_matches_torch_reference(hf_moe, ids, tmp_path, fmt):
     _, path = hf_moe
     request = QuantRequest(weight=fmt, group_size=32)
     out = export(path, tmp_path / fmt, ExportOptions(request=request)).out_dir
-    ops = _metrale_nodes(out)
+    ops = _projection_nodes(out, attention_layers=2)
     fams = [_attr(n, "family").decode() for n in ops]
     # one sparse layer: gate, up, down grouped; one dense FFN; two attention layers
     assert (fams.count("moe"), fams.count("ffn"), fams.count("attn")) == (3, 3, 8)
@@ -204,7 +210,7 @@ def test_512_experts_export_as_a_handful_of_nodes(tmp_path):
     save_random(tiny_config(num_experts=512, num_experts_per_tok=10, num_hidden_layers=1, mlp_only_layers=[],
                             moe_intermediate_size=16), tmp_path / "hf")
     out = export(tmp_path / "hf", tmp_path / "o", ExportOptions(request=QuantRequest(weight="w8a8"))).out_dir
-    ops = _metrale_nodes(out)
+    ops = _projection_nodes(out, attention_layers=1)
     assert sorted(n.op_type for n in ops) == ["W8A8MoEProj"] * 3 + ["W8A8Proj"] * 4
     down = next(n for n in ops if n.op_type == "W8A8MoEProj" and _attr(n, "combine") == 1)
     assert (_attr(down, "num_experts"), _attr(down, "top_k")) == (512, 10)

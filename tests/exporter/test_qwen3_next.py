@@ -30,7 +30,7 @@ transformers = pytest.importorskip("transformers")
 
 # docs/ops.md, "Tolerances": unquantized export vs transformers; ONNX Runtime vs the PyTorch
 # reference of the same quantized model.
-TRANSFORMERS = 1e-4
+TRANSFORMERS = tolerances.TRANSFORMERS  # docs/ops.md: unquantized export vs transformers
 # Prefill 5, two decode steps, a 3-token prefill continued from the state, a decode step.
 CHUNKS = [5, 1, 1, 3, 1]
 
