@@ -263,12 +263,17 @@ def _declare_moe(lib: ctypes.CDLL) -> None:
     lib.metrale_w4a4_moe_proj.restype = ctypes.c_int
 
 
-def _moe_lib() -> ctypes.CDLL:
+def _declared(tag: str, declare) -> ctypes.CDLL:
+    """The kernels library with ``declare``'s argument types set, once (``tag`` marks it done)."""
     lib = load_library()
-    if not hasattr(lib, "_metrale_moe"):
-        _declare_moe(lib)
-        lib._metrale_moe = True
+    if not hasattr(lib, tag):
+        declare(lib)
+        setattr(lib, tag, True)
     return lib
+
+
+def _moe_lib() -> ctypes.CDLL:
+    return _declared("_metrale_moe", _declare_moe)
 
 
 def _moe_prepare(op, name, x, topk_ids, topk_weights, k, top_k, combine, tensors):
@@ -433,11 +438,7 @@ def _declare_other(lib: ctypes.CDLL) -> None:
 
 
 def _other_lib() -> ctypes.CDLL:
-    lib = load_library()
-    if not hasattr(lib, "_metrale_other"):
-        _declare_other(lib)
-        lib._metrale_other = True
-    return lib
+    return _declared("_metrale_other", _declare_other)
 
 
 def _aligned(t: Optional[Tensor]) -> Optional[Tensor]:

@@ -24,9 +24,9 @@ from metrale_export.ops import tolerances
 from metrale_export.ops.ort import load_graph
 
 LAYERS, MIDDLE = 5, 2
-# Per layer: 7 W4A16 projections and 4 RMSNorms (input, q, k, post-attention with the residual
-# add); after the layers the final norm and lm_head (FloatProj).
-OPS_PER_LAYER, OPS_AFTER = 11, 2
+# Per layer: 7 W4A16 projections, 4 RMSNorms (input, q, k, post-attention with the residual add)
+# and the Attention; after the layers the final norm and lm_head (FloatProj).
+OPS_PER_LAYER, OPS_AFTER = 12, 2
 CASES = (Case("prefill", 2, 5, 0), Case("decode", 2, 1, 4))
 
 
@@ -74,7 +74,7 @@ def test_every_piece_within_its_bound(five_layer_w4a16):
     assert len(report.ops) == (OPS_PER_LAYER * LAYERS + OPS_AFTER) * len(CASES)
     assert all(r.bound == tolerances.OP_FP32["bf16"] for r in report.ops if r.op_type == "W4A16Proj")
     assert all(r.bound == tolerances.OP_NON_PROJECTION[r.op_type] for r in report.ops if r.op_type != "W4A16Proj")
-    assert {r.op_type for r in report.ops} == {"W4A16Proj", "RMSNorm", "FloatProj"}
+    assert {r.op_type for r in report.ops} == {"W4A16Proj", "RMSNorm", "FloatProj", "Attention"}
     assert all(r.bound == tolerances.LAYER["bf16"] for r in report.layers)
     logits = [r for r in report.rows if r.output == "logits"]
     assert logits and all(r.top1 == 1.0 and r.cosine > 0.9999 for r in logits)
