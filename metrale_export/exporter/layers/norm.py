@@ -61,7 +61,9 @@ class RMSNorm(nn.Module):
 
 def name_ops(root: nn.Module) -> None:
     """Give every module of ``root`` that calls a non-projection metrale op (an ``op_name``
-    attribute: the norms, the router, the float gates) its path, which is its checkpoint prefix."""
+    attribute: the norms, the router, the float gates) its path, which is its checkpoint prefix;
+    a module named at construction keeps its name (the Attention core: its layer's ``self_attn``
+    prefix, not its own path ``self_attn.core``)."""
     for name, module in root.named_modules():
-        if hasattr(module, "op_name"):
+        if hasattr(module, "op_name") and not module.op_name:
             module.op_name = name
