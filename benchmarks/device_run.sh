@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|attention|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|attention|invariance|all] [pytest -k expression]
 # (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
+# (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
+#  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
 # (all: tests, the fp8 accuracy table of benchmarks/fp8_accuracy.py, the kernel benchmark)
 # Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
 # records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
@@ -30,4 +32,9 @@ if [ "$what" = attention ]; then
   python3 -m pytest tests/gpu/test_attention_kernel.py -m gpu -rs -s --confcutdir=tests/gpu -p no:cacheprovider \
     ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/attention-tests.log" | tail -40
   python3 -m benchmarks.bench_attention --out "$OUT" 2>&1 | tee "$OUT/attention-bench.log" | tail -45
+fi
+if [ "$what" = invariance ]; then
+  python3 -m pytest tests/gpu/test_invariance_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
+    ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-invariance.log" | tail -30
+  python3 -m benchmarks.bench_invariance --out "$OUT" 2>&1 | tee "$OUT/bench-invariance.log" | tail -60
 fi

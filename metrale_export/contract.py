@@ -95,8 +95,8 @@ class Attribute:
 @dataclass(frozen=True)
 class Output:
     """One positional output: ``dtype`` as for ``Input`` ("x": x's dtype), ``shape`` as expressions
-    of "m" (x's rows) and the attributes, ``gate`` the attribute that says whether an optional one
-    is present, ``absent`` the input the torch op returns (a copy of) when it is not."""
+    of "m" (x's rows), "..." (x's leading dimensions, all but the last), "x.<i>" (x's dimension
+    i) and the attributes, ``gate`` the attribute that says whether an optional one is present, ``absent`` the input the torch op returns (a copy of) when it is not."""
 
     name: str
     dtype: str
@@ -339,18 +339,19 @@ RMSNORM_BLOCK = 256  # threads a row (one CTA a row): the fixed reduction width 
 RMSNORM = OpSpec(
     "RMSNorm", "rms_norm", 1, category="norm", torch_op="rms_norm", has_plugin=False,
     inputs=(Input("weight", "x", ("k",), doc="the norm weight, x's dtype"),
-            Input("residual", "x", ("m", "k"), "has_residual", "added to x first (the fused residual add)"),
-            Input("gate", "x", ("m", "k"), "has_gate", "z of the gated norm: the result times silu(z)")),
+            Input("residual", "x", ("...", "k"), "has_residual", "added to x first (the fused residual add)"),
+            Input("gate", "x", ("...", "k"), "has_gate", "z of the gated norm: the result times silu(z)")),
     attributes=(Attribute("k", "int", doc="K, the normalized (last) dimension"),
                 Attribute("epsilon", "float", doc="added to the mean square"),
                 Attribute("weight_offset", "int", (0, 1), 0, "1: scale by (1 + weight) in float32 (Qwen3-Next)"),
                 Attribute("has_residual", "int", (0, 1), 0),
                 Attribute("has_gate", "int", (0, 1), 0),
                 *_name_tail()),
-    outputs=(Output("y", "x", ("m", "k")),
-             Output("residual_out", "x", ("m", "k"), "has_residual", "x",
+    outputs=(Output("y", "x", ("...", "k")),
+             Output("residual_out", "x", ("...", "k"), "has_residual", "x",
                     "s = x + residual in x's dtype, the next residual")),
-    doc="x: [M, K]; y: [M, K], the dtype of x")
+    doc="x: [..., K] (rows: the leading dimensions, e.g. [B, S, H] or the q/k norm's [B, S, heads, D]); "
+        "y: x's shape and dtype")
 
 # FloatProj: the float weights that stay float (lm_head, the router gate, GDN's small
 # projections), W4A16's bf16 arithmetic without the dequantization.

@@ -173,6 +173,7 @@ def to_header() -> str:
         f"constexpr float kNVFP4_GLOBAL_DIVISOR{{{_float(c.NVFP4_GLOBAL_DIVISOR)}}};",
         f"constexpr int32_t kFP8_BLOCK{{{c.FP8_BLOCK}}};",
         f"constexpr int32_t kNVFP4_BLOCK{{{c.NVFP4_BLOCK}}};",
+        f"constexpr int32_t kRMSNORM_BLOCK{{{c.RMSNORM_BLOCK}}};  // RMSNorm: threads a row beyond one warp",
         "",
         "enum class FieldType : int32_t { kINT, kSTRING, kFLOAT };",
         "enum class TensorType : int32_t",

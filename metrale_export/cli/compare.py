@@ -52,7 +52,7 @@ def print_report(report, as_json: bool, verbose: bool = False, err: bool = False
              f"{'error / bound':>20}  ok")
         for g in shown:
             op, out = g["op"], g["out"]
-            name = "lm_head" if g["layer"] is None else str(g["layer"])
+            name = "head" if g["layer"] is None else str(g["layer"])  # the final norm and the lm_head
             op_txt = (op.projection.split(f"layers.{g['layer']}.", 1)[-1], _fmt(op)) if op else ("-", "")
             out_txt = (f"{out.output} ({out.case})", _fmt(out)) if out else ("-", "")
             echo(f"  {name:<7}{op_txt[0]:<28}{op_txt[1]:>20}  {out_txt[0]:<36}{out_txt[1]:>20}  "

@@ -116,11 +116,12 @@ class Report:
         first_op = bad_ops[0] if bad_ops else None
         first_layer = bad_layers[0] if bad_layers else None
         if first_op is not None and (first_layer is None or order(first_op.layer) <= order(first_layer.layer)):
-            where = "lm_head" if first_op.layer is None else f"layer {first_op.layer}"
-            return (f"{where}: {first_op.projection} ({first_op.op_type}, {first_op.activation_format} "
-                    f"activations, {first_op.case}) differs from the PyTorch projection on ONNX Runtime's "
-                    f"own input by {first_op.rel_error:.2e} > {first_op.bound:.0e}: the export's weights, "
-                    "scales or attributes of this projection are not the checkpoint's")
+            where = "head" if first_op.layer is None else f"layer {first_op.layer}"
+            fmt = f"{first_op.activation_format} activations, " if first_op.activation_format else ""
+            return (f"{where}: {first_op.projection} ({first_op.op_type}, {fmt}{first_op.case}) differs "
+                    f"from the PyTorch op on ONNX Runtime's own input by {first_op.rel_error:.2e} > "
+                    f"{first_op.bound:.0e}: the export's weights, scales or attributes of this op are not "
+                    "the checkpoint's")
         if first_layer is not None:
             return (f"layer {first_layer.layer}: {first_layer.output} ({first_layer.case}) differs from the "
                     f"PyTorch layer run on ONNX Runtime's input by {first_layer.rel_error:.2e} > "

@@ -3,7 +3,9 @@ layer, and the head (final norm, lm_head), so that ``compare`` holds one piece's
 
 ``plan_segments`` is a pure reading of the graph (no weights): a segment is the nodes needed for its
 targets (the embedding: layer 0's residual input; a layer: its residual output, its state outputs
-and its metrale ops' values; the head: every graph output left) that no earlier segment holds.
+and its metrale ops' values; the head: every graph output left and the values of the metrale ops of
+no layer, the final norm and the lm_head) that no earlier segment holds. The residual stream is
+taps.py's: it runs through the Adds and the RMSNorms that fuse the residual add.
 ``segment_model`` writes one segment as a standalone ONNX model whose initializers are the graph's
 own (external ones stay references into the export's data file).
 
@@ -57,13 +59,20 @@ def node_reads(node: onnx.NodeProto) -> list[str]:
 
 def layer_targets(taps: GraphTaps, state_outputs: dict[int, list[str]]) -> dict[int, list[str]]:
     """Per decoder layer, the values its segment must compute: its residual output, its state
-    outputs (``state_outputs``, graph output names) and its metrale ops' inputs and outputs."""
+    outputs (``state_outputs``, graph output names) and its metrale ops' inputs and outputs (all of
+    them: a fused RMSNorm's ``residual_out`` is the residual stream inside the layer)."""
     out = {}
     for i, tap in taps.layers.items():
         values = [tap.x_out, *state_outputs.get(i, [])]
-        values += [v for t in taps.ops if t.layer == i for v in (*t.inputs, t.y)]
+        values += op_values(taps, i)
         out[i] = list(dict.fromkeys(values))
     return out
+
+
+def op_values(taps: GraphTaps, layer: int | None) -> list[str]:
+    """The inputs and outputs of the metrale ops of ``layer`` (None: the head's, the final norm and
+    the lm_head), which the per-op checks read."""
+    return [v for t in taps.ops if t.layer == layer for v in (*t.inputs, t.y, *t.outputs)]
 
 
 def plan_segments(graph: onnx.GraphProto, taps: GraphTaps,
@@ -78,7 +87,7 @@ def plan_segments(graph: onnx.GraphProto, taps: GraphTaps,
     inits = {t.name for t in graph.initializer}
     graph_inputs = {v.name for v in graph.input}
     producer = {o: j for j, n in enumerate(graph.node) for o in n.output if o}
-    targets.append(("head", None, [o.name for o in graph.output]))
+    targets.append(("head", None, [o.name for o in graph.output] + op_values(taps, None)))
     reads = [node_reads(n) for n in graph.node]
     owner: dict[int, int] = {}  # node index -> segment index
     plans = []

@@ -83,7 +83,7 @@ class LoweredGraphFromOnnx(BaseLoader):
             if self.lowering == "qdq":
                 rewritten = lowering.lower_qdq(header, self.formats, store=store)
             else:
-                rewritten = lowering.with_activation_formats(header, self.formats)
+                rewritten = lowering.lower_plugins(header, self.formats)
             del header
             converted = []
             if self.float_weights == "checkpoint":

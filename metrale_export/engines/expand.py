@@ -1,12 +1,15 @@
 """Standard-ONNX expansions of the metrale ops that are not projections (docs/ops.md), one rewrite
-per op type in ``EXPANSIONS``.
+per op type in ``EXPANSIONS``: the one expansion table of both lowerings.
 
 The qdq lowering expands every such node (TensorRT-RTX builds no plugin); the plugin lowering
-expands those the contract marks ``has_plugin=False`` (no TensorRT plugin yet), so a graph that
-carries the op still builds. An expanded node computes the op's formula with standard ops whose
+expands those its ``PLUGIN_REWRITES`` give to standard ONNX (ops the contract marks
+``has_plugin=False``: no TensorRT plugin yet), so a graph that carries the op still builds. An expanded node computes the op's formula with standard ops whose
 reduction order TensorRT chooses per tactic: it keeps the values (within the op's bound), not the
 op's batch and chunking invariance, and ``invariance.audit`` then lists those ops as left to
 TensorRT.
+
+Each expansion is ``(e, inputs, outputs, a, key)``: lowering's emitter, the node's inputs and
+outputs detached from it (an absent optional output is None), its contract attributes and its key.
 
 Invariants: an expansion reads only the node's inputs and contract attributes, writes the node's
 outputs under their names (consumers are untouched) and leaves no metrale node of that type.
@@ -14,15 +17,15 @@ outputs under their names (consumers are untouched) and leaves no metrale node o
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 from onnx import TensorProto
 
-from .. import contract
 
 _MASKED = float(np.finfo(np.float32).min)  # the exporter's masked score (torch.finfo min)
 
 
-def expand_attention(e, inputs: list, outputs: list, a: dict) -> None:
+def expand_attention(e, inputs: list, outputs: list, a: dict, key: str) -> None:
     """Attention as MatMul / Where / Softmax in float32 (docs/ops.md, "Attention"): the G query
     heads of a kv head share its keys through a broadcast MatMul (no repeated cache), query i of S
     sees keys 0 .. T - S + i. ``e`` is lowering's emitter; ``inputs`` / ``outputs`` the node's,
@@ -57,10 +60,61 @@ def expand_attention(e, inputs: list, outputs: list, a: dict) -> None:
     e.op("CastLike", [out, q_in], out=y)
 
 
-EXPANSIONS = {"Attention": expand_attention}
+# --- the norms, the float projection and the router (docs/ops.md, "Norms, the float projection and
+# the router"): the same formulas, with the reduction orders TensorRT's tactics choose ---------------
+
+def _f32(e, t):
+    return e.op("Cast", [t], {"to": TensorProto.FLOAT})
 
 
-def expanded_op_types(plugin_path: bool) -> tuple[str, ...]:
-    """The op types a lowering expands: every non-projection op with an expansion (qdq), or only
-    those without a TensorRT plugin (the plugin path)."""
-    return tuple(t for t in EXPANSIONS if not plugin_path or not contract.op(t).has_plugin)
+def expand_rms_norm(e, inputs: list, outputs: list, a: dict, key: str) -> None:
+    """s = x (+ residual) in x's dtype, y = x_dtype(x_dtype(s * rsqrt(mean(s^2) + eps)) * w) (or
+    ``(1 + w)`` in float32 with weight_offset), times silu(gate) when gated."""
+    x, weight = inputs[0], inputs[1]
+    rest = list(inputs[2:])
+    residual = rest.pop(0) if a["has_residual"] else None
+    gate = rest.pop(0) if a["has_gate"] else None
+    s = e.op("Add", [x, residual], out=outputs[1]) if residual is not None else x  # rounded to x's dtype
+    h = _f32(e, s)
+    ms = e.op("ReduceMean", [e.op("Mul", [h, h]), e.i64("axes", [-1])], {"keepdims": 1})
+    r = e.op("Div", [e.f32("one", 1.0), e.op("Sqrt", [e.op("Add", [ms, e.f32("eps", a["epsilon"])])])])
+    t = e.op("Mul", [h, r])
+    w = _f32(e, weight)
+    if a["weight_offset"]:
+        u = e.op("Mul", [t, e.op("Add", [w, e.f32("one", 1.0)])])
+    else:
+        u = e.op("Mul", [_f32(e, e.op("CastLike", [t, x])), w])
+    if gate is not None:
+        z = _f32(e, gate)
+        silu = e.op("Div", [z, e.op("Add", [e.f32("one", 1.0), e.op("Exp", [e.op("Neg", [z])])])])
+        u = e.op("Mul", [_f32(e, e.op("CastLike", [u, x])), silu])
+    e.op("CastLike", [u, x], out=outputs[0])
+
+
+def expand_float_proj(e, inputs: list, outputs: list, a: dict, key: str) -> None:
+    """MatMul(bf16(x), w) in float32 (both operands exact in bf16: exact products), + bias."""
+    n, k = int(a["n"]), int(a["k"])
+    weight = e.initializer(inputs[1], "weight", key, "FloatProj", (n, k), ml_dtypes.bfloat16)
+    x = inputs[0]
+    acc = e.op("MatMul", [e.bf16_round(x), e.f32("w", weight.astype(np.float32).T.copy())])
+    if a["has_bias"]:
+        bias = e.initializer(inputs[2], "bias", key, "FloatProj", (n,)).astype(np.float32)
+        acc = e.op("Add", [acc, e.f32("bias", bias)])
+    e.op("CastLike", [acc, x], out=outputs[0])
+
+
+def expand_router(e, inputs: list, outputs: list, a: dict, key: str) -> None:
+    """softmax in float32, TopK (ONNX: among equal values the lower index first, the contract's
+    tie rule), optionally renormalized."""
+    logits = inputs[0]
+    probs = e.op("Softmax", [_f32(e, logits)], {"axis": -1})
+    top, idx = e.ops("TopK", [probs, e.i64("k", [int(a["top_k"])])], {"axis": -1, "largest": 1, "sorted": 1},
+                     [None, None])
+    if a["normalize"]:
+        top = e.op("Div", [top, e.op("ReduceSum", [top, e.i64("axes", [-1])], {"keepdims": 1})])
+    e.op("Cast", [idx], {"to": TensorProto.INT32}, out=outputs[0])
+    e.op("CastLike", [top, logits], out=outputs[1])
+
+
+EXPANSIONS = {"Attention": expand_attention, "RMSNorm": expand_rms_norm, "FloatProj": expand_float_proj,
+              "Router": expand_router}

@@ -2,8 +2,8 @@
 
 ``lower_qdq`` replaces every ``metrale`` node (docs/ops.md) with standard ONNX that TensorRT builds
 with no plugin: DequantizeLinear of the stored weights + MatMul, with the activation formats
-emulated as the contract defines them. ``with_activation_formats`` rewrites the nodes'
-``activation_format`` attributes on a copy, for the plugin path.
+emulated as the contract defines them. ``lower_plugins`` is the plugin path's rewrite (below);
+``with_activation_formats`` only sets the projections' ``activation_format`` on a copy.
 
 How each weight format is stored (weights are transposed to [K, N] so MatMul needs no Transpose):
 - W4A16, symmetric: INT4 ``code - 8`` with the bfloat16 group scales widened to float32 (exact),
@@ -32,6 +32,13 @@ How activations are computed:
   Q/DQ pair, the e2m1 rounding as Round on the three spacings of the e2m1 grid. The GEMM runs on
   exact float32 operands: an emulation, not FP4 tensor cores.
 
+The non-projection ops (Attention, RMSNorm, FloatProj, Router) expand to their formulas in
+standard ONNX (``expand.EXPANSIONS``, one rewrite per op type: MatMul, Softmax, ReduceMean and
+TopK, whose reduction orders TensorRT chooses per tactic: what the qdq lowering does not promise).
+``lower_plugins`` is the plugin lowering: one ``PLUGIN_REWRITES`` entry per kind of rewrite (set
+the activation format, keep the plugin, or expand an op that has no plugin yet through the same
+``expand.EXPANSIONS``).
+
 Invariants: the lowered graph computes docs/ops.md's formulas up to the float32 accumulation order
 (and, for fp8, float32 reassociation of the scales); it has no ``metrale`` node left; the default
 opset becomes at least 21 (blocked DequantizeLinear, INT4) and the IR version at least 10.
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -181,12 +189,9 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
 
 
 def with_activation_formats(model: onnx.ModelProto, formats: dict[str, str]) -> onnx.ModelProto:
-    """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``, and whose
-    nodes of ops with no TensorRT plugin yet are expanded to standard ONNX (``expand``)."""
+    """A copy of ``model`` whose metrale projection nodes carry ``activation_format = formats[key]``
+    (the first of the plugin lowering's rewrites; ``lower_plugins`` applies them all)."""
     out = copy.deepcopy(model)
-    unplugged = expand.expanded_op_types(plugin_path=True)
-    if any(n.domain == DOMAIN and n.op_type in unplugged for n in out.graph.node):
-        out = _expand_nodes(out, unplugged)
     for i, node in enumerate(out.graph.node):
         if node.domain != DOMAIN or not contract.op(node.op_type).is_projection:
             continue
@@ -234,6 +239,19 @@ class _Emitter:
             return gs.Constant(name, gs.ir.tensor.LazyValues(numpy_helper.from_array(arr, name)))
         return gs.Constant(self.name(what), arr)
 
+    def initializer(self, t, what: str, key: str, op: str, shape: tuple, dtype=None) -> np.ndarray:
+        """The values of an op input that must be an initializer of ``shape`` (and ``dtype``, when
+        given): a weight the lowering transforms; a LoweringError naming the node and the input."""
+        if not isinstance(t, gs.Constant):
+            found = "missing" if t is None else f"a computed tensor {t.name!r}"
+            raise LoweringError(f"node {key} ({op}): {what} must be an initializer for the lowering, found {found}")
+        arr = np.asarray(t.values)
+        if tuple(arr.shape) != tuple(shape):
+            raise LoweringError(f"node {key} ({op}): {what}: expected shape {list(shape)}, found {list(arr.shape)}")
+        if dtype is not None and arr.dtype != np.dtype(dtype):
+            raise LoweringError(f"node {key} ({op}): {what}: expected {np.dtype(dtype)}, found {arr.dtype}")
+        return arr
+
     def f32(self, what: str, value) -> gs.Constant:
         return self.const(what, np.asarray(value, dtype=np.float32))
 
@@ -243,6 +261,12 @@ class _Emitter:
             gs.Node(op, name=self.name(op), attrs=attrs or {}, inputs=inputs, outputs=[out])
         )
         return out
+
+    def ops(self, op: str, inputs: list, attrs: dict | None, outs: list):
+        """A node of several outputs (``outs``: Variables, or None for a new one each)."""
+        outs = [o if o is not None else gs.Variable(self.name(f"{op.lower()}_{i}")) for i, o in enumerate(outs)]
+        self.graph.nodes.append(gs.Node(op, name=self.name(op), attrs=attrs or {}, inputs=inputs, outputs=outs))
+        return outs
 
     def i64(self, what: str, values) -> gs.Constant:
         return self.const(what, np.asarray(values, dtype=np.int64))
@@ -442,6 +466,98 @@ def _lower_w4a4(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
 _LOWER = {"W4A16Proj": _lower_w4a16, "W8A8Proj": _lower_w8a8, "W4A4Proj": _lower_w4a4}
 
 
+# --- the plugin lowering: one entry per kind of rewrite -----------------------------------------
+
+
+@dataclass(frozen=True)
+class PluginRewrite:
+    """One entry of the plugin lowering: ``can(spec)`` says whether it takes a node of that op
+    (and why not); ``action`` what it does: "format" (the node stays a plugin, its
+    activation_format set from the policy's choice), "plugin" (the node stays a plugin as
+    exported) or "standard" (expanded to standard ONNX as the qdq lowering does: no plugin, so
+    TensorRT chooses its reduction order, and ``invariance.audit`` lists it as left)."""
+
+    name: str
+    can: Callable[[contract.OpSpec], tuple[bool, str]]
+    action: str
+
+
+def _is_projection(spec):
+    return spec.is_projection, "a quantized projection" if spec.is_projection else "not a projection"
+
+
+def _has_plugin(spec):
+    return spec.has_plugin, "a TensorRT plugin" if spec.has_plugin else f"{spec.op_type} has no TensorRT plugin yet"
+
+
+def _expandable(spec):
+    ok = spec.op_type in expand.EXPANSIONS
+    return ok, "expanded to standard ONNX" if ok else f"{spec.op_type} has no standard-ONNX expansion"
+
+
+# In priority order: the first entry whose ``can`` holds takes the node. An op that gets a plugin
+# (Attention, RMSNorm, ... once ``has_plugin``) moves from the third entry to the second.
+PLUGIN_REWRITES: list[PluginRewrite] = [
+    PluginRewrite("activation format", _is_projection, "format"),
+    PluginRewrite("plugin as exported", _has_plugin, "plugin"),
+    PluginRewrite("standard ONNX (no plugin yet)", _expandable, "standard"),
+]
+
+
+def plugin_plan(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
+    """Node key -> (action, the entry's name) for every metrale node of the main graph, or a
+    LoweringError naming a node no entry takes, with each entry's reason."""
+    plan = {}
+    for i, node in enumerate(model.graph.node):
+        if node.domain != DOMAIN:
+            continue
+        key = _key(node, _attrs(node), i)
+        spec = contract.op(node.op_type) if node.op_type in contract.OPS else None
+        if spec is None:
+            contract_attributes(node.op_type, _attrs(node), key)  # raises: unknown op type
+        reasons = []
+        for entry in PLUGIN_REWRITES:
+            ok, why = entry.can(spec)
+            if ok:
+                plan[key] = (entry.action, entry.name)
+                break
+            reasons.append(f"{entry.name}: {why}")
+        else:
+            raise LoweringError(f"node {key} ({node.op_type}): the plugin lowering cannot take it ({'; '.join(reasons)})")
+    return plan
+
+
+def lower_plugins(model: onnx.ModelProto, formats: dict[str, str]) -> onnx.ModelProto:
+    """The plugin lowering: a copy of ``model`` in which each metrale node is rewritten by its
+    ``PLUGIN_REWRITES`` entry (``plugin_plan``): projections get ``formats[key]``, plugins stay as
+    exported, the others are expanded to standard ONNX (``expand.EXPANSIONS``)."""
+    plan = plugin_plan(model)
+    out = with_activation_formats(model, formats)
+    standard = {k for k, (action, _) in plan.items() if action == "standard"}
+    if not standard:
+        return out
+    quiet = (_GS_LOGGER.severity, _GS_LOGGER.colors)
+    _GS_LOGGER.severity, _GS_LOGGER.colors = _GS_LOGGER.ERROR, False
+    try:
+        return _expand_nodes(out, standard)
+    finally:
+        _GS_LOGGER.severity, _GS_LOGGER.colors = quiet
+
+
+def _finish(model: onnx.ModelProto, out: onnx.ModelProto, raise_opset: bool) -> onnx.ModelProto:
+    """``out``'s opsets and IR version after a rewrite of ``model``: the default opset at least
+    MIN_OPSET when ``raise_opset``, the metrale domain dropped when no metrale node is left."""
+    opsets = {o.domain: o.version for o in out.opset_import}
+    if raise_opset:
+        opsets[""] = max(opsets.get("", MIN_OPSET), MIN_OPSET)
+    if not any(n.domain == DOMAIN for n in out.graph.node):
+        opsets.pop(DOMAIN, None)
+    del out.opset_import[:]
+    out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
+    out.ir_version = max(model.ir_version, MIN_IR_VERSION)
+    return out
+
+
 def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None, store=None) -> onnx.ModelProto:
     """A new model with every metrale node replaced by standard ONNX (module docstring).
 
@@ -482,8 +598,11 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
             continue
         key = _key_gs(node, dict(node.attrs), index[id(node)])
         a = contract_attributes(node.op, dict(node.attrs), key)
-        if node.op in expand.EXPANSIONS:
-            _expand_node(graph, node, a, key)
+        if not contract.op(node.op).is_projection:
+            if node.op not in expand.EXPANSIONS:
+                raise LoweringError(f"node {key} ({node.op}): the qdq lowering has no standard-ONNX "
+                                    f"expansion of it; build with the plugin backend")
+            _expand_node(graph, node, a, key, store)
             continue
         fmt = formats.get(key) if formats is not None else ops[key].activation_format
         if fmt is None:
@@ -512,36 +631,32 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
             store.release(node.inputs)
         node.inputs.clear()
     graph.cleanup().toposort()
-    out = gs.export_onnx(graph)
-    opsets = {o.domain: o.version for o in out.opset_import}
-    opsets[""] = max(opsets.get("", MIN_OPSET), MIN_OPSET)
-    opsets.pop(DOMAIN, None)
-    del out.opset_import[:]
-    out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
-    out.ir_version = max(model.ir_version, MIN_IR_VERSION)
-    return out
+    return _finish(model, gs.export_onnx(graph), raise_opset=True)
 
 
-def _expand_node(graph: gs.Graph, node: gs.Node, a: dict, key: str) -> None:
+def _expand_node(graph: gs.Graph, node: gs.Node, a: dict, key: str, store=None) -> None:
+    """Replace ``node`` by its ``expand.EXPANSIONS`` rewrite, writing the node's outputs (an absent
+    optional output is a new tensor nothing reads)."""
     ins, outs = list(node.inputs), list(node.outputs)
+    outs += [None] * (len(contract.op(node.op).outputs) - len(outs))
     node.inputs.clear()
     node.outputs.clear()
-    expand.EXPANSIONS[node.op](_Emitter(graph, key), ins, outs, a)
+    expand.EXPANSIONS[node.op](_Emitter(graph, key, store), ins, outs, a, key)
+    if store is not None:
+        store.release(ins)
 
 
-def _expand_nodes(model: onnx.ModelProto, op_types: tuple[str, ...]) -> onnx.ModelProto:
-    """``model`` with its metrale nodes of ``op_types`` expanded to standard ONNX (``expand``)."""
+def _expand_nodes(model: onnx.ModelProto, keys: set[str]) -> onnx.ModelProto:
+    """``model`` with the metrale nodes named by ``keys`` expanded to standard ONNX (``expand``)."""
     graph = gs.import_onnx(model)
     for i, node in enumerate(list(graph.nodes)):
-        if node.domain == DOMAIN and node.op in op_types:
-            key = _key_gs(node, dict(node.attrs), i)
+        if node.domain != DOMAIN:
+            continue
+        key = _key_gs(node, dict(node.attrs), i)
+        if key in keys:
             _expand_node(graph, node, contract_attributes(node.op, dict(node.attrs), key), key)
     graph.cleanup().toposort()
-    out = gs.export_onnx(graph)
-    del out.opset_import[:]
-    out.opset_import.extend(model.opset_import)
-    out.ir_version = model.ir_version
-    return out
+    return _finish(model, gs.export_onnx(graph), raise_opset=False)
 
 
 def _key_gs(node: gs.Node, attrs: dict, index: int) -> str:

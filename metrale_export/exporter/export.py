@@ -127,7 +127,7 @@ EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 
 def _tied_unquantized_head(model: CausalLM) -> bool:
     """lm_head reads the embedding's checkpoint tensor and stays float: it may share its initializer."""
-    return model.cfg.tie_word_embeddings and model.lm_head.spec.kind == "none"
+    return model.cfg.tie_word_embeddings and model.lm_head.spec.kind == "none" and not model.lm_head.float_op
 
 
 def _share_initializer(model: ir.Model, name: str, with_name: str) -> None:

@@ -70,10 +70,15 @@ _TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16":
 
 
 def output_shape(spec: contract.OpSpec, output: contract.Output, x: Tensor, attrs: dict) -> tuple:
-    """The shape of ``output`` for x and the attributes: "m" is x's rows, "x.<i>" x's dimension i,
-    other names attributes."""
-    return tuple(x.shape[0] if d == "m" else x.shape[int(d[2:])] if d.startswith("x.") else attrs[d]
-                 for d in output.shape)
+    """The shape of ``output`` for x and the attributes: "m" is x's rows, "..." x's leading
+    dimensions (all but the last), "x.<i>" x's dimension i, other names attributes."""
+    dims: list = []
+    for d in output.shape:
+        if d == "...":
+            dims.extend(x.shape[:-1])
+        else:
+            dims.append(x.shape[0] if d == "m" else x.shape[int(d[2:])] if d.startswith("x.") else attrs[d])
+    return tuple(dims)
 
 
 def output_dtype(output: contract.Output, x: Tensor) -> torch.dtype:

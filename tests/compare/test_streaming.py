@@ -82,7 +82,10 @@ def test_streamed_report_equals_the_whole_graph_run(by_depth):
     whole = compare_export(by_depth[6], cases=CASES, streaming=False)
     assert streamed.run["mode"] == "streamed" and streamed.run["segments"] == 8
     assert whole.run["mode"] == "whole-graph"
-    assert streamed.ok and len(streamed.ops) == 7 * 6 * 2 and len(streamed.layers) == 3 * 6 * 2
+    # Per layer 7 projections, 4 RMSNorms (one fusing the residual add) and the Attention; then the
+    # head's final norm and lm_head (FloatProj): every op checked in both cases.
+    assert streamed.ok and len(streamed.ops) == (12 * 6 + 2) * 2 and len(streamed.layers) == 3 * 6 * 2
+    assert {r.op_type for r in streamed.ops if r.layer is None} == {"RMSNorm", "FloatProj"}
     _same_report(streamed, whole)
 
 
@@ -112,3 +115,42 @@ def test_progress_on_stderr_only_without_json_or_quiet(by_depth):
     report = json.loads(r.stdout)
     assert report["run"]["mode"] == "streamed" and report["run"]["segments"] == 4
     assert 1 <= report["run"]["resident_layers_peak"] <= 2
+
+
+def test_a_layer_boundary_at_a_fused_norm_is_followed():
+    """A layer whose last residual add is fused into the next layer's input RMSNorm
+    (``has_residual``): the stream goes on from the norm's residual_out, the boundary is that value,
+    and the next layer's segment reads every value of its norm's check from the one before."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    def w(name, *shape):
+        return numpy_helper.from_array(np.ones(shape, np.float32), name)
+
+    inits = [w("model.embed_tokens.weight", 10, 4), w("model.layers.0.a.weight", 4, 4),
+             w("model.layers.1.input_layernorm.weight", 4), w("model.layers.1.b.weight", 4, 4),
+             w("model.norm.weight", 4)]
+    norm = dict(domain="metrale", k=4, epsilon=1e-6)
+    nodes = [
+        helper.make_node("Gather", ["model.embed_tokens.weight", "ids"], ["h0"], name="embed"),
+        helper.make_node("MatMul", ["h0", "model.layers.0.a.weight"], ["b0"], name="a"),
+        helper.make_node("RMSNorm", ["b0", "model.layers.1.input_layernorm.weight", "h0"], ["n1", "h1"],
+                         name="fused", has_residual=1, **norm),
+        helper.make_node("MatMul", ["n1", "model.layers.1.b.weight"], ["b1"], name="b"),
+        helper.make_node("Add", ["h1", "b1"], ["h2"], name="add"),
+        helper.make_node("RMSNorm", ["h2", "model.norm.weight"], ["y"], name="final", **norm),
+    ]
+    for n, checkpoint in ((nodes[2], "model.layers.1.input_layernorm"), (nodes[5], "model.norm")):
+        n.attribute.append(helper.make_attribute("name", checkpoint))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    taps = find_taps(graph)
+    assert not taps.reason
+    assert {i: (t.x_in, t.x_out) for i, t in taps.layers.items()} == {0: ("h0", "h1"), 1: ("h1", "h2")}
+    segments = plan_segments(graph, taps, {})
+    assert [s.name for s in segments] == ["embedding", "layer 0", "layer 1", "head"]
+    layer0, layer1, head = segments[1], segments[2], segments[3]
+    assert [graph.node[j].name for j in layer0.nodes] == ["a", "fused"]  # the stream's step is layer 0's
+    assert {"h1", "n1", "b0"} <= set(layer0.outputs)
+    assert {"h0", "b0", "n1", "h1"} <= set(layer1.inputs)  # the fused norm's check reads them all
+    assert [graph.node[j].name for j in head.nodes] == ["final"] and "h2" in head.inputs

@@ -34,7 +34,7 @@ def graph():
 @pytest.mark.parametrize("path", ["qdq", "plugin"])
 @pytest.mark.parametrize("b,s,t", [(1, 1, 1), (2, 7, 300), (3, 33, 33)])
 def test_expanded_attention_is_within_the_op_bound(graph, path, b, s, t):
-    lowered = lowering.lower_qdq(graph) if path == "qdq" else lowering.with_activation_formats(graph, {})
+    lowered = lowering.lower_qdq(graph) if path == "qdq" else lowering.lower_plugins(graph, {})
     assert not [n for n in lowered.graph.node if n.domain == "metrale"]
     sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
     g = torch.Generator().manual_seed(b * 1000 + t)

@@ -27,7 +27,7 @@ from ...errors import CheckpointError
 from ..checkpoint import all_finite
 from ..experts import GroupedProjection
 from ..projection import Projection
-from .norm import RMSNorm
+from .norm import RMSNorm, name_ops
 from .qwen3 import DecoderLayer  # noqa: F401  (re-exported)
 from .registry import layer_builder
 from .rope import Rotary, inv_freq
@@ -66,6 +66,7 @@ class CausalLM(nn.Module):
                 self.recipes.update(builder.recipes(cfg, source.checkpoint, f"model.layers.{i}"))
         source = with_recipes(source, self.recipes)
         ckpt = source.checkpoint
+        buffers = dict(self.named_buffers())
         # Plain tensors: buffer path -> checkpoint name, headers checked now.
         self.plain: dict[str, str] = {"model.embed_tokens.weight": "model.embed_tokens.weight"}
         shapes = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size),
@@ -91,6 +92,16 @@ class CausalLM(nn.Module):
         self.model.rotary_emb = Rotary(self.rotary_dim, cfg.rope_theta)
         self.lm_head = Projection(head_spec, dtype)
         self.states = {i: tuple(self.model.layers[str(i)].state_specs()) for i in self.layer_ids}
+        name_ops(self)
+        if any(m.spec.kind != "none" for _, m in self.projections()):
+            self.use_float_ops()
+
+    def use_float_ops(self) -> None:
+        """A quantized export: the float projections that stay (lm_head, the router gates) run the
+        FloatProj op on bf16 weights, so every reduction of the graph is a metrale op."""
+        for _, m in self.named_modules():
+            if hasattr(m, "use_float_op") and (not isinstance(m, Projection) or m.spec.kind == "none"):
+                m.use_float_op()
 
     # --- weights -------------------------------------------------------------------------------
     def projections(self) -> list[tuple[str, Projection | GroupedProjection]]:
@@ -109,6 +120,7 @@ class CausalLM(nn.Module):
         (a buffer's ``copy_`` converts them, with no second full-size copy)."""
         source = with_recipes(source, self.recipes)
         ckpt = source.checkpoint
+        buffers = dict(self.named_buffers())
         for fqn, make in self.computed().items():
             if fqn.startswith(prefix):
                 yield fqn, make()
@@ -118,14 +130,14 @@ class CausalLM(nn.Module):
             t = ckpt.get(name)
             if not all_finite(t):  # sliced: no float32 copy of the embedding
                 raise CheckpointError(f"{ckpt.root}: tensor {name!r} holds NaN or infinite values")
-            yield fqn, t.to(self.dtype) if cast else t
+            yield fqn, t.to(buffers[fqn].dtype) if cast else t  # the model dtype, or bf16 for a FloatProj weight
         for path, proj in self.projections():
             if not f"{path}.".startswith(prefix):
                 continue
             loaded = proj.load(source) if isinstance(proj, GroupedProjection) else source.load(proj.spec)
             for key, t in loaded.items():
                 if cast and proj.spec.kind == "none" and t.dtype.is_floating_point:
-                    t = t.to(self.dtype)
+                    t = t.to(buffers[f"{path}.{key}"].dtype)
                 yield f"{path}.{key}", t
 
     def load_weights(self, source) -> "CausalLM":

@@ -36,6 +36,7 @@ constexpr float kE2M1_VALUES[]{0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 constexpr float kNVFP4_GLOBAL_DIVISOR{2688.0f};
 constexpr int32_t kFP8_BLOCK{128};
 constexpr int32_t kNVFP4_BLOCK{16};
+constexpr int32_t kRMSNORM_BLOCK{256};  // RMSNorm: threads a row beyond one warp
 
 enum class FieldType : int32_t { kINT, kSTRING, kFLOAT };
 enum class TensorType : int32_t
@@ -337,7 +338,7 @@ struct W4A4MoEProj
     };
 };
 
-//! RMSNorm:  weights (rms_norm). x: [M, K]; y: [M, K], the dtype of x
+//! RMSNorm:  weights (rms_norm). x: [..., K] (rows: the leading dimensions, e.g. [B, S, H] or the q/k norm's [B, S, heads, D]); y: x's shape and dtype
 struct RMSNorm
 {
     static constexpr char const* kOP_TYPE{"RMSNorm"};
@@ -371,8 +372,8 @@ struct RMSNorm
     //! The inputs after x, positional; an optional one is present when its gate field is 1.
     static constexpr Input kINPUTS[]{
         {"weight", TensorType::kLIKE_X, nullptr, "[k]"},
-        {"residual", TensorType::kLIKE_X, "has_residual", "[m, k]"},
-        {"gate", TensorType::kLIKE_X, "has_gate", "[m, k]"},
+        {"residual", TensorType::kLIKE_X, "has_residual", "[..., k]"},
+        {"gate", TensorType::kLIKE_X, "has_gate", "[..., k]"},
     };
 };
 

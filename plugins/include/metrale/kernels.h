@@ -101,6 +101,29 @@ size_t metrale_attention_workspace_size(int32_t dtype, int64_t batch, int64_t q_
 cudaError_t metrale_attention(const void* q, const void* k, const void* v, void* out, int32_t dtype,
     int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq, int64_t total, int64_t head_dim,
     float scale_log2, int32_t split, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+/* --- the non-projection ops (docs/ops.md, "Norms, the float projection and the router") --- */
+
+/* RMSNorm. x, residual, gate, y, residual_out: [m, k] of x_dtype; weight: [k] of x_dtype; residual
+ * and gate NULL when absent (residual_out is written only with a residual). All pointers 16-byte
+ * aligned; k a multiple of 8 (4 for float32) and at most 16 chunks of 16 bytes a thread, else
+ * cudaErrorNotSupported. No workspace. threads_per_row: the row group's width for k (32 or 256). */
+int32_t metrale_rms_norm_threads_per_row(int64_t k);
+cudaError_t metrale_rms_norm(const void* x, int32_t x_dtype, const void* weight, const void* residual,
+    const void* gate, void* y, void* residual_out, int64_t m, int64_t k, float epsilon,
+    int32_t weight_offset, cudaStream_t stream);
+
+/* FloatProj. weight: bfloat16 bit patterns [n, k] (16-byte aligned); bias: float32 [n] or NULL;
+ * k a multiple of 16, else cudaErrorNotSupported. */
+size_t metrale_float_proj_workspace_size(int64_t m, int64_t n, int64_t k);
+cudaError_t metrale_float_proj(const void* x, int32_t x_dtype, const void* weight, const float* bias,
+    void* y, int64_t m, int64_t n, int64_t k, void* workspace, size_t workspace_bytes,
+    cudaStream_t stream);
+
+/* Router. logits: [m, num_experts] of x_dtype; topk_ids: int32 [m, top_k]; topk_weights:
+ * [m, top_k] of x_dtype. num_experts <= 1024 and top_k <= 32, else cudaErrorNotSupported. No
+ * workspace. */
+cudaError_t metrale_router(const void* logits, int32_t x_dtype, int32_t* topk_ids, void* topk_weights,
+    int64_t m, int64_t num_experts, int64_t top_k, int32_t normalize, cudaStream_t stream);
 
 #ifdef __cplusplus
 }
