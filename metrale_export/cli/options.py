@@ -61,6 +61,13 @@ quantization_options = _compose(
                  show_default=True, help="W8A8 weight scales: per output channel or 128x128 blocks."),
     click.option("--w8a8-activation-scales", type=click.Choice(W8A8_ACT_SCALES.values), default=W8A8_ACT_SCALES.default,
                  show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
+    click.option("--activation-scales", type=click.Choice(("dynamic", "static")), default="dynamic",
+                 show_default=True,
+                 help="W8A8 / W4A4 activation scales: computed per row at run time, or static per projection "
+                      "from --calibration-data (W8A8: FP8 per-tensor; W4A4: the NVFP4 input_scale)."),
+    click.option("--calibration-data", default=None, metavar="DATA",
+                 help="With --activation-scales static: a text file (tokenized with the checkpoint's "
+                      "tokenizer.json), a .ids file of token ids (one sequence a line), or random:N."),
     click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
     click.option("--moe-experts", type=click.Choice(MOE_LAYOUTS), default=MOE_LAYOUTS[0], show_default=True,
                  help="Quantized MoE experts: grouped-expert ops reading only the routed experts, or one "

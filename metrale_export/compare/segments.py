@@ -78,7 +78,9 @@ def plan_segments(graph: onnx.GraphProto, taps: GraphTaps,
     inits = {t.name for t in graph.initializer}
     graph_inputs = {v.name for v in graph.input}
     producer = {o: j for j, n in enumerate(graph.node) for o in n.output if o}
-    targets.append(("head", None, [o.name for o in graph.output]))
+    # The head: the graph outputs, and its own metrale ops' inputs and outputs (the lm_head's checks).
+    head_ops = [v for t in taps.ops if t.layer is None for v in (*t.inputs, t.y)]
+    targets.append(("head", None, [o.name for o in graph.output] + head_ops))
     reads = [node_reads(n) for n in graph.node]
     owner: dict[int, int] = {}  # node index -> segment index
     plans = []
