@@ -30,9 +30,10 @@ from .. import contract
 from ..errors import InputError
 from ..ops import w8a8
 from ..ops.numerics import bf16_round
+from .names import ACTIVATION_SCALE_MODES
 from .projection import Projection, ProjSpec
 
-MODES = ("dynamic", "static")
+MODES = ACTIVATION_SCALE_MODES
 STATIC_KINDS = ("w8a8", "w4a4")  # the weight formats whose activations have a static scale
 CHUNK = 256  # tokens a calibration sequence (longer ones are cut into chunks of this many)
 RANDOM_SEED = 0

@@ -238,3 +238,12 @@ def test_cli_refuses_static_scales_without_data_or_quantized_activations(demo_ch
     r = _cli("export", demo_checkpoint, "-o", tmp_path / "b", "--weight-quantization", "w4a16",
              "--activation-scales", "static", "--calibration-data", "random:8")
     assert r.exit_code == 2 and "no W8A8 or W4A4 projection" in r.output
+
+
+def test_cli_offers_only_the_dynamic_granularities_as_w8a8_activation_scales(demo_checkpoint, tmp_path):
+    """The static per-tensor scale comes from --activation-scales static (calibrated), never from
+    --w8a8-activation-scales: 'tensor' there is a usage error naming the dynamic choices."""
+    r = _cli("export", demo_checkpoint, "-o", tmp_path / "t", "--weight-quantization", "w8a8",
+             "--w8a8-activation-scales", "tensor")
+    assert r.exit_code == 2 and "'tensor' is not one of 'row', 'row_block128'" in r.output, r.output
+    assert not (tmp_path / "t").exists()
