@@ -92,7 +92,7 @@ class Proj:
             return torch.ops.metrale.w4a16_moe_proj(x, ids, w, t["weight"], t["weight_scale"], None, None, n, k, e,
                                                     top_k, comb, 128, "bf16", "moe", "b")
         if self.fmt == "w8a8":
-            return torch.ops.metrale.w8a8_moe_proj(x, ids, w, t["weight"], t["weight_scale"], None, n, k, e, top_k,
+            return torch.ops.metrale.w8a8_moe_proj(x, ids, w, t["weight"], t["weight_scale"], None, None, n, k, e, top_k,
                                                    comb, "channel", "fp8", "row", "moe", "b")
         return torch.ops.metrale.w4a4_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["weight_global_scale"],
                                                None, None, n, k, e, top_k, comb, "nvfp4", "moe", "b")

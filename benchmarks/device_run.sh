@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|attention|invariance|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|attention|invariance|static|all] [pytest -k expression]
 # (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
 # (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
 #  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
+# (static: the static-scale GPU tests and benchmarks/bench_static_scales.py, dynamic vs static at M = 1..16)
 # (all: tests, the fp8 accuracy table of benchmarks/fp8_accuracy.py, the kernel benchmark)
 # Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
 # records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
@@ -21,6 +22,11 @@ fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
   python3 -m pytest tests/gpu -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider ${kexpr:+-k "$kexpr"} \
     2>&1 | tee "$OUT/tests.log" | tail -40
+fi
+if [ "$what" = static ]; then
+  python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
+    -k "tensor or nvfp4-True" 2>&1 | tee "$OUT/tests-static.log" | tail -30
+  python3 -m benchmarks.bench_static_scales --out "$OUT" 2>&1 | tee "$OUT/bench-static.log" | tail -55
 fi
 if [ "$what" = all ] || [ "$what" = fp8acc ]; then
   python3 -m benchmarks.fp8_accuracy --out "$OUT" 2>&1 | tee "$OUT/fp8acc.log" | tail -15

@@ -69,10 +69,24 @@ class Input:
     gate: str | None = None
     doc: str = ""
     encoding: str | None = None  # the bits an int8 input holds, where they are a float format: "e4m3fn"
+    # The value of ``gate`` at which the input is present: 1 for a has_* flag, or a value of an
+    # enumerated attribute (W8A8Proj's input_scale: activation_scale_granularity="tensor").
+    gate_value: object = 1
 
     @property
     def optional(self) -> bool:
         return self.gate is not None
+
+    def present(self, attrs: dict, defaults: dict | None = None) -> bool:
+        """Whether a node with ``attrs`` (absent ones: ``defaults``, else 0) has this input."""
+        if self.gate is None:
+            return True
+        value = attrs.get(self.gate, (defaults or {}).get(self.gate, 0))
+        if isinstance(value, bytes):
+            value = value.decode()
+        if isinstance(self.gate_value, int):
+            return int(value) == self.gate_value
+        return value == self.gate_value
 
 
 @dataclass(frozen=True)
@@ -217,6 +231,25 @@ class OpSpec:
                 return i
         raise KeyError(f"{self.op_type}: no input {name!r}")
 
+    def present_inputs(self, attrs: dict) -> tuple[str, ...]:
+        """The inputs after x a node with ``attrs`` has, in order (has_* gates absent count as 0,
+        enumerated gates absent take their default)."""
+        defaults = self.defaults()
+        return tuple(i.name for i in self.inputs if i.present(attrs, defaults))
+
+    def node_version(self, attrs: dict) -> int:
+        """The lowest version of this op that expresses a node with ``attrs`` (docs/ops.md, Op
+        versions): the op's version, except where every change since an older version is a new
+        attribute value (``VALUE_SINCE``) that the node does not use."""
+        version = self.version
+        while version > 1 and (self.op_type, version) in VALUE_SINCE:
+            name, value = VALUE_SINCE[(self.op_type, version)]
+            found = attrs.get(name, self.defaults().get(name))
+            if (found.decode() if isinstance(found, bytes) else found) == value:
+                break
+            version -= 1
+        return version
+
     def defaults(self) -> dict:
         return {a.name: a.default for a in self.attributes if a.default is not None}
 
@@ -264,16 +297,22 @@ W4A16 = OpSpec(
                 *_common_tail()),
     activation_formats=("bf16",), default_activation="bf16", doc=_X_DOC)
 
+# W8A8Proj version 2: the static per-tensor activation scale (activation_scale_granularity
+# "tensor", its input_scale from calibration). Nothing else changed, so a node that does not use it
+# is exactly a version-1 node and is written as one (``OpSpec.node_version``: no plugin_version).
 W8A8 = OpSpec(
-    "W8A8Proj", "w8a8", 1, "FP8",
+    "W8A8Proj", "w8a8", 2, "FP8",
     inputs=(Input("weight", "int8", ("n", "k"), doc="FP8 e4m3fn bit patterns", encoding="e4m3fn"),
             Input("weight_scale", "float32", ("n",), doc="[n] (channel) or [ceil(n/128), ceil(k/128)] (block128)"),
+            Input("input_scale", "float32", ("1",), "activation_scale_granularity",
+                  "the static activation scale sx (calibrated), present for activation_scale_granularity=tensor",
+                  gate_value="tensor"),
             _BIAS),
     attributes=(*_common_head(),
                 Attribute("weight_scale_granularity", "string", ("channel", "block128"), "channel"),
                 _act(("bf16", "fp8"), "fp8"),
-                Attribute("activation_scale_granularity", "string", ("row", "row_block128"), "row",
-                          "used when activation_format=fp8"),
+                Attribute("activation_scale_granularity", "string", ("row", "row_block128", "tensor"), "row",
+                          "used when activation_format=fp8; tensor: the static scale input_scale (version 2)"),
                 *_common_tail()),
     activation_formats=("bf16", "fp8"), default_activation="fp8", doc=_X_DOC)
 
@@ -425,12 +464,30 @@ def domain_version() -> int:
 _V1_SCALES = "float32 group scales; version 2 stores them as bfloat16"
 OLDER_VERSIONS = {("W4A16Proj", 1): _V1_SCALES, ("W4A16MoEProj", 1): _V1_SCALES}
 
+# Versions whose only change is a new attribute value: (op type, version) -> (attribute, value). A
+# node without that value is a node of the version before, written as one (``OpSpec.node_version``),
+# so graphs that do not use it keep their bytes and older plugin libraries still load them; a node
+# with it carries plugin_version, and an older library refuses it by name.
+STATIC_ACTIVATION_SCALE = "tensor"  # W8A8Proj's activation_scale_granularity of a calibrated scale
+VALUE_SINCE = {("W8A8Proj", 2): ("activation_scale_granularity", STATIC_ACTIVATION_SCALE),
+               ("W8A8MoEProj", 2): ("activation_scale_granularity", STATIC_ACTIVATION_SCALE)}
 
-def names_plugin_version(spec: OpSpec) -> bool:
-    """Whether a node of ``spec`` carries the string attribute ``plugin_version`` (its version):
-    a plugin op whose version is not TensorRT's default "1". TensorRT's ONNX parser finds the
-    creator by it; it is not a plugin field."""
-    return spec.has_plugin and spec.version > 1
+
+def compatible_version(spec: OpSpec) -> int | None:
+    """The oldest version of ``spec`` whose nodes this version reads as they are (every change since
+    is a new attribute value, ``VALUE_SINCE``), or None: the plugins register a creator under it."""
+    version = spec.version
+    while version > 1 and (spec.op_type, version) in VALUE_SINCE:
+        version -= 1
+    return version if version < spec.version else None
+
+
+def names_plugin_version(spec: OpSpec, attrs: dict | None = None) -> bool:
+    """Whether a node of ``spec`` (with ``attrs``; None: any node) carries the string attribute
+    ``plugin_version`` (its ``node_version``): a plugin op whose version is not TensorRT's default
+    "1". TensorRT's ONNX parser finds the creator by it; it is not a plugin field."""
+    version = spec.version if attrs is None else spec.node_version(attrs)
+    return spec.has_plugin and version > 1
 
 
 def outdated(op_type: str, imported: int | None) -> str | None:
@@ -439,6 +496,8 @@ def outdated(op_type: str, imported: int | None) -> str | None:
     spec = OPS.get(op_type)
     if spec is None or imported is None or imported >= spec.version:
         return None
+    if all((op_type, v) in VALUE_SINCE for v in range(imported + 1, spec.version + 1)):
+        return None  # only new attribute values since: the older graph reads as it is
     change = OLDER_VERSIONS.get((op_type, imported), "an older layout")
     return (f"{op_type} of metrale op contract version {imported} ({change}); this metrale-export reads "
             f"{op_type} version {spec.version}: re-export the model with this metrale-export")

@@ -7,7 +7,7 @@ What it holds: the kernels' C enums (``C_ENUMS``, C-compatible, for include/metr
 in ``namespace metrale::contract`` the domain, its version, the families, the scalar-format
 constants and blocks, one ``struct <op_type>`` per op of ``OPS`` (type, version, activation formats
 and default, whether it has a plugin, the dense op of a grouped one, the retired version and what
-changed, the fields in contract order with their types and defaults, each enumerated field's values
+changed, the compatible version, the fields in contract order with their types and defaults, each enumerated field's values
 in code order, and the inputs after x with dtype, gate and shape) and ``kOPS``, every op's identity.
 
 Invariants:
@@ -89,7 +89,8 @@ def _input(spec: c.OpSpec, i: c.Input) -> str:
         raise ValueError(f"{spec.op_type}: input {i.name!r} has dtype {i.dtype!r}, which has no C++ spelling in "
                          f"contract_header._TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
     shape = "[" + ", ".join(i.shape) + "]"
-    return f"        {{{_str(i.name)}, TensorType::{kind}, {_str(i.gate)}, {_str(shape)}}},"
+    gate_value = None if i.gate_value == 1 else str(i.gate_value)
+    return f"        {{{_str(i.name)}, TensorType::{kind}, {_str(i.gate)}, {_str(gate_value)}, {_str(shape)}}},"
 
 
 def _retired(spec: c.OpSpec) -> tuple[str | None, str | None]:
@@ -101,6 +102,8 @@ def _retired(spec: c.OpSpec) -> tuple[str | None, str | None]:
 
 def _op(spec: c.OpSpec) -> list[str]:
     retired, change = _retired(spec)
+    older = c.compatible_version(spec)
+    compatible = None if older is None else str(older)
     lines = [
         f"//! {spec.op_type}: {spec.weights} weights ({spec.kind}). {' '.join(spec.doc.split())}".rstrip(),
         f"struct {spec.op_type}",
@@ -116,6 +119,9 @@ def _op(spec: c.OpSpec) -> list[str]:
         "    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).",
         f"    static constexpr char const* kRETIRED_VERSION{{{_str(retired)}}};",
         f"    static constexpr char const* kRETIRED_CHANGE{{{_str(change)}}};",
+        "    //! The older version whose nodes this version reads as they are (only new attribute values",
+        "    //! since), registered as a second creator (nullptr: none).",
+        f"    static constexpr char const* kCOMPATIBLE_VERSION{{{_str(compatible)}}};",
         f"    static constexpr char const* kACTIVATION_FORMATS[]{_strings(spec.activation_formats)};",
         f"    static constexpr char const* kDEFAULT_ACTIVATION{{{_str(spec.default_activation)}}};",
         "    //! The fields (ONNX attributes) in contract order: the plugins' field list.",
@@ -124,7 +130,8 @@ def _op(spec: c.OpSpec) -> list[str]:
         "    };",
         "    //! Each enumerated field's values, in the order of its code (the kernels' enum).",
         *(_values(spec, a) for a in spec.attributes if a.values is not None),
-        "    //! The inputs after x, positional; an optional one is present when its gate field is 1.",
+        "    //! The inputs after x, positional; an optional one is present when its gate field is 1",
+        "    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).",
         "    static constexpr Input kINPUTS[]{",
         *(_input(spec, i) for i in spec.inputs),
         "    };",
@@ -193,12 +200,14 @@ def to_header() -> str:
         "};",
         "",
         "//! One input after x: gate is the field that says whether an optional one is present (nullptr:",
-        "//! always present); shape is the contract's expression of the fields, for messages.",
+        "//! always present): an int gate (has_*) when it is 1 (gateValue nullptr), an enumerated one when it",
+        "//! has the value gateValue; shape is the contract's expression of the fields, for messages.",
         "struct Input",
         "{",
         "    char const* name;",
         "    TensorType type;",
         "    char const* gate;",
+        "    char const* gateValue;",
         "    char const* shape;",
         "};",
         "",
@@ -211,14 +220,15 @@ def to_header() -> str:
         "",
     ]
     info = [
-        "//! Which op is which: type, plugin version, whether a plugin exists, the retired version",
-        "//! (nullptr: none) and the fields in contract order.",
+        "//! Which op is which: type, plugin version, whether a plugin exists, the retired and the",
+        "//! compatible version (nullptr: none) and the fields in contract order.",
         "struct OpInfo",
         "{",
         "    char const* type;",
         "    char const* version;",
         "    bool hasPlugin;",
         "    char const* retiredVersion;",
+        "    char const* compatibleVersion;",
         "    Field const* fields;",
         "    int32_t nbFields;",
         "};",
@@ -227,7 +237,7 @@ def to_header() -> str:
     body = [line for spec in ops for line in _op(spec)]
     table = ["//! Every op of the contract.", "constexpr OpInfo kOPS[]{",
              *(f"    {{{o.op_type}::kOP_TYPE, {o.op_type}::kVERSION, {o.op_type}::kHAS_PLUGIN, "
-               f"{o.op_type}::kRETIRED_VERSION, {o.op_type}::kFIELDS, count({o.op_type}::kFIELDS)}},"
+               f"{o.op_type}::kRETIRED_VERSION, {o.op_type}::kCOMPATIBLE_VERSION, {o.op_type}::kFIELDS, count({o.op_type}::kFIELDS)}},"
                for o in ops),
              "};", ""]
     tail = ["} // namespace contract", "} // namespace metrale", "#endif /* __cplusplus */", "",

@@ -236,7 +236,10 @@ def _compare(out, options: JobOptions, events: Events):
                           f"{failure}")
     worst = max(r.rel_error for r in report.rows)
     events.say(f"[2/3] ONNX Runtime (reference ops) matches PyTorch: {report.summary()}")
-    return {"ok": report.ok, "worst_rel_error": worst, "seconds": round(time.perf_counter() - started, 2)}
+    out = {"ok": report.ok, "worst_rel_error": worst, "seconds": round(time.perf_counter() - started, 2)}
+    if report.static_vs_dynamic:  # static activation scales: the logits against dynamic scales
+        out["static_vs_dynamic"] = report.static_vs_dynamic
+    return out
 
 
 def _engines(out, options: JobOptions, events: Events):

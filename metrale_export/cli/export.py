@@ -34,7 +34,9 @@ def export_options(ctx_params: dict, force: bool):
         quantize_lm_head=ctx_params["quantize_lm_head"], moe_experts=ctx_params.get("moe_experts", "grouped"),
         scale_search=not ctx_params.get("no_scale_search", False)))
     layers = parse_layers(ctx_params["layers"], session.config.num_hidden_layers)
-    options = ExportOptions(request=session.request, layers=layers, dtype=ctx_params["dtype"], force=force)
+    options = ExportOptions(request=session.request, layers=layers, dtype=ctx_params["dtype"], force=force,
+                            activation_scales=ctx_params.get("activation_scales", "dynamic"),
+                            calibration_data=ctx_params.get("calibration_data"))
     return options, session
 
 

@@ -10,15 +10,17 @@ from pathlib import Path
 
 import click
 
-from ..contract import MOE_LAYOUTS, W8A8
+from ..contract import MOE_LAYOUTS, STATIC_ACTIVATION_SCALE, W8A8
 from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
 from ..engines.policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
-from ..exporter.names import DTYPE_NAMES, W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
+from ..exporter.names import ACTIVATION_SCALE_MODES, DTYPE_NAMES, W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
 
 W8A8_SCALES = W8A8.attribute("weight_scale_granularity")
 W8A8_ACT_SCALES = W8A8.attribute("activation_scale_granularity")
+# The dynamic ones (the static per-tensor scale is --activation-scales static's).
+W8A8_DYNAMIC_ACT_SCALES = tuple(v for v in W8A8_ACT_SCALES.values if v != STATIC_ACTIVATION_SCALE)
 
 
 def _compose(*decorators):
@@ -59,8 +61,15 @@ quantization_options = _compose(
                       "(default: search each for the lowest squared error)."),
     click.option("--w8a8-weight-scales", type=click.Choice(W8A8_SCALES.values), default=W8A8_SCALES.default,
                  show_default=True, help="W8A8 weight scales: per output channel or 128x128 blocks."),
-    click.option("--w8a8-activation-scales", type=click.Choice(W8A8_ACT_SCALES.values), default=W8A8_ACT_SCALES.default,
+    click.option("--w8a8-activation-scales", type=click.Choice(W8A8_DYNAMIC_ACT_SCALES), default=W8A8_ACT_SCALES.default,
                  show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
+    click.option("--activation-scales", type=click.Choice(ACTIVATION_SCALE_MODES), default=ACTIVATION_SCALE_MODES[0],
+                 show_default=True,
+                 help="W8A8 / W4A4 activation scales: computed per row at run time, or static per projection "
+                      "from --calibration-data (W8A8: FP8 per-tensor; W4A4: the NVFP4 input_scale)."),
+    click.option("--calibration-data", default=None, metavar="DATA",
+                 help="With --activation-scales static: a text file (tokenized with the checkpoint's "
+                      "tokenizer.json), a .ids file of token ids (one sequence a line), or random:N."),
     click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
     click.option("--moe-experts", type=click.Choice(MOE_LAYOUTS), default=MOE_LAYOUTS[0], show_default=True,
                  help="Quantized MoE experts: grouped-expert ops reading only the routed experts, or one "

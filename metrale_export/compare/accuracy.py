@@ -33,7 +33,7 @@ from ..errors import InputError
 from ..ops import tolerances
 from ..ops.ort import load_graph, reference_session
 from . import metrics
-from .runners import TorchRunner, torch_model_factory
+from .runners import TorchRunner, open_export_model, torch_model_factory
 from .taps import GraphTaps, find_taps
 from .teacher_forcing import LayerRow, OpRow, check_layers, check_ops, layer_formats
 
@@ -85,6 +85,9 @@ class Report:
     # How it ran: "mode" (streamed: segment by segment; whole-graph), "segments", and
     # "resident_layers_peak" (most decoder layers whose PyTorch weights were in memory at once).
     run: dict = field(default_factory=dict)
+    # Static activation scales only: the export's logits (ONNX Runtime) against the same model with
+    # dynamic scales (PyTorch), per case: what calibration costs. Reported, not judged.
+    static_vs_dynamic: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -142,11 +145,16 @@ class Report:
         if worst is not None:
             text += (f"; logits relative error {worst.rel_error:.2e} (bound {worst.tolerance:.1e}), "
                      f"top-1 agreement {min(r.top1 for r in logits):.3f}")
+        if self.static_vs_dynamic:
+            w = max(self.static_vs_dynamic, key=lambda r: r["rel_error"])
+            text += (f"; static activation scales vs dynamic: logits relative error {w['rel_error']:.2e}, "
+                     f"top-1 agreement {min(r['top1'] for r in self.static_vs_dynamic):.3f}")
         return text
 
     def to_json(self) -> str:
+        extra = {"static_vs_dynamic": self.static_vs_dynamic} if self.static_vs_dynamic else {}
         return json.dumps({"ok": self.ok, "first_failure": self.first_failure(), "notes": self.notes,
-                           "run": self.run,
+                           "run": self.run, **extra,
                            "rows": [r.as_dict() for r in self.rows],
                            "layers": [r.as_dict() for r in self.layers],
                            "ops": [r.as_dict() for r in self.ops]}, indent=2, default=float)
@@ -223,27 +231,30 @@ def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAU
     contract.check_model(graph, str(export_dir / "model.onnx"))  # an older op contract: re-export
     taps = find_taps(graph.graph)
     feeds = {case.name: _feed(manifest, case, seed) for case in cases}
+    logits: dict = {}  # case -> ONNX Runtime's logits (the static-vs-dynamic report)
     report = Report()
     if taps.reason:
         report.notes.append(f"per-layer check skipped: {taps.reason}")
-    if streaming and not taps.reason:
-        streamed = _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance,
-                                      progress, report)
-        if streamed:
-            return report
-    return _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, report)
+    streamed = streaming and not taps.reason and _compare_streaming(
+        export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, progress, report, logits)
+    if not streamed:
+        _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, report, logits)
+    if (manifest.get("activation_scales") or {}).get("mode") == "static":
+        report.static_vs_dynamic = _static_vs_dynamic(checkpoint, manifest, cases, feeds, logits)
+        report.notes.append("static activation scales (manifest.json activation_scales): the logits are also "
+                            "compared with the same model on dynamic scales (static_vs_dynamic; not judged)")
+    return report
 
 
 def _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, progress,
-                       report: Report) -> bool:
+                       report: Report, logits: dict) -> bool:
     import torch
 
     from ..exporter.export import DTYPES
-    from ..exporter.session import open_model, request_from_manifest
     from .segments import plan_segments
     from .streaming import run_segments
 
-    session = open_model(checkpoint, request_from_manifest(manifest))
+    session = open_export_model(checkpoint, manifest)
     with torch.device("meta"):  # a skeleton: each part is loaded when its segment runs
         model = session.model(DTYPES[manifest["dtype"]], manifest["layers"]).eval()
     states = {i: [f"{s.output}.{i}" for s in model.states[i]] for i in model.layer_ids}
@@ -262,6 +273,7 @@ def _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, fee
     for case in cases:
         report.rows += _end_to_end_rows(case, run.ort_out[case.name], run.torch_out[case.name], model, taps,
                                         tolerance)
+        logits[case.name] = run.ort_out[case.name]["logits"]
     for case in cases:
         report.ops += run.ops[case.name]
     for case in cases:
@@ -271,7 +283,7 @@ def _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, fee
 
 
 def _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance,
-                         report: Report) -> Report:
+                         report: Report, logits: dict) -> Report:
     """One ONNX Runtime run of the whole verification graph per case and the whole PyTorch model
     (one thread each, as streamed: float32 sums then run in the same order, so both give the same
     numbers)."""
@@ -282,10 +294,11 @@ def _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, f
                                                         extra_outputs=taps.values(), prepack=False),
                               name="onnxrt-reference")
     with one_thread():
-        return _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report)
+        return _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report, logits)
 
 
-def _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report: Report) -> Report:
+def _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report: Report,
+                     logits: dict) -> Report:
     for case in cases:
         meta = _metadata(manifest, case)
         torch_runner = TorchRunner(lambda: model, meta, name="torch-reference")
@@ -295,5 +308,46 @@ def _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance,
         report.rows += _end_to_end_rows(case, ort_out, torch_out, model, taps, tolerance)
         report.ops += check_ops(model, taps, ort_out, case.name)
         report.layers += check_layers(model, taps, ort_out, feed, case.name, case.past)
+        logits[case.name] = ort_out["logits"]
     report.run = {"mode": "whole-graph", "segments": 1, "resident_layers_peak": len(model.layer_ids)}
     return report
+
+
+def _static_vs_dynamic(checkpoint, manifest: dict, cases, feeds: dict, logits: dict) -> list[dict]:
+    """The export's logits (ONNX Runtime, ``logits`` by case) against the same model with dynamic
+    activation scales (PyTorch), per case, run layer by layer like the streamed comparison: one
+    decoder layer's weights in memory at a time."""
+    import torch
+
+    from ..exporter.export import DTYPES
+
+    session = open_export_model(checkpoint, manifest, static_scales=False)
+    with torch.device("meta"):
+        model = session.model(DTYPES[manifest["dtype"]], manifest["layers"]).eval()
+    source = session.source
+    with torch.no_grad():
+        model.load_part(source, "model.rotary_emb")
+        model.load_part(source, "model.embed_tokens")
+        streams = {}
+        for c in cases:
+            ids, pos = (torch.from_numpy(feeds[c.name][n]) for n in ("input_ids", "position_ids"))
+            streams[c.name] = model.embed(ids, pos)
+        model.free_part("model.embed_tokens")
+        for i in model.layer_ids:
+            path = f"model.layers.{i}"
+            model.load_part(source, path)
+            for c in cases:
+                x, cos, sin = streams[c.name]
+                states = [torch.from_numpy(np.ascontiguousarray(feeds[c.name][f"{s.name}.{i}"]))
+                          for s in model.states[i]]
+                streams[c.name] = (model.layer(i, x, cos, sin, states)[0], cos, sin)
+            model.free_part(path)
+        model.load_part(source, "model.norm")
+        model.load_part(source, "lm_head")
+        rows = []
+        for c in cases:
+            ref = model.head(streams[c.name][0]).float().numpy()
+            got = logits[c.name]
+            rows.append({"case": c.name, "rel_error": metrics.rel_error(got, ref), "cosine": metrics.cosine(got, ref),
+                         "top1": metrics.top1_agreement(got, ref), "kl": metrics.kl_divergence(got, ref)})
+    return rows

@@ -27,7 +27,8 @@ How activations are computed:
   are exact in float32 and even TF32 tensor cores lose nothing;
 - ``fp8``: per-row (or per row and 128-block) dynamic scales, ``x / sx`` quantized by a
   QuantizeLinear/DequantizeLinear pair with a constant unit scale (TensorRT's Q/DQ take only
-  build-time scales, so the dynamic scale is a Div before and a Mul after);
+  build-time scales, so the dynamic scale is a Div before and a Mul after); a static scale
+  (``tensor``) is the same with ``sx`` a constant;
 - ``nvfp4``: the contract's two-level scaling in plain ops: the e4m3 block scale through a unit
   Q/DQ pair, the e2m1 rounding as Round on the three spacings of the e2m1 grid. The GEMM runs on
   exact float32 operands: an emulation, not FP4 tensor cores.
@@ -120,12 +121,13 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
         )
     spec = contract.op(node_op)
     if contract.names_plugin_version(spec) and "plugin_version" in attrs:
-        # TensorRT's plugin lookup key (docs/ops.md), not an op attribute; it must name this version.
+        # TensorRT's plugin lookup key (docs/ops.md), not an op attribute; it must name the node's version.
         attrs = dict(attrs)
         found = _text(attrs.pop("plugin_version"))
-        if found != str(spec.version):
+        want = str(spec.node_version(attrs))
+        if found != want:
             raise LoweringError(f"node {key} ({node_op}): plugin_version {found!r}: expected "
-                                f"{str(spec.version)!r} (docs/ops.md)")
+                                f"{want!r} (docs/ops.md)")
     unknown = sorted(set(attrs) - set(spec.attribute_names))
     if unknown:
         raise LoweringError(
@@ -397,17 +399,25 @@ def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
             f"node {key} (W8A8Proj): weight_scale_granularity {granularity!r}: expected channel "
             f"or block128"
         )
-    if fmt == "bf16":
-        return e.op("MatMul", [x, e.bf16_round(w)]), 3
     act = a["activation_scale_granularity"]
+    static = act == contract.STATIC_ACTIVATION_SCALE  # input_scale follows weight_scale
+    if fmt == "bf16":
+        return e.op("MatMul", [x, e.bf16_round(w)]), 4 if static else 3
+    if static:
+        # sx is a build-time constant: x / sx saturates to +-448 in the unit Q/DQ (docs/ops.md).
+        sx_value = _constant(node, 3, "input_scale", key).astype(np.float32).reshape(-1)
+        _expect_shape(sx_value, (1,), "input_scale", key, node)
+        sx = e.f32("input_scale", sx_value.reshape(1, 1))
+        xq = e.fp8_unit_qdq(e.op("Div", [x, sx]))
+        return e.op("Mul", [e.op("MatMul", [xq, w]), sx]), 4
     if act == "row":
         sx = e.row_amax_scale(x, 1, _E4M3_MAX)  # [M, 1]
         xq = e.fp8_unit_qdq(e.op("Div", [x, sx]))
         return e.op("Mul", [e.op("MatMul", [xq, w]), sx]), 3
     if act != "row_block128":
         raise LoweringError(
-            f"node {key} (W8A8Proj): activation_scale_granularity {act!r}: expected row or "
-            f"row_block128"
+            f"node {key} (W8A8Proj): activation_scale_granularity {act!r}: expected row, "
+            f"row_block128 or tensor"
         )
     kb = contract.ceil_div(k, _FP8_BLOCK)
     padded = x

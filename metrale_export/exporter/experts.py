@@ -119,8 +119,8 @@ class GroupedProjection(nn.Module):
                 s.family, s.name)
         if s.kind == "w8a8":
             return torch.ops.metrale.w8a8_moe_proj(
-                x, topk_ids, topk_weights, self.weight, self.weight_scale, self._opt("bias"), *common,
-                str(s.attrs["weight_scale_granularity"]), str(s.attrs["activation_format"]),
+                x, topk_ids, topk_weights, self.weight, self.weight_scale, self._opt("input_scale"),
+                self._opt("bias"), *common, str(s.attrs["weight_scale_granularity"]), str(s.attrs["activation_format"]),
                 str(s.attrs["activation_scale_granularity"]), s.family, s.name)
         if s.kind == "w4a4":
             return torch.ops.metrale.w4a4_moe_proj(

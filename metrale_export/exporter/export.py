@@ -31,7 +31,7 @@ import torch
 
 from ..errors import ExportError, InputError
 from ..ops import onnx_translation
-from . import replicate
+from . import calibration, replicate
 from .layers.model import CausalLM
 from .manifest import MANIFEST_NAME, build_manifest
 from .names import DTYPE_NAMES, parse_layers  # noqa: F401  (parse_layers: re-exported)
@@ -57,6 +57,9 @@ class ExportOptions:
     # counts them too (writer.output_bytes).
     engines: int = 0
     model_path: str | None = None  # recorded in the manifest (filled in by export())
+    # --activation-scales dynamic|static and --calibration-data (exporter/calibration.py).
+    activation_scales: str = "dynamic"
+    calibration_data: str | None = None
 
 
 @dataclass
@@ -186,6 +189,14 @@ def _cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     out.ir_version = proto.ir_version
     del out.opset_import[:]
     out.opset_import.extend(proto.opset_import)
+    # The metrale opset a graph imports is the newest node version it uses (contract.node_version):
+    # a W8A8 graph without static scales stays at version 1, as before W8A8Proj version 2.
+    from .. import contract
+    versions = [contract.op(n.op_type).node_version({a.name: onnx.helper.get_attribute_value(a) for a in n.attribute})
+                for n in out.graph.node if n.domain == contract.DOMAIN]
+    for o in out.opset_import:
+        if o.domain == contract.DOMAIN and versions:
+            o.version = max(versions)
     out.producer_name, out.producer_version = "metrale-export", _version()
     return out
 
@@ -211,6 +222,12 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
     dtype = DTYPES[options.dtype]
     session = model_path if isinstance(model_path, ModelSession) else open_model(model_path, options.request)
     options.request = session.request  # the session's request is what the manifest records
+    calibration.check_options(options.activation_scales, options.calibration_data)
+    if options.activation_scales == "static":  # before any tracing: the data is checked first
+        if progress is not None:
+            progress.note(f"calibrating static activation scales on {options.calibration_data} ...")
+        session = calibration.calibrated(session, dtype, options.layers, options.calibration_data,
+                                         show_progress=getattr(progress, "enabled", progress is not None))
     options.model_path = str(session.path)
     ckpt, cfg, source = session.checkpoint, session.config, session.source
     with torch.device("meta"):

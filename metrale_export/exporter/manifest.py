@@ -92,6 +92,8 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
             "max_position_embeddings": cfg.max_position_embeddings,
         },
         "weight_quantization": weight_quantization(req, source),
+        # Only with --activation-scales static (dynamic-scale manifests keep their bytes).
+        **({"activation_scales": source.manifest()} if hasattr(source, "scales") else {}),
         "dtype": options.dtype,
         "layers": model.layer_ids,
         "op_counts": dict(sorted(counts.items())),

@@ -17,6 +17,8 @@ REFERENCE_DTYPES = ("float16", "float32")
 # Float weights -> W4A16: symmetric groups or a zero point per group (the default: a fraction of the
 # symmetric error for one byte a group; benchmarks/results/quant-*.md, docs/formats.md).
 W4A16_SYMMETRIC_DEFAULT = False
+# --activation-scales: run-time scales per row, or static ones from calibration (calibration.py).
+ACTIVATION_SCALE_MODES = ("dynamic", "static")
 
 
 def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:

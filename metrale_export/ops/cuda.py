@@ -58,7 +58,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     lib.metrale_w4a16_proj.restype = ctypes.c_int
     lib.metrale_w8a8_workspace_size.argtypes = [i64, i64, i64, i32, i32]
     lib.metrale_w8a8_workspace_size.restype = sz
-    lib.metrale_w8a8_proj.argtypes = [p, i32, p, p, i32, i32, i32, p, p, i64, i64, i64, p, sz, p]
+    lib.metrale_w8a8_proj.argtypes = [p, i32, p, p, i32, i32, i32, p, p, p, i64, i64, i64, p, sz, p]
     lib.metrale_w8a8_proj.restype = ctypes.c_int
     lib.metrale_w4a4_workspace_size.argtypes = [i64, i64, i64, i32]
     lib.metrale_w4a4_workspace_size.restype = sz
@@ -157,8 +157,10 @@ def launch_w4a16(x2: Tensor, weight: Tensor, weight_scale: Tensor, zero_point: O
 
 def launch_w8a8(x2: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional[Tensor], y: Tensor,
                 n: int, k: int, weight_scale_granularity: str, activation_format: str,
-                activation_scale_granularity: str, name: str = "") -> Tensor:
-    """Run metrale_w8a8_proj into ``y``."""
+                activation_scale_granularity: str, name: str = "",
+                input_scale: Optional[Tensor] = None) -> Tensor:
+    """Run metrale_w8a8_proj into ``y`` (``input_scale``: float32 [1], the static scale of
+    activation_scale_granularity ``tensor``)."""
     lib = load_library()
     m = x2.shape[0]
     act, wsg = _ACT_FORMATS[activation_format], _WEIGHT_SCALES[weight_scale_granularity]
@@ -166,7 +168,8 @@ def launch_w8a8(x2: Tensor, weight: Tensor, weight_scale: Tensor, bias: Optional
     with torch.cuda.device(x2.device):
         ws = _workspace(lib.metrale_w8a8_workspace_size(m, n, k, act, asg), x2.device)
         err = lib.metrale_w8a8_proj(x2.data_ptr(), _DTYPE_CODES[x2.dtype], weight.data_ptr(),
-                                    weight_scale.data_ptr(), wsg, act, asg, _ptr(bias), y.data_ptr(), m, n, k,
+                                    weight_scale.data_ptr(), wsg, act, asg, _ptr(input_scale), _ptr(bias),
+                                    y.data_ptr(), m, n, k,
                                     ws.data_ptr(), ws.numel(), _stream(x2.device))
     _check(err, "metrale::w8a8_proj", name,
            f"m={m} n={n} k={k} {weight_scale_granularity} {activation_format} "
@@ -214,13 +217,15 @@ def w4a16_proj_cuda(x, weight, weight_scale, zero_point, bias, n, k, group_size,
     return y.reshape(*lead, n)
 
 
-def w8a8_proj_cuda(x, weight, weight_scale, bias, n, k, weight_scale_granularity, activation_format,
+def w8a8_proj_cuda(x, weight, weight_scale, input_scale, bias, n, k, weight_scale_granularity, activation_format,
                    activation_scale_granularity, family, name):
     op = _runs(contract.W8A8, name, activation_format)
-    x2, lead = _prepare(op, name, x, k, dict(weight=weight, weight_scale=weight_scale, bias=bias))
+    x2, lead = _prepare(op, name, x, k, dict(weight=weight, weight_scale=weight_scale, input_scale=input_scale,
+                                             bias=bias))
     y = torch.empty((x2.shape[0], n), dtype=x.dtype, device=x.device)
+    si = None if input_scale is None else input_scale.to(torch.float32).reshape(1).contiguous()
     launch_w8a8(x2, weight.contiguous(), _f32(weight_scale), _f32(bias), y, n, k, weight_scale_granularity,
-                activation_format, activation_scale_granularity, name)
+                activation_format, activation_scale_granularity, name, si)
     return y.reshape(*lead, n)
 
 
@@ -318,8 +323,9 @@ def w4a16_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, zero_po
     return y
 
 
-def w8a8_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, bias, n, k, num_experts, top_k, combine,
-                       weight_scale_granularity, activation_format, activation_scale_granularity, family, name):
+def w8a8_moe_proj_cuda(x, topk_ids, topk_weights, weight, weight_scale, input_scale, bias, n, k, num_experts, top_k,
+                       combine, weight_scale_granularity, activation_format, activation_scale_granularity, family,
+                       name):
     op = _runs(contract.op("W8A8MoEProj"), name, activation_format)
     x, ids, tw = _moe_prepare(op, name, x, topk_ids, topk_weights, k, top_k, combine,
                               dict(weight=weight, weight_scale=weight_scale, bias=bias))

@@ -54,7 +54,7 @@ def dense_reference(op_type: str, x: torch.Tensor, t: dict, attrs: dict) -> torc
                           int(attrs["group_size"]), attrs["activation_format"])
     if dense == "W8A8Proj":
         return w8a8.proj(x, t["weight"], t["weight_scale"], t.get("bias"), attrs["weight_scale_granularity"],
-                         attrs["activation_format"], attrs["activation_scale_granularity"])
+                         attrs["activation_format"], attrs["activation_scale_granularity"], t.get("input_scale"))
     return w4a4.proj(x, t["weight"], t["weight_scale"], t["weight_global_scale"], t.get("input_scale"),
                      t.get("bias"), attrs["activation_format"])
 

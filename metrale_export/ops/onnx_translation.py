@@ -5,8 +5,9 @@ The schemas declare optional inputs so tracing can emit one node shape; ``compac
 drops the absent ones, giving the contract's form (present inputs only, in order, with ``has_*``
 attributes), which is what TensorRT's parser hands to the plugin. Invariants: a node carries
 exactly the contract's attributes (``OpSpec.emitted_attributes`` order), each schema has its op's
-own version as since_version; a plugin op above version 1 also carries ``plugin_version`` (its
-version as a string, which TensorRT's parser finds the plugin creator by; not a plugin field).
+own version as since_version; a node of a plugin op above version 1 also carries ``plugin_version``
+(its ``node_version`` as a string, which TensorRT's parser finds the plugin creator by; not a
+plugin field; a W8A8Proj node without a static activation scale is a version-1 node and has none).
 """
 
 from __future__ import annotations
@@ -60,8 +61,10 @@ def _schema(spec: contract.OpSpec) -> OpSchema:
     attrs = [OpSchema.Attribute(a.name, _ATTR_TYPES[a.type], a.doc or a.name)
              for a in map(spec.attribute, spec.emitted_attributes)]
     if contract.names_plugin_version(spec):
+        # Optional where a node may be of an older version (contract.VALUE_SINCE: it then has none).
         attrs.append(OpSchema.Attribute("plugin_version", OpSchema.AttrType.STRING,
-                                        "the TensorRT plugin version (the op version)"))
+                                        "the TensorRT plugin version (the node's op version)",
+                                        required=(spec.op_type, spec.version) not in contract.VALUE_SINCE))
     return OpSchema(spec.op_type, DOMAIN, spec.version, doc=f"metrale {spec.op_type}: see docs/ops.md",
                     inputs=inputs, outputs=outputs,
                     type_constraints=[("T", _ACT_TYPES, "activation and output dtype")], attributes=attrs)
@@ -102,8 +105,8 @@ def translation(spec: contract.OpSpec):
         values = signature.bind(*args, **kwargs).arguments
         attrs = {a: (int(values[gates[a]] is not None) if a in gates else values[a])
                  for a in spec.emitted_attributes}
-        if contract.names_plugin_version(spec):
-            attrs["plugin_version"] = str(spec.version)
+        if contract.names_plugin_version(spec, attrs):
+            attrs["plugin_version"] = str(spec.node_version(attrs))
         inputs = [values["x"], *(values[i.name] for i in spec.inputs)]
         if len(spec.outputs) == 1:
             return getattr(_opset(), spec.op_type)(*inputs, **attrs)

@@ -163,7 +163,7 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         spec = contract.op(node.op_type)
-        flags = _flags(spec, {i.name: bool(attrs.get(i.gate, 0)) for i in spec.inputs if i.optional})
+        flags = _flags(spec, {i.name: i.present(attrs, spec.defaults()) for i in spec.inputs if i.optional})
         present = [i for i in spec.inputs if not i.optional or flags[i.name]]
         for pos, i in enumerate(present, start=1):
             if i.dtype in _WIDENED and pos < len(node.input):

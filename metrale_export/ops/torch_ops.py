@@ -28,7 +28,7 @@ _REFERENCES = {
                                             int(a["group_size"]), a["activation_format"]),
     "W8A8Proj": lambda x, t, a: w8a8.proj(x, t["weight"], t["weight_scale"], t.get("bias"),
                                           a["weight_scale_granularity"], a["activation_format"],
-                                          a["activation_scale_granularity"]),
+                                          a["activation_scale_granularity"], t.get("input_scale")),
     "W4A4Proj": lambda x, t, a: w4a4.proj(x, t["weight"], t["weight_scale"], t["weight_global_scale"],
                                           t.get("input_scale"), t.get("bias"), a["activation_format"]),
 }

@@ -91,19 +91,23 @@ void visitTailFields(CommonAttributes const& a, Visitor& v)
 
 //! The inputs after x of an op from its contract table (Op::kINPUTS: names, types, which are
 //! optional), with dims, one per table entry in table order; an optional input is present when its
-//! gate field is 1, the gate values read off the op's field list by visit(IntFieldValues&).
+//! gate field is 1 (an enumerated gate: when it has the value gateValue), the gate values read off
+//! the op's field list by visit(FieldValues&).
 template <int32_t N, typename Visit>
 std::vector<InputSpec> contractInputs(
     contract::Input const (&table)[N], std::vector<std::vector<int64_t>> const& dims, Visit visit)
 {
     METRALE_REQUIRE(static_cast<int32_t>(dims.size()) == N, "internal: ", dims.size(), " input shapes for the ", N,
         " inputs of metrale/contract.h");
-    IntFieldValues gates;
+    FieldValues gates;
     visit(gates);
     std::vector<InputSpec> specs;
     for (int32_t i = 0; i < N; ++i)
     {
-        if (table[i].gate == nullptr || gates.at(table[i].gate) != 0)
+        contract::Input const& in = table[i];
+        bool const present = in.gate == nullptr
+            || (in.gateValue == nullptr ? gates.at(in.gate) != 0 : gates.text(in.gate) == in.gateValue);
+        if (present)
         {
             specs.push_back({table[i].name, dataType(table[i].type), dims[i]});
         }
@@ -405,6 +409,22 @@ public:
     char const* getPluginVersion() const noexcept override
     {
         return Plugin::Op::kRETIRED_VERSION;
+    }
+};
+
+//! The creator registered under an op's older plugin version whose graphs the current version
+//! reads as they are (the contract's kCOMPATIBLE_VERSION: the newer version only added an attribute
+//! value, contract.VALUE_SINCE): it creates the current plugin, so a node written as the older
+//! version (no plugin_version attribute) builds with the same arithmetic.
+template <typename Plugin>
+class CompatiblePluginCreator : public ProjectionPluginCreator<Plugin>
+{
+    static_assert(Plugin::Op::kCOMPATIBLE_VERSION != nullptr, "the contract names no compatible version of this op");
+
+public:
+    char const* getPluginVersion() const noexcept override
+    {
+        return Plugin::Op::kCOMPATIBLE_VERSION;
     }
 };
 

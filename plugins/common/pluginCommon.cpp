@@ -273,9 +273,9 @@ void FieldListCheck::finish() const
         nvinfer1::ErrorCode::kINTERNAL_ERROR);
 }
 
-int32_t IntFieldValues::at(char const* name) const
+int32_t FieldValues::at(char const* name) const
 {
-    for (auto const& [field, value] : mValues)
+    for (auto const& [field, value] : mInts)
     {
         if (std::strcmp(field, name) == 0)
         {
@@ -283,6 +283,19 @@ int32_t IntFieldValues::at(char const* name) const
         }
     }
     throw PluginError(cat("internal: no int field '", name, "' in the op's field list"),
+        nvinfer1::ErrorCode::kINTERNAL_ERROR);
+}
+
+std::string const& FieldValues::text(char const* name) const
+{
+    for (auto const& [field, value] : mStrings)
+    {
+        if (std::strcmp(field, name) == 0)
+        {
+            return value;
+        }
+    }
+    throw PluginError(cat("internal: no string field '", name, "' in the op's field list"),
         nvinfer1::ErrorCode::kINTERNAL_ERROR);
 }
 

@@ -233,20 +233,27 @@ private:
     std::string mVisited;
 };
 
-//! The int fields a visitFields walk binds, by name (an op's gate fields, has_*, for its inputs).
-class IntFieldValues
+//! The fields a visitFields walk binds, by name: an op's gate fields (has_*, or an enumerated
+//! field such as W8A8Proj's activation_scale_granularity) for its inputs.
+class FieldValues
 {
 public:
     void intField(char const* name, int32_t const& value)
     {
-        mValues.emplace_back(name, value);
+        mInts.emplace_back(name, value);
     }
-    void stringField(char const*, std::string const&) {}
+    void stringField(char const* name, std::string const& value)
+    {
+        mStrings.emplace_back(name, value);
+    }
     //! The value of the int field name; throws (internal) when the walk did not visit it.
     int32_t at(char const* name) const;
+    //! The value of the string field name; throws (internal) when the walk did not visit it.
+    std::string const& text(char const* name) const;
 
 private:
-    std::vector<std::pair<char const*, int32_t>> mValues;
+    std::vector<std::pair<char const*, int32_t>> mInts;
+    std::vector<std::pair<char const*, std::string>> mStrings;
 };
 
 //! The code of an enumerated string field's value: its index in the contract's values (the order

@@ -620,6 +620,7 @@ struct Library
     void* handle{nullptr};
     std::map<std::string, IPluginCreatorV3One*> creators;
     std::vector<IPluginCreatorV3One*> retired;  // the contract's retired versions (W4A16Proj "1", ...)
+    std::vector<IPluginCreatorV3One*> compatible;  // the contract's compatible versions (W8A8Proj "1", ...)
 };
 
 //! The contract's entry of op type (metrale/contract.h), or nullptr.
@@ -673,18 +674,23 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
     }
     int32_t n = -1;
     IPluginCreatorInterface* const* list = getCreators(n);
-    // The plugin version of each op with a plugin and its retired version, whose creator refuses
-    // every plugin (an older export: re-export), from the contract (metrale/contract.h).
+    // The plugin version of each op with a plugin, its retired version, whose creator refuses
+    // every plugin (an older export: re-export), and its compatible version, whose creator builds
+    // the older nodes as they are (the newer version only added a value), from the contract
+    // (metrale/contract.h).
     std::string const ns = metrale::contract::kDOMAIN;
     int32_t nbPlugins = 0;
     int32_t nbRetired = 0;
+    int32_t nbCompatible = 0;
     for (metrale::contract::OpInfo const& op : metrale::contract::kOPS)
     {
         nbPlugins += op.hasPlugin ? 1 : 0;
         nbRetired += op.hasPlugin && op.retiredVersion != nullptr ? 1 : 0;
+        nbCompatible += op.hasPlugin && op.compatibleVersion != nullptr ? 1 : 0;
     }
-    check(list != nullptr && n == nbPlugins + nbRetired,
-        "getCreators returns " + std::to_string(nbPlugins + nbRetired) + " creators (found " + std::to_string(n) + ")");
+    int32_t const nbCreators = nbPlugins + nbRetired + nbCompatible;
+    check(list != nullptr && n == nbCreators,
+        "getCreators returns " + std::to_string(nbCreators) + " creators (found " + std::to_string(n) + ")");
     for (int32_t i = 0; list != nullptr && i < n; ++i)
     {
         InterfaceInfo const info = list[i]->getInterfaceInfo();
@@ -706,6 +712,12 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
             check(refused == nullptr,
                 name + " version " + op->retiredVersion + " (an older op contract) is refused");
             lib.retired.push_back(creator);
+            continue;
+        }
+        if (op != nullptr && op->compatibleVersion != nullptr
+            && std::strcmp(creator->getPluginVersion(), op->compatibleVersion) == 0)
+        {
+            lib.compatible.push_back(creator);
             continue;
         }
         std::string const want = contractVersion(name);
@@ -739,6 +751,9 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
     }
     check(static_cast<int32_t>(lib.retired.size()) == nbRetired, "retired creators for the contract's "
             + std::to_string(nbRetired) + " retired op versions (found " + std::to_string(lib.retired.size()) + ")");
+    check(static_cast<int32_t>(lib.compatible.size()) == nbCompatible, "compatible creators for the contract's "
+            + std::to_string(nbCompatible) + " compatible op versions (found " + std::to_string(lib.compatible.size())
+            + ")");
     return lib;
 }
 
@@ -1223,8 +1238,8 @@ void checkRefusals(Library const& lib, Logger& logger)
         {"W8A8Proj", "weight_scale_granularity tensor",
             {i("n", 64), i("k", 256), s("weight_scale_granularity", "tensor")}},
         {"W8A8Proj", "activation_format nvfp4", {i("n", 64), i("k", 256), s("activation_format", "nvfp4")}},
-        {"W8A8Proj", "activation_scale_granularity tensor",
-            {i("n", 64), i("k", 256), s("activation_scale_granularity", "tensor")}},
+        {"W8A8Proj", "activation_scale_granularity column",
+            {i("n", 64), i("k", 256), s("activation_scale_granularity", "column")}},
         {"W4A4Proj", "K not a multiple of 16", {i("n", 64), i("k", 40)}},
         {"W4A4Proj", "activation_format fp8", {i("n", 64), i("k", 64), s("activation_format", "fp8")}},
         {"W4A4Proj", "family unknown", {i("n", 64), i("k", 64), s("family", "mlp")}},

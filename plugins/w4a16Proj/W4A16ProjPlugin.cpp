@@ -25,7 +25,7 @@ std::vector<InputSpec> W4A16Format::weightInputs(CommonAttributes const& attrs) 
     int64_t const groups = (attrs.k + groupSize - 1) / groupSize;  // a partial last group
     // Op::kINPUTS: weight, weight_scale, zero_point (has_zero_point), bias (has_bias).
     return contractInputs(Op::kINPUTS, {{n, attrs.k / 2}, {n, groups}, {n, groups}, {n}},
-        [&](IntFieldValues& gates) { visitFields(attrs, gates); });
+        [&](FieldValues& gates) { visitFields(attrs, gates); });
 }
 
 std::string W4A16Format::describe() const

@@ -25,7 +25,7 @@ std::vector<InputSpec> W4A4Format::weightInputs(CommonAttributes const& attrs) c
     // Op::kINPUTS: weight, weight_scale, weight_global_scale, input_scale (has_input_scale), bias
     // (has_bias). weight_global_scale and input_scale are per tensor: [1] here, [E] in the grouped op.
     return contractInputs(Op::kINPUTS, {{n, k / 2}, {n, k / kBLOCK}, {1}, {1}, {n}},
-        [&](IntFieldValues& gates) { visitFields(attrs, gates); });
+        [&](FieldValues& gates) { visitFields(attrs, gates); });
 }
 
 std::string W4A4Format::describe() const

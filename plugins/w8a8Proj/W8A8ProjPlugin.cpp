@@ -31,9 +31,9 @@ std::vector<InputSpec> W8A8Format::weightInputs(CommonAttributes const& attrs) c
     {
         scaleDims = {(n + kBLOCK - 1) / kBLOCK, (k + kBLOCK - 1) / kBLOCK};
     }
-    // Op::kINPUTS: weight, weight_scale, bias (has_bias).
+    // Op::kINPUTS: weight, weight_scale, input_scale (activation_scale_granularity=tensor), bias (has_bias).
     return contractInputs(
-        Op::kINPUTS, {{n, k}, scaleDims, {n}}, [&](IntFieldValues& gates) { visitFields(attrs, gates); });
+        Op::kINPUTS, {{n, k}, scaleDims, {1}, {n}}, [&](FieldValues& gates) { visitFields(attrs, gates); });
 }
 
 std::string W8A8Format::describe() const
@@ -51,7 +51,8 @@ cudaError_t W8A8Format::launch(CommonAttributes const& attrs, InputTensors const
 {
     return metrale_w8a8_proj(run.x, run.xDType, in.required<int8_t>("weight"), in.required<float>("weight_scale"),
         weightScaleGranularity, attrs.activationFormat, activationScaleGranularity,
-        in.optional<float>("bias", attrs.hasBias), run.y, run.m, attrs.n, attrs.k, run.workspace,
+        in.optional<float>("input_scale", staticScale()), in.optional<float>("bias", attrs.hasBias), run.y, run.m,
+        attrs.n, attrs.k, run.workspace,
         run.workspaceBytes, run.stream);
 }
 

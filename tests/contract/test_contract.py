@@ -64,7 +64,7 @@ def test_an_added_op_appears_in_the_header(monkeypatch):
     text = contract_header.to_header()
     assert "struct MadeUpNorm\n" in text
     assert '{"epsilon", FieldType::kFLOAT, false, 0, 1e-06f, nullptr},' in text
-    assert '{"gamma", TensorType::kBFLOAT16, nullptr, "[k]"},' in text
+    assert '{"gamma", TensorType::kBFLOAT16, nullptr, nullptr, "[k]"},' in text
     assert "{MadeUpNorm::kOP_TYPE, MadeUpNorm::kVERSION, MadeUpNorm::kHAS_PLUGIN," in text
     assert "kDOMAIN_VERSION{3}" in text
     assert drift(PLUGINS) == []  # no plugin expected
@@ -126,10 +126,44 @@ def test_specs_are_consistent():
         assert set(spec.activation_formats) <= set(contract.ACTIVATION_FORMATS)
         assert spec.attribute("activation_format").values == spec.activation_formats
         for i in spec.inputs:
-            if i.optional:
-                assert spec.attribute(i.gate).values == (0, 1), (op_type, i.name)
+            if i.optional:  # a has_* flag, or an enumerated value (W8A8Proj's input_scale: tensor)
+                values = spec.attribute(i.gate).values
+                assert values == (0, 1) if i.gate_value == 1 else i.gate_value in values, (op_type, i.name)
         assert {"n", "k", "has_bias", "family", "name"} <= set(names)
     assert contract.domain_version() == max(s.version for s in contract.OPS.values())
+
+
+def test_node_versions_of_value_only_changes():
+    """W8A8Proj version 2 only added activation_scale_granularity=tensor: nodes without it are
+    version 1 (no plugin_version: dynamic-scale exports keep their bytes), nodes with it version 2."""
+    for op_type in ("W8A8Proj", "W8A8MoEProj"):
+        spec = contract.op(op_type)
+        assert spec.version == 2
+        assert spec.node_version({"activation_scale_granularity": "row"}) == 1
+        assert spec.node_version({}) == 1  # the default, row
+        assert spec.node_version({"activation_scale_granularity": b"tensor"}) == 2
+        assert not contract.names_plugin_version(spec, {"activation_scale_granularity": "row_block128"})
+        assert contract.names_plugin_version(spec, {"activation_scale_granularity": "tensor"})
+        assert contract.outdated(op_type, 1) is None  # older W8A8 graphs read as they are
+        assert "input_scale" in spec.present_inputs({"activation_scale_granularity": "tensor"})
+        assert "input_scale" not in spec.present_inputs({"activation_scale_granularity": "row"})
+        assert contract.compatible_version(spec) == 1  # the plugins' second creator
+    assert contract.op("W4A16Proj").node_version({}) == 2  # a layout change: every node
+    assert contract.outdated("W4A16Proj", 1) is not None
+    assert contract.compatible_version(contract.op("W4A16Proj")) is None
+
+
+def test_the_header_states_the_enumerated_gate_and_the_compatible_version():
+    """W8A8Proj's input_scale is gated by a value of activation_scale_granularity, not a has_* flag;
+    the header says so (gateValue) and names version 1 as the compatible one (a second creator)."""
+    header = contract_header.to_header()
+    w8a8 = header[header.index("struct W8A8Proj\n"):header.index("struct W4A4Proj\n")]
+    assert '{"input_scale", TensorType::kFLOAT32, "activation_scale_granularity", "tensor", "[1]"},' in w8a8
+    assert 'kCOMPATIBLE_VERSION{"1"}' in w8a8 and 'kVERSION{"2"}' in w8a8
+    w4a4 = header[header.index("struct W4A4Proj\n"):]
+    assert '{"input_scale", TensorType::kFLOAT32, "has_input_scale", nullptr, "[1]"},' in w4a4
+    assert "kCOMPATIBLE_VERSION{nullptr}" in w4a4
+    assert "kMETRALE_ASCALE_TENSOR = 2" in header
 
 
 @pytest.fixture

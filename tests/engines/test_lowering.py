@@ -34,6 +34,9 @@ CASES = {
     "w8a8-block-rowblock": (200, [Proj("W8A8Proj", 136, options={
         "granularity": "block128", "activation_scale_granularity": "row_block128"})]),
     "w8a8-block-row": (200, [Proj("W8A8Proj", 72, options={"granularity": "block128"})]),
+    # The static scale (op version 2), small enough that the x2.0 inputs saturate some elements.
+    "w8a8-channel-static-bias": (100, [Proj("W8A8Proj", 40, bias=True, options={"input_scale": 0.01})]),
+    "w8a8-block-static": (200, [Proj("W8A8Proj", 72, options={"granularity": "block128", "input_scale": 0.004})]),
     "w4a4-nvfp4": (112, [Proj("W4A4Proj", 48)]),
     "w4a4-nvfp4-static-bias": (112, [Proj("W4A4Proj", 48, bias=True, options={"input_scale": 0.002})]),
     "w4a4-bf16": (112, [Proj("W4A4Proj", 48, activation_format="bf16")]),

@@ -88,11 +88,20 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
         elif p.op_type == "W8A8Proj":
             q = w8a8.quantize(w, p.options.get("granularity", "channel"))
             act = p.options.get("activation_scale_granularity", "row")
+            input_scale = p.options.get("input_scale")  # the static scale (granularity tensor)
+            if input_scale is not None:
+                act = contract.STATIC_ACTIVATION_SCALE
             attrs.update(weight_scale_granularity=q.granularity, activation_scale_granularity=act)
+            if contract.names_plugin_version(contract.op("W8A8Proj"), attrs):
+                attrs["plugin_version"] = str(contract.op("W8A8Proj").node_version(attrs))
             add("weight", _i8(q.weight))
             add("weight_scale", q.weight_scale.numpy())
+            if input_scale is not None:
+                add("input_scale", np.array([input_scale], dtype=np.float32))
             weights = dict(weight=q.weight, weight_scale=q.weight_scale,
-                           weight_scale_granularity=q.granularity, activation_scale_granularity=act)
+                           weight_scale_granularity=q.granularity, activation_scale_granularity=act,
+                           input_scale=None if input_scale is None
+                           else torch.tensor([input_scale], dtype=torch.float32))
         elif p.op_type == "W4A4Proj":
             q = w4a4.quantize(w)
             input_scale = p.options.get("input_scale")
@@ -144,7 +153,8 @@ def reference(chain: Chain, x: torch.Tensor, formats: dict[str, str] | None = No
                            wts["group_size"], fmt)
         elif p.op_type == "W8A8Proj":
             h = w8a8.proj(h, wts["weight"], wts["weight_scale"], wts["bias"],
-                          wts["weight_scale_granularity"], fmt, wts["activation_scale_granularity"])
+                          wts["weight_scale_granularity"], fmt, wts["activation_scale_granularity"],
+                          wts["input_scale"])
         else:
             h = w4a4.proj(h, wts["weight"], wts["weight_scale"], wts["weight_global_scale"],
                           wts["input_scale"], wts["bias"], fmt)

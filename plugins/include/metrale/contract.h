@@ -13,7 +13,7 @@
 enum MetraleDType { kMETRALE_FLOAT32 = 0, kMETRALE_FLOAT16 = 1, kMETRALE_BFLOAT16 = 2 };
 enum MetraleActFormat { kMETRALE_ACT_BF16 = 0, kMETRALE_ACT_FP8 = 1, kMETRALE_ACT_NVFP4 = 2 };
 enum MetraleWeightScale { kMETRALE_WSCALE_CHANNEL = 0, kMETRALE_WSCALE_BLOCK128 = 1 };
-enum MetraleActScale { kMETRALE_ASCALE_ROW = 0, kMETRALE_ASCALE_ROW_BLOCK128 = 1 };
+enum MetraleActScale { kMETRALE_ASCALE_ROW = 0, kMETRALE_ASCALE_ROW_BLOCK128 = 1, kMETRALE_ASCALE_TENSOR = 2 };
 
 #ifdef __cplusplus
 #include <cstdint>
@@ -56,12 +56,14 @@ struct Field
 };
 
 //! One input after x: gate is the field that says whether an optional one is present (nullptr:
-//! always present); shape is the contract's expression of the fields, for messages.
+//! always present): an int gate (has_*) when it is 1 (gateValue nullptr), an enumerated one when it
+//! has the value gateValue; shape is the contract's expression of the fields, for messages.
 struct Input
 {
     char const* name;
     TensorType type;
     char const* gate;
+    char const* gateValue;
     char const* shape;
 };
 
@@ -86,6 +88,9 @@ struct W4A16Proj
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{"1"};
     static constexpr char const* kRETIRED_CHANGE{"float32 group scales; version 2 stores them as bfloat16"};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
     static constexpr char const* kACTIVATION_FORMATS[]{"bf16"};
     static constexpr char const* kDEFAULT_ACTIVATION{"bf16"};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -105,12 +110,13 @@ struct W4A16Proj
     static constexpr char const* kACTIVATION_FORMAT_VALUES[]{"bf16"};
     static constexpr int32_t kHAS_BIAS_VALUES[]{0, 1};
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
-        {"weight", TensorType::kINT8, nullptr, "[n, k/2]"},
-        {"weight_scale", TensorType::kBFLOAT16, nullptr, "[n, ceil(k/group_size)]"},
-        {"zero_point", TensorType::kINT8, "has_zero_point", "[n, ceil(k/group_size)]"},
-        {"bias", TensorType::kFLOAT32, "has_bias", "[n]"},
+        {"weight", TensorType::kINT8, nullptr, nullptr, "[n, k/2]"},
+        {"weight_scale", TensorType::kBFLOAT16, nullptr, nullptr, "[n, ceil(k/group_size)]"},
+        {"zero_point", TensorType::kINT8, "has_zero_point", nullptr, "[n, ceil(k/group_size)]"},
+        {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[n]"},
     };
 };
 
@@ -118,9 +124,9 @@ struct W4A16Proj
 struct W8A8Proj
 {
     static constexpr char const* kOP_TYPE{"W8A8Proj"};
-    static constexpr int32_t kVERSION_NUMBER{1};
+    static constexpr int32_t kVERSION_NUMBER{2};
     //! The TensorRT plugin version: the op version as a string.
-    static constexpr char const* kVERSION{"1"};
+    static constexpr char const* kVERSION{"2"};
     static constexpr char const* kKIND{"w8a8"};
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
@@ -128,6 +134,9 @@ struct W8A8Proj
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{nullptr};
     static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{"1"};
     static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8"};
     static constexpr char const* kDEFAULT_ACTIVATION{"fp8"};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -144,14 +153,16 @@ struct W8A8Proj
     //! Each enumerated field's values, in the order of its code (the kernels' enum).
     static constexpr char const* kWEIGHT_SCALE_GRANULARITY_VALUES[]{"channel", "block128"};
     static constexpr char const* kACTIVATION_FORMAT_VALUES[]{"bf16", "fp8"};
-    static constexpr char const* kACTIVATION_SCALE_GRANULARITY_VALUES[]{"row", "row_block128"};
+    static constexpr char const* kACTIVATION_SCALE_GRANULARITY_VALUES[]{"row", "row_block128", "tensor"};
     static constexpr int32_t kHAS_BIAS_VALUES[]{0, 1};
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
-        {"weight", TensorType::kINT8, nullptr, "[n, k]"},
-        {"weight_scale", TensorType::kFLOAT32, nullptr, "[n]"},
-        {"bias", TensorType::kFLOAT32, "has_bias", "[n]"},
+        {"weight", TensorType::kINT8, nullptr, nullptr, "[n, k]"},
+        {"weight_scale", TensorType::kFLOAT32, nullptr, nullptr, "[n]"},
+        {"input_scale", TensorType::kFLOAT32, "activation_scale_granularity", "tensor", "[1]"},
+        {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[n]"},
     };
 };
 
@@ -169,6 +180,9 @@ struct W4A4Proj
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{nullptr};
     static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
     static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "nvfp4"};
     static constexpr char const* kDEFAULT_ACTIVATION{"nvfp4"};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -186,13 +200,14 @@ struct W4A4Proj
     static constexpr int32_t kHAS_INPUT_SCALE_VALUES[]{0, 1};
     static constexpr int32_t kHAS_BIAS_VALUES[]{0, 1};
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
-        {"weight", TensorType::kINT8, nullptr, "[n, k/2]"},
-        {"weight_scale", TensorType::kINT8, nullptr, "[n, k/16]"},
-        {"weight_global_scale", TensorType::kFLOAT32, nullptr, "[1]"},
-        {"input_scale", TensorType::kFLOAT32, "has_input_scale", "[1]"},
-        {"bias", TensorType::kFLOAT32, "has_bias", "[n]"},
+        {"weight", TensorType::kINT8, nullptr, nullptr, "[n, k/2]"},
+        {"weight_scale", TensorType::kINT8, nullptr, nullptr, "[n, k/16]"},
+        {"weight_global_scale", TensorType::kFLOAT32, nullptr, nullptr, "[1]"},
+        {"input_scale", TensorType::kFLOAT32, "has_input_scale", nullptr, "[1]"},
+        {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[n]"},
     };
 };
 
@@ -210,6 +225,9 @@ struct W4A16MoEProj
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{"1"};
     static constexpr char const* kRETIRED_CHANGE{"float32 group scales; version 2 stores them as bfloat16"};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
     static constexpr char const* kACTIVATION_FORMATS[]{"bf16"};
     static constexpr char const* kDEFAULT_ACTIVATION{"bf16"};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -233,14 +251,15 @@ struct W4A16MoEProj
     static constexpr char const* kACTIVATION_FORMAT_VALUES[]{"bf16"};
     static constexpr int32_t kHAS_BIAS_VALUES[]{0, 1};
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
-        {"topk_ids", TensorType::kINT32, nullptr, "[m, top_k]"},
-        {"weight", TensorType::kINT8, nullptr, "[num_experts, n, k/2]"},
-        {"weight_scale", TensorType::kBFLOAT16, nullptr, "[num_experts, n, ceil(k/group_size)]"},
-        {"zero_point", TensorType::kINT8, "has_zero_point", "[num_experts, n, ceil(k/group_size)]"},
-        {"bias", TensorType::kFLOAT32, "has_bias", "[num_experts, n]"},
-        {"topk_weights", TensorType::kLIKE_X, "combine", "[m, top_k]"},
+        {"topk_ids", TensorType::kINT32, nullptr, nullptr, "[m, top_k]"},
+        {"weight", TensorType::kINT8, nullptr, nullptr, "[num_experts, n, k/2]"},
+        {"weight_scale", TensorType::kBFLOAT16, nullptr, nullptr, "[num_experts, n, ceil(k/group_size)]"},
+        {"zero_point", TensorType::kINT8, "has_zero_point", nullptr, "[num_experts, n, ceil(k/group_size)]"},
+        {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[num_experts, n]"},
+        {"topk_weights", TensorType::kLIKE_X, "combine", nullptr, "[m, top_k]"},
     };
 };
 
@@ -248,9 +267,9 @@ struct W4A16MoEProj
 struct W8A8MoEProj
 {
     static constexpr char const* kOP_TYPE{"W8A8MoEProj"};
-    static constexpr int32_t kVERSION_NUMBER{1};
+    static constexpr int32_t kVERSION_NUMBER{2};
     //! The TensorRT plugin version: the op version as a string.
-    static constexpr char const* kVERSION{"1"};
+    static constexpr char const* kVERSION{"2"};
     static constexpr char const* kKIND{"w8a8"};
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
@@ -258,6 +277,9 @@ struct W8A8MoEProj
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{nullptr};
     static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{"1"};
     static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8"};
     static constexpr char const* kDEFAULT_ACTIVATION{"fp8"};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -278,16 +300,18 @@ struct W8A8MoEProj
     static constexpr int32_t kCOMBINE_VALUES[]{0, 1};
     static constexpr char const* kWEIGHT_SCALE_GRANULARITY_VALUES[]{"channel", "block128"};
     static constexpr char const* kACTIVATION_FORMAT_VALUES[]{"bf16", "fp8"};
-    static constexpr char const* kACTIVATION_SCALE_GRANULARITY_VALUES[]{"row", "row_block128"};
+    static constexpr char const* kACTIVATION_SCALE_GRANULARITY_VALUES[]{"row", "row_block128", "tensor"};
     static constexpr int32_t kHAS_BIAS_VALUES[]{0, 1};
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
-        {"topk_ids", TensorType::kINT32, nullptr, "[m, top_k]"},
-        {"weight", TensorType::kINT8, nullptr, "[num_experts, n, k]"},
-        {"weight_scale", TensorType::kFLOAT32, nullptr, "[num_experts, n]"},
-        {"bias", TensorType::kFLOAT32, "has_bias", "[num_experts, n]"},
-        {"topk_weights", TensorType::kLIKE_X, "combine", "[m, top_k]"},
+        {"topk_ids", TensorType::kINT32, nullptr, nullptr, "[m, top_k]"},
+        {"weight", TensorType::kINT8, nullptr, nullptr, "[num_experts, n, k]"},
+        {"weight_scale", TensorType::kFLOAT32, nullptr, nullptr, "[num_experts, n]"},
+        {"input_scale", TensorType::kFLOAT32, "activation_scale_granularity", "tensor", "[num_experts]"},
+        {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[num_experts, n]"},
+        {"topk_weights", TensorType::kLIKE_X, "combine", nullptr, "[m, top_k]"},
     };
 };
 
@@ -305,6 +329,9 @@ struct W4A4MoEProj
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{nullptr};
     static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
     static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "nvfp4"};
     static constexpr char const* kDEFAULT_ACTIVATION{"nvfp4"};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -326,15 +353,16 @@ struct W4A4MoEProj
     static constexpr int32_t kHAS_INPUT_SCALE_VALUES[]{0, 1};
     static constexpr int32_t kHAS_BIAS_VALUES[]{0, 1};
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
-        {"topk_ids", TensorType::kINT32, nullptr, "[m, top_k]"},
-        {"weight", TensorType::kINT8, nullptr, "[num_experts, n, k/2]"},
-        {"weight_scale", TensorType::kINT8, nullptr, "[num_experts, n, k/16]"},
-        {"weight_global_scale", TensorType::kFLOAT32, nullptr, "[num_experts]"},
-        {"input_scale", TensorType::kFLOAT32, "has_input_scale", "[num_experts]"},
-        {"bias", TensorType::kFLOAT32, "has_bias", "[num_experts, n]"},
-        {"topk_weights", TensorType::kLIKE_X, "combine", "[m, top_k]"},
+        {"topk_ids", TensorType::kINT32, nullptr, nullptr, "[m, top_k]"},
+        {"weight", TensorType::kINT8, nullptr, nullptr, "[num_experts, n, k/2]"},
+        {"weight_scale", TensorType::kINT8, nullptr, nullptr, "[num_experts, n, k/16]"},
+        {"weight_global_scale", TensorType::kFLOAT32, nullptr, nullptr, "[num_experts]"},
+        {"input_scale", TensorType::kFLOAT32, "has_input_scale", nullptr, "[num_experts]"},
+        {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[num_experts, n]"},
+        {"topk_weights", TensorType::kLIKE_X, "combine", nullptr, "[m, top_k]"},
     };
 };
 
@@ -352,6 +380,9 @@ struct RMSNorm
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{nullptr};
     static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
     static constexpr char const* kACTIVATION_FORMATS[]{};
     static constexpr char const* kDEFAULT_ACTIVATION{""};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -369,11 +400,12 @@ struct RMSNorm
     static constexpr int32_t kHAS_RESIDUAL_VALUES[]{0, 1};
     static constexpr int32_t kHAS_GATE_VALUES[]{0, 1};
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
-        {"weight", TensorType::kLIKE_X, nullptr, "[k]"},
-        {"residual", TensorType::kLIKE_X, "has_residual", "[..., k]"},
-        {"gate", TensorType::kLIKE_X, "has_gate", "[..., k]"},
+        {"weight", TensorType::kLIKE_X, nullptr, nullptr, "[k]"},
+        {"residual", TensorType::kLIKE_X, "has_residual", nullptr, "[..., k]"},
+        {"gate", TensorType::kLIKE_X, "has_gate", nullptr, "[..., k]"},
     };
 };
 
@@ -391,6 +423,9 @@ struct FloatProj
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{nullptr};
     static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
     static constexpr char const* kACTIVATION_FORMATS[]{};
     static constexpr char const* kDEFAULT_ACTIVATION{""};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -404,10 +439,11 @@ struct FloatProj
     //! Each enumerated field's values, in the order of its code (the kernels' enum).
     static constexpr int32_t kHAS_BIAS_VALUES[]{0, 1};
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
-        {"weight", TensorType::kBFLOAT16, nullptr, "[n, k]"},
-        {"bias", TensorType::kFLOAT32, "has_bias", "[n]"},
+        {"weight", TensorType::kBFLOAT16, nullptr, nullptr, "[n, k]"},
+        {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[n]"},
     };
 };
 
@@ -425,6 +461,9 @@ struct Router
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{nullptr};
     static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
     static constexpr char const* kACTIVATION_FORMATS[]{};
     static constexpr char const* kDEFAULT_ACTIVATION{""};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -438,7 +477,8 @@ struct Router
     //! Each enumerated field's values, in the order of its code (the kernels' enum).
     static constexpr int32_t kNORMALIZE_VALUES[]{0, 1};
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
     };
 };
@@ -457,6 +497,9 @@ struct Attention
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
     static constexpr char const* kRETIRED_VERSION{nullptr};
     static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
     static constexpr char const* kACTIVATION_FORMATS[]{};
     static constexpr char const* kDEFAULT_ACTIVATION{""};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -470,37 +513,39 @@ struct Attention
     };
     //! Each enumerated field's values, in the order of its code (the kernels' enum).
     static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
-    //! The inputs after x, positional; an optional one is present when its gate field is 1.
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
-        {"key", TensorType::kLIKE_X, nullptr, "[x.0, kv_heads, total, head_dim]"},
-        {"value", TensorType::kLIKE_X, nullptr, "[x.0, kv_heads, total, head_dim]"},
+        {"key", TensorType::kLIKE_X, nullptr, nullptr, "[x.0, kv_heads, total, head_dim]"},
+        {"value", TensorType::kLIKE_X, nullptr, nullptr, "[x.0, kv_heads, total, head_dim]"},
     };
 };
 
-//! Which op is which: type, plugin version, whether a plugin exists, the retired version
-//! (nullptr: none) and the fields in contract order.
+//! Which op is which: type, plugin version, whether a plugin exists, the retired and the
+//! compatible version (nullptr: none) and the fields in contract order.
 struct OpInfo
 {
     char const* type;
     char const* version;
     bool hasPlugin;
     char const* retiredVersion;
+    char const* compatibleVersion;
     Field const* fields;
     int32_t nbFields;
 };
 
 //! Every op of the contract.
 constexpr OpInfo kOPS[]{
-    {W4A16Proj::kOP_TYPE, W4A16Proj::kVERSION, W4A16Proj::kHAS_PLUGIN, W4A16Proj::kRETIRED_VERSION, W4A16Proj::kFIELDS, count(W4A16Proj::kFIELDS)},
-    {W8A8Proj::kOP_TYPE, W8A8Proj::kVERSION, W8A8Proj::kHAS_PLUGIN, W8A8Proj::kRETIRED_VERSION, W8A8Proj::kFIELDS, count(W8A8Proj::kFIELDS)},
-    {W4A4Proj::kOP_TYPE, W4A4Proj::kVERSION, W4A4Proj::kHAS_PLUGIN, W4A4Proj::kRETIRED_VERSION, W4A4Proj::kFIELDS, count(W4A4Proj::kFIELDS)},
-    {W4A16MoEProj::kOP_TYPE, W4A16MoEProj::kVERSION, W4A16MoEProj::kHAS_PLUGIN, W4A16MoEProj::kRETIRED_VERSION, W4A16MoEProj::kFIELDS, count(W4A16MoEProj::kFIELDS)},
-    {W8A8MoEProj::kOP_TYPE, W8A8MoEProj::kVERSION, W8A8MoEProj::kHAS_PLUGIN, W8A8MoEProj::kRETIRED_VERSION, W8A8MoEProj::kFIELDS, count(W8A8MoEProj::kFIELDS)},
-    {W4A4MoEProj::kOP_TYPE, W4A4MoEProj::kVERSION, W4A4MoEProj::kHAS_PLUGIN, W4A4MoEProj::kRETIRED_VERSION, W4A4MoEProj::kFIELDS, count(W4A4MoEProj::kFIELDS)},
-    {RMSNorm::kOP_TYPE, RMSNorm::kVERSION, RMSNorm::kHAS_PLUGIN, RMSNorm::kRETIRED_VERSION, RMSNorm::kFIELDS, count(RMSNorm::kFIELDS)},
-    {FloatProj::kOP_TYPE, FloatProj::kVERSION, FloatProj::kHAS_PLUGIN, FloatProj::kRETIRED_VERSION, FloatProj::kFIELDS, count(FloatProj::kFIELDS)},
-    {Router::kOP_TYPE, Router::kVERSION, Router::kHAS_PLUGIN, Router::kRETIRED_VERSION, Router::kFIELDS, count(Router::kFIELDS)},
-    {Attention::kOP_TYPE, Attention::kVERSION, Attention::kHAS_PLUGIN, Attention::kRETIRED_VERSION, Attention::kFIELDS, count(Attention::kFIELDS)},
+    {W4A16Proj::kOP_TYPE, W4A16Proj::kVERSION, W4A16Proj::kHAS_PLUGIN, W4A16Proj::kRETIRED_VERSION, W4A16Proj::kCOMPATIBLE_VERSION, W4A16Proj::kFIELDS, count(W4A16Proj::kFIELDS)},
+    {W8A8Proj::kOP_TYPE, W8A8Proj::kVERSION, W8A8Proj::kHAS_PLUGIN, W8A8Proj::kRETIRED_VERSION, W8A8Proj::kCOMPATIBLE_VERSION, W8A8Proj::kFIELDS, count(W8A8Proj::kFIELDS)},
+    {W4A4Proj::kOP_TYPE, W4A4Proj::kVERSION, W4A4Proj::kHAS_PLUGIN, W4A4Proj::kRETIRED_VERSION, W4A4Proj::kCOMPATIBLE_VERSION, W4A4Proj::kFIELDS, count(W4A4Proj::kFIELDS)},
+    {W4A16MoEProj::kOP_TYPE, W4A16MoEProj::kVERSION, W4A16MoEProj::kHAS_PLUGIN, W4A16MoEProj::kRETIRED_VERSION, W4A16MoEProj::kCOMPATIBLE_VERSION, W4A16MoEProj::kFIELDS, count(W4A16MoEProj::kFIELDS)},
+    {W8A8MoEProj::kOP_TYPE, W8A8MoEProj::kVERSION, W8A8MoEProj::kHAS_PLUGIN, W8A8MoEProj::kRETIRED_VERSION, W8A8MoEProj::kCOMPATIBLE_VERSION, W8A8MoEProj::kFIELDS, count(W8A8MoEProj::kFIELDS)},
+    {W4A4MoEProj::kOP_TYPE, W4A4MoEProj::kVERSION, W4A4MoEProj::kHAS_PLUGIN, W4A4MoEProj::kRETIRED_VERSION, W4A4MoEProj::kCOMPATIBLE_VERSION, W4A4MoEProj::kFIELDS, count(W4A4MoEProj::kFIELDS)},
+    {RMSNorm::kOP_TYPE, RMSNorm::kVERSION, RMSNorm::kHAS_PLUGIN, RMSNorm::kRETIRED_VERSION, RMSNorm::kCOMPATIBLE_VERSION, RMSNorm::kFIELDS, count(RMSNorm::kFIELDS)},
+    {FloatProj::kOP_TYPE, FloatProj::kVERSION, FloatProj::kHAS_PLUGIN, FloatProj::kRETIRED_VERSION, FloatProj::kCOMPATIBLE_VERSION, FloatProj::kFIELDS, count(FloatProj::kFIELDS)},
+    {Router::kOP_TYPE, Router::kVERSION, Router::kHAS_PLUGIN, Router::kRETIRED_VERSION, Router::kCOMPATIBLE_VERSION, Router::kFIELDS, count(Router::kFIELDS)},
+    {Attention::kOP_TYPE, Attention::kVERSION, Attention::kHAS_PLUGIN, Attention::kRETIRED_VERSION, Attention::kCOMPATIBLE_VERSION, Attention::kFIELDS, count(Attention::kFIELDS)},
 };
 
 } // namespace contract

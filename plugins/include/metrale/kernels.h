@@ -40,14 +40,16 @@ cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const int8_t* wei
     int64_t n, int64_t k, int64_t group_size, void* workspace, size_t workspace_bytes,
     cudaStream_t stream);
 
-/* W8A8Proj. weight: int8 [n, k] e4m3 bit patterns; weight_scale: float32 [n] or
- * [ceil(n/128), ceil(k/128)]; act_format: bf16 or fp8. */
+/* W8A8Proj (op version 2). weight: int8 [n, k] e4m3 bit patterns; weight_scale: float32 [n] or
+ * [ceil(n/128), ceil(k/128)]; act_format: bf16 or fp8; input_scale: float32 [1] (device), the
+ * static activation scale, for act_scale_granularity TENSOR (else ignored; NULL there:
+ * cudaErrorInvalidValue). A static scale skips the amax pre-pass: one elementwise quantization. */
 size_t metrale_w8a8_workspace_size(int64_t m, int64_t n, int64_t k, int32_t act_format,
     int32_t act_scale_granularity);
 cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const int8_t* weight,
     const float* weight_scale, int32_t weight_scale_granularity, int32_t act_format,
-    int32_t act_scale_granularity, const float* bias, void* y, int64_t m, int64_t n, int64_t k,
-    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+    int32_t act_scale_granularity, const float* input_scale, const float* bias, void* y, int64_t m,
+    int64_t n, int64_t k, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 /* W4A4Proj. weight: int8 [n, k/2] e2m1 codes; weight_scale: int8 [n, k/16] e4m3 bit patterns;
  * weight_global_scale: float32 [1] (device); input_scale: float32 [1] (device) or NULL for the
