@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 _ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\w+)'")
 _SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGS = re.compile(r"Used (\d+) registers")
-_WARN = re.compile(r"warning\s*:?.*?\b(C7\d\d\d)\b")
+_WARN = re.compile(r"\b(C75\d\d)\b")  # ptxas writes them as "warning" or "info"
+_WFUNC = re.compile(r"function '([^']+)'")
 _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
 _BRA = re.compile(r"\bBRA\s+(?:`\(\.L_x_\d+\)|0x([0-9a-f]+))")
 
@@ -69,9 +70,11 @@ def read_ptxas(log: Path, arch: str = "sm_90a") -> dict[str, Kernel]:
             continue
         w = _WARN.search(line)
         if w:
-            # ptxas names the function in the warning text when it can
-            named = next((k for k in kernels.values() if k.name in line), None)
-            (named.warnings if named else pending).append(w.group(1))
+            f = _WFUNC.search(line)  # ptxas names the function when it can (its code for which arch: not said)
+            if f:
+                kernels.setdefault(f.group(1), Kernel(f.group(1))).warnings.append(w.group(1))
+            else:
+                pending.append(w.group(1))
             continue
         if cur is None:
             continue

@@ -307,6 +307,66 @@ constexpr int wgStages()
     return fit < kMax ? fit : kMax;
 }
 
+/* The wgmma consumers' epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for
+ * tokens m0 + 8 j + 2 t + e; tot is the slices' sum (the split: this slice's, for wgReduceKernel). */
+template <class P, int kN>
+__device__ __forceinline__ void wgEpilogue(const typename P::Params& p, const float (&tot)[kN / 2],
+    void* __restrict__ Y, float* __restrict__ part, int M, int N, int32_t yDtype, int m0, const int (&nRow)[2],
+    const bool (&nOk)[2], int t)
+{
+    // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
+    if (part != nullptr)
+    {
+        // Split: this slice's sum (0 + acc_z) for wgReduceKernel, which folds the slices in order.
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+            {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                {
+                    const int m = m0 + 8 * j + 2 * t + e;
+                    if (nOk[hr] && m < M)
+                    {
+                        part[(static_cast<size_t>(blockIdx.z) * M + m) * N + nRow[hr]] = tot[4 * j + 2 * hr + e];
+                    }
+                }
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        if (!nOk[hr])
+        {
+            continue;
+        }
+        const int n = nRow[hr];
+        const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+        {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+            {
+                const int m = m0 + 8 * j + 2 * t + e;
+                if (m < M)
+                {
+                    float v = P::finish(p, tot[4 * j + 2 * hr + e], m, n);
+                    if (p.bias != nullptr)
+                    {
+                        v = __fadd_rn(v, bias);
+                    }
+                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+                }
+            }
+        }
+    }
+}
+
 /*
  * The consumer warpgroups' part of projWgmmaKernel, register path (WgSmemCodes false). Per block, in slice order: wait for its stage,
  * issue the 8 wgmmas (one group) on the A fragments dequantized during the previous block, dequantize
@@ -502,118 +562,8 @@ __device__ __forceinline__ void consumeWgmmaRegs(const typename P::Params& p, ui
         tot[e] = totS[e * 128 * kWG_CONSUMERS];
     }
 
-    // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
-    if (part != nullptr)
-    {
-        // Split: this slice's sum (0 + acc_z) for wgReduceKernel, which folds the slices in order.
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-        {
-#pragma unroll
-            for (int j = 0; j < kN / 8; ++j)
-            {
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                {
-                    const int m = m0 + 8 * j + 2 * t + e;
-                    if (nOk[hr] && m < M)
-                    {
-                        part[(static_cast<size_t>(blockIdx.z) * M + m) * N + nRow[hr]] = tot[4 * j + 2 * hr + e];
-                    }
-                }
-            }
-        }
-        return;
-    }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
-    {
-        if (!nOk[hr])
-        {
-            continue;
-        }
-        const int n = nRow[hr];
-        const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
-#pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
-        {
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-            {
-                const int m = m0 + 8 * j + 2 * t + e;
-                if (m < M)
-                {
-                    float v = P::finish(p, tot[4 * j + 2 * hr + e], m, n);
-                    if (p.bias != nullptr)
-                    {
-                        v = __fadd_rn(v, bias);
-                    }
-                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
-                }
-            }
-        }
-    }
+    wgEpilogue<P, kN>(p, tot, Y, part, M, N, yDtype, m0, nRow, nOk, t);
 #endif
-}
-
-/* The smem-codes consumers' epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for
- * tokens m0 + 8 j + 2 t + e; tot is the slices' sum (the split: this slice's, for wgReduceKernel). */
-template <class P, int kN>
-__device__ __forceinline__ void wgEpilogue(const typename P::Params& p, const float (&tot)[kN / 2],
-    void* __restrict__ Y, float* __restrict__ part, int M, int N, int32_t yDtype, int m0, const int (&nRow)[2],
-    const bool (&nOk)[2], int t)
-{
-    // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
-    if (part != nullptr)
-    {
-        // Split: this slice's sum (0 + acc_z) for wgReduceKernel, which folds the slices in order.
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-        {
-#pragma unroll
-            for (int j = 0; j < kN / 8; ++j)
-            {
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                {
-                    const int m = m0 + 8 * j + 2 * t + e;
-                    if (nOk[hr] && m < M)
-                    {
-                        part[(static_cast<size_t>(blockIdx.z) * M + m) * N + nRow[hr]] = tot[4 * j + 2 * hr + e];
-                    }
-                }
-            }
-        }
-        return;
-    }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
-    {
-        if (!nOk[hr])
-        {
-            continue;
-        }
-        const int n = nRow[hr];
-        const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
-#pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
-        {
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-            {
-                const int m = m0 + 8 * j + 2 * t + e;
-                if (m < M)
-                {
-                    float v = P::finish(p, tot[4 * j + 2 * hr + e], m, n);
-                    if (p.bias != nullptr)
-                    {
-                        v = __fadd_rn(v, bias);
-                    }
-                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
-                }
-            }
-        }
-    }
 }
 
 /*
