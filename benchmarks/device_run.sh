@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|attention|invariance|static|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|attention|invariance|static|kernels5|all] [pytest -k expression]
+# (kernels5: the W4A16 mainloop variants of METRALE_W4A16_WG: the SASS gates where cuobjdump is
+#  there, the W4A16 projection GPU tests under base and under deep (with the bitwise base == deep
+#  test), benchmarks/bench_w4a16_variants.py; 6 files, under 8 minutes with the build)
 # (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
 # (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
 #  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
@@ -43,4 +46,12 @@ if [ "$what" = invariance ]; then
   python3 -m pytest tests/gpu/test_invariance_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
     ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-invariance.log" | tail -30
   python3 -m benchmarks.bench_invariance --out "$OUT" 2>&1 | tee "$OUT/bench-invariance.log" | tail -60
+fi
+if [ "$what" = kernels5 ]; then
+  { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel Wgmma; } >> "$OUT/build.log" 2>&1
+  METRALE_W4A16_WG=base timeout 100 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu \
+    -p no:cacheprovider -k "w4a16 and (row_invariance or mainloops)" 2>&1 | tee "$OUT/tests-base.log" | tail -8
+  METRALE_W4A16_WG=deep timeout 150 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu \
+    -p no:cacheprovider -k "w4a16" 2>&1 | tee "$OUT/tests-deep.log" | tail -8
+  timeout 200 python3 -m benchmarks.bench_w4a16_variants --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -20
 fi

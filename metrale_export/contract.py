@@ -51,6 +51,20 @@ FP8_BLOCK = 128  # block128 weight scales and row_block128 activation scales
 NVFP4_BLOCK = 16  # k per e4m3 scale of W4A4Proj
 GROUP_SIZES = (32, 64, 128)  # W4A16Proj group_size
 
+# What the CUDA kernels (the TensorRT plugins, the torch CUDA ops) serve beyond the contract, per
+# weight format (its dense and grouped-expert ops alike): K a multiple of this (16-byte weight rows
+# for the copies; plugins/KERNELS.md, Limits). The contract and its CPU references take any even K;
+# export and the plugin lowering's build refuse other K (kernel_k_problem).
+KERNEL_K_MULTIPLE = {"w4a16": 32}
+
+
+def kernel_k_problem(kind: str, k: int) -> str | None:
+    """Why the CUDA kernels of weight format ``kind`` cannot serve ``k`` (one clause), or None."""
+    step = KERNEL_K_MULTIPLE.get(kind)
+    if step is None or k % step == 0:
+        return None
+    return f"K={k} is not a multiple of {step}, which its CUDA kernel needs (plugins/KERNELS.md, Limits)"
+
 
 def ceil_div(a: int, b: int) -> int:
     """ceil(a / b) for positive ints: the number of blocks of ``b`` covering ``a`` (block scales)."""
@@ -566,6 +580,7 @@ def to_dict() -> dict:
         "nvfp4_global_divisor": NVFP4_GLOBAL_DIVISOR,
         "fp8_block": FP8_BLOCK,
         "nvfp4_block": NVFP4_BLOCK,
+        "kernel_k_multiple": dict(KERNEL_K_MULTIPLE),
         "rmsnorm_block": RMSNORM_BLOCK,
         "ops": {t: _op_dict(o) for t, o in OPS.items()},
     }

@@ -171,6 +171,16 @@ def resolve_lowering(backend: str, lowering: str | None, plugins: Path | None, h
     return chosen, ""
 
 
+def check_kernel_limits(ops) -> None:
+    """Raise ``InputError`` for the first metrale node whose shape the CUDA kernel behind its plugin
+    does not serve (``contract.kernel_k_problem``): refused here, never only in the engine."""
+    for op in ops:
+        why = contract.kernel_k_problem(contract.op(op.op_type).kind, op.k)
+        if why:
+            raise InputError(f"node {op.key} ({op.op_type}): {why}; build it with --lowering qdq, "
+                             f"or export it with another weight format")
+
+
 def resolve_profiles(profiles: tuple[RowRange, ...] | None, max_context: int) -> tuple[RowRange, ...]:
     """The profiles to build: the user's, or the default ones cut to ``max_context``."""
     if profiles is not None:
@@ -344,6 +354,8 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     if chosen is None:
         raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
     check_rtx_targets(name, chosen, options.rtx_targets, source.ops)
+    if chosen == "plugin":
+        check_kernel_limits(source.ops)
     max_context = resolve_max_context(options.max_context, source.model_max_positions,
                                       source.onnx_path.parent / "manifest.json")
     profiles = resolve_profiles(options.profiles, max_context)

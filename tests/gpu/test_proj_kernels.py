@@ -254,3 +254,30 @@ def test_unsupported_k_is_a_clear_error():
     x = _inputs(2, 136, torch.float32, seed=2).to(DEV)
     with pytest.raises(mcuda.KernelLibraryError, match="multiple of 16"):
         layer.run(x)
+
+
+W4A16_CASES = [c for c in CASES if c[0] == "w4a16"]
+
+
+@pytest.mark.parametrize("case", W4A16_CASES, ids=[_case_id(c) for c in W4A16_CASES])
+def test_w4a16_wgmma_mainloops_give_the_same_bits(case, monkeypatch):
+    """METRALE_W4A16_WG=deep (consumeWgmmaDeep) and the base mainloop: the same arithmetic in the same
+    order, so the same bits at every M of the wgmma tier (both token tiles, the split included), and
+    the deep one within the tolerance of the float64 evaluation (not vacuously equal: poisoned y)."""
+    op, o, n, k = case
+    layer = Layer(op, o, n, k, seed=11)
+    x = _inputs(4096, k, torch.bfloat16, seed=5).to(DEV)
+    bad = []
+    for m in (17, 64, 100, 256, 1000, 4096):
+        xm = x[:m].contiguous()
+        out = {}
+        for variant in ("base", "deep"):
+            monkeypatch.setenv("METRALE_W4A16_WG", variant)
+            out[variant] = layer.run(xm)
+        if not torch.equal(out["base"].view(torch.int16), out["deep"].view(torch.int16)):
+            bad.append(f"m={m}: {(out['base'].view(torch.int16) != out['deep'].view(torch.int16)).sum().item()} "
+                       f"elements differ between the base and the deep mainloop")
+        err = _rel(out["deep"], layer.float64_reference(xm))
+        if not err <= _tolerance(layer.fmt, xm.dtype):
+            bad.append(f"m={m}: deep mainloop error {err:.3g} against float64")
+    assert not bad, f"{_case_id(case)}:\n" + "\n".join(bad)

@@ -38,6 +38,9 @@ constexpr int32_t kFP8_BLOCK{128};
 constexpr int32_t kNVFP4_BLOCK{16};
 constexpr int32_t kRMSNORM_BLOCK{256};  // RMSNorm: threads a row beyond one warp
 
+// What the CUDA kernels serve beyond the contract: K a multiple of this (KERNEL_K_MULTIPLE).
+constexpr int32_t kW4A16_KERNEL_K_MULTIPLE{32};
+
 enum class FieldType : int32_t { kINT, kSTRING, kFLOAT };
 enum class TensorType : int32_t
 {
