@@ -31,6 +31,11 @@ _ELF_MACHINE = {"x86_64": 62, "aarch64": 183, "arm64": 183}
 _ET_DYN = 3
 
 
+# The one wording of --plugins given to another lowering (engines.plan.resolve_lowering, and the
+# --plugins option before it reads the file: an option conflict is named before a file is checked).
+PLUGINS_NEED_PLUGIN_LOWERING = "--plugins is only used by --lowering plugin; drop it or choose that lowering"
+
+
 def check_plugin_library(path: Path) -> None:
     """``--plugins PATH`` must be a shared library this machine can load (an ELF ``ET_DYN`` file of
     this machine's architecture), checked from its first 20 bytes."""

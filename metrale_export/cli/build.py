@@ -52,7 +52,7 @@ def engine_progress(say):
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Engine directory (default: engines/ beside the ONNX file).")
 @opt.engine_options
-@click.option("--lowering", type=click.Choice(LOWERINGS),
+@click.option("--lowering", type=click.Choice(LOWERINGS), is_eager=True,  # before --plugins reads its file
               help="plugin: metrale nodes as IPluginV3 layers; qdq: standard ONNX "
                    "(default: plugin with --plugins, else qdq).")
 @click.option("--timing-cache", type=click.Path(dir_okay=False, path_type=Path),

@@ -112,10 +112,14 @@ def _policy(ctx, param, value):
 
 
 def _plugin_library(ctx, param, value):
-    """A --plugins file that is no loadable shared library is refused before any heavy import."""
+    """A --plugins file that is no loadable shared library is refused before any heavy import; given
+    with another --lowering (``build``'s --lowering is eager, so it is parsed by now), that conflict
+    is named first, whatever the file holds."""
     from ..engines.profiles import UsageConflict
-    from ..preflight import check_plugin_library
+    from ..preflight import PLUGINS_NEED_PLUGIN_LOWERING, check_plugin_library
 
+    if value is not None and ctx.params.get("lowering") not in (None, "plugin"):
+        raise click.BadParameter(PLUGINS_NEED_PLUGIN_LOWERING, ctx=ctx, param=param)
     if value is not None:
         try:
             check_plugin_library(value)

@@ -195,7 +195,7 @@ def _cleanup_after_failure(plan: BuildPlan, made: list[Path]) -> None:
     named = {e.get("onnx") for e in _manifest.previous_engines(plan.out_dir)}
     for rel in plan.graphs:
         if rel not in named:
-            for path in (plan.out_dir / rel, plan.out_dir / f"{rel}.data"):
+            for path in (plan.out_dir / rel, plan.out_dir / f"{rel}.data", shared_graph(plan.out_dir / rel)):
                 try:
                     path.unlink(missing_ok=True)
                 except OSError:

@@ -30,6 +30,7 @@ from ..hashing import sha256_file
 from ..errors import InputError
 from ..exporter.external_data import external_data_files
 from ..invariance import audit, engine_promise
+from ..preflight import PLUGINS_NEED_PLUGIN_LOWERING
 from . import backends, lowering as _lowering, policy as _policy, resources as _resources
 from .policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
 from .profiles import (DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileShapes, RowRange, fit_profiles,  # noqa: F401
@@ -167,7 +168,7 @@ def resolve_lowering(backend: str, lowering: str | None, plugins: Path | None, h
                 "libmetrale_plugins.so) for the graph's metrale nodes; or use --lowering qdq"
             )
     elif plugins is not None:
-        return None, "--plugins is only used by --lowering plugin; drop it or choose that lowering"
+        return None, PLUGINS_NEED_PLUGIN_LOWERING
     return chosen, ""
 
 

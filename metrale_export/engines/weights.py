@@ -33,7 +33,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import uses_external_data
 
-from .weights_file import initializers as _initializers, iter_chunks
+from .weights_file import initializers as _initializers
 
 from .policy import FLOAT_WEIGHTS  # noqa: F401 - --float-weights: bf16 where exact, or as exported
 
@@ -63,11 +63,12 @@ def _used_names(graph: onnx.GraphProto, out: set) -> set:
 
 
 def _exact_bf16_external(t: onnx.TensorProto, store) -> bool:
-    """Whether every value of a float32 tensor stored in the source's files is exact in bfloat16,
-    read in chunks (``weights_file.iter_chunks``): the tensor is never whole in memory."""
+    """Whether every value of a float32 tensor stored in a file (the source's, or the store's for a
+    tensor the lowering made) is exact in bfloat16, read in chunks (``WeightsFile.chunks``): the
+    tensor is never whole in memory."""
     if t.data_type != TensorProto.FLOAT or len(t.dims) != 2:
         return False
-    return not any((c & 0xFFFF).any() for c in iter_chunks(t, store.source_dir, np.uint32))
+    return not any((c & 0xFFFF).any() for c in store.chunks(t, np.uint32))
 
 
 def float_weights_in_bf16(model: onnx.ModelProto, store=None) -> tuple[onnx.ModelProto, list[str]]:
@@ -86,7 +87,7 @@ def float_weights_in_bf16(model: onnx.ModelProto, store=None) -> tuple[onnx.Mode
             if t is not None and store is not None and uses_external_data(t):
                 if _exact_bf16_external(t, store):
                     new = TensorProto(name=f"{name}.bf16", data_type=TensorProto.BFLOAT16, dims=list(t.dims))
-                    chunks = ((c >> 16).astype(np.uint16) for c in iter_chunks(t, store.source_dir, np.uint32))
+                    chunks = ((c >> 16).astype(np.uint16) for c in store.chunks(t, np.uint32))
                     graph.initializer.append(store.write_chunks(new, chunks))
                     made[name] = new.name
                 return made[name]

@@ -125,6 +125,15 @@ class WeightsFile:
             if isinstance(t, gs.Constant) and lazy is not None and values is not lazy:
                 t._values = lazy
 
+    def chunks(self, tensor: onnx.TensorProto, dtype):
+        """``iter_chunks`` of an external tensor, from the source's files or from this file (a
+        tensor the lowering already wrote here, such as an expansion's float weight: flushed
+        first, so that what it reads is on disk)."""
+        if _external(tensor).get("location") == self.location:
+            self._file.flush()
+            return iter_chunks(tensor, self.path.parent, dtype)
+        return iter_chunks(tensor, self.source_dir, dtype)
+
     # -- writing --
     def _write(self, data) -> None:
         self._file.write(data)

@@ -145,12 +145,14 @@ def test_disk_full_in_step_3_keeps_the_export_says_so_and_leaves_no_partial_buil
         small_checkpoint, tmp_path, monkeypatch):
     """ENOSPC in the build said 'choose another -o' over a complete export, and left
     engines/onnx/qdq-*.onnx with no manifest (or empty directories)."""
-    from metrale_export.engines import backends
+    from metrale_export.engines import backends, resources
     from metrale_export.exporter import export as export_mod
 
     if backends.available()["tensorrt-rtx"] is None:
         pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
     monkeypatch.setattr(export_mod, "output_bytes", lambda *a, **k: 0)  # past the up-front check
+    # and past the build's own up-front disk check (engines/resources.py), so the write hits ENOSPC
+    monkeypatch.setenv(resources.DISK_ENV, "1T")
     with tmpfs(tmp_path / "small", "4m") as small:
         out = small / "out"
         r = run(small_checkpoint, "-o", out, "--skip-compare",
@@ -556,11 +558,13 @@ def test_main_job_shows_progress_ends_naming_everything_and_a_rebuild_names_what
     assert sorted(p.name for p in (out / "engines").glob("*.engine")) == ["rows-1.engine"]
 
 
-def test_disk_full_during_a_build_names_the_path_and_leaves_no_partial_file(demo_exports, tmp_path):
-    from metrale_export.engines import backends
+def test_disk_full_during_a_build_names_the_path_and_leaves_no_partial_file(demo_exports, tmp_path, monkeypatch):
+    from metrale_export.engines import backends, resources
 
     if backends.available()["tensorrt-rtx"] is None:
         pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    # Past the up-front disk check (as an estimate that is short would be): the write hits ENOSPC.
+    monkeypatch.setenv(resources.DISK_ENV, "1T")
     with tmpfs(tmp_path / "full", "1m") as full:  # the lowered graph (about 2 MB) cannot fit
         r = run("build", demo_exports["w4a16"], "-o", full / "engines", "--backend", "tensorrt-rtx",
                 "--lowering", "qdq", "--profiles", "1", "--max-context", "64")

@@ -28,7 +28,7 @@ _BUILD_DEFAULT_FLOAT_WEIGHTS = {f.name: f.default for f in dataclasses.fields(Bu
 def _lowered_as_built(export_dir: Path, path: Path) -> None:
     """The qdq graph ``metrale-export build`` writes (the build's own loader, its default float
     weights: bfloat16 lm_head Gemm, which ONNX Runtime's CPU provider has no kernel for)."""
-    LoweredGraphFromOnnx(lambda: onnx.load(str(export_dir / "model.onnx")), "qdq", None,
+    LoweredGraphFromOnnx(export_dir / "model.onnx", "qdq", None,
                          _BUILD_DEFAULT_FLOAT_WEIGHTS, path)()
 
 

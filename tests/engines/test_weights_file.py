@@ -145,3 +145,27 @@ def test_float_tables_in_the_source_files_become_bf16_in_the_weights_file(tmp_pa
     assert {t.name for t in got.graph.initializer} == set(tensors)
     for t in got.graph.initializer:
         assert np.array_equal(onnx.numpy_helper.to_array(t).view(np.uint16), tensors[t.name].view(np.uint16))
+
+
+def test_a_float_weight_already_in_the_weights_file_becomes_bf16_from_there(tmp_path):
+    """A float table the lowering itself wrote to the weights file (an expansion's FloatProj weight):
+    read back from that file, not from the source's directory (where it was looked for: the
+    demo model's qdq build failed with 'qdq-<hash>.onnx.data: No such file or directory')."""
+    from metrale_export.engines.weights_file import WeightsFile
+
+    vocab, hidden = 300, 64
+    model = head_graph(vocab, hidden, seed=4)
+    expected, _ = float_weights_in_bf16(onnx.ModelProto.FromString(model.SerializeToString()))
+    (tmp_path / "src").mkdir()
+    store = WeightsFile(tmp_path / "onnx" / "qdq-x.onnx.data", tmp_path / "src")  # nothing in src
+    for t in model.graph.initializer:
+        store.write_tensor(t)
+    got, converted = float_weights_in_bf16(model, store)
+    store.close()
+    assert converted == ["embed.weight", "lm_head.weight"]
+    onnx.save(got, str(tmp_path / "onnx" / "qdq-x.onnx"))
+    got = onnx.load(str(tmp_path / "onnx" / "qdq-x.onnx"))
+    tensors = {t.name: onnx.numpy_helper.to_array(t) for t in expected.graph.initializer}
+    assert {t.name for t in got.graph.initializer} == set(tensors)
+    for t in got.graph.initializer:
+        assert np.array_equal(onnx.numpy_helper.to_array(t).view(np.uint16), tensors[t.name].view(np.uint16))
