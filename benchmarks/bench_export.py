@@ -5,7 +5,7 @@ Each export runs in a child process; its wall time and peak RSS (``wait4``'s ``r
 counts file-backed pages too) are measured by this script, and a watchdog kills a child whose
 resident memory passes ``--rss-limit-gib`` (the machine is shared: an out-of-memory peer must not
 take other processes with it). One invocation may run several shapes (``--shape
-qwen3-1.7b,qwen3-8b``); their tables go to one file, ``benchmarks/results/export-<date>[-<shapes>].md``
+qwen3-1.7b,qwen3-8b``); their tables go to one file, ``benchmarks/results/export-YYYYMMDD-HHMM-<commit>.md``
 (no suffix for the default ``qwen3-8b`` alone), rewritten after every row.
 
 Invariants: the checkpoint is written shard by shard and tensor by tensor (never held in memory);
@@ -391,8 +391,9 @@ def main(argv=None) -> int:
               "(the checkpoint plus one export at a time); use --workdir", file=sys.stderr)
         return 2
     args.results.mkdir(parents=True, exist_ok=True)
-    suffix = "" if shapes == ["qwen3-8b"] else "-" + "-".join(shapes)
-    dest = args.results / f"export-{datetime.date.today().isoformat()}{suffix}.md"
+    # benchmarks/results naming: <kind>-YYYYMMDD-HHMM-<commit> (the shapes are in the file).
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M")
+    dest = args.results / f"export-{stamp}-{_commit().split()[0]}.md"
     sections = [{"shape": n, "cfg": qwen3_config(SHAPES[n]), "size": 0, "gen_s": 0.0, "rows": []} for n in shapes]
 
     def save_table():  # after every row: an interrupted run still leaves what it measured

@@ -15,9 +15,9 @@ mean over the shapes per M.
 
 Method: every call is captured ``REPS`` times into a CUDA graph, rotating over weight copies whose
 total exceeds twice the 60 MB L2 (nothing is timed from cache, no CPU launch overhead), and the
-graph replays are timed with CUDA events; the median replay over ``REPS`` is reported. Writes a
-table (stdout and ``kernels-<date>.md``) and JSON (``kernels-<date>.json``) into ``--out`` (default
-``$OUT`` or benchmarks/results).
+graph replays are timed with CUDA events; the median replay over ``REPS`` is reported. Prints the
+tables and writes the JSON record ``kernels-YYYYMMDD-HHMM-<commit>.json`` into ``--out`` (default
+``$OUT`` or benchmarks/results); ``--render JSON`` prints a record's Markdown tables.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ SHAPES = {
 M_VALUES = (1, 8, 16, 64, 256, 1024, 4096)
 REPS = 20
 # tinygemm is timed below this M only: from M = 64 on it was 4-30x slower than bf16 cuBLAS in every
-# committed run (benchmarks/results/kernels-20261129-2039.md), so it is never the best anchor there.
+# committed run (benchmarks/results/kernels-20261129-2039-b67cdba.md), so it is never the best anchor there.
 TINYGEMM_MAX_M = 256
 REPLAYS = 7
 
@@ -261,7 +261,11 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
     ap.add_argument("--quick", action="store_true", help="two shapes, M in {1, 16, 4096}")
+    ap.add_argument("--render", metavar="JSON", help="print the Markdown tables of a results JSON and exit")
     args = ap.parse_args(argv)
+    if args.render:
+        print(render(json.loads(Path(args.render).read_text())), end="")
+        return 0
     if not mcuda.available():
         raise SystemExit("bench_kernels: needs a CUDA GPU and the kernel library ('make plugins')")
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
@@ -282,15 +286,20 @@ def main(argv=None) -> int:
                   torch=torch.__version__, copy_tbs=copy_tbs, reps=REPS, replays=REPLAYS, rows=rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    base = out / f"kernels-{stamp:%Y%m%d-%H%M}"
+    # benchmarks/results naming: <kind>-YYYYMMDD-HHMM-<commit>; the JSON is the record.
+    base = out / f"kernels-{stamp:%Y%m%d-%H%M}-{result['commit'][:7]}"
     base.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    lines = [f"# Kernel benchmark, {result['date']}, commit {result['commit']}", "",
-             f"{props.name}; torch {torch.__version__}; copy {copy_tbs:.2f} TB/s. Times in us.", "", "```",
-             header()] + [format_row(r) for r in rows] + ["```", ""] + ratio_table(rows) + [""]
-    base.with_suffix(".md").write_text("\n".join(lines))
     print("\n".join(ratio_table(rows)))
-    print(f"wrote {base}.json and {base}.md")
+    print(f"wrote {base}.json (its tables: python -m benchmarks.bench_kernels --render {base}.json)")
     return 0
+
+
+def render(result: dict) -> str:
+    """The Markdown tables of a results JSON (what a person reads; the JSON is the record)."""
+    lines = [f"# Kernel benchmark, {result['date']}, commit {result['commit']}", "",
+             f"{result['device']}; torch {result['torch']}; copy {result['copy_tbs']:.2f} TB/s. Times in us.", "",
+             "```", header()] + [format_row(r) for r in result["rows"]] + ["```", ""] + ratio_table(result["rows"])
+    return "\n".join(lines + [""])
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ column: ``slots`` (m * top_k <= 64: one launch over (n tile, slot) reading topk_
 (``METRALE_MOE_SLOT_MAX``) and the sorted path on 16-row instead of 8-row streaming tiles
 (``sorted16``, ``METRALE_MOE_STREAM8_MAX=8``, the bound before 2026-12-01 12:10) are also timed
 (uniform routing), to show where the bounds belong. Writes
-``moe-<date>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
+``moe-YYYYMMDD-HHMM-<commit>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class Proj:
             return torch.ops.metrale.w4a16_moe_proj(x, ids, w, t["weight"], t["weight_scale"], None, None, n, k, e,
                                                     top_k, comb, 128, "bf16", "moe", "b")
         if self.fmt == "w8a8":
-            return torch.ops.metrale.w8a8_moe_proj(x, ids, w, t["weight"], t["weight_scale"], None, n, k, e, top_k,
+            return torch.ops.metrale.w8a8_moe_proj(x, ids, w, t["weight"], t["weight_scale"], None, None, n, k, e, top_k,
                                                    comb, "channel", "fp8", "row", "moe", "b")
         return torch.ops.metrale.w4a4_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["weight_global_scale"],
                                                None, None, n, k, e, top_k, comb, "nvfp4", "moe", "b")
@@ -206,7 +206,7 @@ def main() -> None:
             del gate, up, down
             torch.cuda.empty_cache()
             write_tables(out, rows, bw, commit, stamp)
-    print((out / f"moe-{stamp}.md").read_text())
+    print((out / f"moe-{stamp}-{commit[:7]}.md").read_text())
 
 
 def write_tables(out: Path, rows: list, bw: float, commit: str, stamp: str) -> None:
@@ -225,8 +225,8 @@ def write_tables(out: Path, rows: list, bw: float, commit: str, stamp: str) -> N
                      f"{r['ideal_us']:.1f} | {r['vs_ideal']:.2f} | {r['dense_us']:.0f} | {r['speedup']:.1f}x | "
                      f"{r.get('anchor', '')} | {r.get('anchor_us', 0):.0f} | {r.get('vs_anchor', 0):.2f} |")
     text = "\n".join(lines) + "\n"
-    (out / f"moe-{stamp}.md").write_text(text)
-    (out / f"moe-{stamp}.json").write_text(json.dumps(dict(device=dev, commit=commit, copy_tbs=bw, rows=rows), indent=1))
+    (out / f"moe-{stamp}-{commit[:7]}.md").write_text(text)
+    (out / f"moe-{stamp}-{commit[:7]}.json").write_text(json.dumps(dict(device=dev, commit=commit, copy_tbs=bw, rows=rows), indent=1))
 
 
 if __name__ == "__main__":

@@ -291,7 +291,8 @@ def main(argv=None) -> int:
     print(text)
     if not args.quick:
         args.results.mkdir(parents=True, exist_ok=True)
-        dest = args.results / f"quant-{datetime.date.today().isoformat()}-{commit.split()[0]}.md"
+        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M")
+        dest = args.results / f"quant-{stamp}-{commit.split()[0]}.md"  # <kind>-YYYYMMDD-HHMM-<commit>
         dest.write_text(text)
         print(f"written to {dest}")
     return 0

@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|attention|invariance|static|kernels5|all] [pytest -k expression]
+# (kernels5: the W4A16 mainloop variants of METRALE_W4A16_WG: the SASS gates where cuobjdump is
+#  there, the W4A16 projection GPU tests under base and under deep (with the bitwise base == deep
+#  test), benchmarks/bench_w4a16_variants.py; 6 files, under 8 minutes with the build)
+# (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
+# (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
+#  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
+# (static: the static-scale GPU tests and benchmarks/bench_static_scales.py, dynamic vs static at M = 1..16)
 # (all: tests, the fp8 accuracy table of benchmarks/fp8_accuracy.py, the kernel benchmark)
 # Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
 # records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
@@ -19,9 +26,32 @@ if [ "$what" = tests ] || [ "$what" = all ]; then
   python3 -m pytest tests/gpu -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider ${kexpr:+-k "$kexpr"} \
     2>&1 | tee "$OUT/tests.log" | tail -40
 fi
+if [ "$what" = static ]; then
+  python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
+    -k "tensor or nvfp4-True" 2>&1 | tee "$OUT/tests-static.log" | tail -30
+  python3 -m benchmarks.bench_static_scales --out "$OUT" 2>&1 | tee "$OUT/bench-static.log" | tail -55
+fi
 if [ "$what" = all ] || [ "$what" = fp8acc ]; then
   python3 -m benchmarks.fp8_accuracy --out "$OUT" 2>&1 | tee "$OUT/fp8acc.log" | tail -15
 fi
 if [ "$what" = bench ] || [ "$what" = all ] || [ "$what" = quick ]; then
   python3 -m benchmarks.bench_kernels --out "$OUT" $( [ "$what" = quick ] && echo --quick ) 2>&1 | tee "$OUT/bench.log" | tail -45
+fi
+if [ "$what" = attention ]; then
+  python3 -m pytest tests/gpu/test_attention_kernel.py -m gpu -rs -s --confcutdir=tests/gpu -p no:cacheprovider \
+    ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/attention-tests.log" | tail -40
+  python3 -m benchmarks.bench_attention --out "$OUT" 2>&1 | tee "$OUT/attention-bench.log" | tail -45
+fi
+if [ "$what" = invariance ]; then
+  python3 -m pytest tests/gpu/test_invariance_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
+    ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-invariance.log" | tail -30
+  python3 -m benchmarks.bench_invariance --out "$OUT" 2>&1 | tee "$OUT/bench-invariance.log" | tail -60
+fi
+if [ "$what" = kernels5 ]; then
+  { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel Wgmma; } >> "$OUT/build.log" 2>&1
+  METRALE_W4A16_WG=base timeout 100 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu \
+    -p no:cacheprovider -k "w4a16 and (row_invariance or mainloops)" 2>&1 | tee "$OUT/tests-base.log" | tail -8
+  METRALE_W4A16_WG=deep timeout 150 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu \
+    -p no:cacheprovider -k "w4a16" 2>&1 | tee "$OUT/tests-deep.log" | tail -8
+  timeout 200 python3 -m benchmarks.bench_w4a16_variants --out "$OUT" 2>&1 | tee "$OUT/bench.log" | tail -20
 fi

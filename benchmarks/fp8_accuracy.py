@@ -4,10 +4,10 @@
 
 Per K and scale combination: the relative Frobenius error of the float32 output against float64
 (docs/ops.md's tolerance table bounds it), on random weights and activations with per-row
-magnitudes spread over 2^-1..2^3 (as tests/gpu draws them); writes fp8-accuracy-<date>.md into
+magnitudes spread over 2^-1..2^3 (as tests/gpu draws them); writes fp8-accuracy-YYYYMMDD-HHMM-<commit>.md into
 --out. The kernels multiply e4m3 values exactly (f16 products, float32 sums): about 1e-7. An FP8
 wgmma evaluation (its short accumulator, promoted to float32 per 128-k block) measured 1.3e-4 with
-this script at a24630d (benchmarks/results/fp8-accuracy-20261201-1209.md; that tier was measured and not
+this script at a24630d (benchmarks/results/fp8-accuracy-20261201-1209-a24630d.md; that tier was measured and not
 kept, plugins/KERNELS.md).
 """
 
@@ -65,9 +65,10 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     props = torch.cuda.get_device_properties(0)
-    text = [f"# W8A8 fp8 accuracy, {stamp.isoformat(timespec='seconds')}, commit "
-            f"{os.environ.get('METRALE_COMMIT', 'unknown')}", "", f"{props.name}; M = {M}, N = {N}.", ""] + lines
-    (out / f"fp8-accuracy-{stamp:%Y%m%d-%H%M}.md").write_text("\n".join(text) + "\n")
+    commit = os.environ.get("METRALE_COMMIT", "unknown")
+    text = [f"# W8A8 fp8 accuracy, {stamp.isoformat(timespec='seconds')}, commit {commit}", "",
+            f"{props.name}; M = {M}, N = {N}.", ""] + lines
+    (out / f"fp8-accuracy-{stamp:%Y%m%d-%H%M}-{commit[:7]}.md").write_text("\n".join(text) + "\n")
     return 0
 
 

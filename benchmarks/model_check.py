@@ -23,7 +23,7 @@ FORMATS = ("w4a16", "w8a8", "w4a4")
 # that moves one activation across a bf16 rounding boundary changes it by 2^-9 relative, and that
 # change spreads to every later position and layer. On the demo model (prefill 2 x 7), the CPU
 # reference with its projection outputs moved by +-1 float32 ulp at random is 4e-6 .. 1.2e-3 from
-# ONNX Runtime (benchmarks/debug_w4a16.py, 2026-11-29), so MODEL_QUANTIZED (1e-3) cannot hold on
+# ONNX Runtime (benchmarks/diagnostics/debug_w4a16.py, 2026-11-29), so MODEL_QUANTIZED (1e-3) cannot hold on
 # another device's summation order; the bound below does, and the projection check (each
 # projection against the CPU reference op on the GPU's own inputs) is what checks the kernels.
 # |gpu - cpu| of a projection, in units of 2^-24 * sum_k |x_k| |w_nk| (float32 accumulation noise;
@@ -34,7 +34,8 @@ CASES = {"prefill": (2, 7, 0), "decode": (3, 1, 9)}
 SEEDS = {"prefill": 11, "decode": 12}
 
 
-def _build(ckpt_dir: Path, fmt: str, device: str):
+def build_model(ckpt_dir: Path, fmt: str, device: str):
+    """The PyTorch model of the checkpoint quantized as ``fmt``, on ``device`` (also tests/gpu's)."""
     from metrale_export.exporter.checkpoint import Checkpoint
     from metrale_export.exporter.config import parse_config
     from metrale_export.exporter.layers.model import CausalLM
@@ -46,7 +47,8 @@ def _build(ckpt_dir: Path, fmt: str, device: str):
     return CausalLM(cfg, src).load_weights(src).to(device).eval()
 
 
-def _inputs(model, case: str):
+def model_inputs(model, case: str):
+    """The seeded inputs of ``case`` (CASES) for ``model`` (also tests/gpu's)."""
     b, s, p = CASES[case]
     g = torch.Generator().manual_seed(SEEDS[case])
     ids = torch.randint(0, model.cfg.vocab_size, (b, s), generator=g)
@@ -76,9 +78,9 @@ def prepare(root: Path) -> None:
                 export(ckpt / "model.safetensors", out,
                        ExportOptions(request=QuantRequest(weight=fmt, quantize_lm_head=True), force=True))
             sess = reference_session(out / "model.onnx")
-            model = _build(ckpt, fmt, "cpu")
+            model = build_model(ckpt, fmt, "cpu")
             for case in CASES:
-                inputs = _inputs(model, case)
+                inputs = model_inputs(model, case)
                 feeds = dict(zip(model.input_names(), (t.numpy() for t in inputs)))
                 refs[f"{name}/{fmt}/{case}"] = sess.run(["logits"], feeds)[0]
     np.savez(root / "ort_reference.npz", **refs)
@@ -121,7 +123,7 @@ def projection_noise(model, inputs) -> tuple[float, str]:
 
 def stale_weights(model, onnx_path: Path) -> list[str]:
     """The model's tensors that differ from the export's initializers of the same name. The GPU
-    model quantizes the checkpoint again (``_build``); references prepared by another quantizer
+    model quantizes the checkpoint again (``build_model``); references prepared by another quantizer
     (an older commit) would otherwise show as a kernel error of the whole model."""
     import onnx
     from onnx import numpy_helper
@@ -150,7 +152,7 @@ def gpu(root: Path, out: Path) -> int:
     inv_lines = ["| model | format | output | batch | identical rows | max abs diff |", "|---|---|---|---|---|---|"]
     failures = 0
     for name, fmt in ((n, f) for n in MODELS for f in FORMATS):
-        model = _build(root / name, fmt, "cuda")
+        model = build_model(root / name, fmt, "cuda")
         stale = stale_weights(model, root / f"onnx_{name}_{fmt}" / "model.onnx")
         if stale:
             print(f"error: {name}/{fmt}: {len(stale)} tensors (e.g. {stale[0]}) differ from the prepared export: "
@@ -158,7 +160,7 @@ def gpu(root: Path, out: Path) -> int:
                   f"prepare` again at this commit", file=sys.stderr)
             return 2
         for case in CASES:
-            inputs = [t.cuda() for t in _inputs(model, case)]
+            inputs = [t.cuda() for t in model_inputs(model, case)]
             with torch.no_grad():
                 logits = model(*inputs)[0].float().cpu().numpy()
             ref = refs[f"{name}/{fmt}/{case}"]

@@ -3,16 +3,23 @@
 Torch-free and onnx-free (plain Python), so every floor imports it: the ONNX schemas and
 translations, the torch and ONNX Runtime reference ops, the CUDA wrapper's argument codes, the
 engine policy and lowering, the projection specs and the format readers all derive from it, and
-``python -m metrale_export.contract --write`` exports it as ``plugins/contract.json``, against which
-the C++ plugins' field tables and the conformance harness are checked (tests/plugins).
+``python -m metrale_export.contract --write`` exports it as ``plugins/contract.json`` and generates
+the C++ header ``plugins/include/metrale/contract.h`` (contract_header.py), from which the kernels'
+enums and constants, the plugins' field tables and the conformance harness read it.
 
 Model: TensorRT's ``plugin/*/*_PluginConfig.yaml`` (inputs, attribute types and options as data).
 
 Invariants:
 - one ``OpSpec`` per op type; its ``attributes`` are in the contract's order, which is the plugins'
-  field order; ``inputs`` are positional, x first; an optional input is present exactly when its
+  field order; ``inputs`` are positional, after the first input (``x_name``, "x" unless named,
+  whose dtype is the op's activation dtype T); an optional input is present exactly when its
   ``gate`` attribute (``has_<input>``) is 1, and ``gate`` attributes are never torch op arguments
   (they follow from which inputs are present);
+- ``outputs`` are positional too (one ``y`` of x's dtype unless the op says otherwise); an
+  optional output is present exactly when its ``gate`` is 1; the torch op returns every output
+  (an absent one as the input named by its ``absent``), the ONNX node only the present ones;
+- ``category`` says what an op is: "projection" (a quantized projection with an activation
+  format, which the engine policy chooses), or one of ``NON_PROJECTION_CATEGORIES``;
 - an attribute's ``values`` are in the order of the C enum the kernels take (``codes``);
 - each op has its own ``version`` (the ONNX schema's since_version and the TensorRT plugin version);
   the domain's opset version is the largest of them, so bumping one op bumps the domain and leaves
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import struct
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -43,6 +51,20 @@ FP8_BLOCK = 128  # block128 weight scales and row_block128 activation scales
 NVFP4_BLOCK = 16  # k per e4m3 scale of W4A4Proj
 GROUP_SIZES = (32, 64, 128)  # W4A16Proj group_size
 
+# What the CUDA kernels (the TensorRT plugins, the torch CUDA ops) serve beyond the contract, per
+# weight format (its dense and grouped-expert ops alike): K a multiple of this (16-byte weight rows
+# for the copies; plugins/KERNELS.md, Limits). The contract and its CPU references take any even K;
+# export and the plugin lowering's build refuse other K (kernel_k_problem).
+KERNEL_K_MULTIPLE = {"w4a16": 32}
+
+
+def kernel_k_problem(kind: str, k: int) -> str | None:
+    """Why the CUDA kernels of weight format ``kind`` cannot serve ``k`` (one clause), or None."""
+    step = KERNEL_K_MULTIPLE.get(kind)
+    if step is None or k % step == 0:
+        return None
+    return f"K={k} is not a multiple of {step}, which its CUDA kernel needs (plugins/KERNELS.md, Limits)"
+
 
 def ceil_div(a: int, b: int) -> int:
     """ceil(a / b) for positive ints: the number of blocks of ``b`` covering ``a`` (block scales)."""
@@ -60,16 +82,31 @@ class Input:
     shape: tuple[str, ...]
     gate: str | None = None
     doc: str = ""
+    encoding: str | None = None  # the bits an int8 input holds, where they are a float format: "e4m3fn"
+    # The value of ``gate`` at which the input is present: 1 for a has_* flag, or a value of an
+    # enumerated attribute (W8A8Proj's input_scale: activation_scale_granularity="tensor").
+    gate_value: object = 1
 
     @property
     def optional(self) -> bool:
         return self.gate is not None
 
+    def present(self, attrs: dict, defaults: dict | None = None) -> bool:
+        """Whether a node with ``attrs`` (absent ones: ``defaults``, else 0) has this input."""
+        if self.gate is None:
+            return True
+        value = attrs.get(self.gate, (defaults or {}).get(self.gate, 0))
+        if isinstance(value, bytes):
+            value = value.decode()
+        if isinstance(self.gate_value, int):
+            return int(value) == self.gate_value
+        return value == self.gate_value
+
 
 @dataclass(frozen=True)
 class Attribute:
-    """One attribute (= one plugin field): ``type`` is "int" (ONNX INT, TensorRT kINT32) or
-    "string" (ONNX STRING, kCHAR); ``values`` the allowed values (None: any, see ``doc``);
+    """One attribute (= one plugin field): ``type`` is "int" (ONNX INT, TensorRT kINT32), "float"
+    (ONNX FLOAT, kFLOAT32) or "string" (ONNX STRING, kCHAR); ``values`` the allowed values (None: any, see ``doc``);
     ``default`` what a reader assumes when the attribute is absent (None: required)."""
 
     name: str
@@ -84,22 +121,62 @@ class Attribute:
 
 
 @dataclass(frozen=True)
+class Output:
+    """One positional output: ``dtype`` as for ``Input`` ("x": x's dtype), ``shape`` as expressions
+    of "m" (x's rows), "..." (x's leading dimensions, all but the last), "x.<i>" (x's dimension
+    i) and the attributes, ``gate`` the attribute that says whether an optional one is present, ``absent`` the input the torch op returns (a copy of) when it is not."""
+
+    name: str
+    dtype: str
+    shape: tuple[str, ...]
+    gate: str | None = None
+    absent: str | None = None
+    doc: str = ""
+
+    @property
+    def optional(self) -> bool:
+        return self.gate is not None
+
+
+_Y = (Output("y", "x", ("m", "n")),)
+
+
+@dataclass(frozen=True)
 class OpSpec:
-    """One op of the domain: its type, the weight format it names, inputs, attributes, formats."""
+    """One op of the domain: its type, the weight format it names, inputs, attributes, formats,
+    outputs; the defaults after ``version`` are a projection's (one output y [m, n])."""
 
     op_type: str
-    kind: str  # the export's --weight-quantization name of the weight format
+    kind: str  # the export's --weight-quantization name of the weight format (projections)
     version: int
-    weights: str  # the weight format in words (messages)
-    inputs: tuple[Input, ...]
-    attributes: tuple[Attribute, ...]
-    activation_formats: tuple[str, ...]
-    default_activation: str
+    weights: str = ""  # the weight format in words (messages)
+    inputs: tuple[Input, ...] = ()
+    attributes: tuple[Attribute, ...] = ()
+    activation_formats: tuple[str, ...] = ()
+    default_activation: str = ""
     doc: str = ""
     torch_op: str | None = None  # the torch custom op's name; None: "<kind>_proj"
     torch_input_order: tuple[str, ...] | None = None  # the torch op's input order; None: ``inputs``'
     grouped_of: str | None = None  # a grouped-expert op: the dense op each expert computes
     has_plugin: bool = True  # False: no TensorRT plugin yet (the plugin check skips it, saying so)
+    category: str = "projection"  # "projection" or one of NON_PROJECTION_CATEGORIES
+    x_name: str = "x"  # the first input's name (ONNX schema, messages)
+    outputs: tuple[Output, ...] = _Y
+
+    @property
+    def is_projection(self) -> bool:
+        """A quantized projection: it has an activation format, which the engine policy chooses."""
+        return self.category == "projection"
+
+    def output(self, name: str) -> Output:
+        for o in self.outputs:
+            if o.name == name:
+                return o
+        raise KeyError(f"{self.op_type}: no output {name!r}")
+
+    def present_outputs(self, attrs: dict) -> tuple[str, ...]:
+        """The outputs a node with ``attrs`` has, in order (gates absent count as 0)."""
+        return tuple(o.name for o in self.outputs if not o.optional or int(attrs.get(o.gate, 0)))
 
     @property
     def torch_name(self) -> str:
@@ -126,13 +203,18 @@ class OpSpec:
         return tuple(a.name for a in self.attributes if a.type == "int")
 
     @property
+    def float_attributes(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.attributes if a.type == "float")
+
+    @property
     def string_attributes(self) -> tuple[str, ...]:
         return tuple(a.name for a in self.attributes if a.type == "string")
 
     @property
     def emitted_attributes(self) -> tuple[str, ...]:
-        """The attribute order of an exported node: ints, then strings, each in contract order."""
-        return self.int_attributes + self.string_attributes
+        """The attribute order of an exported node: ints, floats, then strings, each in contract
+        order (the projections have no floats)."""
+        return self.int_attributes + self.float_attributes + self.string_attributes
 
     @property
     def torch_attributes(self) -> tuple[str, ...]:
@@ -142,11 +224,20 @@ class OpSpec:
     @property
     def derived_gates(self) -> dict[str, str]:
         """has_* attribute -> the optional input whose presence sets it (not a torch argument)."""
-        return {i.gate: i.name for i in self.inputs if i.optional and i.gate not in self.torch_attributes}
+        gates = {}
+        for i in self.inputs:
+            if i.optional and i.gate not in self.torch_attributes:
+                gates.setdefault(i.gate, i.name)
+        return gates
 
     @property
     def optional_inputs(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.inputs if i.optional)
+
+    @property
+    def fp8_inputs(self) -> tuple[str, ...]:
+        """The inputs holding FP8 e4m3fn bit patterns (FP8-typed tensors in a standard-ONNX lowering)."""
+        return tuple(i.name for i in self.inputs if i.encoding == "e4m3fn")
 
     def input(self, name: str) -> Input:
         for i in self.inputs:
@@ -155,8 +246,23 @@ class OpSpec:
         raise KeyError(f"{self.op_type}: no input {name!r}")
 
     def present_inputs(self, attrs: dict) -> tuple[str, ...]:
-        """The inputs after x a node with ``attrs`` has, in order (gates absent count as 0)."""
-        return tuple(i.name for i in self.inputs if not i.optional or int(attrs.get(i.gate, 0)))
+        """The inputs after x a node with ``attrs`` has, in order (has_* gates absent count as 0,
+        enumerated gates absent take their default)."""
+        defaults = self.defaults()
+        return tuple(i.name for i in self.inputs if i.present(attrs, defaults))
+
+    def node_version(self, attrs: dict) -> int:
+        """The lowest version of this op that expresses a node with ``attrs`` (docs/ops.md, Op
+        versions): the op's version, except where every change since an older version is a new
+        attribute value (``VALUE_SINCE``) that the node does not use."""
+        version = self.version
+        while version > 1 and (self.op_type, version) in VALUE_SINCE:
+            name, value = VALUE_SINCE[(self.op_type, version)]
+            found = attrs.get(name, self.defaults().get(name))
+            if (found.decode() if isinstance(found, bytes) else found) == value:
+                break
+            version -= 1
+        return version
 
     def defaults(self) -> dict:
         return {a.name: a.default for a in self.attributes if a.default is not None}
@@ -205,23 +311,30 @@ W4A16 = OpSpec(
                 *_common_tail()),
     activation_formats=("bf16",), default_activation="bf16", doc=_X_DOC)
 
+# W8A8Proj version 2: the static per-tensor activation scale (activation_scale_granularity
+# "tensor", its input_scale from calibration). Nothing else changed, so a node that does not use it
+# is exactly a version-1 node and is written as one (``OpSpec.node_version``: no plugin_version).
 W8A8 = OpSpec(
-    "W8A8Proj", "w8a8", 1, "FP8",
-    inputs=(Input("weight", "int8", ("n", "k"), doc="FP8 e4m3fn bit patterns"),
+    "W8A8Proj", "w8a8", 2, "FP8",
+    inputs=(Input("weight", "int8", ("n", "k"), doc="FP8 e4m3fn bit patterns", encoding="e4m3fn"),
             Input("weight_scale", "float32", ("n",), doc="[n] (channel) or [ceil(n/128), ceil(k/128)] (block128)"),
+            Input("input_scale", "float32", ("1",), "activation_scale_granularity",
+                  "the static activation scale sx (calibrated), present for activation_scale_granularity=tensor",
+                  gate_value="tensor"),
             _BIAS),
     attributes=(*_common_head(),
                 Attribute("weight_scale_granularity", "string", ("channel", "block128"), "channel"),
                 _act(("bf16", "fp8"), "fp8"),
-                Attribute("activation_scale_granularity", "string", ("row", "row_block128"), "row",
-                          "used when activation_format=fp8"),
+                Attribute("activation_scale_granularity", "string", ("row", "row_block128", "tensor"), "row",
+                          "used when activation_format=fp8; tensor: the static scale input_scale (version 2)"),
                 *_common_tail()),
     activation_formats=("bf16", "fp8"), default_activation="fp8", doc=_X_DOC)
 
 W4A4 = OpSpec(
     "W4A4Proj", "w4a4", 1, "NVFP4",
     inputs=(Input("weight", "int8", ("n", "k/2"), doc="two e2m1 codes a byte, even k low"),
-            Input("weight_scale", "int8", ("n", "k/16"), doc="e4m3fn bit patterns, one per 16 k"),
+            Input("weight_scale", "int8", ("n", "k/16"), doc="e4m3fn bit patterns, one per 16 k",
+                  encoding="e4m3fn"),
             Input("weight_global_scale", "float32", ("1",)),
             Input("input_scale", "float32", ("1",), "has_input_scale", "static activation global scale"),
             _BIAS),
@@ -231,6 +344,11 @@ W4A4 = OpSpec(
                 *_common_tail()),
     activation_formats=("bf16", "nvfp4"), default_activation="nvfp4", doc=_X_DOC)
 
+
+
+# How a MoE's experts export (--moe-experts): as its grouped-expert op (below), or one dense op per
+# expert run on every row (what a standard-ONNX lowering can express).
+MOE_LAYOUTS = ("grouped", "dense")
 
 
 def grouped(dense: OpSpec) -> OpSpec:
@@ -258,6 +376,66 @@ OPS: dict[str, OpSpec] = {op.op_type: op for op in (W4A16, W8A8, W4A4)}
 OPS.update({g.op_type: g for g in map(grouped, (W4A16, W8A8, W4A4))})
 
 
+# --- the non-projection ops (issue 19: every reduction of the graph a metrale op) ------------------
+# Norms, the float projection and the router; the attention block follows its own heading. Each
+# reduces every row in a fixed order that does not depend on the number of rows (docs/ops.md).
+NON_PROJECTION_CATEGORIES = ("norm", "float projection", "router", "attention", "recurrence")
+
+
+def _name_tail() -> tuple[Attribute, ...]:
+    return (Attribute("family", "string", FAMILIES, "", "the family of the layer it sits in"),
+            Attribute("name", "string", None, "", "the checkpoint name of the module (its weight's prefix)"))
+
+
+# RMSNorm: y = norm(s) scaled by the weight, s = x (+ residual); optionally gated by silu(gate).
+RMSNORM_BLOCK = 256  # threads a row (one CTA a row): the fixed reduction width (docs/ops.md)
+RMSNORM = OpSpec(
+    "RMSNorm", "rms_norm", 1, category="norm", torch_op="rms_norm", has_plugin=False,
+    inputs=(Input("weight", "x", ("k",), doc="the norm weight, x's dtype"),
+            Input("residual", "x", ("...", "k"), "has_residual", "added to x first (the fused residual add)"),
+            Input("gate", "x", ("...", "k"), "has_gate", "z of the gated norm: the result times silu(z)")),
+    attributes=(Attribute("k", "int", doc="K, the normalized (last) dimension"),
+                Attribute("epsilon", "float", doc="added to the mean square"),
+                Attribute("weight_offset", "int", (0, 1), 0, "1: scale by (1 + weight) in float32 (Qwen3-Next)"),
+                Attribute("has_residual", "int", (0, 1), 0),
+                Attribute("has_gate", "int", (0, 1), 0),
+                *_name_tail()),
+    outputs=(Output("y", "x", ("...", "k")),
+             Output("residual_out", "x", ("...", "k"), "has_residual", "x",
+                    "s = x + residual in x's dtype, the next residual")),
+    doc="x: [..., K] (rows: the leading dimensions, e.g. [B, S, H] or the q/k norm's [B, S, heads, D]); "
+        "y: x's shape and dtype")
+
+# FloatProj: the float weights that stay float (lm_head, the router gate, GDN's small
+# projections), W4A16's bf16 arithmetic without the dequantization.
+FLOAT_PROJ = OpSpec(
+    "FloatProj", "float", 1, "bf16", category="float projection", torch_op="float_proj", has_plugin=False,
+    inputs=(Input("weight", "bfloat16", ("n", "k"), doc="bf16, rounded once from the checkpoint"), _BIAS),
+    attributes=(*_common_head(), Attribute("has_bias", "int", (0, 1), 0), *_name_tail()),
+    doc=_X_DOC)
+
+# Router: softmax over the experts and top-k a row (ties: the lower expert id), optionally
+# renormalized; x are the router logits (a FloatProj's output).
+ROUTER = OpSpec(
+    "Router", "router", 1, category="router", torch_op="router", x_name="logits", has_plugin=False,
+    attributes=(Attribute("num_experts", "int", doc="E, the logits' columns"),
+                Attribute("top_k", "int", doc="experts a row"),
+                Attribute("normalize", "int", (0, 1), 0, "1: divide the top-k probabilities by their sum"),
+                *_name_tail()),
+    outputs=(Output("topk_ids", "int32", ("m", "top_k"), doc="ascending probability order, ties lower id first"),
+             Output("topk_weights", "x", ("m", "top_k"))),
+    doc="logits: [M, E]; topk_ids: [M, top_k] int32; topk_weights: [M, top_k], the dtype of logits")
+
+OPS.update({o.op_type: o for o in (RMSNORM, FLOAT_PROJ, ROUTER)})
+# --- end of the non-projection ops ------------------------------------------------------------------
+
+
+# The kernels' C enums (include/metrale/contract.h, generated): name, label prefix, the values in code order.
+C_ENUMS = (("MetraleDType", "", X_DTYPES), ("MetraleActFormat", "ACT_", ACTIVATION_FORMATS),
+           ("MetraleWeightScale", "WSCALE_", W8A8.attribute("weight_scale_granularity").values),
+           ("MetraleActScale", "ASCALE_", W8A8.attribute("activation_scale_granularity").values))
+
+
 def op_types() -> tuple[str, ...]:
     return tuple(OPS)
 
@@ -270,14 +448,19 @@ def op(op_type: str) -> OpSpec:
         raise KeyError(f"unknown op type {DOMAIN}::{op_type}; expected one of {', '.join(OPS)}") from None
 
 
+def projections() -> dict[str, OpSpec]:
+    """The quantized projection ops (dense and grouped), by op type."""
+    return {t: o for t, o in OPS.items() if o.is_projection}
+
+
 def by_kind() -> dict[str, OpSpec]:
     """Weight format kind ("w4a16", ...) -> its dense op's spec."""
-    return {o.kind: o for o in OPS.values() if o.grouped_of is None}
+    return {o.kind: o for o in projections().values() if o.grouped_of is None}
 
 
 def grouped_by_kind() -> dict[str, OpSpec]:
     """Weight format kind -> its grouped-expert op's spec."""
-    return {o.kind: o for o in OPS.values() if o.grouped_of is not None}
+    return {o.kind: o for o in projections().values() if o.grouped_of is not None}
 
 
 def op_type_of(kind: str) -> str | None:
@@ -295,12 +478,30 @@ def domain_version() -> int:
 _V1_SCALES = "float32 group scales; version 2 stores them as bfloat16"
 OLDER_VERSIONS = {("W4A16Proj", 1): _V1_SCALES, ("W4A16MoEProj", 1): _V1_SCALES}
 
+# Versions whose only change is a new attribute value: (op type, version) -> (attribute, value). A
+# node without that value is a node of the version before, written as one (``OpSpec.node_version``),
+# so graphs that do not use it keep their bytes and older plugin libraries still load them; a node
+# with it carries plugin_version, and an older library refuses it by name.
+STATIC_ACTIVATION_SCALE = "tensor"  # W8A8Proj's activation_scale_granularity of a calibrated scale
+VALUE_SINCE = {("W8A8Proj", 2): ("activation_scale_granularity", STATIC_ACTIVATION_SCALE),
+               ("W8A8MoEProj", 2): ("activation_scale_granularity", STATIC_ACTIVATION_SCALE)}
 
-def names_plugin_version(spec: OpSpec) -> bool:
-    """Whether a node of ``spec`` carries the string attribute ``plugin_version`` (its version):
-    a plugin op whose version is not TensorRT's default "1". TensorRT's ONNX parser finds the
-    creator by it; it is not a plugin field."""
-    return spec.has_plugin and spec.version > 1
+
+def compatible_version(spec: OpSpec) -> int | None:
+    """The oldest version of ``spec`` whose nodes this version reads as they are (every change since
+    is a new attribute value, ``VALUE_SINCE``), or None: the plugins register a creator under it."""
+    version = spec.version
+    while version > 1 and (spec.op_type, version) in VALUE_SINCE:
+        version -= 1
+    return version if version < spec.version else None
+
+
+def names_plugin_version(spec: OpSpec, attrs: dict | None = None) -> bool:
+    """Whether a node of ``spec`` (with ``attrs``; None: any node) carries the string attribute
+    ``plugin_version`` (its ``node_version``): a plugin op whose version is not TensorRT's default
+    "1". TensorRT's ONNX parser finds the creator by it; it is not a plugin field."""
+    version = spec.version if attrs is None else spec.node_version(attrs)
+    return spec.has_plugin and version > 1
 
 
 def outdated(op_type: str, imported: int | None) -> str | None:
@@ -309,6 +510,8 @@ def outdated(op_type: str, imported: int | None) -> str | None:
     spec = OPS.get(op_type)
     if spec is None or imported is None or imported >= spec.version:
         return None
+    if all((op_type, v) in VALUE_SINCE for v in range(imported + 1, spec.version + 1)):
+        return None  # only new attribute values since: the older graph reads as it is
     change = OLDER_VERSIONS.get((op_type, imported), "an older layout")
     return (f"{op_type} of metrale op contract version {imported} ({change}); this metrale-export reads "
             f"{op_type} version {spec.version}: re-export the model with this metrale-export")
@@ -327,6 +530,42 @@ def check_model(model, where: str) -> None:
                 raise InputError(f"{where}: {why}")
 
 
+# ---- Attention (docs/ops.md, "Attention"): the numeric facts of its reduction order ------------
+# Kept as one block apart from the projection specs. The kernel (plugins/attention/attentionKernel.cuh)
+# carries the same constants; tests/ops/test_attention.py fails when they drift.
+ATTENTION_BLOCK_KEYS = 64      # keys per online-softmax block, at absolute positions 0, 64, 128, ...
+ATTENTION_CHUNK_BLOCKS = 4     # blocks per chunk: the chunks' (m, l, o) fold in ascending order
+ATTENTION_HEAD_DIMS = (64, 128, 256)
+ATTENTION_DTYPES = ("float16", "bfloat16")
+LOG2E = 1.4426950408889634     # log2(e) as a float64
+
+
+# The op: q [B, Hq, S, D] (x_name "q"), key / value [B, Hkv, T, D] (the cache with this step's keys
+# appended), y [B, S, Hq, D]; shapes "x.<i>" are q's dimension i.
+ATTENTION = OpSpec(
+    "Attention", "attention", 1, category="attention", torch_op="attention", x_name="q", has_plugin=False,
+    inputs=(Input("key", "x", ("x.0", "kv_heads", "total", "head_dim"),
+                  doc="the keys of the past and of this step, [B, kv_heads, total, head_dim], total >= S"),
+            Input("value", "x", ("x.0", "kv_heads", "total", "head_dim"), doc="the values, as key")),
+    attributes=(Attribute("q_heads", "int", doc="Hq, a multiple of kv_heads"),
+                Attribute("kv_heads", "int", doc="Hkv"),
+                Attribute("head_dim", "int", doc="D (the CUDA kernel runs ATTENTION_HEAD_DIMS; the references any)"),
+                Attribute("scale", "float", doc="the score scale (Qwen3: head_dim ** -0.5)"),
+                *_name_tail()),
+    outputs=(Output("y", "x", ("x.0", "x.2", "q_heads", "head_dim")),),
+    doc="q: [B, Hq, S, D]; key, value: [B, Hkv, T, D]; y: [B, S, Hq, D], the dtype of q; causal, query i "
+        "at position T - S + i")
+OPS[ATTENTION.op_type] = ATTENTION
+
+
+def attention_scale_log2(scale: float) -> float:
+    """The score multiplier of the Attention op: float32(float32(scale) * log2 e), the product in
+    float64 and rounded once to float32 (scores are ``x = s * scale_log2`` and the softmax runs in
+    base 2)."""
+    s32 = struct.unpack("f", struct.pack("f", scale))[0]
+    return struct.unpack("f", struct.pack("f", s32 * LOG2E))[0]
+
+
 def to_dict() -> dict:
     """The contract as plain data (the JSON the C++ side is checked against)."""
     return {
@@ -341,6 +580,8 @@ def to_dict() -> dict:
         "nvfp4_global_divisor": NVFP4_GLOBAL_DIVISOR,
         "fp8_block": FP8_BLOCK,
         "nvfp4_block": NVFP4_BLOCK,
+        "kernel_k_multiple": dict(KERNEL_K_MULTIPLE),
+        "rmsnorm_block": RMSNORM_BLOCK,
         "ops": {t: _op_dict(o) for t, o in OPS.items()},
     }
 
@@ -348,6 +589,7 @@ def to_dict() -> dict:
 def _op_dict(o: OpSpec) -> dict:
     d = asdict(o)
     d["inputs"] = [{**asdict(i), "shape": list(i.shape), "optional": i.optional} for i in o.inputs]
+    d["outputs"] = [{**asdict(x), "shape": list(x.shape), "optional": x.optional} for x in o.outputs]
     d["attributes"] = [{**asdict(a), "values": None if a.values is None else list(a.values)}
                        for a in o.attributes]
     d["activation_formats"] = list(o.activation_formats)
@@ -363,11 +605,32 @@ def to_json() -> str:
 JSON_PATH = Path(__file__).resolve().parents[1] / "plugins" / "contract.json"
 
 
+def generated() -> dict[Path, str]:
+    """The files generated from the contract for the C++ side, path -> text: plugins/contract.json
+    and plugins/include/metrale/contract.h."""
+    from . import contract_header
+
+    return {JSON_PATH: to_json(), contract_header.HEADER_PATH: contract_header.to_header()}
+
+
+def stale() -> list[str]:
+    """One line per generated file that differs from what the contract generates (empty: current)."""
+    return [f"{path}: differs from what metrale_export/contract.py generates (hand-edited or stale): regenerate "
+            f"it with python -m metrale_export.contract --write"
+            for path, text in generated().items() if not path.exists() or path.read_text() != text]
+
+
 def main(argv: list[str]) -> int:
-    """``python -m metrale_export.contract [--write]``: print the JSON, or write plugins/contract.json."""
+    """``python -m metrale_export.contract [--write | --check]``: print the JSON; write the generated
+    files (plugins/contract.json, plugins/include/metrale/contract.h); or exit 1 when one is stale."""
     if "--write" in argv:
-        JSON_PATH.write_text(to_json())
-        print(f"wrote {JSON_PATH}")
+        for path, text in generated().items():
+            path.write_text(text)
+            print(f"wrote {path}")
+    elif "--check" in argv:
+        problems = stale()
+        print("\n".join(problems) or "the generated files are current")
+        return 1 if problems else 0
     else:
         sys.stdout.write(to_json())
     return 0

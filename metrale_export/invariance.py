@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-DOMAIN = "metrale"
+from . import contract
+from .contract import DOMAIN
 NORMALIZATIONS = frozenset({
     "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
     "SkipSimplifiedLayerNormalization", "GroupNormalization", "InstanceNormalization",
@@ -29,6 +30,15 @@ ROW_SENSITIVE = frozenset({
     "MultiHeadAttention", "GroupQueryAttention",
 }) | NORMALIZATIONS
 PROJECTIONS_ONLY = "projections only"
+
+
+# The contract's non-projection categories as audit kinds.
+_CATEGORY_KINDS = {"attention": "attention", "norm": "norm", "float projection": "float projection",
+                   "router": "routing", "recurrence": "recurrence"}
+
+
+def _unplugged(op_type: str) -> bool:
+    return op_type in contract.OPS and not contract.op(op_type).has_plugin
 
 
 def _sensitive(op_type: str) -> bool:
@@ -91,7 +101,15 @@ def audit(graph) -> dict:
         o for _, n in nodes if n.op_type == "Constant" for o in n.output}
     covers, left, pending = [], [], []
     for prefix, node in nodes:
-        if node.domain == DOMAIN:
+        if node.domain == DOMAIN and _unplugged(node.op_type):
+            # A metrale op with no TensorRT plugin yet: the plugin lowering expands it to standard
+            # ops (engines/expand.py), so TensorRT chooses its reduction order after all.
+            entry = {"op_type": node.op_type, "node": prefix + (node.name or node.op_type),
+                     "kind": _CATEGORY_KINDS.get(contract.op(node.op_type).category, "reduction"),
+                     "where": "model", "expanded": "no TensorRT plugin yet"}
+            left.append(entry)
+            pending.append(entry)
+        elif node.domain == DOMAIN:
             name = _attr(node, "name") or node.name
             covers.append({"name": name, "op_type": node.op_type, "output": node.output[0]})
             for entry in pending:

@@ -10,13 +10,15 @@ build); a skipped step says why in the summary; the summary names every output.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from .engines.plan import BuildOptions
-from .errors import CheckFailed, Interrupted, MetraleError
+from .errors import CheckFailed, Interrupted, MetraleError, OutputLocationError
+from .meter import StepMeter
 
 STEPS = ("export", "compare", "engines")
 
@@ -41,15 +43,26 @@ class Events:
     export_progress: object = None  # exporter.export's progress (note/start/update; close, if it has one)
     build_progress: Callable | None = None  # engines.build.Progress
     compare_report: Callable | None = None  # called with the comparison report before it is judged
+    compare_progress: object = None  # compare_export's progress (start/update/close), one step a segment
 
 
 @dataclass
 class JobResult:
     output: Path
     steps: dict = field(default_factory=dict)  # step -> its summary, or "skipped: why"
+    resources: dict = field(default_factory=dict)  # step -> meter.StepMeter.as_json (wall, peak RSS)
 
     def as_json(self) -> dict:
-        return {"output": str(self.output), "steps": self.steps}
+        return {"output": str(self.output), "steps": self.steps, "resources": self.resources}
+
+    def describe_resources(self) -> str:
+        """One line: each step's wall time and peak resident memory."""
+        parts = []
+        for step, r in self.resources.items():
+            peak = f"{r['peak_rss_bytes'] / 2**30:.2f} GiB" + ("" if r["peak_rss_scope"] == "step" else "*")
+            parts.append(f"{step} {r['wall_seconds']:.1f} s, peak RSS {peak}")
+        note = " (* the process's peak so far: its reset is not available here)" if "*" in "".join(parts) else ""
+        return "time and memory per step: " + "; ".join(parts) + note
 
 
 def moe_experts_for(options: JobOptions) -> tuple[str, str]:
@@ -64,17 +77,6 @@ def moe_experts_for(options: JobOptions) -> tuple[str, str]:
                      "grouped-expert ops; --plugins (the plugin lowering) or --skip-engines keeps them")
 
 
-def check_backend(options: JobOptions) -> None:
-    """A backend asked for by name (``--backend``) must import, checked before the export:
-    ``BackendMissing`` naming what to install (a default backend that is missing only skips step 3)."""
-    from .engines import backends
-
-    name = options.build.backend
-    if options.engines and name is not None and not backends.available().get(name):
-        raise backends.BackendMissing(backends.missing_message(name) + ", or add --skip-engines to export "
-                                      "and verify only")
-
-
 def _engine_backend(options: JobOptions) -> str | None:
     """The backend that will build this job's engines (``engines.plan.choose_backend``), or None when
     none will: step 3 skipped, or no backend asked for and none installed (the step is then skipped)."""
@@ -87,6 +89,17 @@ def _engine_backend(options: JobOptions) -> str | None:
     if options.build.backend is None and not any(found.values()):
         return None
     return choose_backend(options.build.backend, found)
+
+
+def engine_count(options: JobOptions, model_max: int | None) -> int:
+    """How many engines step 3 will build into the output (0: none), for the export's free-space
+    check (``exporter.writer.output_bytes``)."""
+    from .engines.plan import resolve_max_context, resolve_profiles
+
+    if _engine_backend(options) is None:
+        return 0
+    context = resolve_max_context(options.build.max_context, model_max, Path("config.json"))
+    return len(resolve_profiles(options.build.profiles, context))
 
 
 def check_engine_targets(options: JobOptions, weight_kind: str) -> None:
@@ -139,21 +152,39 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
         request = dataclasses.replace(options.export.request, moe_experts=experts)
         options = dataclasses.replace(options, export=dataclasses.replace(options.export, request=request))
     result = JobResult(Path(out))
-    exported = _export(model, out, options, events, why)
-    result.steps["export"] = exported
+
+    def measured(step, run):
+        with StepMeter() as meter:
+            result.steps[step] = run()
+        if not (isinstance(result.steps[step], str) and result.steps[step].startswith("skipped")):
+            result.resources[step] = meter.as_json()
+
+    measured("export", lambda: _export(model, out, options, events, why))
     step = "compare"
     try:
-        result.steps["compare"] = _compare(out, options, events)
+        measured("compare", lambda: _compare(out, options, events))
         step = "engines"
-        result.steps["engines"] = _engines(out, options, events)
+        measured("engines", lambda: _engines(out, options, events))
+        events.say(result.describe_resources())
     except KeyboardInterrupt as e:
         raise Interrupted(resume_note(out, step, options)) from e
     except MetraleError as e:
         if step == "engines":  # the export stays: say so, and how to build once the cause is fixed
-            e.args = (f"{e}; the export in {out} is complete and kept: once this is fixed, "
-                      f"`metrale-export build {out}` builds its engines (the main job again needs --force)",)
+            e.args = (f"{e}; {kept_note(out)}",)
         raise
+    except OSError as e:
+        if step != "engines" or e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = e.filename or Path(out) / "engines"
+        raise OutputLocationError(f"{where}: {e.strerror or e} while building the engines; free some space: "
+                                  f"{kept_note(out)}") from e
     return result
+
+
+def kept_note(out) -> str:
+    """What a failed step 3 leaves (the export) and the command that builds its engines."""
+    return (f"the export in {out} is complete and kept: once this is fixed, `metrale-export build {out}` "
+            "builds its engines (the main job again needs --force)")
 
 
 def resume_note(out, step: str, options: JobOptions) -> str:
@@ -196,7 +227,7 @@ def _compare(out, options: JobOptions, events: Events):
     events.say("[2/3] comparing the export in ONNX Runtime (reference ops) with PyTorch on a prefill "
                "and a decode step ...")
     started = time.perf_counter()
-    report = compare_export(out)
+    report = compare_export(out, progress=events.compare_progress)
     if events.compare_report is not None:
         events.compare_report(report)
     failure = report.first_failure()
@@ -205,7 +236,10 @@ def _compare(out, options: JobOptions, events: Events):
                           f"{failure}")
     worst = max(r.rel_error for r in report.rows)
     events.say(f"[2/3] ONNX Runtime (reference ops) matches PyTorch: {report.summary()}")
-    return {"ok": report.ok, "worst_rel_error": worst, "seconds": round(time.perf_counter() - started, 2)}
+    out = {"ok": report.ok, "worst_rel_error": worst, "seconds": round(time.perf_counter() - started, 2)}
+    if report.static_vs_dynamic:  # static activation scales: the logits against dynamic scales
+        out["static_vs_dynamic"] = report.static_vs_dynamic
+    return out
 
 
 def _engines(out, options: JobOptions, events: Events):

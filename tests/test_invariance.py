@@ -15,9 +15,9 @@ FIXED = "declared: every engine runs the same format per op"
 
 
 def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
-    """Qwen3 per layer: 7 projections covered; input, q, k and post-attention RMSNorm (ReduceMean of
-    Pow), QK^T and PV MatMuls and the Softmax left to TensorRT; then the final norm and the float
-    lm_head."""
+    """Qwen3 per layer: 7 projections covered; the metrale Attention and the input, q, k and
+    post-attention metrale RMSNorms left while they have no TensorRT plugin (the plugin lowering
+    expands them); then the final norm and the lm_head FloatProj."""
     out = demo_exports["w4a16"]
     r = CliRunner().invoke(cli, ["inspect", str(out), "--json"])
     assert r.exit_code == 0, r.output
@@ -25,14 +25,16 @@ def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
     layers = DEMO_CONFIG["num_hidden_layers"]
     assert len(ri["covers"]) == 7 * layers
     assert {c["name"] for c in ri["covers"]} >= {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"}
-    assert ri["left_by_kind"] == {"attention": 3 * layers, "norm": 4 * layers + 1, "float projection": 1}
+    assert ri["left_by_kind"] == {"attention": layers, "norm": 4 * layers + 1, "float projection": 1}
     left = ri["left_to_tensorrt"]
     for layer in range(layers):
         here = [e for e in left if e["where"] == f"model.layers.{layer}"]
-        assert sorted(e["op_type"] for e in here if e["kind"] == "attention") == ["MatMul", "MatMul", "Softmax"]
-        assert [e["op_type"] for e in here if e["kind"] == "norm"] == ["ReduceMean"] * 4
+        assert [(e["op_type"], e.get("expanded")) for e in here if e["kind"] == "attention"] == \
+            [("Attention", "no TensorRT plugin yet")]
+        assert [e["op_type"] for e in here if e["kind"] == "norm"] == ["RMSNorm"] * 4
     tail = [e for e in left if e["where"] == "model"]
-    assert [(e["kind"], e.get("weight")) for e in tail] == [("norm", None), ("float projection", "lm_head.weight")]
+    assert [(e["kind"], e["op_type"]) for e in tail] == [("norm", "RMSNorm"), ("float projection", "FloatProj")]
+    assert all("no TensorRT plugin" in e["expanded"] for e in left if e["op_type"] in ("RMSNorm", "FloatProj"))
     # The export's manifest says the same.
     manifest = json.loads((out / "manifest.json").read_text())
     assert {k: v for k, v in manifest["row_invariance"].items() if k != "applies_to"} == \
@@ -40,7 +42,49 @@ def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
 
     text = CliRunner().invoke(cli, ["inspect", str(out)]).output
     assert f"covers the outputs of {7 * layers} metrale projections" in text
-    assert f"{3 * layers} attention (MatMul, Softmax)" in text and f"{4 * layers + 1} norm (ReduceMean)" in text
+    assert f"{layers} attention (Attention)" in text and f"{4 * layers + 1} norm (RMSNorm)" in text
+
+
+def test_with_their_plugins_no_norm_float_projection_or_router_is_left(demo_exports, monkeypatch):
+    """Once the norms, the float projection and the router have plugins, the plugin lowering keeps
+    them and the audit covers them: of the row-sensitive ops only the expanded Attention's MatMul and
+    Softmax are left (it has no plugin yet)."""
+    import dataclasses
+
+    import onnx
+
+    from metrale_export import contract
+    from metrale_export.engines import lowering
+    from metrale_export.invariance import ROW_SENSITIVE
+
+    for t in ("RMSNorm", "FloatProj", "Router"):
+        monkeypatch.setitem(contract.OPS, t, dataclasses.replace(contract.OPS[t], has_plugin=True))
+    model = onnx.load(str(demo_exports["w4a16"] / "model.onnx"), load_external_data=False)
+    formats = {op.key: op.activation_format for op in lowering.metrale_ops(model)}
+    lowered = lowering.lower_plugins(model, formats)
+    assert {n.op_type for n in lowered.graph.node if n.domain == "metrale"} == {"W4A16Proj", "RMSNorm", "FloatProj"}
+    a = audit(lowered.graph)
+    assert set(a["left_by_kind"]) == {"attention"}
+    assert {e["op_type"] for e in a["left_to_tensorrt"]} <= ROW_SENSITIVE - {"ReduceMean", "Gemm"}
+    assert not [n for n in lowered.graph.node if n.op_type.startswith("Reduce")]
+
+
+def test_without_their_plugins_the_plugin_lowering_expands_them(demo_exports):
+    import onnx
+
+    from metrale_export.engines import lowering
+
+    model = onnx.load(str(demo_exports["w4a16"] / "model.onnx"), load_external_data=False)
+    plan = lowering.plugin_plan(model)
+    assert {v for v in plan.values()} == {("format", "activation format"),
+                                          ("standard", "standard ONNX (no plugin yet)")}
+    formats = {op.key: op.activation_format for op in lowering.metrale_ops(model)}
+    lowered = lowering.lower_plugins(model, formats)
+    assert {n.op_type for n in lowered.graph.node if n.domain == "metrale"} == {"W4A16Proj"}
+    a = audit(lowered.graph)
+    assert a["left_by_kind"]["norm"] == 4 * DEMO_CONFIG["num_hidden_layers"] + 1
+    assert not [n for n in lowered.graph.node if n.op_type == "Attention"]
+    assert a["left_by_kind"]["attention"] == 3 * DEMO_CONFIG["num_hidden_layers"]  # 2 MatMul + Softmax
 
 
 def test_engine_promise_is_projections_only_while_anything_is_left():

@@ -18,13 +18,26 @@ from .streams import library_output_to_stderr
 LOWERINGS = ("plugin", "qdq")
 
 
+def expected_time(seconds: list[float]) -> str:
+    """What the next engine is expected to take: the mean build time of the engines built so far in
+    this run (no estimate before the first; the main job's step 3 and ``build`` both print it)."""
+    if not seconds:
+        return ""
+    mean = sum(seconds) / len(seconds)
+    shown = f"{mean:.0f} s" if mean < 120 else f"{mean / 60:.0f} min"
+    return f" (expected about {shown}: the mean of the {len(seconds)} engine(s) built so far)"
+
+
 def engine_progress(say):
-    """The build's progress events (engines.build.Progress) as lines for ``say``."""
+    """The build's progress events (engines.build.Progress) as lines for ``say``; each engine's
+    line says how long it is expected to take once one engine has been built."""
+    built: list[float] = []
 
     def progress(event, rows, details):
         if event == "build":
-            say(f"building {rows} ...")
+            say(f"building {rows} ...{expected_time(built)}")
         elif event == "built":
+            built.append(details["seconds"])
             say(f"  built {details['file']} ({details['bytes'] / 1e6:.1f} MB, {details['seconds']:.1f} s)")
         elif event == "skip":
             say(f"unchanged {rows}: {details['file']}")
@@ -39,7 +52,7 @@ def engine_progress(say):
 @click.option("-o", "--output", type=click.Path(file_okay=False, path_type=Path),
               help="Engine directory (default: engines/ beside the ONNX file).")
 @opt.engine_options
-@click.option("--lowering", type=click.Choice(LOWERINGS),
+@click.option("--lowering", type=click.Choice(LOWERINGS), is_eager=True,  # before --plugins reads its file
               help="plugin: metrale nodes as IPluginV3 layers; qdq: standard ONNX "
                    "(default: plugin with --plugins, else qdq).")
 @click.option("--timing-cache", type=click.Path(dir_okay=False, path_type=Path),
@@ -48,7 +61,7 @@ def engine_progress(say):
 @click.option("--json", "as_json", is_flag=True, help="Print the engine manifest as JSON on stdout.")
 @click.option("-v", "--verbose", is_flag=True, help="Show TensorRT's warnings and errors.")
 def command(source, output, profiles, policy, plugins, backend, lowering, timing_cache, max_context,
-            rtx_targets, float_weights, quiet, as_json, verbose):
+            rtx_targets, float_weights, engine_weights, quiet, as_json, verbose):
     """Build one TensorRT engine per row-count profile of ONNX_OR_EXPORT_DIR.
 
     \b
@@ -63,7 +76,7 @@ def command(source, output, profiles, policy, plugins, backend, lowering, timing
     options = BuildOptions(
         profiles=profiles, policy=policy, backend=backend, lowering=lowering, plugins=plugins,
         timing_cache=timing_cache, max_context=max_context, rtx_targets=rtx_targets,
-        float_weights=float_weights, verbose=verbose,
+        float_weights=float_weights, engine_weights=engine_weights, verbose=verbose,
     )
     say = (lambda *a, **k: None) if quiet else (lambda msg: click.echo(msg, err=True))
 

@@ -19,11 +19,16 @@ def _fmt(r) -> str:
     return f"{r.rel_error:.2e} / {bound:.1e}"
 
 
-def print_report(report, as_json: bool, verbose: bool = False) -> None:
+def print_report(report, as_json: bool, verbose: bool = False, err: bool = False) -> None:
+    """The comparison's table (worst layers first; ``verbose``: everything), on stdout (``compare``'s
+    result) or, with ``err``, on stderr (the main job, whose stdout is for --json)."""
     if as_json:
         click.echo(report.to_json())
         return
-    echo = click.echo
+
+    def echo(line=""):
+        click.echo(line, err=err)
+
     echo("end to end, ONNX Runtime vs PyTorch (relative error / bound from depth and format):")
     echo(f"  {'case':<9}{'output':<34}{'rel. error / bound':>22}{'cosine':>12}{'top-1':>8}{'KL':>10}  ok")
     for case in dict.fromkeys(r.case for r in report.rows):
@@ -47,7 +52,7 @@ def print_report(report, as_json: bool, verbose: bool = False) -> None:
              f"{'error / bound':>20}  ok")
         for g in shown:
             op, out = g["op"], g["out"]
-            name = "lm_head" if g["layer"] is None else str(g["layer"])
+            name = "head" if g["layer"] is None else str(g["layer"])  # the final norm and the lm_head
             op_txt = (op.projection.split(f"layers.{g['layer']}.", 1)[-1], _fmt(op)) if op else ("-", "")
             out_txt = (f"{out.output} ({out.case})", _fmt(out)) if out else ("-", "")
             echo(f"  {name:<7}{op_txt[0]:<28}{op_txt[1]:>20}  {out_txt[0]:<36}{out_txt[1]:>20}  "
@@ -65,10 +70,12 @@ def run_compare(export_dir: Path, checkpoint, tolerance, quiet: bool, as_json: b
     from polygraphy.logger import G_LOGGER
 
     from ..compare.accuracy import compare_export
+    from .progress import StepProgress
 
     G_LOGGER.module_severity = G_LOGGER.ERROR
+    bar = StepProgress("comparing", enabled=not (quiet or as_json), unit="segment")
     with library_output_to_stderr():
-        report = compare_export(export_dir, checkpoint, tolerance=tolerance)
+        report = compare_export(export_dir, checkpoint, tolerance=tolerance, progress=bar)
     if not quiet:
         print_report(report, as_json, verbose)
     failure = report.first_failure()

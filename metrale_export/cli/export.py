@@ -34,7 +34,9 @@ def export_options(ctx_params: dict, force: bool):
         quantize_lm_head=ctx_params["quantize_lm_head"], moe_experts=ctx_params.get("moe_experts", "grouped"),
         scale_search=not ctx_params.get("no_scale_search", False)))
     layers = parse_layers(ctx_params["layers"], session.config.num_hidden_layers)
-    options = ExportOptions(request=session.request, layers=layers, dtype=ctx_params["dtype"], force=force)
+    options = ExportOptions(request=session.request, layers=layers, dtype=ctx_params["dtype"], force=force,
+                            activation_scales=ctx_params.get("activation_scales", "dynamic"),
+                            calibration_data=ctx_params.get("calibration_data"))
     return options, session
 
 
@@ -61,9 +63,15 @@ def run_export(params: dict, out, force: bool, quiet: bool):
 def command(ctx, model, output, force, quiet, as_json, **_):
     """Export MODEL (a .safetensors file with config.json beside it, a checkpoint directory, or a
     model.safetensors.index.json) to ONNX with metrale projection ops."""
+    from ..exporter.writer import check_location, output_lock
+    from ..preflight import check_job
+
     out = output or opt.default_output(model)
-    with library_output_to_stderr():
-        result = run_export(ctx.params, out, force, quiet or as_json)
+    check_location(out, force)  # an unusable location is named before the lock is taken beside it
+    with output_lock(out):  # torch-free checks first: bad input is refused in about a second
+        check_job(model, out, force=force, dtype=ctx.params["dtype"], compare=False, layers=ctx.params["layers"])
+        with library_output_to_stderr():
+            result = run_export(ctx.params, out, force, quiet or as_json)
     if as_json:
         click.echo(json.dumps({"output": str(result.out_dir), "seconds": round(result.seconds, 2),
                                "op_counts": result.manifest["op_counts"]}, indent=2))

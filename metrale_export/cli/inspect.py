@@ -10,11 +10,13 @@ checkpoint (a ``.safetensors`` file, a directory, an index). Both print the decl
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import click
 
+from ..contract import DOMAIN
 from ..errors import InputError
 from . import options as opt
 
@@ -75,6 +77,7 @@ def _echo_engines(s: dict) -> None:
 def summarize(path: Path) -> dict:
     import onnx
 
+    from ..exporter.external_data import external_data_files
     from ..exporter.manifest import ROW_INVARIANCE_SCOPE, metrale_ops
     from ..invariance import audit
     from .. import contract
@@ -87,6 +90,7 @@ def summarize(path: Path) -> dict:
     except Exception as e:
         raise InputError(f"{onnx_path}: not a readable ONNX model ({e})") from e
     contract.check_model(model, str(onnx_path))  # an older op contract: say to re-export
+    external_data_files(model, onnx_path)  # a missing or truncated weights file is refused, not summarized
     sizes = {}
     for init in model.graph.initializer:
         ext = {e.key: e.value for e in init.external_data}
@@ -95,7 +99,7 @@ def summarize(path: Path) -> dict:
     op_bytes = defaultdict(int)
     nodes = {n.name: n for n in model.graph.node}
     for node in model.graph.node:
-        if node.domain == "metrale":
+        if node.domain == DOMAIN:
             op_bytes[node.op_type] += sum(sizes.get(i, 0) for i in node.input[1:])
     def shape(v):
         return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
@@ -104,7 +108,7 @@ def summarize(path: Path) -> dict:
         "nodes": len(nodes),
         "weights_bytes": sum(sizes.values()),
         "ops_by_type_family_format": dict(sorted(Counter(
-            f"{o['op_type']} {o['family']} {o['activation_format']}" for o in ops).items())),
+            " ".join(str(o[k]) for k in ("op_type", "family", "activation_format") if k in o) for o in ops).items())),
         "op_weight_bytes": dict(op_bytes),
         "ops": ops,
         "inputs": {v.name: shape(v) for v in model.graph.input},
@@ -156,6 +160,39 @@ def _echo_checkpoint(s: dict) -> None:
     click.echo(f"declared format: {describe_text(s['declared'])}")
 
 
+def _index_ranges(ids: list[int]) -> str:
+    """[0, 1, 2, 5, 7, 8] -> '0-2,5,7-8'."""
+    runs: list[list[int]] = []
+    for i in sorted(ids):
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in runs)
+
+
+def per_layer_summary(values: dict[str, list]) -> str:
+    """Graph inputs or outputs as one short line: the per-layer states of one name and shape
+    (``past_key.0`` ... ``past_key.27``) as one entry, ``past_key.{0-27}[batch, 2, past, 64]``; the
+    others as they are. The line's length then does not grow with the layers (``--json`` has all)."""
+    groups: dict[tuple[str, str], list[int] | None] = {}  # (stem or name, shape) -> layer indices
+    for name, shape in values.items():
+        layer = re.fullmatch(r"(.+)\.(\d+)", name)
+        if layer:
+            groups.setdefault((layer[1], str(shape)), []).append(int(layer[2]))
+        else:
+            groups[(name, str(shape))] = None
+    parts = []
+    for (name, shape), ids in groups.items():
+        if ids is None:
+            parts.append(f"{name}{shape}")
+        elif len(ids) == 1:
+            parts.append(f"{name}.{ids[0]}{shape}")
+        else:
+            parts.append(f"{name}.{{{_index_ranges(ids)}}}{shape} ({len(ids)} layers)")
+    return ", ".join(parts)
+
+
 def _echo_export(s: dict, show_ops: bool) -> None:
     from ..exporter.formats import describe_text
 
@@ -164,12 +201,14 @@ def _echo_export(s: dict, show_ops: bool) -> None:
         wq = dict(s["weight_quantization"] or {})
         declared = wq.pop("declared", "absent")
         fmt = wq.pop("format", None)
+        if not any(o["family"] == "moe" for o in s["ops"]):
+            wq.pop("moe_experts", None)  # the manifest always records it; it means something only with experts
         extra = ", ".join(f"{k}={v}" for k, v in sorted(wq.items()) if v is not None)
         click.echo(f"model: {s['model']}, weights: {fmt}" + (f" ({extra})" if extra else ""))
         if declared != "absent":  # manifests written before the declared format was recorded lack it
             click.echo(f"declared format: {describe_text(declared)}")
-    click.echo("inputs:  " + ", ".join(f"{k}{v}" for k, v in s["inputs"].items()))
-    click.echo("outputs: " + ", ".join(f"{k}{v}" for k, v in s["outputs"].items()))
+    click.echo("inputs:  " + per_layer_summary(s["inputs"]))
+    click.echo("outputs: " + per_layer_summary(s["outputs"]))
     click.echo("metrale ops (type family activation_format: count):")
     for key, count in s["ops_by_type_family_format"].items():
         click.echo(f"  {key}: {count}")

@@ -10,11 +10,17 @@ from pathlib import Path
 
 import click
 
+from ..contract import MOE_LAYOUTS, STATIC_ACTIVATION_SCALE, W8A8
 from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
-from ..engines.policy import FLOAT_WEIGHTS
-from ..exporter.names import DTYPE_NAMES, W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
+from ..engines.policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
+from ..exporter.names import ACTIVATION_SCALE_MODES, DTYPE_NAMES, W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
+
+W8A8_SCALES = W8A8.attribute("weight_scale_granularity")
+W8A8_ACT_SCALES = W8A8.attribute("activation_scale_granularity")
+# The dynamic ones (the static per-tensor scale is --activation-scales static's).
+W8A8_DYNAMIC_ACT_SCALES = tuple(v for v in W8A8_ACT_SCALES.values if v != STATIC_ACTIVATION_SCALE)
 
 
 def _compose(*decorators):
@@ -53,12 +59,19 @@ quantization_options = _compose(
     click.option("--no-scale-search", is_flag=True,
                  help="Plain round-to-nearest W4A16 group scales (clipping ranges) and NVFP4 block scales "
                       "(default: search each for the lowest squared error)."),
-    click.option("--w8a8-weight-scales", type=click.Choice(["channel", "block128"]), default="channel",
+    click.option("--w8a8-weight-scales", type=click.Choice(W8A8_SCALES.values), default=W8A8_SCALES.default,
                  show_default=True, help="W8A8 weight scales: per output channel or 128x128 blocks."),
-    click.option("--w8a8-activation-scales", type=click.Choice(["row", "row_block128"]), default="row",
+    click.option("--w8a8-activation-scales", type=click.Choice(W8A8_DYNAMIC_ACT_SCALES), default=W8A8_ACT_SCALES.default,
                  show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
+    click.option("--activation-scales", type=click.Choice(ACTIVATION_SCALE_MODES), default=ACTIVATION_SCALE_MODES[0],
+                 show_default=True,
+                 help="W8A8 / W4A4 activation scales: computed per row at run time, or static per projection "
+                      "from --calibration-data (W8A8: FP8 per-tensor; W4A4: the NVFP4 input_scale)."),
+    click.option("--calibration-data", default=None, metavar="DATA",
+                 help="With --activation-scales static: a text file (tokenized with the checkpoint's "
+                      "tokenizer.json), a .ids file of token ids (one sequence a line), or random:N."),
     click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
-    click.option("--moe-experts", type=click.Choice(("grouped", "dense")), default="grouped", show_default=True,
+    click.option("--moe-experts", type=click.Choice(MOE_LAYOUTS), default=MOE_LAYOUTS[0], show_default=True,
                  help="Quantized MoE experts: grouped-expert ops reading only the routed experts, or one "
                       "projection per expert run on every row (what the qdq lowering can express)."),
     click.option("--layers", default=None, metavar="SPEC",
@@ -98,6 +111,23 @@ def _policy(ctx, param, value):
         raise click.BadParameter(str(e), ctx=ctx, param=param) from e
 
 
+def _plugin_library(ctx, param, value):
+    """A --plugins file that is no loadable shared library is refused before any heavy import; given
+    with another --lowering (``build``'s --lowering is eager, so it is parsed by now), that conflict
+    is named first, whatever the file holds."""
+    from ..engines.profiles import UsageConflict
+    from ..preflight import PLUGINS_NEED_PLUGIN_LOWERING, check_plugin_library
+
+    if value is not None and ctx.params.get("lowering") not in (None, "plugin"):
+        raise click.BadParameter(PLUGINS_NEED_PLUGIN_LOWERING, ctx=ctx, param=param)
+    if value is not None:
+        try:
+            check_plugin_library(value)
+        except UsageConflict as e:
+            raise click.BadParameter(str(e), ctx=ctx, param=param) from e
+    return value
+
+
 def _targets(ctx, param, values):
     out = []
     for v in values:
@@ -116,8 +146,9 @@ engine_options = _compose(
     click.option("--activation-quantization", "policy", default="declared", show_default=True,
                  callback=_policy,
                  help="adaptive | declared | bf16 | fp8 | nvfp4 | per family: ffn=fp8,attn=bf16,..."),
-    click.option("--plugins", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-                 help="The metrale plugin library libmetrale_plugins.so (for --lowering plugin)."),
+    click.option("--plugins", type=click.Path(exists=True, dir_okay=False, path_type=Path), callback=_plugin_library,
+                 help="The metrale plugin library libmetrale_plugins.so: engines with the metrale ops as "
+                      "IPluginV3 layers (the plugin lowering)."),
     click.option("--backend", type=click.Choice(backends.BACKENDS),
                  help="Engine builder (default: tensorrt if it imports, else tensorrt-rtx)."),
     click.option("--max-context", default=None, type=click.IntRange(1),
@@ -128,4 +159,8 @@ engine_options = _compose(
     click.option("--float-weights", type=click.Choice(FLOAT_WEIGHTS), default="checkpoint", show_default=True,
                  help="Engines' float weights (embedding, lm_head, router): checkpoint = bfloat16 where "
                       "the values are (the lm_head and router then run in bf16); float32 = as exported."),
+    click.option("--engine-weights", type=click.Choice(ENGINE_WEIGHTS), default="shared", show_default=True,
+                 help="Where the engines' weights live: shared = one weights file, bound as engine inputs "
+                      "(one copy for every profile); stripped = REFIT + STRIP_PLAN engines refitted from "
+                      "it; embedded = a copy in every engine."),
 )

@@ -16,41 +16,6 @@ from .export import export_options
 from .streams import library_output_to_stderr
 
 
-def reference_dtypes() -> list[str]:
-    """The --dtype names the ONNX Runtime reference (step 2) runs: the activation types of ops.ort."""
-    import onnx
-
-    from ..ops import ort
-
-    return sorted(onnx.helper.tensor_dtype_to_np_dtype(t).name for t in ort._DT)
-
-
-def preflight(model, out, profiles, dtype: str, max_context: int | None, force: bool, skip_compare: bool):
-    """The checks of the options that need no export, run before it is written: the output (exists
-    without --force, or is not a previous output), a --dtype the comparison cannot run, and the
-    profiles against the engines' context (--max-context, else the model's, at most 4096)."""
-    from ..engines.plan import resolve_max_context
-    from ..engines.profiles import ProfileError, format_profiles, parse_profiles
-    from ..exporter.checkpoint import Checkpoint
-    from ..exporter.writer import check_replaceable
-
-    check_replaceable(out, force)
-    if not skip_compare and dtype not in (allowed := reference_dtypes()):
-        raise click.BadParameter(
-            f"--dtype {dtype}: the ONNX Runtime reference of step 2 (compare) runs {' or '.join(allowed)} "
-            f"activations; use --dtype float32, or --skip-compare to export {dtype} without verifying it",
-            param_hint="--dtype")
-    ckpt = Checkpoint.open(model)
-    model_max = ckpt.config.get("max_position_embeddings")
-    limit = resolve_max_context(max_context, int(model_max) if model_max else None, ckpt.root / "config.json")
-    if profiles is None:
-        return  # the default profiles are cut to ``limit`` by the build plan
-    try:
-        parse_profiles(format_profiles(profiles), max_rows=limit)
-    except ProfileError as e:
-        raise click.BadParameter(str(e).removeprefix("--profiles: "), param_hint="--profiles") from e
-
-
 @click.command("run")
 @opt.model_argument
 @opt.output_option
@@ -61,9 +26,12 @@ def preflight(model, out, profiles, dtype: str, max_context: int | None, force: 
 @opt.force_option
 @opt.quiet_option
 @opt.json_option
+@click.option("-v", "--verbose", is_flag=True,
+              help="Step 2's table with every layer, every end-to-end output and every op (default: the "
+                   "worst layers).")
 @click.pass_context
 def command(ctx, model, output, profiles, policy, plugins, backend, max_context, rtx_targets,
-            float_weights, skip_compare, skip_engines, force, quiet, as_json, **_):
+            float_weights, engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose, **_):
     """The main job: export MODEL to ONNX with metrale ops, verify it, and build engines.
 
     MODEL is a .safetensors file with config.json beside it, a checkpoint directory, or a
@@ -71,17 +39,36 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     '.metrale', beside it): model.onnx, manifest.json, and engines/ when a TensorRT backend is
     installed.
     """
+    from ..engines.profiles import UsageConflict
+    from ..exporter.writer import check_location, output_lock
+    from ..preflight import check_job
+
+    out = output or opt.default_output(model)
+    check_location(out, force)  # an unusable location is named before the lock is taken beside it
+    with output_lock(out):  # a second job into the same -o is refused at once, naming this one's pid
+        try:  # torch-free and onnx-free: bad input is refused in about a second
+            check_job(model, out, force=force, dtype=ctx.params["dtype"], compare=not skip_compare,
+                      layers=ctx.params["layers"], profiles=profiles, max_context=max_context, backend=backend,
+                      engines=not skip_engines)
+        except UsageConflict as e:
+            raise click.BadParameter(str(e), param_hint=e.param) from e
+        _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_targets, float_weights,
+             engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose)
+
+
+def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_targets, float_weights,
+         engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose):
     from ..engines.plan import BuildOptions
-    from ..pipeline import (Events, JobOptions, check_backend, check_engine_targets, moe_experts_conflict,
+    from ..pipeline import (Events, JobOptions, check_engine_targets, engine_count, moe_experts_conflict,
                             plugins_conflict, run_job)
-    from .progress import ByteProgress
+    from .compare import print_report
+    from .progress import ByteProgress, StepProgress
 
     say = (lambda msg: None) if (quiet or as_json) else (lambda msg: click.echo(msg, err=True))
-    out = output or opt.default_output(model)
-    preflight(model, out, profiles, ctx.params["dtype"], max_context, force, skip_compare)
     export, session = export_options(ctx.params, force)
     build = BuildOptions(profiles=profiles, policy=policy, backend=backend, plugins=plugins,
-                         max_context=max_context, rtx_targets=rtx_targets, float_weights=float_weights)
+                         max_context=max_context, rtx_targets=rtx_targets, float_weights=float_weights,
+                         engine_weights=engine_weights)
     experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
     job = JobOptions(export, build, compare=not skip_compare, engines=not skip_engines,
                      moe_experts_default=experts_default)
@@ -91,10 +78,13 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     conflict = plugins_conflict(job)
     if conflict:
         raise click.BadParameter(conflict, param_hint="--plugins")
-    check_backend(job)
     check_engine_targets(job, session.source.kind_for("ffn"))  # every family but the head has this kind
+    model_max = session.checkpoint.config.get("max_position_embeddings")
+    export.engines = engine_count(job, int(model_max) if model_max else None)  # the space check counts them
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
-    events = Events(say=say, export_progress=bar, build_progress=engine_progress(say))
+    table = None if (quiet or as_json) else (lambda report: print_report(report, False, verbose, err=True))
+    events = Events(say=say, export_progress=bar, build_progress=engine_progress(say), compare_report=table,
+                    compare_progress=StepProgress("comparing", enabled=not (quiet or as_json), unit="segment"))
     try:
         with library_output_to_stderr():
             result = run_job(model, out, job, events)

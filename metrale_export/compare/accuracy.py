@@ -33,7 +33,7 @@ from ..errors import InputError
 from ..ops import tolerances
 from ..ops.ort import load_graph, reference_session
 from . import metrics
-from .runners import TorchRunner, torch_model_factory
+from .runners import TorchRunner, open_export_model, torch_model_factory
 from .taps import GraphTaps, find_taps
 from .teacher_forcing import LayerRow, OpRow, check_layers, check_ops, layer_formats
 
@@ -82,6 +82,12 @@ class Report:
     ops: list[OpRow] = field(default_factory=list)
     layers: list[LayerRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # How it ran: "mode" (streamed: segment by segment; whole-graph), "segments", and
+    # "resident_layers_peak" (most decoder layers whose PyTorch weights were in memory at once).
+    run: dict = field(default_factory=dict)
+    # Static activation scales only: the export's logits (ONNX Runtime) against the same model with
+    # dynamic scales (PyTorch), per case: what calibration costs. Reported, not judged.
+    static_vs_dynamic: list[dict] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -113,11 +119,12 @@ class Report:
         first_op = bad_ops[0] if bad_ops else None
         first_layer = bad_layers[0] if bad_layers else None
         if first_op is not None and (first_layer is None or order(first_op.layer) <= order(first_layer.layer)):
-            where = "lm_head" if first_op.layer is None else f"layer {first_op.layer}"
-            return (f"{where}: {first_op.projection} ({first_op.op_type}, {first_op.activation_format} "
-                    f"activations, {first_op.case}) differs from the PyTorch projection on ONNX Runtime's "
-                    f"own input by {first_op.rel_error:.2e} > {first_op.bound:.0e}: the export's weights, "
-                    "scales or attributes of this projection are not the checkpoint's")
+            where = "head" if first_op.layer is None else f"layer {first_op.layer}"
+            fmt = f"{first_op.activation_format} activations, " if first_op.activation_format else ""
+            return (f"{where}: {first_op.projection} ({first_op.op_type}, {fmt}{first_op.case}) differs "
+                    f"from the PyTorch op on ONNX Runtime's own input by {first_op.rel_error:.2e} > "
+                    f"{first_op.bound:.0e}: the export's weights, scales or attributes of this op are not "
+                    "the checkpoint's")
         if first_layer is not None:
             return (f"layer {first_layer.layer}: {first_layer.output} ({first_layer.case}) differs from the "
                     f"PyTorch layer run on ONNX Runtime's input by {first_layer.rel_error:.2e} > "
@@ -138,10 +145,16 @@ class Report:
         if worst is not None:
             text += (f"; logits relative error {worst.rel_error:.2e} (bound {worst.tolerance:.1e}), "
                      f"top-1 agreement {min(r.top1 for r in logits):.3f}")
+        if self.static_vs_dynamic:
+            w = max(self.static_vs_dynamic, key=lambda r: r["rel_error"])
+            text += (f"; static activation scales vs dynamic: logits relative error {w['rel_error']:.2e}, "
+                     f"top-1 agreement {min(r['top1'] for r in self.static_vs_dynamic):.3f}")
         return text
 
     def to_json(self) -> str:
+        extra = {"static_vs_dynamic": self.static_vs_dynamic} if self.static_vs_dynamic else {}
         return json.dumps({"ok": self.ok, "first_failure": self.first_failure(), "notes": self.notes,
+                           "run": self.run, **extra,
                            "rows": [r.as_dict() for r in self.rows],
                            "layers": [r.as_dict() for r in self.layers],
                            "ops": [r.as_dict() for r in self.ops]}, indent=2, default=float)
@@ -181,12 +194,7 @@ def _end_to_end_rows(case: Case, ort_out: dict, torch_out: dict, model, taps: Gr
     return rows
 
 
-def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAULT_CASES,
-                   tolerance: float | None = None, seed: int = 0) -> Report:
-    """Run both runtimes on seeded inputs; check every op, every layer (teacher-forced) and every
-    output end to end. ``tolerance`` replaces the end-to-end bounds."""
-    export_dir = Path(export_dir)
-    manifest = load_manifest(export_dir)
+def _resolve_checkpoint(export_dir: Path, manifest: dict, checkpoint: Path | None) -> Path:
     if checkpoint is None:
         recorded = (manifest.get("model") or {}).get("checkpoint_path")
         if not recorded:
@@ -195,27 +203,151 @@ def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAU
         if not checkpoint.exists():
             raise InputError(f"{export_dir}: the checkpoint it was exported from, {checkpoint} (manifest.json), "
                              "is not there any more; pass --checkpoint PATH")
-    checkpoint = Path(checkpoint)
+    return Path(checkpoint)
+
+
+def _feed(manifest: dict, case: Case, seed: int) -> dict:
+    """The case's seeded inputs (Polygraphy's DataLoader), the same for both runtimes."""
+    loader = DataLoader(seed=seed, iterations=1, input_metadata=_metadata(manifest, case),
+                        val_range={"input_ids": (0, manifest["model"]["vocab_size"] - 1),
+                                   "position_ids": (0, 4096), "": (-1.0, 1.0)})
+    return loader[0]
+
+
+def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAULT_CASES,
+                   tolerance: float | None = None, seed: int = 0, progress=None,
+                   streaming: bool = True) -> Report:
+    """Run both runtimes on seeded inputs; check every op, every layer (teacher-forced) and every
+    output end to end. ``tolerance`` replaces the end-to-end bounds.
+
+    ``streaming`` (the default): segment by segment, one layer's weights in memory at a time
+    (streaming.py), where the graph's residual stream can be followed; otherwise, or with False,
+    one run of the whole graph. ``progress``: an object with ``start(total)`` and ``update(name)``
+    (and ``close()``), told of each segment done."""
+    export_dir = Path(export_dir)
+    manifest = load_manifest(export_dir)
+    checkpoint = _resolve_checkpoint(export_dir, manifest, checkpoint)
     graph = load_graph(export_dir / "model.onnx")
     contract.check_model(graph, str(export_dir / "model.onnx"))  # an older op contract: re-export
     taps = find_taps(graph.graph)
-    model = torch_model_factory(export_dir, checkpoint, manifest)().eval()
-    ort_runner = OnnxrtRunner(lambda: reference_session(graph, base_dir=export_dir, extra_outputs=taps.values()),
-                              name="onnxrt-reference")
-    vocab = manifest["model"]["vocab_size"]
+    feeds = {case.name: _feed(manifest, case, seed) for case in cases}
+    logits: dict = {}  # case -> ONNX Runtime's logits (the static-vs-dynamic report)
     report = Report()
     if taps.reason:
         report.notes.append(f"per-layer check skipped: {taps.reason}")
+    streamed = streaming and not taps.reason and _compare_streaming(
+        export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, progress, report, logits)
+    if not streamed:
+        _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, report, logits)
+    if (manifest.get("activation_scales") or {}).get("mode") == "static":
+        report.static_vs_dynamic = _static_vs_dynamic(checkpoint, manifest, cases, feeds, logits)
+        report.notes.append("static activation scales (manifest.json activation_scales): the logits are also "
+                            "compared with the same model on dynamic scales (static_vs_dynamic; not judged)")
+    return report
+
+
+def _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, progress,
+                       report: Report, logits: dict) -> bool:
+    import torch
+
+    from ..exporter.export import DTYPES
+    from .segments import plan_segments
+    from .streaming import run_segments
+
+    session = open_export_model(checkpoint, manifest)
+    with torch.device("meta"):  # a skeleton: each part is loaded when its segment runs
+        model = session.model(DTYPES[manifest["dtype"]], manifest["layers"]).eval()
+    states = {i: [f"{s.output}.{i}" for s in model.states[i]] for i in model.layer_ids}
+    segments = plan_segments(graph.graph, taps, states)
+    if isinstance(segments, str):
+        report.notes.append(f"compared as one graph: {segments}")
+        return False
+    if progress is not None:
+        progress.start(len(segments))
+    try:
+        run = run_segments(export_dir, graph, segments, taps, model, session.source, cases, feeds,
+                           progress.update if progress is not None else None)
+    finally:
+        if progress is not None and hasattr(progress, "close"):
+            progress.close()
+    for case in cases:
+        report.rows += _end_to_end_rows(case, run.ort_out[case.name], run.torch_out[case.name], model, taps,
+                                        tolerance)
+        logits[case.name] = run.ort_out[case.name]["logits"]
+    for case in cases:
+        report.ops += run.ops[case.name]
+    for case in cases:
+        report.layers += run.layers[case.name]
+    report.run = {"mode": "streamed", "segments": len(segments), "resident_layers_peak": run.resident_peak}
+    return True
+
+
+def _compare_whole_graph(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance,
+                         report: Report, logits: dict) -> Report:
+    """One ONNX Runtime run of the whole verification graph per case and the whole PyTorch model
+    (one thread each, as streamed: float32 sums then run in the same order, so both give the same
+    numbers)."""
+    from ..ops.w4a16 import one_thread
+
+    model = torch_model_factory(export_dir, checkpoint, manifest)().eval()
+    ort_runner = OnnxrtRunner(lambda: reference_session(graph, threads=1, base_dir=export_dir,
+                                                        extra_outputs=taps.values(), prepack=False),
+                              name="onnxrt-reference")
+    with one_thread():
+        return _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report, logits)
+
+
+def _run_whole_graph(model, ort_runner, manifest, taps, cases, feeds, tolerance, report: Report,
+                     logits: dict) -> Report:
     for case in cases:
         meta = _metadata(manifest, case)
         torch_runner = TorchRunner(lambda: model, meta, name="torch-reference")
-        loader = DataLoader(seed=seed, iterations=1, input_metadata=meta,
-                            val_range={"input_ids": (0, vocab - 1), "position_ids": (0, 4096),
-                                       "": (-1.0, 1.0)})
-        feed = loader[0]
+        feed = feeds[case.name]
         results = Comparator.run([ort_runner, torch_runner], data_loader=[feed])
         ort_out, torch_out = dict(results[0][1][0].items()), dict(results[1][1][0].items())
         report.rows += _end_to_end_rows(case, ort_out, torch_out, model, taps, tolerance)
         report.ops += check_ops(model, taps, ort_out, case.name)
         report.layers += check_layers(model, taps, ort_out, feed, case.name, case.past)
+        logits[case.name] = ort_out["logits"]
+    report.run = {"mode": "whole-graph", "segments": 1, "resident_layers_peak": len(model.layer_ids)}
     return report
+
+
+def _static_vs_dynamic(checkpoint, manifest: dict, cases, feeds: dict, logits: dict) -> list[dict]:
+    """The export's logits (ONNX Runtime, ``logits`` by case) against the same model with dynamic
+    activation scales (PyTorch), per case, run layer by layer like the streamed comparison: one
+    decoder layer's weights in memory at a time."""
+    import torch
+
+    from ..exporter.export import DTYPES
+
+    session = open_export_model(checkpoint, manifest, static_scales=False)
+    with torch.device("meta"):
+        model = session.model(DTYPES[manifest["dtype"]], manifest["layers"]).eval()
+    source = session.source
+    with torch.no_grad():
+        model.load_part(source, "model.rotary_emb")
+        model.load_part(source, "model.embed_tokens")
+        streams = {}
+        for c in cases:
+            ids, pos = (torch.from_numpy(feeds[c.name][n]) for n in ("input_ids", "position_ids"))
+            streams[c.name] = model.embed(ids, pos)
+        model.free_part("model.embed_tokens")
+        for i in model.layer_ids:
+            path = f"model.layers.{i}"
+            model.load_part(source, path)
+            for c in cases:
+                x, cos, sin = streams[c.name]
+                states = [torch.from_numpy(np.ascontiguousarray(feeds[c.name][f"{s.name}.{i}"]))
+                          for s in model.states[i]]
+                streams[c.name] = (model.layer(i, x, cos, sin, states)[0], cos, sin)
+            model.free_part(path)
+        model.load_part(source, "model.norm")
+        model.load_part(source, "lm_head")
+        rows = []
+        for c in cases:
+            ref = model.head(streams[c.name][0]).float().numpy()
+            got = logits[c.name]
+            rows.append({"case": c.name, "rel_error": metrics.rel_error(got, ref), "cosine": metrics.cosine(got, ref),
+                         "top1": metrics.top1_agreement(got, ref), "kl": metrics.kl_divergence(got, ref)})
+    return rows

@@ -6,7 +6,9 @@ Adds to ``polygraphy run``:
 - ``--metrale-onnxrt``: a runner, ONNX Runtime on the model with the metrale reference ops
   (ops/ort.py; a plain ``--onnxrt`` stops at "metrale:W4A16Proj(-1) is not a registered op");
 - ``--metrale-qdq [PATH]``: a runner, ONNX Runtime on a lowered standard-ONNX graph (default: the
-  export's only ``engines/onnx/qdq-*.onnx``, written by ``metrale-export build --lowering qdq``);
+  export's only ``engines/onnx/qdq-*.onnx``, written by ``metrale-export build --lowering qdq``;
+  its bfloat16 MatMul/Gemm, which ONNX Runtime's CPU provider lacks, run as float32 products of the
+  same bfloat16 values with the result rounded to bfloat16: ``bf16_products_for_cpu``);
 - ``--metrale-step BATCH,SEQ,PAST``: the shapes of every input (token ids, positions, every
   layer's state, from the ``manifest.json`` of the export) and the token ids' range (the
   vocabulary), so no ``--input-shapes`` list of 2 x layers states is needed.
@@ -50,6 +52,60 @@ class SessionFromMetraleOnnx(BaseLoader):
         return reference_session(self.path)
 
 
+_BF16_PRODUCTS = ("MatMul", "Gemm")
+
+
+def bf16_products_for_cpu(model):
+    """``model`` (rewritten in place) with every MatMul/Gemm on bfloat16 operands (the build's
+    ``--float-weights checkpoint`` lm_head and router: engines.weights) run in float32 on the same
+    values: bfloat16 operands widen exactly, the float32 accumulation is the GEMM's, and the result
+    is rounded back to bfloat16 where the graph had it. ONNX Runtime's CPU provider has no bfloat16
+    MatMul or Gemm ("Could not find an implementation for Gemm(13)"). Returns the rewritten names."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    graph = model.graph
+    inits = {t.name: t for t in graph.initializer}
+    bf16 = {t.name for t in graph.initializer if t.data_type == TensorProto.BFLOAT16}
+    for node in graph.node:
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type == "Cast" and to == TensorProto.BFLOAT16:
+            bf16.update(node.output)
+    nodes, widened, rewritten = [], {}, []
+    for node in graph.node:
+        if node.op_type not in _BF16_PRODUCTS or not any(i in bf16 for i in node.input):
+            nodes.append(node)
+            continue
+        inputs = []
+        for name in node.input:
+            if name not in bf16:
+                inputs.append(name)
+            elif name in inits:  # a constant: widened once, exactly (bfloat16 is float32's top half)
+                if name not in widened:
+                    bits = numpy_helper.to_array(inits[name]).view(np.uint16).astype(np.uint32) << 16
+                    t = numpy_helper.from_array(bits.view(np.float32), f"{name}/f32")
+                    graph.initializer.append(t)
+                    widened[name] = t.name
+                inputs.append(widened[name])
+            else:
+                nodes.append(helper.make_node("Cast", [name], [f"{name}/f32"], name=f"{node.name}/{name}/to_f32",
+                                              to=TensorProto.FLOAT))
+                inputs.append(f"{name}/f32")
+        product = onnx.NodeProto()
+        product.CopyFrom(node)
+        del product.input[:]
+        product.input.extend(inputs)
+        product.output[0] = f"{node.output[0]}/f32"
+        nodes.append(product)
+        nodes.append(helper.make_node("Cast", [product.output[0]], [node.output[0]],
+                                      name=f"{node.name}/to_bf16", to=TensorProto.BFLOAT16))
+        rewritten.append(node.name)
+    del graph.node[:]
+    graph.node.extend(nodes)
+    return rewritten
+
+
 class SessionFromQdqOnnx(BaseLoader):
     """An ONNX Runtime CPU session of a lowered graph; PATH None: the export's only qdq graph."""
 
@@ -70,7 +126,12 @@ class SessionFromQdqOnnx(BaseLoader):
                     f"{len(found)}; name the graph (--metrale-qdq-model PATH) or run 'metrale-export build "
                     "--lowering qdq' first")
             path = str(found[0])
-        return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        import onnx
+
+        model = onnx.load(path)
+        if not bf16_products_for_cpu(model):
+            return ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
 class MetraleOnnxrtRunnerArgs(BaseRunnerArgs):

@@ -1,5 +1,5 @@
-"""Polygraphy runners for an export directory: ONNX Runtime with the metrale reference ops, and the
-PyTorch model rebuilt from the same checkpoint.
+"""A Polygraphy runner for an export directory: the PyTorch model rebuilt from the same checkpoint
+(ONNX Runtime's side is Polygraphy's own ``OnnxrtRunner`` over ``ops.ort.reference_session``).
 
 ``TorchRunner`` exists because Polygraphy's ``PytRunner`` moves every input to CUDA; this one runs
 on the device it is given (the CPU in CI, the GPU with the CUDA ops on the H200).
@@ -13,12 +13,11 @@ from pathlib import Path
 
 import torch
 from polygraphy.backend.base import BaseRunner
-from polygraphy.backend.onnxrt import OnnxrtRunner
 
+from ..exporter import calibration
 from ..exporter.export import DTYPES
 from ..exporter.session import open_model, request_from_manifest
 from ..exporter.layers.model import CausalLM
-from ..ops.ort import reference_session
 
 
 class TorchRunner(BaseRunner):
@@ -52,16 +51,20 @@ class TorchRunner(BaseRunner):
         del self.model
 
 
-def torch_model_factory(export_dir: Path, checkpoint: Path, manifest: dict):
-    """A callable building the export's PyTorch model from the checkpoint it was exported from."""
-    request = request_from_manifest(manifest)
+def open_export_model(checkpoint: Path, manifest: dict, static_scales: bool = True):
+    """The session of the checkpoint an export was made from, with its request and the static
+    activation scales its manifest records (``static_scales=False``: the same model with dynamic
+    scales, what the export would be without calibration)."""
+    session = open_model(checkpoint, request_from_manifest(manifest))
+    return calibration.from_manifest(session, manifest) if static_scales else session
+
+
+def torch_model_factory(export_dir: Path, checkpoint: Path, manifest: dict, static_scales: bool = True):
+    """A callable building the export's PyTorch model from the checkpoint it was exported from
+    (``open_export_model``), its weights loaded."""
 
     def build() -> CausalLM:
-        session = open_model(checkpoint, request)
+        session = open_export_model(checkpoint, manifest, static_scales)
         return session.model(DTYPES[manifest["dtype"]], manifest["layers"]).load_weights(session.source)
 
     return build
-
-
-def onnxrt_runner(onnx_path: Path) -> OnnxrtRunner:
-    return OnnxrtRunner(lambda: reference_session(onnx_path), name="onnxrt-reference")

@@ -2,7 +2,8 @@
 and output of every metrale op, by value name, found from the graph alone (no weights read).
 
 The residual stream starts at the embedding's Gather and runs through a chain of ``Add`` nodes
-(``x = x + branch``); each Add belongs to the decoder layer whose nodes compute its branch (metrale
+(``x = x + branch``) and of ``RMSNorm`` nodes that fuse that add (``has_residual``: the stream is
+their ``residual`` input, the branch their x, the stream goes on from ``residual_out``); each step belongs to the decoder layer whose nodes compute its branch (metrale
 ops by their ``name`` attribute, other nodes by the ``model.layers.{i}.*`` weights they read). Layer ``i`` reads the stream value before its
 first Add and writes the one after its last.
 
@@ -39,6 +40,8 @@ class OpTap:
     # Every input that is not a weight, in node order: x, and for the grouped-expert ops the routing
     # (topk_ids, topk_weights); the PyTorch module takes them in this order.
     inputs: tuple[str, ...] = ()
+    # Every output of the node (y first; RMSNorm's residual_out, the router's two).
+    outputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ class GraphTaps:
 
     def values(self) -> list[str]:
         """Every value to expose as a graph output, once each."""
-        names = [v for t in self.ops for v in (*t.inputs, t.y)]
+        names = [v for t in self.ops for v in (*t.inputs, t.y, *t.outputs)]
         names += [v for t in self.layers.values() for v in (t.x_in, t.x_out)]
         return list(dict.fromkeys(names))
 
@@ -98,7 +101,7 @@ def find_taps(graph: onnx.GraphProto) -> GraphTaps:
                 op_layer[id(node)] = (0, layer)
             inputs = tuple(v for v in node.input if v and v not in weights)
             taps.ops.append(OpTap(node.name, node.op_type.split("__")[0], proj, layer, node.input[0],
-                                  node.output[0], _attr(node, "activation_format"), inputs))
+                                  node.output[0], _attr(node, "activation_format"), inputs, tuple(node.output)))
     taps.layers, taps.reason = _residual_layers(graph, producer, consumers, op_layer)
     return taps
 
@@ -108,17 +111,19 @@ def _residual_layers(graph, producer, consumers, op_layer):
     if len(gathers) != 1:
         return {}, f"expected one Gather of {EMBEDDING} (the residual stream's start), found {len(gathers)}"
     chain = [gathers[0].output[0]]
-    adds = []
+    adds, branches = [], []
     while True:
-        nxt = [n for n in consumers.get(chain[-1], []) if n.op_type == "Add"]
+        nxt = [step for n in consumers.get(chain[-1], []) if (step := _stream_step(n, chain[-1])) is not None]
         if len(nxt) != 1:
             break
-        adds.append(nxt[0])
-        chain.append(nxt[0].output[0])
+        node, out, branch = nxt[0]
+        adds.append(node)
+        branches.append(branch)
+        chain.append(out)
     on_chain = set(chain)
     layer_adds: dict[int, list[int]] = defaultdict(list)
     for j, add in enumerate(adds):
-        branch = [v for v in add.input if v != chain[j]]
+        branch = branches[j]
         layers = _branch_layers(branch, producer, on_chain, op_layer)
         if len(layers) != 1:
             return {}, (f"residual Add {add.name!r}: its branch holds the ops of layers {sorted(layers)}, "
@@ -130,6 +135,18 @@ def _residual_layers(graph, producer, consumers, op_layer):
             return {}, f"layer {layer}: its residual Adds are not consecutive on the stream"
         taps[layer] = LayerTap(layer, chain[js[0]], chain[js[-1] + 1])
     return dict(sorted(taps.items())), ""
+
+
+def _stream_step(node: onnx.NodeProto, stream: str):
+    """(node, the stream after it, its branch inputs) when ``node`` adds a branch to ``stream``: an
+    Add, or an RMSNorm that fuses the add (its residual_out continues the stream); else None."""
+    if node.op_type == "Add":
+        return node, node.output[0], [v for v in node.input if v != stream]
+    fused = (node.domain in (ot.DOMAIN, "ai.onnx.contrib") and node.op_type.split("__")[0] == "RMSNorm"
+             and len(node.output) > 1)
+    if fused and stream in (node.input[0], node.input[2]):
+        return node, node.output[1], [v for v in (node.input[0], node.input[2]) if v != stream]
+    return None
 
 
 def _branch_layers(values, producer, stop: set[str], op_layer) -> set[int]:

@@ -54,32 +54,47 @@ class LayerRow(_Bounded):
 
 
 def layer_formats(taps: GraphTaps) -> dict[int | None, set[str]]:
-    """Activation formats of the metrale ops of each layer."""
+    """The roundings of the metrale ops of each layer: the projections' activation formats, and the
+    operand rounding of the other ops that round (tolerances.OPERAND_ROUNDING)."""
     out: dict[int | None, set[str]] = {}
     for t in taps.ops:
-        out.setdefault(t.layer, set()).add(t.activation_format)
+        fmt = t.activation_format or tolerances.OPERAND_ROUNDING.get(t.op_type)
+        if fmt:  # the norms, router and float projection round nothing
+            out.setdefault(t.layer, set()).add(fmt)
     return out
+
+
+def _output_error(got: np.ndarray, ref: np.ndarray) -> float:
+    """rel_error for float outputs; integer outputs (the router's ids) must be equal (else inf)."""
+    if not np.issubdtype(np.asarray(got).dtype, np.floating):
+        return 0.0 if np.array_equal(got, ref) else float("inf")
+    return rel_error(got, ref)
 
 
 @torch.no_grad()
 def check_ops(model, taps: GraphTaps, values: dict, case: str) -> list[OpRow]:
-    # Projection and GroupedProjection modules by the checkpoint name their node carries.
+    # Projection and GroupedProjection modules by the checkpoint name their node carries, and the
+    # modules of the other metrale ops (norms, router, float gates) by their op_name.
     modules = {m.spec.name: m for _, m in model.named_modules()
                if isinstance(getattr(getattr(m, "spec", None), "name", None), str)}
+    modules.update({m.op_name: m for _, m in model.named_modules() if getattr(m, "op_name", "")})
     rows = []
     for t in taps.ops:
-        bound = tolerances.op_bound(t.activation_format)
+        bound = tolerances.op_bound(t.activation_format, t.op_type)
         module = modules.get(t.projection)
         inputs = t.inputs or (t.x,)
-        if module is None or any(v not in values for v in (*inputs, t.y)):
+        outputs = t.outputs or (t.y,)
+        if module is None or any(v not in values for v in (*inputs, *outputs)):
             rows.append(OpRow(case, t.layer, t.projection or t.node, t.op_type, t.activation_format,
                               float("inf"), bound))
             continue
         args = [torch.from_numpy(np.ascontiguousarray(values[v])) for v in inputs]
         args = [a.to(model.dtype) if a.is_floating_point() else a for a in args]
-        ref = module(*args).float().numpy()
-        rows.append(OpRow(case, t.layer, t.projection, t.op_type, t.activation_format,
-                          rel_error(values[t.y], ref), bound))
+        ref = module(*args)
+        refs = ref if isinstance(ref, tuple) else (ref,)
+        err = max(_output_error(values[v], (r.float() if r.is_floating_point() else r).numpy())
+                  for v, r in zip(outputs, refs))
+        rows.append(OpRow(case, t.layer, t.projection, t.op_type, t.activation_format, err, bound))
     return rows
 
 

@@ -5,6 +5,6 @@ activation format an op runs, and whether row invariance is promised), ``lowerin
 rewrite and the plugin path's per-engine formats), ``backends`` (TensorRT or TensorRT-RTX behind
 Polygraphy), ``plan`` (the build as a pure plan: keys, refusals, reuse, removals), ``build`` (the
 executor: lowered graphs and engines), ``manifest`` (the engine manifest, its writer and readers),
-``select`` (the engine and profile of a batch, for runners), ``testing`` (small synthetic graphs).
-See docs/engines.md.
+``select`` (the engine and profile of a batch, for runners), ``weights`` (an engine's float
+weights and its weight bytes) and ``cancel`` (Ctrl-C during a build). See docs/engines.md.
 """

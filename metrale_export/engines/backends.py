@@ -80,6 +80,17 @@ def available() -> dict[str, str | None]:
     return out
 
 
+def cuda_driver() -> bool:
+    """Whether a CUDA driver loads and initializes here (``cuInit``); no TensorRT import."""
+    import ctypes
+
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return lib.cuInit(0) == 0
+
+
 def missing_message(name: str | None, error: Exception | None = None) -> str:
     if name is None:
         return (

@@ -11,12 +11,13 @@ Invariants:
 - engines and ``manifest.json`` are written atomically (``manifest.write_atomic``);
 - the manifest is rewritten after every engine with ``complete: false``, listing what is built and
   what the previous build listed that is still to be checked, so an interrupted build resumes;
-- files of the previous build are removed only at the end, and each is reported (``remove``).
+- files of the previous build are removed only at the end, and each is reported (``remove``);
+- a build that fails or is interrupted leaves no lowered graph that no manifest names and no
+  directory it made that stayed empty (``_cleanup_after_failure``).
 """
 
 from __future__ import annotations
 
-import functools
 import time
 import warnings
 from pathlib import Path
@@ -26,7 +27,8 @@ import onnx
 from polygraphy.backend.base import BaseLoader
 
 from ..errors import BuildError
-from . import backends, cancel, lowering, manifest as _manifest, weights as _weights
+from . import backends, cancel, lowering, manifest as _manifest, resources, weights as _weights
+from . import weights_file as _weights_file
 from .plan import (  # noqa: F401 - the build's public names
     LOWERINGS, BuildOptions, BuildPlan, EngineStep, Source, UsageConflict, choose_backend, plan_build,
     resolve_lowering, resolve_source, sha256_file,
@@ -62,33 +64,52 @@ def load_plugin_library(backend: backends.Backend, path: Path) -> None:
 
 class LoweredGraphFromOnnx(BaseLoader):
     """The source graph lowered for one set of formats, its float weights in the checkpoint's dtype
-    (``weights.float_weights_in_bf16``) unless asked otherwise, saved under the engine directory.
-    Returns what its weights take and a decode step reads (``weights.numbers``)."""
+    (``weights.float_weights_in_bf16``) unless asked otherwise, saved under the engine directory as
+    a small header and its weights file (``weights_file``: the source's weights are read from disk
+    a tensor at a time and never all in memory). With ``shared``, also the header an engine with
+    shared weights is built from (``weights_file.shared_inputs_graph``). Returns what its weights
+    take and a decode step reads (``weights.numbers``) and the weights file's name, size and sha256."""
 
-    def __init__(self, model: Callable[[], onnx.ModelProto], lowering_name: str, formats: dict,
-                 float_weights: str, path: Path):
-        self.model, self.lowering, self.formats, self.float_weights, self.path = \
-            model, lowering_name, formats, float_weights, path
+    def __init__(self, source: Path, lowering_name: str, formats: dict, float_weights: str, path: Path,
+                 shared: bool = False):
+        self.source, self.lowering, self.formats, self.float_weights, self.path, self.shared = \
+            Path(source), lowering_name, formats, float_weights, Path(path), shared
 
     def call_impl(self) -> dict:
-        if self.lowering == "qdq":
-            rewritten = lowering.lower_qdq(self.model(), self.formats)
-        else:
-            rewritten = lowering.with_activation_formats(self.model(), self.formats)
-        converted = []
-        if self.float_weights == "checkpoint":
-            rewritten, converted = _weights.float_weights_in_bf16(rewritten)
-        numbers = {**_weights.numbers(rewritten), "bf16_float_weights": converted}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        header = onnx.load(str(self.source), load_external_data=False)
+        store = _weights_file.WeightsFile(self.path.with_name(self.path.name + ".data"), self.source.parent)
+        partial = [self.path, store.path, shared_graph(self.path)]
         try:
-            lowering.save_model(rewritten, self.path)
+            if self.lowering == "qdq":
+                rewritten = lowering.lower_qdq(header, self.formats, store=store)
+            else:
+                rewritten = lowering.lower_plugins(header, self.formats)
+            del header
+            converted = []
+            if self.float_weights == "checkpoint":
+                rewritten, converted = _weights.float_weights_in_bf16(rewritten, store)
+            store.adopt(rewritten)
+            data = store.close()
+            numbers = {**_weights.numbers(rewritten), "bf16_float_weights": converted}
+            _weights_file.save_header(rewritten, self.path)
+            inputs = []
+            if self.shared:
+                graph, inputs = _weights_file.shared_inputs_graph(rewritten)
+                _weights_file.save_header(graph, shared_graph(self.path))
         except BaseException as e:  # a full disk or Ctrl-C: leave no half-written graph
-            for partial in (self.path, self.path.with_name(self.path.name + ".data")):
-                partial.unlink(missing_ok=True)
+            store.discard()
+            for p in partial:
+                p.unlink(missing_ok=True)
             if isinstance(e, OSError) and e.filename is None:
                 raise OSError(e.errno, e.strerror, str(self.path)) from e
             raise
-        return numbers
+        rel = self.path.parent.name + "/" + data["file"]
+        return {**numbers, "weights_file": {**data, "file": rel}, "weight_inputs": len(inputs)}
+
+
+def shared_graph(path: Path) -> Path:
+    """The header an engine with shared weights is built from, beside the lowered graph."""
+    return Path(path).with_name(Path(path).name.removesuffix(".onnx") + ".shared.onnx")
 
 
 class EngineBytesFromLoweredGraph(BaseLoader):
@@ -111,15 +132,20 @@ class EngineBytesFromLoweredGraph(BaseLoader):
             profiles.append(p)
         if self.plan.lowering == "plugin" and self.plan.plugins is not None:
             load_plugin_library(self.backend, Path(self.plan.plugins))
-        network = NetworkFromOnnxPath(str(self.graph), strongly_typed=True)
+        # Parsed from its path: TensorRT's parser reads the weights file itself (embedded, stripped)
+        # or finds no weights at all (shared: they are inputs), so Python never holds them.
+        shared = self.plan.engine_weights == "shared"
+        network = NetworkFromOnnxPath(str(shared_graph(self.graph) if shared else self.graph), strongly_typed=True)
         cache = str(self.plan.timing_cache) if self.plan.timing_cache else None
+        stripped = self.plan.engine_weights == "stripped"  # REFIT + STRIP_PLAN
         if self.backend.is_rtx:
             from polygraphy.backend.tensorrt_rtx import CreateConfigRTX
 
             config = CreateConfigRTX(profiles=profiles, compute_capabilities=list(self.rtx_targets),
-                                     progress_monitor=self.monitor)
+                                     progress_monitor=self.monitor, refittable=stripped, strip_plan=stripped)
         else:
-            config = CreateConfig(profiles=profiles, load_timing_cache=cache, progress_monitor=self.monitor)
+            config = CreateConfig(profiles=profiles, load_timing_cache=cache, progress_monitor=self.monitor,
+                                  refittable=stripped, strip_plan=stripped)
         with warnings.catch_warnings():
             # Polygraphy sets a timing cache even without one; TensorRT-RTX deprecates the call.
             warnings.simplefilter("ignore", DeprecationWarning)
@@ -144,8 +170,9 @@ def make_plan(source_path: Path, out_dir: Path | None, options: BuildOptions) ->
 
     onnx_dir = out_dir / "onnx"
     lowered = sorted(f"onnx/{p.name}" for p in onnx_dir.iterdir()) if onnx_dir.is_dir() else []
+    cuda = options.engine_weights == "stripped" and backends.cuda_driver()
     plan = plan_build(source, out_dir, options, (backend.name, backend.version),
-                      _manifest.previous_engines(out_dir), engine_sha, lowered)
+                      _manifest.previous_engines(out_dir), engine_sha, lowered, cuda_driver=cuda)
     return plan, backend
 
 
@@ -154,14 +181,39 @@ def build_engines(source_path: Path, out_dir: Path | None, options: BuildOptions
     """Build (or reuse) the engines of every profile; return the manifest that was written."""
     progress = progress or (lambda event, rows, details: None)
     plan, backend = make_plan(source_path, out_dir, options)
-    return execute(plan, backend, options, progress)
+    made = [d for d in (plan.out_dir / "onnx", plan.out_dir) if not d.exists()]
+    try:
+        return execute(plan, backend, options, progress)
+    except BaseException:
+        _cleanup_after_failure(plan, made)
+        raise
+
+
+def _cleanup_after_failure(plan: BuildPlan, made: list[Path]) -> None:
+    """Remove the lowered graphs no manifest entry names (the build's cache of a failed build) and
+    the directories this build made that are empty again; never an engine or a previous file."""
+    named = {e.get("onnx") for e in _manifest.previous_engines(plan.out_dir)}
+    for rel in plan.graphs:
+        if rel not in named:
+            for path in (plan.out_dir / rel, plan.out_dir / f"{rel}.data", shared_graph(plan.out_dir / rel)):
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError:
+                    pass
+    for d in made:
+        try:
+            d.rmdir()
+        except OSError:
+            pass
 
 
 def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, progress: Progress) -> dict:
     """Carry out ``plan``: build what it says, reuse the rest, remove what it lists."""
     out = plan.out_dir
-    model = functools.cache(lambda: onnx.load(str(plan.source.onnx_path)))  # read once, if at all
-    graphs = {rel: LoweredGraphFromOnnx(model, plan.lowering, formats, plan.float_weights, out / rel)
+    if plan.to_build:
+        resources.check(plan.estimate, out)  # refuse up front what this machine cannot hold
+    graphs = {rel: LoweredGraphFromOnnx(plan.source.onnx_path, plan.lowering, formats, plan.float_weights,
+                                        out / rel, shared=plan.engine_weights == "shared")
               for rel, formats in plan.graphs.items()}
     written: dict[str, dict] = {}  # lowered graph -> its numbers
     previous = {s.reuse["file"]: s.reuse for s in plan.steps if s.reuse}

@@ -2,16 +2,18 @@
 
 ``lower_qdq`` replaces every ``metrale`` node (docs/ops.md) with standard ONNX that TensorRT builds
 with no plugin: DequantizeLinear of the stored weights + MatMul, with the activation formats
-emulated as the contract defines them. ``with_activation_formats`` rewrites the nodes'
-``activation_format`` attributes on a copy, for the plugin path.
+emulated as the contract defines them. ``lower_plugins`` is the plugin path's rewrite (below);
+``with_activation_formats`` only sets the projections' ``activation_format`` on a copy.
 
 How each weight format is stored (weights are transposed to [K, N] so MatMul needs no Transpose):
 - W4A16, symmetric: INT4 ``code - 8`` with the bfloat16 group scales widened to float32 (exact),
   blocked DequantizeLinear (axis 0, block_size = group_size), then ``bf16(w)``: the product
   ``(code - z) * s`` is exact in float32, so this is the contract's one rounding. TensorRT has no
-  UINT4 weights and no zero points in DequantizeLinear, so with zero points the weight is INT8
-  ``code - z`` with the same scales. A partial last group is padded with zero codes to a whole
-  group and the activation with zero columns (Pad), so every block is whole.
+  UINT4 weights and no zero points in DequantizeLinear, so with zero points the weight stays INT4
+  ``code - 8`` and a float32 per-group offset ``(8 - z) * s`` is added before the rounding (exact:
+  ``(code - 8) * s + (8 - z) * s = (code - z) * s``). TensorRT(-RTX) keeps such INT4 constants
+  INT4 in the engine (measured: half a byte a weight). A partial last group is padded with zero
+  codes to a whole group and the activation with zero columns (Pad), so every block is whole.
 - W8A8: FLOAT8E4M3FN codes with per-channel scales (axis 1) or, for 128x128 blocks, scales
   repeated along N and blocked along K (axis 0, block_size = 128).
 - W4A4: neither ONNX Runtime nor TensorRT before SM 10.0 runs FLOAT4E2M1, so the e2m1 values are
@@ -25,10 +27,18 @@ How activations are computed:
   are exact in float32 and even TF32 tensor cores lose nothing;
 - ``fp8``: per-row (or per row and 128-block) dynamic scales, ``x / sx`` quantized by a
   QuantizeLinear/DequantizeLinear pair with a constant unit scale (TensorRT's Q/DQ take only
-  build-time scales, so the dynamic scale is a Div before and a Mul after);
+  build-time scales, so the dynamic scale is a Div before and a Mul after); a static scale
+  (``tensor``) is the same with ``sx`` a constant;
 - ``nvfp4``: the contract's two-level scaling in plain ops: the e4m3 block scale through a unit
   Q/DQ pair, the e2m1 rounding as Round on the three spacings of the e2m1 grid. The GEMM runs on
   exact float32 operands: an emulation, not FP4 tensor cores.
+
+The non-projection ops (Attention, RMSNorm, FloatProj, Router) expand to their formulas in
+standard ONNX (``expand.EXPANSIONS``, one rewrite per op type: MatMul, Softmax, ReduceMean and
+TopK, whose reduction orders TensorRT chooses per tactic: what the qdq lowering does not promise).
+``lower_plugins`` is the plugin lowering: one ``PLUGIN_REWRITES`` entry per kind of rewrite (set
+the activation format, keep the plugin, or expand an op that has no plugin yet through the same
+``expand.EXPANSIONS``).
 
 Invariants: the lowered graph computes docs/ops.md's formulas up to the float32 accumulation order
 (and, for fp8, float32 reassociation of the scales); it has no ``metrale`` node left; the default
@@ -39,6 +49,7 @@ from __future__ import annotations
 
 import copy
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,9 +63,10 @@ from onnx_graphsurgeon.logger import G_LOGGER as _GS_LOGGER
 
 from .. import contract
 from ..errors import InputError
+from . import expand
 
 DOMAIN = contract.DOMAIN
-LOWERING_VERSION = 1  # bump when the qdq output changes, so cached engines rebuild
+LOWERING_VERSION = 2  # bump when the qdq output changes, so cached engines rebuild
 MIN_OPSET = 21
 MIN_IR_VERSION = 10
 _EXTERNAL_DATA_BYTES = 1 << 30  # save initializers to a side file above this
@@ -109,12 +121,13 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
         )
     spec = contract.op(node_op)
     if contract.names_plugin_version(spec) and "plugin_version" in attrs:
-        # TensorRT's plugin lookup key (docs/ops.md), not an op attribute; it must name this version.
+        # TensorRT's plugin lookup key (docs/ops.md), not an op attribute; it must name the node's version.
         attrs = dict(attrs)
         found = _text(attrs.pop("plugin_version"))
-        if found != str(spec.version):
+        want = str(spec.node_version(attrs))
+        if found != want:
             raise LoweringError(f"node {key} ({node_op}): plugin_version {found!r}: expected "
-                                f"{str(spec.version)!r} (docs/ops.md)")
+                                f"{want!r} (docs/ops.md)")
     unknown = sorted(set(attrs) - set(spec.attribute_names))
     if unknown:
         raise LoweringError(
@@ -134,6 +147,11 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
                 raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a string, "
                                     f"found {value!r}")
             value = _text(value)
+        elif a.type == "float":
+            if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
+                raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a float, "
+                                    f"found {value!r}")
+            value = float(value)
         elif not isinstance(value, (int, np.integer)):
             raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected an int, found {value!r}")
         else:
@@ -148,8 +166,9 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
 
 
 def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
-    """The metrale nodes of the main graph, in graph order, checked against the contract (a graph
-    of an older op contract is refused: ``contract.check_model``)."""
+    """The metrale projection nodes of the main graph, in graph order, checked against the contract
+    (a graph of an older op contract is refused: ``contract.check_model``); the other metrale
+    nodes are checked too, but have no activation format to choose and are not listed."""
     try:
         contract.check_model(model, "the ONNX graph")
     except InputError as e:
@@ -161,6 +180,8 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
         a = _attrs(node)
         key = _key(node, a, i)
         a = contract_attributes(node.op_type, a, key)
+        if not contract.op(node.op_type).is_projection:
+            continue  # norms, the float projection, the router: no activation format to choose
         ops.append(OpInfo(key, node.op_type, a["family"], a["activation_format"], a["n"], a["k"]))
     keys = [op.key for op in ops]
     dupes = sorted({k for k in keys if keys.count(k) > 1})
@@ -170,10 +191,11 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
 
 
 def with_activation_formats(model: onnx.ModelProto, formats: dict[str, str]) -> onnx.ModelProto:
-    """A copy of ``model`` whose metrale nodes carry ``activation_format = formats[key]``."""
+    """A copy of ``model`` whose metrale projection nodes carry ``activation_format = formats[key]``
+    (the first of the plugin lowering's rewrites; ``lower_plugins`` applies them all)."""
     out = copy.deepcopy(model)
     for i, node in enumerate(out.graph.node):
-        if node.domain != DOMAIN:
+        if node.domain != DOMAIN or not contract.op(node.op_type).is_projection:
             continue
         key = _key(node, _attrs(node), i)
         if key not in formats:
@@ -199,8 +221,9 @@ def _np_dtype(dtype) -> np.dtype:
 class _Emitter:
     """Adds the nodes of one lowered op to the graph under a name prefix."""
 
-    def __init__(self, graph: gs.Graph, prefix: str):
+    def __init__(self, graph: gs.Graph, prefix: str, store=None):
         self.graph = graph
+        self.store = store  # weights_file.WeightsFile: large constants go to disk as they are made
         self.prefix = re.sub(r"[^A-Za-z0-9_.]", "_", prefix)
         self.count = 0
 
@@ -210,11 +233,26 @@ class _Emitter:
 
     def const(self, what: str, value: np.ndarray) -> gs.Constant:
         arr = np.asarray(value)
+        if self.store is not None and arr.nbytes >= self.store.inline_bytes:
+            return self.store.constant(self.name(what), arr)
         if arr.dtype in (np.dtype(ml_dtypes.int4), np.dtype(ml_dtypes.float8_e4m3fn)):
             # gs writes one byte per element for these; let onnx pack them.
             name = self.name(what)
             return gs.Constant(name, gs.ir.tensor.LazyValues(numpy_helper.from_array(arr, name)))
         return gs.Constant(self.name(what), arr)
+
+    def initializer(self, t, what: str, key: str, op: str, shape: tuple, dtype=None) -> np.ndarray:
+        """The values of an op input that must be an initializer of ``shape`` (and ``dtype``, when
+        given): a weight the lowering transforms; a LoweringError naming the node and the input."""
+        if not isinstance(t, gs.Constant):
+            found = "missing" if t is None else f"a computed tensor {t.name!r}"
+            raise LoweringError(f"node {key} ({op}): {what} must be an initializer for the lowering, found {found}")
+        arr = np.asarray(t.values)
+        if tuple(arr.shape) != tuple(shape):
+            raise LoweringError(f"node {key} ({op}): {what}: expected shape {list(shape)}, found {list(arr.shape)}")
+        if dtype is not None and arr.dtype != np.dtype(dtype):
+            raise LoweringError(f"node {key} ({op}): {what}: expected {np.dtype(dtype)}, found {arr.dtype}")
+        return arr
 
     def f32(self, what: str, value) -> gs.Constant:
         return self.const(what, np.asarray(value, dtype=np.float32))
@@ -225,6 +263,12 @@ class _Emitter:
             gs.Node(op, name=self.name(op), attrs=attrs or {}, inputs=inputs, outputs=[out])
         )
         return out
+
+    def ops(self, op: str, inputs: list, attrs: dict | None, outs: list):
+        """A node of several outputs (``outs``: Variables, or None for a new one each)."""
+        outs = [o if o is not None else gs.Variable(self.name(f"{op.lower()}_{i}")) for i, o in enumerate(outs)]
+        self.graph.nodes.append(gs.Node(op, name=self.name(op), attrs=attrs or {}, inputs=inputs, outputs=outs))
+        return outs
 
     def i64(self, what: str, values) -> gs.Constant:
         return self.const(what, np.asarray(values, dtype=np.int64))
@@ -317,21 +361,22 @@ def _lower_w4a16(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
     _expect_shape(weight, (n, k // 2), "weight", key, node)
     _expect_shape(scale, (n, groups), "weight_scale", key, node)
     idx = 3
-    codes = _unpack(weight).astype(np.int16)
+    q = (_unpack(weight).astype(np.int8) - 8).T  # [K, N] int4 codes - 8
+    pad = groups * g - k
+    if pad:  # a partial last group: zero codes and zero activations make it whole
+        q = np.concatenate((q, np.zeros((pad, n), dtype=q.dtype)), axis=0)
+        x = e.op("Pad", [x, e.i64("pads", [0, 0, 0, pad])])
+    w = e.dequantize(q.astype(ml_dtypes.int4), scale.T.copy(), axis=0, block=g)
     if a["has_zero_point"]:
-        zp = _constant(node, idx, "zero_point", key).astype(np.int16)
+        # (code - z) * s = (code - 8) * s + (8 - z) * s: INT4 codes and a per-group offset, both
+        # terms and their sum exact in float32 (|code - z| <= 15 times a bfloat16 scale).
+        zp = _constant(node, idx, "zero_point", key).astype(np.float32)
         _expect_shape(zp, (n, groups), "zero_point", key, node)
         idx += 1
-        q = codes - np.repeat(zp, g, axis=1)[:, :k]
-    else:
-        q = codes - 8
-    pad = groups * g - k
-    if pad:  # a partial last group: zero codes (weights 0) and zero activations make it whole
-        q = np.concatenate((q, np.zeros((n, pad), dtype=q.dtype)), axis=1)
-        x = e.op("Pad", [x, e.i64("pads", [0, 0, 0, pad])])
-    q = q.T.astype(np.int8 if a["has_zero_point"] else ml_dtypes.int4)
-    w = e.bf16_round(e.dequantize(q, scale.T.copy(), axis=0, block=g))
-    return e.op("MatMul", [x, w]), idx
+        offset = ((8.0 - zp) * scale).T.reshape(groups, 1, n)
+        w = e.op("Reshape", [w, e.i64("shape", [groups, g, n])])
+        w = e.op("Reshape", [e.op("Add", [w, e.f32("w_offset", offset)]), e.i64("shape", [groups * g, n])])
+    return e.op("MatMul", [x, e.bf16_round(w)]), idx
 
 
 def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
@@ -354,17 +399,25 @@ def _lower_w8a8(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
             f"node {key} (W8A8Proj): weight_scale_granularity {granularity!r}: expected channel "
             f"or block128"
         )
-    if fmt == "bf16":
-        return e.op("MatMul", [x, e.bf16_round(w)]), 3
     act = a["activation_scale_granularity"]
+    static = act == contract.STATIC_ACTIVATION_SCALE  # input_scale follows weight_scale
+    if fmt == "bf16":
+        return e.op("MatMul", [x, e.bf16_round(w)]), 4 if static else 3
+    if static:
+        # sx is a build-time constant: x / sx saturates to +-448 in the unit Q/DQ (docs/ops.md).
+        sx_value = _constant(node, 3, "input_scale", key).astype(np.float32).reshape(-1)
+        _expect_shape(sx_value, (1,), "input_scale", key, node)
+        sx = e.f32("input_scale", sx_value.reshape(1, 1))
+        xq = e.fp8_unit_qdq(e.op("Div", [x, sx]))
+        return e.op("Mul", [e.op("MatMul", [xq, w]), sx]), 4
     if act == "row":
         sx = e.row_amax_scale(x, 1, _E4M3_MAX)  # [M, 1]
         xq = e.fp8_unit_qdq(e.op("Div", [x, sx]))
         return e.op("Mul", [e.op("MatMul", [xq, w]), sx]), 3
     if act != "row_block128":
         raise LoweringError(
-            f"node {key} (W8A8Proj): activation_scale_granularity {act!r}: expected row or "
-            f"row_block128"
+            f"node {key} (W8A8Proj): activation_scale_granularity {act!r}: expected row, "
+            f"row_block128 or tensor"
         )
     kb = contract.ceil_div(k, _FP8_BLOCK)
     padded = x
@@ -423,22 +476,116 @@ def _lower_w4a4(e: _Emitter, node: gs.Node, a: dict, key: str, fmt: str, x):
 _LOWER = {"W4A16Proj": _lower_w4a16, "W8A8Proj": _lower_w8a8, "W4A4Proj": _lower_w4a4}
 
 
-def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None) -> onnx.ModelProto:
+# --- the plugin lowering: one entry per kind of rewrite -----------------------------------------
+
+
+@dataclass(frozen=True)
+class PluginRewrite:
+    """One entry of the plugin lowering: ``can(spec)`` says whether it takes a node of that op
+    (and why not); ``action`` what it does: "format" (the node stays a plugin, its
+    activation_format set from the policy's choice), "plugin" (the node stays a plugin as
+    exported) or "standard" (expanded to standard ONNX as the qdq lowering does: no plugin, so
+    TensorRT chooses its reduction order, and ``invariance.audit`` lists it as left)."""
+
+    name: str
+    can: Callable[[contract.OpSpec], tuple[bool, str]]
+    action: str
+
+
+def _is_projection(spec):
+    return spec.is_projection, "a quantized projection" if spec.is_projection else "not a projection"
+
+
+def _has_plugin(spec):
+    return spec.has_plugin, "a TensorRT plugin" if spec.has_plugin else f"{spec.op_type} has no TensorRT plugin yet"
+
+
+def _expandable(spec):
+    ok = spec.op_type in expand.EXPANSIONS
+    return ok, "expanded to standard ONNX" if ok else f"{spec.op_type} has no standard-ONNX expansion"
+
+
+# In priority order: the first entry whose ``can`` holds takes the node. An op that gets a plugin
+# (Attention, RMSNorm, ... once ``has_plugin``) moves from the third entry to the second.
+PLUGIN_REWRITES: list[PluginRewrite] = [
+    PluginRewrite("activation format", _is_projection, "format"),
+    PluginRewrite("plugin as exported", _has_plugin, "plugin"),
+    PluginRewrite("standard ONNX (no plugin yet)", _expandable, "standard"),
+]
+
+
+def plugin_plan(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
+    """Node key -> (action, the entry's name) for every metrale node of the main graph, or a
+    LoweringError naming a node no entry takes, with each entry's reason."""
+    plan = {}
+    for i, node in enumerate(model.graph.node):
+        if node.domain != DOMAIN:
+            continue
+        key = _key(node, _attrs(node), i)
+        spec = contract.op(node.op_type) if node.op_type in contract.OPS else None
+        if spec is None:
+            contract_attributes(node.op_type, _attrs(node), key)  # raises: unknown op type
+        reasons = []
+        for entry in PLUGIN_REWRITES:
+            ok, why = entry.can(spec)
+            if ok:
+                plan[key] = (entry.action, entry.name)
+                break
+            reasons.append(f"{entry.name}: {why}")
+        else:
+            raise LoweringError(f"node {key} ({node.op_type}): the plugin lowering cannot take it ({'; '.join(reasons)})")
+    return plan
+
+
+def lower_plugins(model: onnx.ModelProto, formats: dict[str, str]) -> onnx.ModelProto:
+    """The plugin lowering: a copy of ``model`` in which each metrale node is rewritten by its
+    ``PLUGIN_REWRITES`` entry (``plugin_plan``): projections get ``formats[key]``, plugins stay as
+    exported, the others are expanded to standard ONNX (``expand.EXPANSIONS``)."""
+    plan = plugin_plan(model)
+    out = with_activation_formats(model, formats)
+    standard = {k for k, (action, _) in plan.items() if action == "standard"}
+    if not standard:
+        return out
+    quiet = (_GS_LOGGER.severity, _GS_LOGGER.colors)
+    _GS_LOGGER.severity, _GS_LOGGER.colors = _GS_LOGGER.ERROR, False
+    try:
+        return _expand_nodes(out, standard)
+    finally:
+        _GS_LOGGER.severity, _GS_LOGGER.colors = quiet
+
+
+def _finish(model: onnx.ModelProto, out: onnx.ModelProto, raise_opset: bool) -> onnx.ModelProto:
+    """``out``'s opsets and IR version after a rewrite of ``model``: the default opset at least
+    MIN_OPSET when ``raise_opset``, the metrale domain dropped when no metrale node is left."""
+    opsets = {o.domain: o.version for o in out.opset_import}
+    if raise_opset:
+        opsets[""] = max(opsets.get("", MIN_OPSET), MIN_OPSET)
+    if not any(n.domain == DOMAIN for n in out.graph.node):
+        opsets.pop(DOMAIN, None)
+    del out.opset_import[:]
+    out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
+    out.ir_version = max(model.ir_version, MIN_IR_VERSION)
+    return out
+
+
+def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None, store=None) -> onnx.ModelProto:
     """A new model with every metrale node replaced by standard ONNX (module docstring).
 
     ``formats`` maps op keys (``metrale_ops``) to activation formats; ``None`` keeps each node's
-    ``activation_format``. Formats outside the contract's table are refused.
+    ``activation_format``. Formats outside the contract's table are refused. With ``store`` (a
+    ``weights_file.WeightsFile``), ``model`` may be a header whose weights stay in their files:
+    each is read when its node is lowered, and the lowered weights are written to ``store``.
     """
     # gs warns that it keeps FLOAT8E4M3FN constants as ONNX tensors: that is what we want.
     quiet = (_GS_LOGGER.severity, _GS_LOGGER.colors)
     _GS_LOGGER.severity, _GS_LOGGER.colors = _GS_LOGGER.ERROR, False
     try:
-        return _lower_qdq(model, formats)
+        return _lower_qdq(model, formats, store)
     finally:
         _GS_LOGGER.severity, _GS_LOGGER.colors = quiet
 
 
-def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.ModelProto:
+def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=None) -> onnx.ModelProto:
     ops = {op.key: op for op in metrale_ops(model)}
     grouped = [op for op in ops.values() if contract.op(op.op_type).grouped_of is not None]
     if grouped:
@@ -453,12 +600,20 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
             "export this model with --moe-experts dense (one W*Proj node per expert), which lowers."
         )
     graph = gs.import_onnx(model)
+    if store is not None:
+        store.attach(graph)
     index = {id(n): i for i, n in enumerate(graph.nodes)}
     for node in list(graph.nodes):
         if node.domain != DOMAIN:
             continue
         key = _key_gs(node, dict(node.attrs), index[id(node)])
         a = contract_attributes(node.op, dict(node.attrs), key)
+        if not contract.op(node.op).is_projection:
+            if node.op not in expand.EXPANSIONS:
+                raise LoweringError(f"node {key} ({node.op}): the qdq lowering has no standard-ONNX "
+                                    f"expansion of it; build with the plugin backend")
+            _expand_node(graph, node, a, key, store)
+            continue
         fmt = formats.get(key) if formats is not None else ops[key].activation_format
         if fmt is None:
             raise LoweringError(f"node {key}: no activation format chosen for it")
@@ -470,7 +625,7 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
             )
         x_in, y = node.inputs[0], node.outputs[0]
         dtype = _np_dtype(x_in.dtype) or _np_dtype(y.dtype)
-        e = _Emitter(graph, f"{key}")
+        e = _Emitter(graph, f"{key}", store)
         node.outputs.clear()  # detach y before the last emitted node writes it
         x = e.bf16_round(x_in)
         acc, next_input = _LOWER[node.op](e, node, a, key, fmt, x)
@@ -482,16 +637,36 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None) -> onnx.M
         e.op("CastLike", [acc, x_in], out=y)
         if dtype is not None:
             y.dtype = dtype
+        if store is not None:
+            store.release(node.inputs)
         node.inputs.clear()
     graph.cleanup().toposort()
-    out = gs.export_onnx(graph)
-    opsets = {o.domain: o.version for o in out.opset_import}
-    opsets[""] = max(opsets.get("", MIN_OPSET), MIN_OPSET)
-    opsets.pop(DOMAIN, None)
-    del out.opset_import[:]
-    out.opset_import.extend(onnx.helper.make_opsetid(d, v) for d, v in sorted(opsets.items()))
-    out.ir_version = max(model.ir_version, MIN_IR_VERSION)
-    return out
+    return _finish(model, gs.export_onnx(graph), raise_opset=True)
+
+
+def _expand_node(graph: gs.Graph, node: gs.Node, a: dict, key: str, store=None) -> None:
+    """Replace ``node`` by its ``expand.EXPANSIONS`` rewrite, writing the node's outputs (an absent
+    optional output is a new tensor nothing reads)."""
+    ins, outs = list(node.inputs), list(node.outputs)
+    outs += [None] * (len(contract.op(node.op).outputs) - len(outs))
+    node.inputs.clear()
+    node.outputs.clear()
+    expand.EXPANSIONS[node.op](_Emitter(graph, key, store), ins, outs, a, key)
+    if store is not None:
+        store.release(ins)
+
+
+def _expand_nodes(model: onnx.ModelProto, keys: set[str]) -> onnx.ModelProto:
+    """``model`` with the metrale nodes named by ``keys`` expanded to standard ONNX (``expand``)."""
+    graph = gs.import_onnx(model)
+    for i, node in enumerate(list(graph.nodes)):
+        if node.domain != DOMAIN:
+            continue
+        key = _key_gs(node, dict(node.attrs), i)
+        if key in keys:
+            _expand_node(graph, node, contract_attributes(node.op, dict(node.attrs), key), key)
+    graph.cleanup().toposort()
+    return _finish(model, gs.export_onnx(graph), raise_opset=False)
 
 
 def _key_gs(node: gs.Node, attrs: dict, index: int) -> str:

@@ -119,15 +119,33 @@ def engine_entry(plan, step, data: memoryview, seconds: float, numbers: dict) ->
         "kv_cache_bytes_per_position": numbers["kv_cache_bytes_per_position"],
         "fixed_state_bytes": numbers["fixed_state_bytes"],
         "bf16_float_weights": numbers["bf16_float_weights"],
+        "engine_weights": plan.engine_weights, "weights_file": numbers.get("weights_file"),
+        "weight_inputs": numbers.get("weight_inputs", 0),
     }
+
+
+def weights_files(entries: list[dict]) -> list[dict]:
+    """The weights files the engines use, once each (``file`` relative to the engine directory,
+    ``graph``: the lowered ONNX header that names each tensor's offset, ``bytes``, ``sha256``)."""
+    out = {}
+    for e in entries:
+        w = e.get("weights_file")
+        if isinstance(w, dict) and w.get("file") and w["file"] not in out:
+            out[w["file"]] = {"file": w["file"], "graph": e.get("onnx"), "bytes": w.get("bytes"),
+                              "sha256": w.get("sha256"), "tensors": w.get("tensors")}
+    return list(out.values())
 
 
 def summary(entries: list[dict]) -> dict:
     """What a user deploys: the engines' bytes in all, and per decode token (batch 1) the bytes the
     largest of them reads (the engines share one graph's weights unless ``adaptive``)."""
     sized = [e for e in entries if "decode_bytes_per_token" in e]
+    engine_bytes = sum(int(e.get("bytes", 0)) for e in entries)
+    weights = sum(int(w.get("bytes") or 0) for w in weights_files(entries))
     return {
-        "engine_bytes": sum(int(e.get("bytes", 0)) for e in entries),
+        "engine_bytes": engine_bytes,
+        "weights_file_bytes": weights,
+        "total_bytes": engine_bytes + weights,
         "largest_engine_bytes": max((int(e.get("bytes", 0)) for e in entries), default=0),
         "weight_bytes": max((e["weights"]["bytes"] for e in sized), default=None),
         "decode_bytes_per_token": max((e["decode_bytes_per_token"] for e in sized), default=None),
@@ -148,6 +166,10 @@ def describe_size(manifest: dict) -> str:
     """One line for a build summary: engine bytes, weight dtype choice, decode reads per token."""
     size = manifest.get("size") or {}
     words = f"{_mib(size.get('engine_bytes', 0))} of engines"
+    if size.get("weights_file_bytes"):
+        how = {"shared": "bound as engine inputs", "stripped": "refitted into each engine"}.get(
+            manifest.get("engine_weights"), "")
+        words += f" + {_mib(size['weights_file_bytes'])} weights file" + (f" ({how})" if how else "")
     if size.get("weight_bytes") is not None:
         fw = "bf16 where the checkpoint is" if manifest.get("float_weights") == "checkpoint" else "float32"
         words += (f" (weights {_mib(size['weight_bytes'])}, float weights {fw}); a decode token reads "
@@ -177,6 +199,8 @@ def document(plan, entries: list[dict], complete: bool) -> dict:
         "plugins": {"path": str(plan.plugins), "sha256": plan.plugin_sha} if plan.plugin_sha else None,
         "timing_cache": str(plan.timing_cache) if plan.timing_cache else None,
         "float_weights": plan.float_weights,
+        "engine_weights": plan.engine_weights,
+        "weights_files": weights_files(entries),
         "size": summary(entries),
         "engines": entries,
     }

@@ -25,23 +25,18 @@ from typing import Callable
 
 import onnx
 
+from .. import contract
 from ..hashing import sha256_file
 from ..errors import InputError
+from ..exporter.external_data import external_data_files
 from ..invariance import audit, engine_promise
-from . import backends, lowering as _lowering, policy as _policy
-from .policy import FLOAT_WEIGHTS
-from .profiles import (DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileShapes, RowRange, fit_profiles,
-                       optimization_profiles, parse_profiles)
+from ..preflight import PLUGINS_NEED_PLUGIN_LOWERING
+from . import backends, lowering as _lowering, policy as _policy, resources as _resources
+from .policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
+from .profiles import (DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileShapes, RowRange, fit_profiles,  # noqa: F401
+                       UsageConflict, optimization_profiles, parse_profiles, resolve_max_context)
 
 LOWERINGS = ("plugin", "qdq")
-
-
-class UsageConflict(InputError):
-    """Options that cannot go together; ``param`` names the option to blame (the CLI's hint)."""
-
-    def __init__(self, message: str, param: str):
-        super().__init__(message)
-        self.param = param
 
 
 @dataclass
@@ -60,6 +55,7 @@ class BuildOptions:
     # checkpoint: float weights exact in bfloat16 are stored (and the MatMuls on them run) in
     # bfloat16 (engines/weights.py); float32: as the export has them.
     float_weights: str = "checkpoint"
+    engine_weights: str = "shared"  # policy.ENGINE_WEIGHTS
     verbose: bool = False
 
 
@@ -76,6 +72,14 @@ class Source:
     inputs: dict = field(default_factory=dict)  # graph input name -> dims (int, name or None)
     sha256: str = ""  # over every file in ``files``
     audit: dict = field(default_factory=dict)  # invariance.audit: what the promise covers, what is left
+    # Bytes of its weights (the ONNX file's external data, else the file): an upper bound of the
+    # lowered graph's weights file (float32 tables become bfloat16, INT4 stays INT4).
+    weight_bytes: int = 0
+
+    @property
+    def largest_op_weights(self) -> int:
+        """Weights (elements) of the largest metrale projection: what the lowering holds at once."""
+        return max((op.n * op.k for op in self.ops), default=0)
 
     @property
     def model_max_positions(self) -> int | None:
@@ -128,19 +132,10 @@ def resolve_source(path: Path, hash_files: bool = True) -> Source:
         header = onnx.load(str(onnx_path), load_external_data=False)
     except Exception as e:  # noqa: BLE001 - onnx raises several types for a bad file
         raise InputError(f"{onnx_path}: not a readable ONNX model ({e})") from e
-    files = [onnx_path]
-    for tensor in header.graph.initializer:
-        for entry in tensor.external_data:
-            if entry.key == "location":
-                data = onnx_path.parent / entry.value
-                if data not in files:
-                    if not data.is_file():
-                        raise InputError(
-                            f"{onnx_path}: initializer {tensor.name}: external data {data} is missing"
-                        )
-                    files.append(data)
+    files = [onnx_path, *external_data_files(header, onnx_path)]  # each there and long enough
+    weight_bytes = sum(p.stat().st_size for p in files[1:]) or onnx_path.stat().st_size
     return Source(onnx_path, manifest, files, _lowering.metrale_ops(header), input_shapes(header),
-                  sha256_files(files) if hash_files else "", audit(header.graph))
+                  sha256_files(files) if hash_files else "", audit(header.graph), weight_bytes)
 
 
 # --- the decisions, one pure function each ---------------------------------------------------
@@ -173,8 +168,18 @@ def resolve_lowering(backend: str, lowering: str | None, plugins: Path | None, h
                 "libmetrale_plugins.so) for the graph's metrale nodes; or use --lowering qdq"
             )
     elif plugins is not None:
-        return None, "--plugins is only used by --lowering plugin; drop it or choose that lowering"
+        return None, PLUGINS_NEED_PLUGIN_LOWERING
     return chosen, ""
+
+
+def check_kernel_limits(ops) -> None:
+    """Raise ``InputError`` for the first metrale node whose shape the CUDA kernel behind its plugin
+    does not serve (``contract.kernel_k_problem``): refused here, never only in the engine."""
+    for op in ops:
+        why = contract.kernel_k_problem(contract.op(op.op_type).kind, op.k)
+        if why:
+            raise InputError(f"node {op.key} ({op.op_type}): {why}; build it with --lowering qdq, "
+                             f"or export it with another weight format")
 
 
 def resolve_profiles(profiles: tuple[RowRange, ...] | None, max_context: int) -> tuple[RowRange, ...]:
@@ -184,22 +189,9 @@ def resolve_profiles(profiles: tuple[RowRange, ...] | None, max_context: int) ->
     return fit_profiles(parse_profiles(DEFAULT_PROFILES), max_context)
 
 
-def resolve_max_context(max_context: int | None, model_max: int | None, where: Path) -> int:
-    """The longest context the engines take: the one asked for, within the model's positions, or
-    by default ``min(DEFAULT_MAX_CONTEXT, model_max)``."""
-    if max_context is None:
-        return min(DEFAULT_MAX_CONTEXT, model_max) if model_max else DEFAULT_MAX_CONTEXT
-    if model_max and max_context > model_max:
-        raise UsageConflict(
-            f"{max_context} tokens is more than the model's max_position_embeddings "
-            f"({model_max}, {where}); lower --max-context",
-            "--max-context",
-        )
-    return max_context
-
-
-# The qdq lowering stores these weights as FLOAT8E4M3FN (docs/engines.md, Lowerings).
-_FP8_STORED = ("W8A8Proj", "W4A4Proj")
+# The qdq lowering stores the weights of the ops with FP8 (e4m3fn) inputs as FLOAT8E4M3FN
+# (docs/engines.md, Lowerings): W8A8Proj's weights, W4A4Proj's block scales and so its codes.
+_FP8_STORED = tuple(t for t, s in contract.OPS.items() if s.fp8_inputs and s.grouped_of is None)
 _FP8_MIN_TARGET = (8, 9)  # TensorRT-RTX: "Cannot compile for target(s) sm86 ... fp8_e4m3"
 
 
@@ -290,6 +282,8 @@ class BuildPlan:
     timing_cache: Path | None
     steps: tuple[EngineStep, ...]
     removals: tuple[str, ...]  # files of the previous build (relative) that no step keeps
+    engine_weights: str = "shared"
+    estimate: _resources.Estimate | None = None  # peak memory and disk of the engines to build
 
     @property
     def to_build(self) -> tuple[EngineStep, ...]:
@@ -317,28 +311,52 @@ def removals(previous: list[dict], steps: tuple[EngineStep, ...], lowered_on_dis
         if rel and rel not in kept and rel not in out:
             out.append(rel)
     for rel in lowered_on_disk:
-        if rel not in kept and rel.removesuffix(".data") not in kept and rel not in out:
+        if lowered_graph_of(rel) not in kept and rel not in out:
             out.append(rel)
     return tuple(out)
 
 
+def lowered_graph_of(rel: str) -> str:
+    """The lowered graph a file under ``onnx/`` belongs to: itself, its weights file
+    (``.onnx.data``) or the header of its shared-weights engines (``.shared.onnx``)."""
+    rel = rel.removesuffix(".data")
+    return rel.removesuffix(".shared.onnx") + ".onnx" if rel.endswith(".shared.onnx") else rel
+
+
+def check_engine_weights(mode: str, backend: str, cuda_driver: bool) -> None:
+    """Refuse an ``--engine-weights`` the backend cannot build here, before anything is built."""
+    if mode not in ENGINE_WEIGHTS:
+        raise UsageConflict(f"--engine-weights {mode!r}: expected one of {', '.join(ENGINE_WEIGHTS)}",
+                            "--engine-weights")
+    if mode == "stripped" and backend == "tensorrt-rtx" and not cuda_driver:
+        raise UsageConflict(
+            "--engine-weights stripped: TensorRT-RTX 1.7 builds refittable (REFIT, STRIP_PLAN) engines only "
+            "with a CUDA driver (without one its compiler stops: 'MyelinCheckException: graph_jit.cpp:278: "
+            "CHECK(status == CUDA_SUCCESS)'); use --engine-weights shared (one copy of the weights, bound "
+            "as engine inputs) or build on a machine with an NVIDIA GPU", "--engine-weights")
+
+
 def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tuple[str, str],
                previous: list[dict] = (), engine_sha: Callable[[str], str | None] = lambda rel: None,
-               lowered_on_disk: list[str] = ()) -> BuildPlan:
+               lowered_on_disk: list[str] = (), cuda_driver: bool = False) -> BuildPlan:
     """The plan of a build; raises ``UsageConflict``/``InputError`` for anything refused.
 
     ``backend`` is (name, version) of the activated backend; ``previous`` the engine entries of the
     directory's manifest; ``engine_sha(rel)`` the sha256 of an engine file on disk (None if absent);
-    ``lowered_on_disk`` the files under ``onnx/`` now.
+    ``lowered_on_disk`` the files under ``onnx/`` now; ``cuda_driver`` whether a CUDA driver loads
+    (``backends.cuda_driver``: TensorRT-RTX needs one for stripped engines).
     """
     name, version = backend
     if options.float_weights not in FLOAT_WEIGHTS:
         raise UsageConflict(f"--float-weights {options.float_weights!r}: expected one of "
                             f"{', '.join(FLOAT_WEIGHTS)}", "--float-weights")
+    check_engine_weights(options.engine_weights, name, cuda_driver)
     chosen, conflict = resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))
     if chosen is None:
         raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
     check_rtx_targets(name, chosen, options.rtx_targets, source.ops)
+    if chosen == "plugin":
+        check_kernel_limits(source.ops)
     max_context = resolve_max_context(options.max_context, source.model_max_positions,
                                       source.onnx_path.parent / "manifest.json")
     profiles = resolve_profiles(options.profiles, max_context)
@@ -365,6 +383,7 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
             "profiles": [s.as_json() for s in shapes], "formats": formats, "lowering": chosen,
             "lowering_version": _lowering.LOWERING_VERSION, "backend": f"{name} {version}",
             "targets": list(targets), "plugins": plugin_sha, "float_weights": options.float_weights,
+            "engine_weights": options.engine_weights,
         })
         file = engine_file(rows)
         old = by_key.get(key)
@@ -373,6 +392,10 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
             graph_file(chosen, formats, source.sha256, options.float_weights)
         steps.append(EngineStep(rows, formats, shapes, key, file, graph, reuse))
     steps = tuple(steps)
+    to_build = [s for s in steps if s.reuse is None]
+    estimate = _resources.estimate_build(
+        options.engine_weights, name, source.weight_bytes, source.largest_op_weights,
+        engines=len(to_build), graphs=len({s.graph for s in to_build})) if to_build else None
     return BuildPlan(
         source=source, out_dir=Path(out_dir), backend=name, backend_version=version, lowering=chosen,
         targets=targets, promised=promised, promise_reason=reason, row_invariance=row_invariance,
@@ -380,4 +403,5 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
         policy=options.policy.describe(), plugins=options.plugins, plugin_sha=plugin_sha,
         timing_cache=timing_cache, steps=steps,
         removals=removals(list(previous), steps, list(lowered_on_disk)),
+        engine_weights=options.engine_weights, estimate=estimate,
     )

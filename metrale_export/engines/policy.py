@@ -21,19 +21,26 @@ from .profiles import RowRange
 
 FORMATS = contract.ACTIVATION_FORMATS
 FAMILIES = contract.FAMILIES
-OP_TYPES = contract.op_types()
-DENSE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is None)
+# The policy chooses activation formats for the quantized projections only (the other metrale ops,
+# norms, attention, the router, run their own fixed arithmetic).
+_PROJECTIONS = contract.projections()
+OP_TYPES = tuple(_PROJECTIONS)
+DENSE_OP_TYPES = tuple(t for t, s in _PROJECTIONS.items() if s.grouped_of is None)
 # --float-weights: how an engine stores the export's float weights (engines/weights.py):
 # "checkpoint" in bfloat16 where every value is exact in it, "float32" as exported.
 FLOAT_WEIGHTS = ("checkpoint", "float32")
+# --engine-weights: where an engine's weights live (docs/engines.md, "Engine weights"): "shared",
+# engine inputs bound to one copy of the weights file; "stripped", left out of the plan (REFIT +
+# STRIP_PLAN) and refitted from the weights file; "embedded", a copy in every engine.
+ENGINE_WEIGHTS = ("shared", "stripped", "embedded")
 # The grouped-expert ops run the table of their weight format's dense op (docs/ops.md).
-MOE_OP_TYPES = tuple(t for t, s in contract.OPS.items() if s.grouped_of is not None)
+MOE_OP_TYPES = tuple(t for t, s in _PROJECTIONS.items() if s.grouped_of is not None)
 
 # docs/ops.md, "Activation formats": the formats each op type (named by its weight format) runs.
-ALLOWED = {t: spec.activation_formats for t, spec in contract.OPS.items()}
-_WEIGHTS = {t: spec.weights for t, spec in contract.OPS.items()}
+ALLOWED = {t: spec.activation_formats for t, spec in _PROJECTIONS.items()}
+_WEIGHTS = {t: spec.weights for t, spec in _PROJECTIONS.items()}
 # The op's own quantized activation format (the contract's default), used by ``adaptive``.
-NATIVE = {t: spec.default_activation for t, spec in contract.OPS.items()}
+NATIVE = {t: spec.default_activation for t, spec in _PROJECTIONS.items()}
 
 # adaptive: ranges whose largest M is at most this run bf16 activations (decode is memory bound:
 # weight traffic dominates and quantizing activations only adds work); larger ranges run the op's

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..errors import InputError
 
@@ -37,6 +38,28 @@ class ProfileError(InputError):
     """A ``--profiles`` spec or a row count that no profile covers."""
 
 
+class UsageConflict(InputError):
+    """Options that cannot go together; ``param`` names the option to blame (the CLI's hint)."""
+
+    def __init__(self, message: str, param: str):
+        super().__init__(message)
+        self.param = param
+
+
+def resolve_max_context(max_context: int | None, model_max: int | None, where: Path) -> int:
+    """The longest context the engines take: the one asked for, within the model's positions, or
+    by default ``min(DEFAULT_MAX_CONTEXT, model_max)``."""
+    if max_context is None:
+        return min(DEFAULT_MAX_CONTEXT, model_max) if model_max else DEFAULT_MAX_CONTEXT
+    if model_max and max_context > model_max:
+        raise UsageConflict(
+            f"{max_context} tokens is more than the model's max_position_embeddings "
+            f"({model_max}, {where}); lower --max-context",
+            "--max-context",
+        )
+    return max_context
+
+
 @dataclass(frozen=True, order=True)
 class RowRange:
     """Rows M = batch * seq from ``lo`` to ``hi`` inclusive: one engine."""
@@ -56,11 +79,12 @@ class RowRange:
         return f"rows {self.label}"
 
 
-def parse_profiles(spec: str, max_rows: int | None = None) -> tuple[RowRange, ...]:
+def parse_profiles(spec: str, max_rows: int | None = None, model_max: int | None = None) -> tuple[RowRange, ...]:
     """Parse ``"1,2-8,9-32"`` into row ranges; raise ``ProfileError`` naming the offending item.
 
-    ``max_rows`` is the model's limit on M (for prefill: the longest sequence one engine accepts);
-    ``None`` skips that check.
+    ``max_rows`` is the engines' limit on M (for prefill: the longest sequence one engine accepts,
+    the --max-context); ``None`` skips that check. ``model_max`` (the model's
+    max_position_embeddings, the most --max-context accepts) keeps the hint to values that are taken.
     """
     if not spec or not spec.strip():
         raise ProfileError("--profiles: expected ranges like '1,2-8,9-32', found an empty value")
@@ -85,10 +109,8 @@ def parse_profiles(spec: str, max_rows: int | None = None) -> tuple[RowRange, ..
                 f"--profiles: range {text!r} goes past {_INT32_MAX} rows, TensorRT's largest dimension"
             )
         if max_rows is not None and hi > max_rows:
-            raise ProfileError(
-                f"--profiles: range {text!r} goes past the model's limit of {max_rows} rows "
-                f"(hint: raise --max-context or end the last range at {max_rows})"
-            )
+            raise ProfileError(f"--profiles: range {text!r} goes past the model's limit of {max_rows} rows "
+                               f"(hint: {_limit_hint(hi, max_rows, model_max)})")
         if ranges:
             prev = ranges[-1]
             if lo <= prev.hi:
@@ -99,6 +121,17 @@ def parse_profiles(spec: str, max_rows: int | None = None) -> tuple[RowRange, ..
                 )
         ranges.append(RowRange(lo, hi))
     return tuple(ranges)
+
+
+def _limit_hint(hi: int, max_rows: int, model_max: int | None) -> str:
+    """What to change for a range ending at ``hi`` past ``max_rows``: --max-context only where the
+    model's positions allow it (resolve_max_context refuses more than ``model_max``)."""
+    if model_max is None or hi <= model_max:
+        return f"raise --max-context to {hi} or end the last range at {max_rows}"
+    if max_rows < model_max:
+        return (f"end the last range at {max_rows}, or at most at {model_max} (the model's "
+                f"max_position_embeddings) with --max-context {model_max}")
+    return f"end the last range at {max_rows}, the model's max_position_embeddings"
 
 
 def fit_profiles(ranges: tuple[RowRange, ...], max_rows: int) -> tuple[RowRange, ...]:

@@ -31,6 +31,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+from onnx.external_data_helper import uses_external_data
+
+from .weights_file import initializers as _initializers
 
 from .policy import FLOAT_WEIGHTS  # noqa: F401 - --float-weights: bf16 where exact, or as exported
 
@@ -59,8 +62,20 @@ def _used_names(graph: onnx.GraphProto, out: set) -> set:
     return out
 
 
-def float_weights_in_bf16(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    """``model`` (rewritten in place) with its bf16-exact float weights in bfloat16, and their names."""
+def _exact_bf16_external(t: onnx.TensorProto, store) -> bool:
+    """Whether every value of a float32 tensor stored in a file (the source's, or the store's for a
+    tensor the lowering made) is exact in bfloat16, read in chunks (``WeightsFile.chunks``): the
+    tensor is never whole in memory."""
+    if t.data_type != TensorProto.FLOAT or len(t.dims) != 2:
+        return False
+    return not any((c & 0xFFFF).any() for c in store.chunks(t, np.uint32))
+
+
+def float_weights_in_bf16(model: onnx.ModelProto, store=None) -> tuple[onnx.ModelProto, list[str]]:
+    """``model`` (rewritten in place) with its bf16-exact float weights in bfloat16, and their names.
+
+    With ``store`` (a ``weights_file.WeightsFile``), tensors in the source's files are checked and
+    converted in chunks and the bfloat16 tensors are written to ``store`` as they are made."""
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     made: dict[str, str | None] = {}
@@ -68,12 +83,19 @@ def float_weights_in_bf16(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list
     def bf16(name: str) -> str | None:
         if name not in made:
             t = inits.get(name)
-            bits = _exact_bf16(t) if t is not None else None
             made[name] = None
+            if t is not None and store is not None and uses_external_data(t):
+                if _exact_bf16_external(t, store):
+                    new = TensorProto(name=f"{name}.bf16", data_type=TensorProto.BFLOAT16, dims=list(t.dims))
+                    chunks = ((c >> 16).astype(np.uint16) for c in store.chunks(t, np.uint32))
+                    graph.initializer.append(store.write_chunks(new, chunks))
+                    made[name] = new.name
+                return made[name]
+            bits = _exact_bf16(t) if t is not None else None
             if bits is not None:
                 new = helper.make_tensor(f"{name}.bf16", TensorProto.BFLOAT16, list(t.dims),
                                          bits.tobytes(), raw=True)
-                graph.initializer.append(new)
+                graph.initializer.append(store.write_tensor(new) if store is not None else new)
                 made[name] = new.name
         return made[name]
 
@@ -135,14 +157,6 @@ def tensor_bytes(t: onnx.TensorProto) -> int:
     if bits is None:
         bits = 8 * helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
     return (numel * bits + 7) // 8
-
-
-def _initializers(graph: onnx.GraphProto):
-    yield from graph.initializer
-    for node in graph.node:
-        for a in node.attribute:
-            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
-                yield from _initializers(g)
 
 
 def footprint(model: onnx.ModelProto) -> dict:

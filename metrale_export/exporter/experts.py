@@ -26,7 +26,7 @@ from ..ops.moe import PER_EXPERT_SCALARS
 from .projection import ProjSpec
 
 MOE_OP_TYPES = {kind: spec.op_type for kind, spec in contract.grouped_by_kind().items()}
-LAYOUTS = ("grouped", "dense")  # --moe-experts
+LAYOUTS = contract.MOE_LAYOUTS  # --moe-experts
 
 
 @dataclass(frozen=True)
@@ -119,8 +119,8 @@ class GroupedProjection(nn.Module):
                 s.family, s.name)
         if s.kind == "w8a8":
             return torch.ops.metrale.w8a8_moe_proj(
-                x, topk_ids, topk_weights, self.weight, self.weight_scale, self._opt("bias"), *common,
-                str(s.attrs["weight_scale_granularity"]), str(s.attrs["activation_format"]),
+                x, topk_ids, topk_weights, self.weight, self.weight_scale, self._opt("input_scale"),
+                self._opt("bias"), *common, str(s.attrs["weight_scale_granularity"]), str(s.attrs["activation_format"]),
                 str(s.attrs["activation_scale_granularity"]), s.family, s.name)
         if s.kind == "w4a4":
             return torch.ops.metrale.w4a4_moe_proj(

@@ -31,14 +31,14 @@ import torch
 
 from ..errors import ExportError, InputError
 from ..ops import onnx_translation
-from . import replicate
+from . import calibration, replicate
 from .layers.model import CausalLM
 from .manifest import MANIFEST_NAME, build_manifest
-from .names import DTYPE_NAMES
+from .names import DTYPE_NAMES, parse_layers  # noqa: F401  (parse_layers: re-exported)
 from .quantization import QuantRequest
 from .session import ModelSession, open_model, select_source  # noqa: F401  (select_source: re-exported)
 from .writer import (DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory, check_location,
-                     tensor_digest)
+                     output_bytes, tensor_digest)
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 OPSET = 20
@@ -53,7 +53,13 @@ class ExportOptions:
     force: bool = False
     # Trace one decoder layer per kind and replicate it (replicate.py); False traces every layer.
     replicate_layers: bool = True
+    # Engines the main job builds into the same directory after the export: the free-space check
+    # counts them too (writer.output_bytes).
+    engines: int = 0
     model_path: str | None = None  # recorded in the manifest (filled in by export())
+    # --activation-scales dynamic|static and --calibration-data (exporter/calibration.py).
+    activation_scales: str = "dynamic"
+    calibration_data: str | None = None
 
 
 @dataclass
@@ -61,29 +67,6 @@ class ExportResult:
     out_dir: Path
     manifest: dict
     seconds: float
-
-
-def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:
-    """'0', '0,2', '1-3' -> sorted unique layer ids within the model."""
-    if spec is None or spec.strip() in ("", "all"):
-        return None
-    ids: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = (int(p) for p in part.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                ids.update(range(lo, hi + 1))
-            else:
-                ids.add(int(part))
-        except ValueError:
-            raise InputError(f"--layers: expected indices like '0', '0,2' or '1-3', found {part!r}") from None
-    bad = sorted(i for i in ids if not 0 <= i < num_layers)
-    if bad:
-        raise InputError(f"--layers: layer {bad[0]} does not exist; the model has layers 0-{num_layers - 1}")
-    return sorted(ids)
 
 
 def _dynamic_shapes(model: CausalLM):
@@ -147,7 +130,7 @@ EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 
 def _tied_unquantized_head(model: CausalLM) -> bool:
     """lm_head reads the embedding's checkpoint tensor and stays float: it may share its initializer."""
-    return model.cfg.tie_word_embeddings and model.lm_head.spec.kind == "none"
+    return model.cfg.tie_word_embeddings and model.lm_head.spec.kind == "none" and not model.lm_head.float_op
 
 
 def _share_initializer(model: ir.Model, name: str, with_name: str) -> None:
@@ -206,6 +189,14 @@ def _cleanup(proto: onnx.ModelProto) -> onnx.ModelProto:
     out.ir_version = proto.ir_version
     del out.opset_import[:]
     out.opset_import.extend(proto.opset_import)
+    # The metrale opset a graph imports is the newest node version it uses (contract.node_version):
+    # a W8A8 graph without static scales stays at version 1, as before W8A8Proj version 2.
+    from .. import contract
+    versions = [contract.op(n.op_type).node_version({a.name: onnx.helper.get_attribute_value(a) for a in n.attribute})
+                for n in out.graph.node if n.domain == contract.DOMAIN]
+    for o in out.opset_import:
+        if o.domain == contract.DOMAIN and versions:
+            o.version = max(versions)
     out.producer_name, out.producer_version = "metrale-export", _version()
     return out
 
@@ -231,11 +222,18 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
     dtype = DTYPES[options.dtype]
     session = model_path if isinstance(model_path, ModelSession) else open_model(model_path, options.request)
     options.request = session.request  # the session's request is what the manifest records
+    calibration.check_options(options.activation_scales, options.calibration_data)
+    if options.activation_scales == "static":  # before any tracing: the data is checked first
+        if progress is not None:
+            progress.note(f"calibrating static activation scales on {options.calibration_data} ...")
+        session = calibration.calibrated(session, dtype, options.layers, options.calibration_data,
+                                         show_progress=getattr(progress, "enabled", progress is not None))
     options.model_path = str(session.path)
     ckpt, cfg, source = session.checkpoint, session.config, session.source
     with torch.device("meta"):
         model = session.model(dtype, options.layers)
-    check_location(Path(out_dir), options.force, model.weight_nbytes())  # before any tracing
+    what = f"the export and its {options.engines} engine(s)" if options.engines else "the export"
+    check_location(Path(out_dir), options.force, output_bytes(model.weight_nbytes(), options.engines), what)
     if progress is not None:
         n_proj = len(model.projections())
         progress.note(f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "

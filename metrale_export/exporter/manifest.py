@@ -72,7 +72,8 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
     from .. import __version__
 
     ops = metrale_ops(proto.graph)
-    counts = Counter(f"{o['op_type']}/{o['family']}/{o['activation_format']}" for o in ops)
+    # Non-projection ops (Attention, norms) have no activation format.
+    counts = Counter("/".join(str(o[k]) for k in ("op_type", "family", "activation_format") if k in o) for o in ops)
     config_hash = hashlib.sha256((ckpt.root / "config.json").read_bytes()).hexdigest()
     req = options.request
     return {
@@ -91,6 +92,8 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
             "max_position_embeddings": cfg.max_position_embeddings,
         },
         "weight_quantization": weight_quantization(req, source),
+        # Only with --activation-scales static (dynamic-scale manifests keep their bytes).
+        **({"activation_scales": source.manifest()} if hasattr(source, "scales") else {}),
         "dtype": options.dtype,
         "layers": model.layer_ids,
         "op_counts": dict(sorted(counts.items())),

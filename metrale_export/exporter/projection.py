@@ -74,6 +74,18 @@ class Projection(nn.Module):
                 tdtype = dtype
             self.register_buffer(key, torch.empty(shape, dtype=tdtype))
 
+    float_op = False  # kind "none" through metrale::float_proj (use_float_op)
+
+    def use_float_op(self) -> None:
+        """An unquantized projection of a quantized export runs the FloatProj op on a bf16 weight
+        (docs/ops.md, "FloatProj"); the weight buffer becomes bf16 (filled later, rounded once)."""
+        if self.spec.kind != "none":
+            raise ValueError(f"{self.spec.name}: only an unquantized projection runs FloatProj, this is {self.spec.kind}")
+        self.float_op = True
+        self.register_buffer("weight", torch.empty(self.weight.shape, dtype=torch.bfloat16, device=self.weight.device))
+        if "bias" in self.spec.tensors:
+            self.register_buffer("bias", torch.empty(self.bias.shape, dtype=torch.float32, device=self.bias.device))
+
     def _opt(self, key: str):
         return getattr(self, key) if key in self.spec.tensors else None
 
@@ -81,7 +93,9 @@ class Projection(nn.Module):
         s = self.spec
         lead = x.shape[:-1]
         x2 = x.reshape(-1, s.k)
-        if s.kind == "none":
+        if self.float_op:
+            y = torch.ops.metrale.float_proj(x2, self.weight, self._opt("bias"), s.n, s.k, s.family, s.name)
+        elif s.kind == "none":
             y = torch.nn.functional.linear(x2, self.weight, self._opt("bias"))
         else:
             op = contract.by_kind().get(s.kind)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..contract import ceil_div
+from ..contract import MOE_LAYOUTS, ceil_div, kernel_k_problem
 from ..errors import CheckpointError, InputError
 from ..ops import w4a4, w4a16, w8a8
 from ..ops.numerics import FP8_BLOCK, NVFP4_BLOCK
@@ -48,8 +48,8 @@ class QuantRequest:
             raise InputError(f"--w8a8-weight-scales: expected channel or block128, found {self.w8a8_weight_scales!r}")
         if self.w8a8_activation_scales not in w8a8.ACT_SCALE_GRANULARITIES:
             raise InputError(f"--w8a8-activation-scales: expected row or row_block128, found {self.w8a8_activation_scales!r}")
-        if self.moe_experts not in ("grouped", "dense"):
-            raise InputError(f"--moe-experts: expected grouped or dense, found {self.moe_experts!r}")
+        if self.moe_experts not in MOE_LAYOUTS:
+            raise InputError(f"--moe-experts: expected {' or '.join(MOE_LAYOUTS)}, found {self.moe_experts!r}")
 
 
 class FloatSource:
@@ -83,6 +83,9 @@ class FloatSource:
             why = w4a16.check_shape(k, req.group_size)
             if why:
                 raise InputError(f"{weight_name}: W4A16Proj: {why}")
+            why = kernel_k_problem("w4a16", k)
+            if why:
+                raise InputError(f"{weight_name}: W4A16Proj: {why}; export it with another weight format")
             g = w4a16.num_groups(k, req.group_size)  # the last group may be partial (op version 2)
             tensors = {"weight": ((n, k // 2), i8), "weight_scale": ((n, g), w4a16.SCALE_DTYPE)}
             if not req.symmetric:

@@ -8,16 +8,21 @@ Invariants:
   ``INLINE_LIMIT`` keep the external data file (ONNX's 2 GB protobuf limit).
 - Everything is written into a temporary sibling directory, renamed onto the destination only after
   the checks pass; a failure, a full disk or an interrupt removes the temporary directory.
-- ``check_location`` runs before any tracing: the destination is new, or (with --force) a previous
-  output of this tool (its manifest.json says so; anything else is never replaced), and its parent
-  is a writable directory with room for about the weights.
+- ``check_location`` runs before any tracing: the destination is new or an empty directory, or
+  (with --force) a previous output of this tool (its manifest.json says so) holding nothing but
+  what the tool wrote (the files its manifests list: ``foreign_entries``; anything else is never
+  replaced), and its parent is a writable directory with room for the output (``output_bytes``).
+- ``output_lock`` lets one process at a time write an output: a second one is refused at once,
+  naming the holder's pid (flock on a lock file beside the output, released when the holder exits).
 - Directories and files are created with the user's umask (``mkdtemp`` alone would make 0700).
+- Importing this module imports no torch (the main job's up-front checks use it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -25,8 +30,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from ..errors import OutputExistsError, OutputLocationError
 from ..hashing import sha256_file  # noqa: F401  (re-exported: the manifest's file hashes)
@@ -35,10 +39,14 @@ DATA_NAME = "model.onnx.data"
 ONNX_NAME = "model.onnx"
 INLINE_LIMIT = 1 << 30  # 1 GiB
 _ALIGN = 64
+if TYPE_CHECKING:
+    import torch
 
 
 def _byte_array(t: torch.Tensor):
     """The tensor's bytes as a flat uint8 numpy view (a copy only if it is not contiguous)."""
+    import torch
+
     t = t.detach().cpu().contiguous()
     return t.reshape(-1).view(torch.uint8).numpy()
 
@@ -88,20 +96,66 @@ def follow_umask(path: Path) -> None:
     os.chmod(path, (0o777 if Path(path).is_dir() else 0o666) & ~umask())
 
 
-def is_own_output(path: Path) -> bool:
-    """A directory whose manifest.json says this tool wrote it (an export or an engine directory)."""
+def _own_manifest(path: Path) -> dict | None:
+    """The manifest.json of a directory this tool wrote (an export or an engine directory), or None."""
     try:
         manifest = json.loads((Path(path) / "manifest.json").read_text())
     except (OSError, ValueError):
-        return False
+        return None
     named = manifest.get("producer") or manifest.get("tool") if isinstance(manifest, dict) else None
-    return isinstance(named, str) and named.split(" ")[0] == PRODUCER
+    return manifest if isinstance(named, str) and named.split(" ")[0] == PRODUCER else None
+
+
+def is_own_output(path: Path) -> bool:
+    """A directory whose manifest.json says this tool wrote it (an export or an engine directory)."""
+    return _own_manifest(path) is not None
+
+
+def _written_files(manifest: dict) -> set[str]:
+    """What a manifest says its tool wrote, relative to its directory: an export's ``files`` (and the
+    manifest), an engine directory's engines, their lowered graphs (the build's cache ``onnx/``) and
+    its timing cache."""
+    names = {"manifest.json"}
+    files = manifest.get("files")
+    if isinstance(files, dict):
+        names.update(k for k in files if isinstance(k, str))
+    for entry in manifest.get("engines") or []:
+        if isinstance(entry, dict):
+            names.update(entry[k] for k in ("file",) if isinstance(entry.get(k), str))
+    if "engines" in manifest:
+        names.update({"onnx", "timing.cache"})
+        cache = manifest.get("timing_cache")
+        if isinstance(cache, str):
+            names.add(Path(cache).name)
+    return names
+
+
+def foreign_entries(dest: Path) -> list[str]:
+    """The entries of a previous output that this tool did not write (relative paths, a directory
+    with a trailing /), judged by its manifests; an engine directory inside is judged by its own."""
+    dest = Path(dest)
+    manifest = _own_manifest(dest)
+    if manifest is None:
+        return ["manifest.json"]
+    written = _written_files(manifest)
+    out = []
+    for entry in sorted(dest.iterdir()):
+        if entry.name in written and not entry.is_symlink():
+            continue
+        if entry.name == "engines" and entry.is_dir() and not entry.is_symlink() and "engines" not in manifest:
+            out += [f"engines/{e}" for e in foreign_entries(entry)] if is_own_output(entry) else ["engines/"]
+            continue
+        out.append(entry.name + ("/" if entry.is_dir() else ""))
+    return out
 
 
 def check_replaceable(dest: Path, force: bool) -> None:
-    """Refuse an existing ``dest`` unless --force is given and it is a previous output of this tool."""
+    """Refuse an existing ``dest`` unless it is an empty directory, or --force is given and it is a
+    previous output of this tool holding only what the tool wrote (``foreign_entries``)."""
     if not (dest.exists() or dest.is_symlink()):
         return
+    if dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir()):
+        return  # an empty directory: nothing to lose (atomic_directory renames onto it)
     if not force:
         raise OutputExistsError(f"{dest}: the output directory exists; pass --force to replace it")
     if dest.is_symlink() or not dest.is_dir() or not is_own_output(dest):
@@ -109,6 +163,67 @@ def check_replaceable(dest: Path, force: bool) -> None:
             f"{dest}: --force replaces only a previous metrale-export output (a directory whose "
             f"manifest.json names {PRODUCER}); this is not one, so nothing was touched: choose another "
             "-o or remove it yourself")
+    foreign = foreign_entries(dest)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise OutputExistsError(
+            f"{dest}: --force replaces only the files metrale-export wrote (its manifests list them), "
+            f"and it also holds {shown}; nothing was touched: move them out or choose another -o")
+
+
+LOCK_SUFFIX = ".metrale-lock"
+
+
+def lock_path(dest: Path) -> Path:
+    """The lock file of an output: beside it, so that it exists before the output does."""
+    dest = Path(os.path.abspath(dest))
+    return dest.parent / f".{dest.name}{LOCK_SUFFIX}"
+
+
+@contextlib.contextmanager
+def output_lock(dest: Path) -> Iterator[Path]:
+    """Hold the output's lock for the block; ``OutputLocationError`` naming the holder's pid when
+    another process holds it. The lock file goes when the block ends (and the parents it had to
+    make, if still empty)."""
+    path = lock_path(dest)
+    made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputLocationError(f"{dest}: cannot create {path.parent} ({e.strerror or e}); "
+                                  "choose a writable -o location") from e
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            raise OutputLocationError(f"{dest}: cannot create its lock file {path} ({e.strerror or e}); "
+                                      "choose a writable -o location") from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise OutputLocationError(
+                f"{dest}: another metrale-export (pid {holder}) is writing this output (lock {path}); "
+                "wait for it to finish or choose another -o") from None
+        try:  # the holder before us may have removed the file between our open and our lock
+            current = os.stat(path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    try:
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
+        for p in made:
+            with contextlib.suppress(OSError):
+                p.rmdir()
 
 
 def _existing_ancestor(path: Path) -> Path:
@@ -118,7 +233,23 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
-def check_location(dest: Path, force: bool, need_bytes: int = 0) -> None:
+# What an engine stores besides its weights (kernels, tactics): 4-8 MB measured on the demo model.
+ENGINE_OVERHEAD_BYTES = 8 << 20
+_GRAPH_MARGIN_BYTES = 1 << 20  # the graph's nodes and the manifest
+
+
+def output_bytes(weight_bytes: int, engines: int = 0) -> int:
+    """About the most the output takes on disk while it is written: the weights streamed into
+    model.onnx.data and, for a graph small enough to inline them, model.onnx holding them again
+    before the data file goes; with ``engines``, the build's lowered graph (about the weights) and
+    each engine (its weights and ``ENGINE_OVERHEAD_BYTES``)."""
+    export = weight_bytes * (2 if weight_bytes <= INLINE_LIMIT else 1) + _GRAPH_MARGIN_BYTES
+    if not engines:
+        return export
+    return export + weight_bytes + engines * (weight_bytes + ENGINE_OVERHEAD_BYTES)
+
+
+def check_location(dest: Path, force: bool, need_bytes: int = 0, what: str = "the export") -> None:
     """Before any work: ``dest`` may be written (``check_replaceable``), its nearest existing parent
     is a directory this process can create entries in, with about ``need_bytes`` free."""
     dest = Path(dest)
@@ -135,7 +266,7 @@ def check_location(dest: Path, force: bool, need_bytes: int = 0) -> None:
     free = shutil.disk_usage(parent).free
     if free < need_bytes:
         raise OutputLocationError(
-            f"{dest}: {parent} has {free / 2**20:.1f} MiB free and the export needs about "
+            f"{dest}: {parent} has {free / 2**20:.1f} MiB free and {what} needs about "
             f"{need_bytes / 2**20:.1f} MiB; free some space or choose another -o location")
 
 

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import torch
 
+from .. import contract
 from . import w4a4, w4a16, w8a8
 
 # Grouped op type -> the dense op whose arithmetic each expert follows.
-DENSE_OF = {"W4A16MoEProj": "W4A16Proj", "W8A8MoEProj": "W8A8Proj", "W4A4MoEProj": "W4A4Proj"}
+DENSE_OF = {t: s.grouped_of for t, s in contract.OPS.items() if s.grouped_of is not None}
 OP_TYPES = tuple(DENSE_OF)
 ROUTING_INPUTS = (("topk_ids", "tensor(int32)", False), ("topk_weights", "T", True))
 # Tensors stacked with a leading expert axis whose per-expert form is a scalar [1] in the dense op.
@@ -53,7 +54,7 @@ def dense_reference(op_type: str, x: torch.Tensor, t: dict, attrs: dict) -> torc
                           int(attrs["group_size"]), attrs["activation_format"])
     if dense == "W8A8Proj":
         return w8a8.proj(x, t["weight"], t["weight_scale"], t.get("bias"), attrs["weight_scale_granularity"],
-                         attrs["activation_format"], attrs["activation_scale_granularity"])
+                         attrs["activation_format"], attrs["activation_scale_granularity"], t.get("input_scale"))
     return w4a4.proj(x, t["weight"], t["weight_scale"], t["weight_global_scale"], t.get("input_scale"),
                      t.get("bias"), attrs["activation_format"])
 

@@ -28,30 +28,39 @@ from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 
 from .. import contract
 from ..errors import InputError
+from ..exporter.external_data import external_data_files
+from ..exporter.names import REFERENCE_DTYPES
 from . import onnx_translation  # noqa: F401  (registers the schemas shape inference reads)
 from . import torch_ops
 
 CONTRIB = "ai.onnx.contrib"
-_DT = {onnx.TensorProto.FLOAT: ("float", PyCustomOpDef.dt_float),
-       onnx.TensorProto.FLOAT16: ("float16", PyCustomOpDef.dt_float16)}
+_ORT_TYPES = {"float32": (onnx.TensorProto.FLOAT, ("float", PyCustomOpDef.dt_float)),
+              "float16": (onnx.TensorProto.FLOAT16, ("float16", PyCustomOpDef.dt_float16))}
+_DT = dict(_ORT_TYPES[name] for name in REFERENCE_DTYPES)
 # Contract dtypes the Python ops take widened (exactly) to float32 through a Cast, and their torch dtype.
 _WIDENED = {"bfloat16": torch.bfloat16}
 _INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32,
              **{d: PyCustomOpDef.dt_float for d in _WIDENED}}
-_ATTR_DT = {"int": PyCustomOpDef.dt_int64, "string": PyCustomOpDef.dt_string}
+_ATTR_DT = {"int": PyCustomOpDef.dt_int64, "float": PyCustomOpDef.dt_float, "string": PyCustomOpDef.dt_string}
 _registered: set[str] = set()
 
 
-def _impl(op_type: str, present: list[str]):
-    """A numpy-in, numpy-out function running the reference of ``op_type``."""
+def _impl(op_type: str, present: list[str], outputs: list[str]):
+    """A numpy-in, numpy-out function running the reference of ``op_type`` (the ``outputs``
+    present, of an op of several)."""
+    spec = contract.op(op_type)
 
     def run(x, *rest, **attrs):
         t = dict(zip(present, (torch.from_numpy(np.ascontiguousarray(a)) for a in rest)))
-        for i in contract.op(op_type).inputs:
+        for i in spec.inputs:
             if i.dtype in _WIDENED and i.name in t:
                 t[i.name] = t[i.name].to(_WIDENED[i.dtype])  # back from the exact float32 Cast
         xt = torch.from_numpy(np.ascontiguousarray(x))
-        return torch_ops.reference(op_type, xt, t, attrs).numpy()
+        out = torch_ops.reference(op_type, xt, t, attrs)
+        if not isinstance(out, tuple):
+            return out.numpy()
+        every = dict(zip((o.name for o in spec.outputs), out))
+        return tuple(every[o].contiguous().numpy() for o in outputs)
 
     return run
 
@@ -71,14 +80,23 @@ def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
         )
     spec = contract.op(op_type)
     present = [i.name for i in spec.inputs if not i.optional or has[i.name]]
+    outputs = [o.name for o in spec.outputs if not o.optional or has[o.gate]]
     tag = "_".join("".join(w[0] for w in p.split("_")) for p in present)
     name = f"{op_type}__{_DT[x_type][0]}__{tag}"
     if name not in _registered:
+        types = {**_INPUT_DT, "x": _DT[x_type][1]}
         onnx_op(op_type=name, domain=CONTRIB,
-                inputs=[_DT[x_type][1]] + [{**_INPUT_DT, "x": _DT[x_type][1]}[spec.input(p).dtype] for p in present],
-                outputs=[_DT[x_type][1]], attrs=attribute_types(op_type))(_impl(op_type, present))
+                inputs=[_DT[x_type][1]] + [types[spec.input(p).dtype] for p in present],
+                outputs=[types[spec.output(o).dtype] for o in outputs],
+                attrs=attribute_types(op_type))(_impl(op_type, present, outputs))
         _registered.add(name)
     return name
+
+
+def _flags(spec: contract.OpSpec, present: dict[str, bool]) -> dict[str, bool]:
+    """Optional input name -> present, and gate attribute -> set (an optional output's gate is
+    always some optional input's)."""
+    return {**present, **{i.gate: present[i.name] for i in spec.inputs if i.optional}}
 
 
 def _register_all() -> None:
@@ -90,7 +108,7 @@ def _register_all() -> None:
         optional = spec.optional_inputs
         for x_type in _DT:
             for bits in itertools.product((False, True), repeat=len(optional)):
-                _variant(op_type, x_type, dict(zip(optional, bits)))
+                _variant(op_type, x_type, _flags(spec, dict(zip(optional, bits))))
 
 
 _register_all()
@@ -99,9 +117,11 @@ _register_all()
 def load_graph(path: str | Path) -> onnx.ModelProto:
     """The graph of an ONNX file with its external weights left on disk (references only)."""
     try:
-        return onnx.load(str(path), load_external_data=False)
+        model = onnx.load(str(path), load_external_data=False)
     except Exception as e:  # protobuf DecodeError, OSError: an unreadable or truncated file
         raise InputError(f"{path}: cannot read the ONNX graph: {e}") from e
+    external_data_files(model, Path(path))  # a missing or truncated weights file: one line, not ORT's traceback
+    return model
 
 
 def value_types(model: onnx.ModelProto) -> dict[str, int]:
@@ -143,7 +163,7 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
             continue
         attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
         spec = contract.op(node.op_type)
-        flags = {i.name: bool(attrs.get(i.gate, 0)) for i in spec.inputs if i.optional}
+        flags = _flags(spec, {i.name: i.present(attrs, spec.defaults()) for i in spec.inputs if i.optional})
         present = [i for i in spec.inputs if not i.optional or flags[i.name]]
         for pos, i in enumerate(present, start=1):
             if i.dtype in _WIDENED and pos < len(node.input):
@@ -165,11 +185,13 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
 
 
 def reference_session(model: str | Path | onnx.ModelProto, threads: int | None = None,
-                      base_dir: str | Path | None = None, extra_outputs=()) -> ort.InferenceSession:
+                      base_dir: str | Path | None = None, extra_outputs=(),
+                      prepack: bool = True) -> ort.InferenceSession:
     """An ONNX Runtime CPU session of ``model`` with the metrale reference ops.
 
     ``model`` is a path (its external data is read from its directory) or a graph proto whose
-    external data lies in ``base_dir``."""
+    external data lies in ``base_dir``. ``prepack=False``: no second, repacked copy of the float
+    weights (the lm_head's MatMul), for sessions that run a few times."""
     if isinstance(model, onnx.ModelProto):
         proto = model
     else:
@@ -183,4 +205,6 @@ def reference_session(model: str | Path | onnx.ModelProto, threads: int | None =
     so.log_severity_level = 3
     if threads:
         so.intra_op_num_threads = threads
+    if not prepack:
+        so.add_session_config_entry("session.disable_prepacking", "1")
     return ort.InferenceSession(ref.SerializeToString(), so, providers=["CPUExecutionProvider"])

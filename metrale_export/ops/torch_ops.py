@@ -1,5 +1,5 @@
-"""The metrale projection ops as torch custom ops (torch.library), namespace ``metrale``, one per
-``contract`` spec.
+"""The metrale ops as torch custom ops (torch.library), namespace ``metrale``, one per ``contract``
+spec.
 
 Each op has a CPU implementation (the reference of docs/ops.md, from the per-format modules) and a
 fake implementation for tracing; ``metrale_export.ops.cuda`` registers the CUDA implementation
@@ -7,7 +7,9 @@ that calls the plugin kernels, and ``metrale_export.ops.onnx_translation`` maps 
 ``metrale`` ONNX node. Invariants: an op's arguments are x, the contract's inputs (optional ones
 ``None`` when absent), then its attributes but the has_* gates, in contract order
 (``OpSpec.torch_attributes``); ``reference`` is the one place that maps them to the per-format
-references, for the torch ops and the ONNX Runtime ops alike.
+references, for the torch ops and the ONNX Runtime ops alike. An op of one output returns a Tensor,
+an op of several a tuple of every output (``OpSpec.outputs``; an absent optional one is a copy of
+the input its ``absent`` names), shaped by the contract's expressions (``output_shape``).
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import torch
 from torch import Tensor
 
 from .. import contract
-from . import moe, w4a4, w4a16, w8a8
+from . import attention as attention_ref, float_proj as float_proj_ref, moe, norms, router as router_ref, w4a4, w4a16, w8a8
 
-_TORCH_TYPES = {"int": "SymInt", "string": "str"}
+_TORCH_TYPES = {"int": "SymInt", "float": "float", "string": "str"}
 
 # op type -> the per-format reference, called with x, the inputs by name and the attributes by name.
 _REFERENCES = {
@@ -26,10 +28,19 @@ _REFERENCES = {
                                             int(a["group_size"]), a["activation_format"]),
     "W8A8Proj": lambda x, t, a: w8a8.proj(x, t["weight"], t["weight_scale"], t.get("bias"),
                                           a["weight_scale_granularity"], a["activation_format"],
-                                          a["activation_scale_granularity"]),
+                                          a["activation_scale_granularity"], t.get("input_scale")),
     "W4A4Proj": lambda x, t, a: w4a4.proj(x, t["weight"], t["weight_scale"], t["weight_global_scale"],
                                           t.get("input_scale"), t.get("bias"), a["activation_format"]),
 }
+# The non-projection ops (docs/ops.md, "Norms, float projections and the router").
+_REFERENCES.update({
+    "RMSNorm": lambda x, t, a: norms.rms_norm(x, t["weight"], t.get("residual"), t.get("gate"), float(a["epsilon"]),
+                                              int(a["weight_offset"])),
+    "FloatProj": lambda x, t, a: float_proj_ref.proj(x, t["weight"], t.get("bias")),
+    "Router": lambda x, t, a: router_ref.route(x, int(a["top_k"]), int(a["normalize"])),
+})
+# Attention (docs/ops.md, "Attention"; reference in ops/attention.py).
+_REFERENCES["Attention"] = lambda x, t, a: attention_ref.attention_reference(x, t["key"], t["value"], float(a["scale"]))
 # The grouped-expert ops (docs/ops.md, "Grouped-expert ops"; reference in ops/moe.py).
 for _t, _spec in contract.OPS.items():
     if _spec.grouped_of is not None:
@@ -50,7 +61,28 @@ def schema(spec: contract.OpSpec) -> str:
     """The torch schema of ``metrale::<spec.torch_name>``."""
     args = ["Tensor x"] + [f"Tensor{'?' if spec.input(i).optional else ''} {i}" for i in spec.torch_inputs]
     args += [f"{_TORCH_TYPES[spec.attribute(a).type]} {a}" for a in spec.torch_attributes]
-    return f"({', '.join(args)}) -> Tensor"
+    out = "Tensor" if len(spec.outputs) == 1 else f"({', '.join('Tensor' for _ in spec.outputs)})"
+    return f"({', '.join(args)}) -> {out}"
+
+
+_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
+                 "int8": torch.int8, "int32": torch.int32}
+
+
+def output_shape(spec: contract.OpSpec, output: contract.Output, x: Tensor, attrs: dict) -> tuple:
+    """The shape of ``output`` for x and the attributes: "m" is x's rows, "..." x's leading
+    dimensions (all but the last), "x.<i>" x's dimension i, other names attributes."""
+    dims: list = []
+    for d in output.shape:
+        if d == "...":
+            dims.extend(x.shape[:-1])
+        else:
+            dims.append(x.shape[0] if d == "m" else x.shape[int(d[2:])] if d.startswith("x.") else attrs[d])
+    return tuple(dims)
+
+
+def output_dtype(output: contract.Output, x: Tensor) -> torch.dtype:
+    return x.dtype if output.dtype == "x" else _TORCH_DTYPES[output.dtype]
 
 
 def _define(spec: contract.OpSpec):
@@ -59,13 +91,18 @@ def _define(spec: contract.OpSpec):
     def impl(x, *args):
         inputs = dict(zip(names, args))
         attrs = dict(zip(spec.torch_attributes, args[len(names):]))
-        return reference(spec.op_type, x, inputs, attrs)
+        out = reference(spec.op_type, x, inputs, attrs)
+        if isinstance(out, tuple):  # a custom op's outputs may not alias its inputs
+            given = [x, *args]
+            out = tuple(o.clone() if any(o is g for g in given) else o for o in out)
+        return out
 
     def fake(x, *args):
         a = dict(zip(spec.torch_attributes, args[len(names):]))
         if spec.grouped_of is not None and not a["combine"]:
             return x.new_empty((x.shape[0], a["top_k"], a["n"]))
-        return x.new_empty((x.shape[0], a["n"]))
+        outs = tuple(x.new_empty(output_shape(spec, o, x, a), dtype=output_dtype(o, x)) for o in spec.outputs)
+        return outs[0] if len(outs) == 1 else outs
 
     op = torch.library.custom_op(f"metrale::{spec.torch_name}", impl, mutates_args=(), schema=schema(spec))
     op.register_fake(fake)
@@ -79,3 +116,7 @@ w4a4_proj = OPS["W4A4Proj"]
 w4a16_moe_proj = OPS["W4A16MoEProj"]
 w8a8_moe_proj = OPS["W8A8MoEProj"]
 w4a4_moe_proj = OPS["W4A4MoEProj"]
+rms_norm = OPS["RMSNorm"]
+float_proj = OPS["FloatProj"]
+router = OPS["Router"]
+attention = OPS["Attention"]

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from . import weight_cache
 from .numerics import (
     E2M1_MAX,
     E4M3_MAX,
@@ -134,11 +135,14 @@ def proj(
     """CPU reference of W4A4Proj in the dtype of x."""
     gw = weight_global_scale.to(torch.float32).reshape(())
     if activation_format == "bf16":
-        wb = bf16_round(dequantize_factors(weight, weight_scale) * gw)
+        wb = weight_cache.expanded("w4a4-bf16", (weight, weight_scale, weight_global_scale), (),
+                                   lambda: bf16_round(dequantize_factors(weight, weight_scale) * gw))
         acc = bf16_round(x.to(torch.float32)) @ wb.T
     elif activation_format == "nvfp4":
         a, ga = quantize_activation(x, input_scale)
-        acc = (a @ dequantize_factors(weight, weight_scale).T) * (ga * gw)
+        factors = weight_cache.expanded("w4a4-factors", (weight, weight_scale), (),
+                                        lambda: dequantize_factors(weight, weight_scale))
+        acc = (a @ factors.T) * (ga * gw)
     else:
         raise ValueError(f"W4A4Proj runs bf16 or nvfp4 activations, asked for {activation_format!r}")
     if bias is not None:

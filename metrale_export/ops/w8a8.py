@@ -1,8 +1,9 @@
 """W8A8Proj: FP8 e4m3 weights (per-channel or 128x128 block scales), FP8 or bf16 activations.
 
 Quantizer, dequantizer, the in-op activation quantizer and the CPU reference of the op, following
-docs/ops.md. Invariants: activation scales are per row or per (row, 128-block), never per tensor, so
-a row's result depends on that row alone.
+docs/ops.md. Invariants: activation scales are per row, per (row, 128-block), or one static scale
+(``tensor``: calibrated at export, an input of the op, never computed from the batch), so a row's
+result depends on that row alone; with the static scale, x / sx saturates to +-448.
 """
 
 from __future__ import annotations
@@ -11,11 +12,14 @@ from dataclasses import dataclass
 
 import torch
 
-from ..contract import ceil_div
+from ..contract import STATIC_ACTIVATION_SCALE, W8A8, ceil_div
+from . import weight_cache
 from .numerics import E4M3_MAX, FP8_BLOCK, bf16_round, e4m3_from_bits, e4m3_round, e4m3_to_bits
 
-WEIGHT_SCALE_GRANULARITIES = ("channel", "block128")
-ACT_SCALE_GRANULARITIES = ("row", "row_block128")
+STATIC = STATIC_ACTIVATION_SCALE  # the static per-tensor scale (calibrated)
+WEIGHT_SCALE_GRANULARITIES = W8A8.attribute("weight_scale_granularity").values
+# The dynamic granularities, computed from the row (STATIC is the static one).
+ACT_SCALE_GRANULARITIES = tuple(g for g in W8A8.attribute("activation_scale_granularity").values if g != STATIC)
 
 
 @dataclass(frozen=True)
@@ -64,11 +68,26 @@ def dequantize(weight: torch.Tensor, weight_scale: torch.Tensor, granularity: st
     return e4m3_from_bits(weight) * expand_weight_scale(weight_scale, granularity, n, k)
 
 
-def quantize_activation(x: torch.Tensor, granularity: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Dynamic FP8 activation quantization of bf16(x): (xq float32 values [M, K], sx [M, nblocks]).
+def static_scale(amax: float) -> float:
+    """The static FP8 activation scale of a calibrated input amax: amax / 448 in float32, 1 where
+    amax is 0 (the dynamic row scale's rule, over the calibration data)."""
+    a = torch.tensor(float(amax), dtype=torch.float32)
+    return float(torch.where(a > 0, a / E4M3_MAX, torch.ones_like(a)))
 
-    For ``row`` granularity sx has one column; otherwise one per 128 columns of K.
+
+def quantize_activation(x: torch.Tensor, granularity: str,
+                        input_scale: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """FP8 activation quantization of bf16(x): (xq float32 values [M, K], sx [M, nblocks]).
+
+    For ``row`` granularity sx has one column; for ``row_block128`` one per 128 columns of K; for
+    ``tensor`` it is ``input_scale`` on every row (x / sx saturating to +-448).
     """
+    if granularity == STATIC:
+        if input_scale is None or input_scale.numel() != 1:
+            raise ValueError("activation scale granularity 'tensor' needs input_scale, one float32 value")
+        x = bf16_round(x.to(torch.float32))
+        sx = input_scale.to(torch.float32).reshape(1, 1).expand(x.shape[0], 1)
+        return e4m3_round(x / sx).to(torch.float32), sx
     if granularity not in ACT_SCALE_GRANULARITIES:
         raise ValueError(
             f"activation scale granularity must be one of {ACT_SCALE_GRANULARITIES}, "
@@ -99,23 +118,27 @@ def proj(
     weight_scale_granularity: str,
     activation_format: str = "fp8",
     activation_scale_granularity: str = "row",
+    input_scale: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """CPU reference of W8A8Proj in the dtype of x."""
+    """CPU reference of W8A8Proj in the dtype of x (``input_scale``: the static scale of
+    activation_scale_granularity ``tensor``)."""
     n, k = weight.shape
     if activation_format == "bf16":
-        wb = bf16_round(dequantize(weight, weight_scale, weight_scale_granularity))
+        wb = weight_cache.expanded("w8a8-bf16", (weight, weight_scale), (weight_scale_granularity,),
+                                   lambda: bf16_round(dequantize(weight, weight_scale, weight_scale_granularity)))
         acc = bf16_round(x.to(torch.float32)) @ wb.T
     elif activation_format == "fp8":
-        xq, sx = quantize_activation(x, activation_scale_granularity)
-        wq = e4m3_from_bits(weight)
-        if weight_scale_granularity == "channel" and activation_scale_granularity == "row":
+        xq, sx = quantize_activation(x, activation_scale_granularity, input_scale)
+        wq = weight_cache.expanded("w8a8-fp8", (weight,), (), lambda: e4m3_from_bits(weight))
+        one_scale = activation_scale_granularity in ("row", STATIC)  # one sx per row
+        if weight_scale_granularity == "channel" and one_scale:
             acc = (xq @ wq.T) * sx * weight_scale.to(torch.float32)[None, :]
         else:
             acc = torch.zeros(x.shape[0], n, dtype=torch.float32, device=x.device)
             for b in range(ceil_div(k, FP8_BLOCK)):
                 ks = slice(b * FP8_BLOCK, min(k, (b + 1) * FP8_BLOCK))
                 partial = xq[:, ks] @ wq[:, ks].T
-                sxb = sx[:, :1] if activation_scale_granularity == "row" else sx[:, b : b + 1]
+                sxb = sx[:, :1] if one_scale else sx[:, b : b + 1]
                 if weight_scale_granularity == "channel":
                     swb = weight_scale.to(torch.float32)
                 else:

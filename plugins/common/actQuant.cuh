@@ -6,7 +6,8 @@
  * - Every quantity of row m is computed from row m of x alone (one CTA per row), so the pre-pass
  *   keeps row invariance.
  * - The arithmetic is the contract's, with explicit roundings: sx = amax / 448 (correctly rounded,
- *   1 where amax == 0); xq = e4m3(x / sx); ga = amax / 2688 or input_scale; sa = e4m3(bmax / (6*ga));
+ *   1 where amax == 0) or the static input_scale; xq = e4m3(x / sx), saturating to +-448;
+ *   ga = amax / 2688 or input_scale; sa = e4m3(bmax / (6*ga));
  *   eff = float(sa) * ga; xq = e2m1(x / eff) (0 where eff == 0).
  * - The A operand holds exact values: fp8 values as f16 (every e4m3 value is an f16), nvfp4 factors
  *   e2m1 * e4m3 as f16 (at most 6 significant bits, in [2^-10, 2688]).
@@ -123,6 +124,26 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantFp8Kernel(const void
                 xq[base + k] = __half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3));
             }
         }
+    }
+}
+
+/* FP8 quantization with the static scale (activation_scale_granularity tensor): no amax pass,
+ * one elementwise pass over all [total = M*K] elements, xq = e4m3(bf16(x) / *inputScale) saturating
+ * (exact f16); the scale is copied to sx[0..M) so the GEMM reads per-row scales as for `row`. */
+static __global__ void __launch_bounds__(kACT_THREADS) quantFp8StaticKernel(const void* __restrict__ x,
+    int32_t dtype, const float* __restrict__ inputScale, __half* __restrict__ xq, float* __restrict__ sx,
+    size_t total, int M)
+{
+    const float s = __ldg(inputScale);
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    {
+        if (i < static_cast<size_t>(M))
+        {
+            sx[i] = s;
+        }
+        const uint8_t q = e4m3Encode(__fdiv_rn(loadXBf16(x, dtype, i), s));
+        xq[i] = __half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3));
     }
 }
 

@@ -21,11 +21,12 @@
 namespace metrale
 {
 
-constexpr float kE4M3_MAX = 448.0f;
-constexpr float kE2M1_MAX = 6.0f;
-constexpr float kNVFP4_GLOBAL_DIV = 2688.0f;  // 6 * 448
-constexpr int kNVFP4_BLOCK = 16;
-constexpr int kFP8_BLOCK = 128;
+// The op contract's constants (metrale/contract.h, generated from metrale_export/contract.py).
+constexpr float kE4M3_MAX = contract::kE4M3_MAX;
+constexpr float kE2M1_MAX = contract::kE2M1_MAX;
+constexpr float kNVFP4_GLOBAL_DIV = contract::kNVFP4_GLOBAL_DIVISOR;  // E2M1_MAX * E4M3_MAX
+constexpr int kNVFP4_BLOCK = contract::kNVFP4_BLOCK;
+constexpr int kFP8_BLOCK = contract::kFP8_BLOCK;
 
 /* bf16(v) as a float (RNE). */
 __device__ __forceinline__ float bf16Round(float v)

@@ -21,8 +21,6 @@ using nvinfer1::TensorFormat;
 
 namespace
 {
-constexpr char const* kFAMILIES[] = {"attn", "ffn", "gdn", "moe", "head"};
-
 //! "[M, " or "[M, top_k, " for x's rank, in messages.
 char const* xRowsText(int32_t rank)
 {
@@ -30,28 +28,22 @@ char const* xRowsText(int32_t rank)
 }
 } // namespace
 
-CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const* allowedFormats,
-    int32_t nbFormats, char const* defaultFormat)
+CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const* allowedFormats, int32_t nbFormats)
 {
     CommonAttributes a;
     a.n = reader.getInt("n");
     a.k = reader.getInt("k");
     METRALE_REQUIRE(a.n > 0, "field 'n': expected a positive N, found ", a.n);
     METRALE_REQUIRE(a.k > 0, "field 'k': expected a positive K, found ", a.k);
-    a.activationFormatName = reader.getString("activation_format", defaultFormat);
+    a.activationFormatName = reader.getString("activation_format");
     a.activationFormat = parseActivationFormat(a.activationFormatName, allowedFormats, nbFormats);
     a.hasBias = parseFlag(reader, "has_bias") ? 1 : 0;
-    a.family = reader.getString("family", "");
+    a.family = reader.getString("family");
     if (!a.family.empty())
     {
-        bool known = false;
-        for (char const* f : kFAMILIES)
-        {
-            known = known || a.family == f;
-        }
-        METRALE_REQUIRE(known, "field 'family': expected attn, ffn, gdn, moe or head, found '", a.family, "'");
+        parseCode("family", a.family, contract::kFAMILIES);
     }
-    a.name = reader.getString("name", "");
+    a.name = reader.getString("name");
     return a;
 }
 

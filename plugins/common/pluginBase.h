@@ -52,8 +52,8 @@ struct CommonAttributes
     std::string name;
 };
 
-//! Which op a plugin is: its ONNX op type and plugin version (the format's kOP_TYPE or
-//! kGROUPED_OP_TYPE, and kPLUGIN_VERSION).
+//! Which op a plugin is: its ONNX op type and plugin version (its contract::<Op>'s kOP_TYPE and
+//! kVERSION).
 struct OpIdentity
 {
     char const* type;
@@ -61,16 +61,14 @@ struct OpIdentity
 };
 
 //! Parses n, k, activation_format, has_bias, family and name; activation_format must be one of
-//! the nbFormats allowedFormats, defaultFormat when absent.
-CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const* allowedFormats,
-    int32_t nbFormats, char const* defaultFormat);
+//! the nbFormats allowedFormats (absent: the contract's default, which the reader knows).
+CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const* allowedFormats, int32_t nbFormats);
 
-//! The same for a format's kACTIVATION_FORMATS and kDEFAULT_ACTIVATION.
+//! The same for an op's contract::<Op>::kACTIVATION_FORMATS.
 template <int32_t N>
-CommonAttributes parseCommonAttributes(
-    FieldReader const& reader, char const* const (&allowedFormats)[N], char const* defaultFormat)
+CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const (&allowedFormats)[N])
 {
-    return parseCommonAttributes(reader, allowedFormats, N, defaultFormat);
+    return parseCommonAttributes(reader, allowedFormats, N);
 }
 
 //! The first fields of every op, n and k (a Visitor has intField(name, value) and
@@ -89,6 +87,32 @@ void visitTailFields(CommonAttributes const& a, Visitor& v)
     v.intField("has_bias", a.hasBias);
     v.stringField("family", a.family);
     v.stringField("name", a.name);
+}
+
+//! The inputs after x of an op from its contract table (Op::kINPUTS: names, types, which are
+//! optional), with dims, one per table entry in table order; an optional input is present when its
+//! gate field is 1 (an enumerated gate: when it has the value gateValue), the gate values read off
+//! the op's field list by visit(FieldValues&).
+template <int32_t N, typename Visit>
+std::vector<InputSpec> contractInputs(
+    contract::Input const (&table)[N], std::vector<std::vector<int64_t>> const& dims, Visit visit)
+{
+    METRALE_REQUIRE(static_cast<int32_t>(dims.size()) == N, "internal: ", dims.size(), " input shapes for the ", N,
+        " inputs of metrale/contract.h");
+    FieldValues gates;
+    visit(gates);
+    std::vector<InputSpec> specs;
+    for (int32_t i = 0; i < N; ++i)
+    {
+        contract::Input const& in = table[i];
+        bool const present = in.gate == nullptr
+            || (in.gateValue == nullptr ? gates.at(in.gate) != 0 : gates.text(in.gate) == in.gateValue);
+        if (present)
+        {
+            specs.push_back({table[i].name, dataType(table[i].type), dims[i]});
+        }
+    }
+    return specs;
 }
 
 //! The tensors of one enqueue after x (and the grouped ops' topk_ids), by contract name.
@@ -313,8 +337,8 @@ private:
     FieldWriter mFieldWriter;
 };
 
-//! The creator of a plugin: Plugin supplies kOP_TYPE, kPLUGIN_VERSION, fieldNames() and
-//! create(layerName, fc). kBUILD and kRUNTIME creation parse the same fields.
+//! The creator of a plugin: Plugin supplies kOP_TYPE, kPLUGIN_VERSION (its contract::<Op>'s),
+//! fieldNames() and create(layerName, fc). kBUILD and kRUNTIME creation parse the same fields.
 template <typename Plugin>
 class ProjectionPluginCreator : public nvinfer1::IPluginCreatorV3One
 {
@@ -363,26 +387,44 @@ public:
     }
 };
 
-//! The creator registered under an op's older plugin version (its format's kRETIRED_VERSION): it
+//! The creator registered under an op's older plugin version (the contract's kRETIRED_VERSION): it
 //! refuses every plugin, saying that the graph follows an older op contract and must be
 //! re-exported (docs/ops.md, "Older exports"), so an old graph is never read with the new layout.
 template <typename Plugin>
 class RetiredPluginCreator : public ProjectionPluginCreator<Plugin>
 {
+    static_assert(Plugin::Op::kRETIRED_VERSION != nullptr, "the contract names no retired version of this op");
+
 public:
     nvinfer1::IPluginV3* createPlugin(
         char const* name, nvinfer1::PluginFieldCollection const*, nvinfer1::TensorRTPhase) noexcept override
     {
         reportError(nullptr, nvinfer1::ErrorCode::kINVALID_ARGUMENT,
             cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "': plugin version ",
-                Plugin::Format::kRETIRED_VERSION, " (", Plugin::Format::kRETIRED_CHANGE,
+                Plugin::Op::kRETIRED_VERSION, " (", Plugin::Op::kRETIRED_CHANGE,
                 ") is an older metrale op contract; this library implements version ", Plugin::kPLUGIN_VERSION,
                 ": re-export the model with metrale-export"));
         return nullptr;
     }
     char const* getPluginVersion() const noexcept override
     {
-        return Plugin::Format::kRETIRED_VERSION;
+        return Plugin::Op::kRETIRED_VERSION;
+    }
+};
+
+//! The creator registered under an op's older plugin version whose graphs the current version
+//! reads as they are (the contract's kCOMPATIBLE_VERSION: the newer version only added an attribute
+//! value, contract.VALUE_SINCE): it creates the current plugin, so a node written as the older
+//! version (no plugin_version attribute) builds with the same arithmetic.
+template <typename Plugin>
+class CompatiblePluginCreator : public ProjectionPluginCreator<Plugin>
+{
+    static_assert(Plugin::Op::kCOMPATIBLE_VERSION != nullptr, "the contract names no compatible version of this op");
+
+public:
+    char const* getPluginVersion() const noexcept override
+    {
+        return Plugin::Op::kCOMPATIBLE_VERSION;
     }
 };
 

@@ -103,27 +103,29 @@ int32_t activationDType(nvinfer1::DataType type)
     throw PluginError(cat("x: expected kFLOAT, kHALF or kBF16, found ", dataTypeName(type)));
 }
 
-FieldReader::FieldReader(nvinfer1::PluginFieldCollection const* fc, nvinfer1::PluginFieldCollection const& known)
+FieldReader::FieldReader(nvinfer1::PluginFieldCollection const* fc, contract::Field const* fields, int32_t nbFields)
     : mFc(fc)
+    , mFields(fields)
+    , mNbFields(nbFields)
 {
     METRALE_REQUIRE(fc != nullptr, "the plugin field collection is null");
-    METRALE_REQUIRE(fc->nbFields >= 0 && (fc->nbFields == 0 || fc->fields != nullptr), 
+    METRALE_REQUIRE(fc->nbFields >= 0 && (fc->nbFields == 0 || fc->fields != nullptr),
         "the plugin field collection has ", fc->nbFields, " fields but no field array");
     for (int32_t i = 0; i < fc->nbFields; ++i)
     {
         char const* name = fc->fields[i].name;
         METRALE_REQUIRE(name != nullptr, "plugin field ", i, " has no name");
         bool isKnown = false;
-        for (int32_t k = 0; k < known.nbFields; ++k)
+        for (int32_t k = 0; k < nbFields; ++k)
         {
-            isKnown = isKnown || std::strcmp(known.fields[k].name, name) == 0;
+            isKnown = isKnown || std::strcmp(fields[k].name, name) == 0;
         }
         if (!isKnown)
         {
             std::string expected;
-            for (int32_t k = 0; k < known.nbFields; ++k)
+            for (int32_t k = 0; k < nbFields; ++k)
             {
-                expected += expected.empty() ? known.fields[k].name : cat(", ", known.fields[k].name);
+                expected += expected.empty() ? fields[k].name : cat(", ", fields[k].name);
             }
             throw PluginError(cat("unknown field '", name, "'; expected fields: ", expected,
                 " (docs/ops.md, the metrale op contract)"));
@@ -133,6 +135,20 @@ FieldReader::FieldReader(nvinfer1::PluginFieldCollection const* fc, nvinfer1::Pl
             METRALE_REQUIRE(std::strcmp(fc->fields[j].name, name) != 0, "field '", name, "' is given twice");
         }
     }
+}
+
+contract::Field const& FieldReader::field(char const* name, contract::FieldType type) const
+{
+    for (int32_t k = 0; k < mNbFields; ++k)
+    {
+        if (std::strcmp(mFields[k].name, name) == 0 && mFields[k].type == type)
+        {
+            return mFields[k];
+        }
+    }
+    throw PluginError(cat("internal: the plugin reads field '", name, "', which metrale/contract.h does not give "
+                          "this op with that type"),
+        nvinfer1::ErrorCode::kINTERNAL_ERROR);
 }
 
 nvinfer1::PluginField const* FieldReader::find(char const* name) const
@@ -190,82 +206,164 @@ std::string FieldReader::toString(nvinfer1::PluginField const& field) const
 
 int32_t FieldReader::getInt(char const* name) const
 {
-    nvinfer1::PluginField const* field = find(name);
-    METRALE_REQUIRE(field != nullptr, "required field '", name, "' (kINT32) is missing");
-    return toInt(*field);
-}
-
-int32_t FieldReader::getInt(char const* name, int32_t defaultValue) const
-{
-    nvinfer1::PluginField const* field = find(name);
-    return field == nullptr ? defaultValue : toInt(*field);
+    contract::Field const& f = field(name, contract::FieldType::kINT);
+    nvinfer1::PluginField const* given = find(name);
+    METRALE_REQUIRE(given != nullptr || !f.required, "required field '", name, "' (kINT32) is missing");
+    return given == nullptr ? f.intDefault : toInt(*given);
 }
 
 std::string FieldReader::getString(char const* name) const
 {
-    nvinfer1::PluginField const* field = find(name);
-    METRALE_REQUIRE(field != nullptr, "required field '", name, "' (kCHAR) is missing");
-    return toString(*field);
+    contract::Field const& f = field(name, contract::FieldType::kSTRING);
+    nvinfer1::PluginField const* given = find(name);
+    METRALE_REQUIRE(given != nullptr || !f.required, "required field '", name, "' (kCHAR) is missing");
+    return given == nullptr ? std::string(f.stringDefault) : toString(*given);
 }
 
-std::string FieldReader::getString(char const* name, std::string const& defaultValue) const
+nvinfer1::PluginFieldType pluginFieldType(contract::FieldType type) noexcept
 {
-    nvinfer1::PluginField const* field = find(name);
-    return field == nullptr ? defaultValue : toString(*field);
+    switch (type)
+    {
+    case contract::FieldType::kINT: return nvinfer1::PluginFieldType::kINT32;
+    case contract::FieldType::kFLOAT: return nvinfer1::PluginFieldType::kFLOAT32;
+    case contract::FieldType::kSTRING: break;
+    }
+    return nvinfer1::PluginFieldType::kCHAR;
+}
+
+nvinfer1::DataType dataType(contract::TensorType type)
+{
+    using nvinfer1::DataType;
+    switch (type)
+    {
+    case contract::TensorType::kFLOAT32: return DataType::kFLOAT;
+    case contract::TensorType::kFLOAT16: return DataType::kHALF;
+    case contract::TensorType::kBFLOAT16: return DataType::kBF16;
+    case contract::TensorType::kINT8: return DataType::kINT8;
+    case contract::TensorType::kUINT8: return DataType::kUINT8;
+    case contract::TensorType::kINT32: return DataType::kINT32;
+    case contract::TensorType::kINT64: return DataType::kINT64;
+    case contract::TensorType::kBOOL: return DataType::kBOOL;
+    case contract::TensorType::kLIKE_X: break;
+    }
+    throw PluginError("internal: a contract input typed like x has no fixed TensorRT type",
+        nvinfer1::ErrorCode::kINTERNAL_ERROR);
+}
+
+void FieldListCheck::visit(char const* name, contract::FieldType type)
+{
+    mVisited += cat(mVisited.empty() ? "" : ", ", name);
+    mOk = mOk && mNext < mNbFields && std::strcmp(mFields[mNext].name, name) == 0 && mFields[mNext].type == type;
+    ++mNext;
+}
+
+void FieldListCheck::finish() const
+{
+    if (mOk && mNext == mNbFields)
+    {
+        return;
+    }
+    std::string want;
+    for (int32_t k = 0; k < mNbFields; ++k)
+    {
+        want += cat(k == 0 ? "" : ", ", mFields[k].name);
+    }
+    throw PluginError(cat("internal: ", mOp, "'s visitFields binds [", mVisited, "], metrale/contract.h lists [",
+                          want, "] (names, order and types must agree: fix visitFields or regenerate the header)"),
+        nvinfer1::ErrorCode::kINTERNAL_ERROR);
+}
+
+int32_t FieldValues::at(char const* name) const
+{
+    for (auto const& [field, value] : mInts)
+    {
+        if (std::strcmp(field, name) == 0)
+        {
+            return value;
+        }
+    }
+    throw PluginError(cat("internal: no int field '", name, "' in the op's field list"),
+        nvinfer1::ErrorCode::kINTERNAL_ERROR);
+}
+
+std::string const& FieldValues::text(char const* name) const
+{
+    for (auto const& [field, value] : mStrings)
+    {
+        if (std::strcmp(field, name) == 0)
+        {
+            return value;
+        }
+    }
+    throw PluginError(cat("internal: no string field '", name, "' in the op's field list"),
+        nvinfer1::ErrorCode::kINTERNAL_ERROR);
+}
+
+std::string listText(char const* const* values, int32_t nbValues)
+{
+    std::string text;
+    for (int32_t i = 0; i < nbValues; ++i)
+    {
+        text += cat(i == 0 ? "" : i + 1 == nbValues ? " or " : ", ", values[i]);
+    }
+    return text;
 }
 
 bool parseFlag(FieldReader const& reader, char const* name)
 {
-    int32_t const value = reader.getInt(name, 0);
+    int32_t const value = reader.getInt(name);
     METRALE_REQUIRE(value == 0 || value == 1, "field '", name, "': expected 0 or 1, found ", value);
     return value == 1;
 }
 
-int32_t parseChoice(char const* field, std::string const& value,
-    std::initializer_list<std::pair<char const*, int32_t>> choices)
+int32_t parseCode(char const* field, std::string const& value, char const* const* values, int32_t nbValues)
 {
-    std::string expected;
-    for (auto const& c : choices)
+    for (int32_t code = 0; code < nbValues; ++code)
     {
-        if (value == c.first)
+        if (value == values[code])
         {
-            return c.second;
+            return code;
         }
-        expected += expected.empty() ? c.first : cat(" or ", c.first);
     }
-    throw PluginError(cat("field '", field, "': expected ", expected, ", found '", value, "'"));
+    throw PluginError(cat("field '", field, "': expected ", listText(values, nbValues), ", found '", value, "'"));
+}
+
+void requireValue(char const* field, int32_t value, int32_t const* values, int32_t nbValues)
+{
+    std::vector<std::string> texts;
+    for (int32_t i = 0; i < nbValues; ++i)
+    {
+        if (value == values[i])
+        {
+            return;
+        }
+        texts.push_back(std::to_string(values[i]));
+    }
+    std::vector<char const*> pointers;
+    for (std::string const& t : texts)
+    {
+        pointers.push_back(t.c_str());
+    }
+    throw PluginError(cat("field '", field, "': expected ", listText(pointers.data(), nbValues), ", found ", value));
 }
 
 char const* activationFormatName(int32_t format) noexcept
 {
-    switch (format)
-    {
-    case kMETRALE_ACT_BF16: return "bf16";
-    case kMETRALE_ACT_FP8: return "fp8";
-    case kMETRALE_ACT_NVFP4: return "nvfp4";
-    default: return "unknown";
-    }
+    return format >= 0 && format < contract::count(contract::kACTIVATION_FORMATS)
+        ? contract::kACTIVATION_FORMATS[format]
+        : "unknown";
 }
 
 int32_t parseActivationFormat(std::string const& value, char const* const* allowed, int32_t nbAllowed)
 {
-    std::string expected;
     for (int32_t i = 0; i < nbAllowed; ++i)
     {
-        char const* a = allowed[i];
-        if (value == a)
+        if (value == allowed[i])
         {
-            for (int32_t code : {kMETRALE_ACT_BF16, kMETRALE_ACT_FP8, kMETRALE_ACT_NVFP4})
-            {
-                if (value == activationFormatName(code))
-                {
-                    return code;
-                }
-            }
+            return parseCode("activation_format", value, contract::kACTIVATION_FORMATS);
         }
-        expected += expected.empty() ? a : cat(" or ", a);
     }
-    throw PluginError(cat("field 'activation_format': expected ", expected, ", found '", value,
+    throw PluginError(cat("field 'activation_format': expected ", listText(allowed, nbAllowed), ", found '", value,
         "' (docs/ops.md, Activation formats)"));
 }
 

@@ -18,7 +18,6 @@
 #include "metrale/kernels.h"
 
 #include <cstdint>
-#include <initializer_list>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -30,9 +29,15 @@ namespace metrale
 namespace plugin
 {
 
-//! The namespace every metrale plugin registers under (docs/ops.md; each op's format names its own
-//! kPLUGIN_VERSION, as metrale_export/contract.py does).
-constexpr char const* kPLUGIN_NAMESPACE{"metrale"};
+//! The namespace every metrale plugin registers under: the contract's domain (metrale/contract.h,
+//! generated from metrale_export/contract.py, like every op's type, version and fields).
+constexpr char const* kPLUGIN_NAMESPACE{contract::kDOMAIN};
+
+//! Whether two C strings are equal, at compile time (static_assert on the contract's names).
+constexpr bool sameText(char const* a, char const* b)
+{
+    return *a == *b && (*a == '\0' || sameText(a + 1, b + 1));
+}
 
 //! An invalid argument or state found by a plugin method; carries the TensorRT error code to report.
 class PluginError : public std::runtime_error
@@ -95,29 +100,35 @@ int32_t activationDType(nvinfer1::DataType type);
 //! True for the types x (and y) may have: float32, float16, bfloat16.
 bool isActivationType(nvinfer1::DataType type) noexcept;
 
-//! Parses a PluginFieldCollection by name. Unknown field names are an error (a typo in an exporter
-//! or a mismatched contract version must not be silently ignored); a field given twice is an error.
+//! Parses a PluginFieldCollection by name against an op's contract fields (Op::kFIELDS). Unknown
+//! field names are an error (a typo in an exporter or a mismatched contract version must not be
+//! silently ignored); a field given twice is an error; an absent field takes the contract's default,
+//! and a required one (no default) is an error.
 class FieldReader
 {
 public:
-    //! @param known the fields the op accepts: the creator's getFieldNames() table.
-    FieldReader(nvinfer1::PluginFieldCollection const* fc, nvinfer1::PluginFieldCollection const& known);
+    FieldReader(nvinfer1::PluginFieldCollection const* fc, contract::Field const* fields, int32_t nbFields);
+    template <int32_t N>
+    FieldReader(nvinfer1::PluginFieldCollection const* fc, contract::Field const (&fields)[N])
+        : FieldReader(fc, fields, N)
+    {
+    }
 
-    //! A required integer field.
+    //! An integer field (kINT in the contract).
     int32_t getInt(char const* name) const;
-    //! An optional integer field.
-    int32_t getInt(char const* name, int32_t defaultValue) const;
-    //! A required string field.
+    //! A string field (kSTRING in the contract).
     std::string getString(char const* name) const;
-    //! An optional string field.
-    std::string getString(char const* name, std::string const& defaultValue) const;
 
 private:
+    //! The contract's field name, checked to have type; throws (internal) for a name it lacks.
+    contract::Field const& field(char const* name, contract::FieldType type) const;
     nvinfer1::PluginField const* find(char const* name) const;
     int32_t toInt(nvinfer1::PluginField const& field) const;
     std::string toString(nvinfer1::PluginField const& field) const;
 
     nvinfer1::PluginFieldCollection const* mFc;
+    contract::Field const* mFields;
+    int32_t mNbFields;
 };
 
 //! Builds the PluginFieldCollection a plugin serializes, as the Visitor of an op's visitFields.
@@ -156,29 +167,28 @@ private:
     nvinfer1::PluginFieldCollection mCollection{};
 };
 
-//! The fields a creator advertises through getFieldNames(): names and types, no data. Built once,
-//! by fill(*this) walking an op's visitFields with this as the Visitor.
+//! The TensorRT type of a contract field type (kINT32, kCHAR, kFLOAT32).
+nvinfer1::PluginFieldType pluginFieldType(contract::FieldType type) noexcept;
+
+//! The TensorRT type of a contract tensor type; throws for kLIKE_X (the type of x, not one type).
+nvinfer1::DataType dataType(contract::TensorType type);
+
+//! The fields a creator advertises through getFieldNames(): the contract's names and types, no data.
 class FieldNames
 {
 public:
-    template <typename Fill>
-    explicit FieldNames(Fill fill)
+    template <int32_t N>
+    explicit FieldNames(contract::Field const (&fields)[N])
     {
-        fill(*this);
+        for (contract::Field const& f : fields)
+        {
+            mFields.emplace_back(f.name, nullptr, pluginFieldType(f.type), 1);
+        }
         mCollection.nbFields = static_cast<int32_t>(mFields.size());
         mCollection.fields = mFields.data();
     }
     FieldNames(FieldNames const&) = delete;
     FieldNames& operator=(FieldNames const&) = delete;
-
-    void intField(char const* name, int32_t const&)
-    {
-        mFields.emplace_back(name, nullptr, nvinfer1::PluginFieldType::kINT32, 1);
-    }
-    void stringField(char const* name, std::string const&)
-    {
-        mFields.emplace_back(name, nullptr, nvinfer1::PluginFieldType::kCHAR, 1);
-    }
 
     nvinfer1::PluginFieldCollection const* collection() const noexcept
     {
@@ -190,16 +200,89 @@ private:
     nvinfer1::PluginFieldCollection mCollection{};
 };
 
-//! Maps the value of an enumerated string field to its code, e.g. weight_scale_granularity
-//! "channel" -> kMETRALE_WSCALE_CHANNEL; throws "field '<field>': expected a or b, found '<value>'".
-int32_t parseChoice(char const* field, std::string const& value,
-    std::initializer_list<std::pair<char const*, int32_t>> choices);
+//! A Visitor of an op's visitFields that checks the fields it binds are the contract's, in order and
+//! of the same types; finish() throws an internal PluginError naming both lists otherwise (a plugin
+//! whose members drifted from metrale/contract.h must fail at creation, not serialize wrong fields).
+class FieldListCheck
+{
+public:
+    FieldListCheck(char const* op, contract::Field const* fields, int32_t nbFields)
+        : mOp(op)
+        , mFields(fields)
+        , mNbFields(nbFields)
+    {
+    }
+    void intField(char const* name, int32_t const&)
+    {
+        visit(name, contract::FieldType::kINT);
+    }
+    void stringField(char const* name, std::string const&)
+    {
+        visit(name, contract::FieldType::kSTRING);
+    }
+    void finish() const;
+
+private:
+    void visit(char const* name, contract::FieldType type);
+
+    char const* mOp;
+    contract::Field const* mFields;
+    int32_t mNbFields;
+    int32_t mNext{0};
+    bool mOk{true};
+    std::string mVisited;
+};
+
+//! The fields a visitFields walk binds, by name: an op's gate fields (has_*, or an enumerated
+//! field such as W8A8Proj's activation_scale_granularity) for its inputs.
+class FieldValues
+{
+public:
+    void intField(char const* name, int32_t const& value)
+    {
+        mInts.emplace_back(name, value);
+    }
+    void stringField(char const* name, std::string const& value)
+    {
+        mStrings.emplace_back(name, value);
+    }
+    //! The value of the int field name; throws (internal) when the walk did not visit it.
+    int32_t at(char const* name) const;
+    //! The value of the string field name; throws (internal) when the walk did not visit it.
+    std::string const& text(char const* name) const;
+
+private:
+    std::vector<std::pair<char const*, int32_t>> mInts;
+    std::vector<std::pair<char const*, std::string>> mStrings;
+};
+
+//! The code of an enumerated string field's value: its index in the contract's values (the order
+//! of the kernels' enum, e.g. W8A8Proj::kWEIGHT_SCALE_GRANULARITY_VALUES -> MetraleWeightScale);
+//! throws "field '<field>': expected a or b, found '<value>'".
+int32_t parseCode(char const* field, std::string const& value, char const* const* values, int32_t nbValues);
+template <int32_t N>
+int32_t parseCode(char const* field, std::string const& value, char const* const (&values)[N])
+{
+    return parseCode(field, value, values, N);
+}
+
+//! Throws "field '<field>': expected 32, 64 or 128, found <value>" unless value is one of values.
+void requireValue(char const* field, int32_t value, int32_t const* values, int32_t nbValues);
+template <int32_t N>
+void requireValue(char const* field, int32_t value, int32_t const (&values)[N])
+{
+    requireValue(field, value, values, N);
+}
 
 //! Parses a flag field (0 or 1).
 bool parseFlag(FieldReader const& reader, char const* name);
 
-//! Parses activation_format against the values an op allows (docs/ops.md, Activation formats).
+//! Parses activation_format against the values an op allows (docs/ops.md, Activation formats): the
+//! code is the value's index in contract::kACTIVATION_FORMATS (MetraleActFormat).
 int32_t parseActivationFormat(std::string const& value, char const* const* allowed, int32_t nbAllowed);
+
+//! "a, b or c" for messages.
+std::string listText(char const* const* values, int32_t nbValues);
 
 //! The attribute spelling of an activation format code ("bf16").
 char const* activationFormatName(int32_t format) noexcept;

@@ -27,13 +27,16 @@ METRALE_PLUGIN_API nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t
     static ProjectionPluginCreator<DenseProjPlugin<W8A8Format>> sW8A8Creator;
     static ProjectionPluginCreator<DenseProjPlugin<W4A4Format>> sW4A4Creator;
     static RetiredPluginCreator<DenseProjPlugin<W4A16Format>> sW4A16V1Creator;  // refuses version-1 graphs
+    static CompatiblePluginCreator<DenseProjPlugin<W8A8Format>> sW8A8V1Creator;  // version-1 nodes, as they are
     // The grouped-expert ops (plugins/moeProj/).
     static ProjectionPluginCreator<GroupedProjPlugin<W4A16Format>> sW4A16MoECreator;
     static ProjectionPluginCreator<GroupedProjPlugin<W8A8Format>> sW8A8MoECreator;
     static ProjectionPluginCreator<GroupedProjPlugin<W4A4Format>> sW4A4MoECreator;
     static RetiredPluginCreator<GroupedProjPlugin<W4A16Format>> sW4A16MoEV1Creator;  // refuses version-1 graphs
+    static CompatiblePluginCreator<GroupedProjPlugin<W8A8Format>> sW8A8MoEV1Creator;  // version-1 nodes
     static nvinfer1::IPluginCreatorInterface* const kCREATORS[] = {&sW4A16Creator, &sW8A8Creator, &sW4A4Creator,
-        &sW4A16V1Creator, &sW4A16MoECreator, &sW8A8MoECreator, &sW4A4MoECreator, &sW4A16MoEV1Creator};
+        &sW4A16V1Creator, &sW8A8V1Creator, &sW4A16MoECreator, &sW8A8MoECreator, &sW4A4MoECreator,
+        &sW4A16MoEV1Creator, &sW8A8MoEV1Creator};
     nbCreators = static_cast<int32_t>(sizeof(kCREATORS) / sizeof(kCREATORS[0]));
     return kCREATORS;
 }

@@ -582,10 +582,12 @@ struct Tiers
     // 4-bit codes: 128 activation rows per CTA halve the dequantization per mma (measured 1.3x on
     // the H200). FP8 codes dequantize cheaply and keep 64 rows with 16-byte B loads (faster for
     // them); per-block policies hold a third accumulator set (the block's partial), so one weight
-    // tile per warp (no spills).
+    // tile per warp (no spills); so do 16-bit (bf16, FloatProj) weights, whose codes take twice
+    // the registers of FP8's.
     static constexpr bool kWideX = P::kCODE_BITS == 4 && !P::kPER_BLOCK;
+    static constexpr bool kOneTile = P::kPER_BLOCK || P::kCODE_BITS == 16;
     using M128 = std::conditional_t<kWideX, TileConfig<1, 16, 8, 1, 3>,
-        std::conditional_t<P::kPER_BLOCK, TileConfig<1, 8, 8, 1, 3>, TileConfig<2, 8, 8, 1, 3>>>;
+        std::conditional_t<kOneTile, TileConfig<1, 8, 8, 1, 3>, TileConfig<2, 8, 8, 1, 3>>>;
 };
 
 template <class P, class C>

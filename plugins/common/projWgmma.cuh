@@ -40,6 +40,8 @@
 #define METRALE_PROJ_WGMMA_CUH
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <cuda_runtime.h>
 #include <type_traits>
 
@@ -278,7 +280,7 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, uint32_t by
  * mbarriers, the slices' sum, the policy's table. Codes: the 16-byte chunk v (0 .. kCB / 64 - 1) of
  * quad lane t of CTA row r at v * (kWG_ROWS * 64) + r * 64 + t * 16, so that a quarter warp's reads
  * (rows g, g + 1, lanes t) are 128 contiguous bytes; meta: row r's words at r * kMW * 4. */
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, bool kDeep = false>
 struct WgLayout
 {
     static constexpr bool kS = WgSmemCodes<P>::value;  // codes and meta in the stage
@@ -288,7 +290,7 @@ struct WgLayout
     static constexpr int kStage = kMeta + (kS ? kWG_ROWS * P::kMW * 4 : 0);
     static constexpr int kBar = kST * kStage;
     static constexpr int kTot = kBar + 128;                          // the slices' sum, [kN / 2][256] floats
-    static constexpr int kTable = kTot + (kN / 2) * 128 * kWG_CONSUMERS * 4;
+    static constexpr int kTable = kTot + (kDeep ? 0 : (kN / 2) * 128 * kWG_CONSUMERS * 4);  // deep: the sum in registers
     static constexpr int kSmem = kTable + P::kTABLE_BYTES;
     static_assert(kSmem <= 227 * 1024, "shared memory");
     static_assert(kST >= 2 && kST * 16 <= 128, "mbarriers");
@@ -296,13 +298,73 @@ struct WgLayout
 };
 
 /* The deepest ring (at most kMax stages) that fits the shared memory beside the rest. */
-template <class P, int kN, int kMax>
+template <class P, int kN, int kMax, bool kDeep = false>
 constexpr int wgStages()
 {
     constexpr int stage = kN * 256 + (WgSmemCodes<P>::value ? kWG_ROWS * P::kCB + kWG_ROWS * P::kMW * 4 : 0);
-    constexpr int rest = 128 + (kN / 2) * 128 * kWG_CONSUMERS * 4 + P::kTABLE_BYTES;
+    constexpr int rest = 128 + (kDeep ? 0 : (kN / 2) * 128 * kWG_CONSUMERS * 4) + P::kTABLE_BYTES;
     constexpr int fit = (227 * 1024 - rest) / stage;
     return fit < kMax ? fit : kMax;
+}
+
+/* The wgmma consumers' epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for
+ * tokens m0 + 8 j + 2 t + e; tot is the slices' sum (the split: this slice's, for wgReduceKernel). */
+template <class P, int kN>
+__device__ __forceinline__ void wgEpilogue(const typename P::Params& p, const float (&tot)[kN / 2],
+    void* __restrict__ Y, float* __restrict__ part, int M, int N, int32_t yDtype, int m0, const int (&nRow)[2],
+    const bool (&nOk)[2], int t)
+{
+    // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
+    if (part != nullptr)
+    {
+        // Split: this slice's sum (0 + acc_z) for wgReduceKernel, which folds the slices in order.
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr)
+        {
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+            {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                {
+                    const int m = m0 + 8 * j + 2 * t + e;
+                    if (nOk[hr] && m < M)
+                    {
+                        part[(static_cast<size_t>(blockIdx.z) * M + m) * N + nRow[hr]] = tot[4 * j + 2 * hr + e];
+                    }
+                }
+            }
+        }
+        return;
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        if (!nOk[hr])
+        {
+            continue;
+        }
+        const int n = nRow[hr];
+        const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+        {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+            {
+                const int m = m0 + 8 * j + 2 * t + e;
+                if (m < M)
+                {
+                    float v = P::finish(p, tot[4 * j + 2 * hr + e], m, n);
+                    if (p.bias != nullptr)
+                    {
+                        v = __fadd_rn(v, bias);
+                    }
+                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+                }
+            }
+        }
+    }
 }
 
 /*
@@ -500,57 +562,7 @@ __device__ __forceinline__ void consumeWgmmaRegs(const typename P::Params& p, ui
         tot[e] = totS[e * 128 * kWG_CONSUMERS];
     }
 
-    // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
-    if (part != nullptr)
-    {
-        // Split: this slice's sum (0 + acc_z) for wgReduceKernel, which folds the slices in order.
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-        {
-#pragma unroll
-            for (int j = 0; j < kN / 8; ++j)
-            {
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                {
-                    const int m = m0 + 8 * j + 2 * t + e;
-                    if (nOk[hr] && m < M)
-                    {
-                        part[(static_cast<size_t>(blockIdx.z) * M + m) * N + nRow[hr]] = tot[4 * j + 2 * hr + e];
-                    }
-                }
-            }
-        }
-        return;
-    }
-#pragma unroll
-    for (int hr = 0; hr < 2; ++hr)
-    {
-        if (!nOk[hr])
-        {
-            continue;
-        }
-        const int n = nRow[hr];
-        const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
-#pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
-        {
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-            {
-                const int m = m0 + 8 * j + 2 * t + e;
-                if (m < M)
-                {
-                    float v = P::finish(p, tot[4 * j + 2 * hr + e], m, n);
-                    if (p.bias != nullptr)
-                    {
-                        v = __fadd_rn(v, bias);
-                    }
-                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
-                }
-            }
-        }
-    }
+    wgEpilogue<P, kN>(p, tot, Y, part, M, N, yDtype, m0, nRow, nOk, t);
 #endif
 }
 
@@ -724,57 +736,150 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
         tot[e] = totS[e * 128 * kWG_CONSUMERS];
     }
 
-    // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
-    if (part != nullptr)
-    {
-        // Split: this slice's sum (0 + acc_z) for wgReduceKernel, which folds the slices in order.
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr)
-        {
-#pragma unroll
-            for (int j = 0; j < kN / 8; ++j)
-            {
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                {
-                    const int m = m0 + 8 * j + 2 * t + e;
-                    if (nOk[hr] && m < M)
-                    {
-                        part[(static_cast<size_t>(blockIdx.z) * M + m) * N + nRow[hr]] = tot[4 * j + 2 * hr + e];
-                    }
-                }
-            }
-        }
-        return;
-    }
+    wgEpilogue<P, kN>(p, tot, Y, part, M, N, yDtype, m0, nRow, nOk, t);
+#endif
+}
+
+/*
+ * The deep variant of consumeWgmma (METRALE_W4A16_WG=deep, launchProjWgmma): the same arithmetic in
+ * the same k order (each slice from +0 over its blocks in ascending order, steps s = 0..7 of each, one
+ * wgmma m64nNk16 a step; the slices folded from the left with __fadd_rn), only scheduled deeper.
+ * Per step: dequantize the step's A fragment into slot s % kWG_RING of a small ring, wgmma.fence,
+ * the wgmma, commit it as a group of its own and wait until at most kWG_RING - 1 groups are pending
+ * (so the slot written next is free), which keeps kWG_RING - 1 wgmmas in flight across the 128-k
+ * blocks. A block's stage is released once its last wgmma is known done (after step 2 of the next
+ * block's, or at the slice's end). The slices' sum is in registers (no shared-memory sum: more
+ * stages), and the pipe drains (wait_group 0) only at a slice's end, outside the blocks' loop.
+ */
+constexpr int kWG_RING = 4;  // A-fragment slots (a divisor of 8: the slot is a constant per step)
+
+template <class P, int kN, int kST>
+__device__ __forceinline__ void consumeWgmmaDeep(const typename P::Params& p, uint8_t* smem, uint64_t* full,
+    uint64_t* empty, const uint8_t* table, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
+    int32_t yDtype, int slices, int nkb, int m0, int n0)
+{
+#ifdef METRALE_SM90A
+    using L = WgLayout<P, kN, kST, true>;
+    constexpr int kCW = P::kCB / 16;  // code words per thread per weight row per block
+    constexpr int kCV = kCW / 4;      // 16-byte chunks of them
+    constexpr int kACC = kN / 2;      // accumulators per thread: kN / 8 n8 column tiles x 4
+    const int tid = threadIdx.x;
+    const int warpId = tid >> 5;
+    const int lane = tid & 31;
+    // Warp wq of warpgroup wg holds weight rows n0 + 64 wg + 16 wq + (0..15).
+    const int wg = warpId >> 2;
+    const int wq = warpId & 3;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int rBase = 64 * wg + 16 * wq + g;  // the CTA row of hr = 0
+    int nRow[2];
+    bool nOk[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
     {
-        if (!nOk[hr])
-        {
-            continue;
-        }
-        const int n = nRow[hr];
-        const float bias = p.bias != nullptr ? p.bias[n] : 0.0f;
+        nRow[hr] = n0 + rBase + 8 * hr;
+        nOk[hr] = nRow[hr] < N;
+    }
+    // A block's codes as the policy's dequant takes them, and its scale state.
+    struct Deq
+    {
+        uint32_t codes[2][kCW];
+        typename P::BlockState bs[2];
+    };
+    // Block kb's codes and meta from the stage at st (smem offset), as the shared-memory tiers do.
+    auto fetch = [&](int st, int kb, Deq& d) {
 #pragma unroll
-        for (int j = 0; j < kN / 8; ++j)
+        for (int hr = 0; hr < 2; ++hr)
         {
+            const int r = rBase + 8 * hr;
 #pragma unroll
-            for (int e = 0; e < 2; ++e)
+            for (int v = 0; v < kCV; ++v)
             {
-                const int m = m0 + 8 * j + 2 * t + e;
-                if (m < M)
+                const uint4 c4 = *reinterpret_cast<const uint4*>(smem + st + L::kCodes + v * (kWG_ROWS * 64) + r * 64 + t * 16);
+                d.codes[hr][4 * v + 0] = c4.x;
+                d.codes[hr][4 * v + 1] = c4.y;
+                d.codes[hr][4 * v + 2] = c4.z;
+                d.codes[hr][4 * v + 3] = c4.w;
+            }
+            d.bs[hr] = P::blockState(p, reinterpret_cast<const uint32_t*>(smem + st + L::kMeta) + r * P::kMW, t, kb,
+                nRow[hr]);
+        }
+    };
+    // The A fragment of step s (the policy's dequant, as in every tier).
+    auto dequantStep = [&](const Deq& d, int s, uint32_t (&a)[4]) {
+        P::dequant(d.codes[0], d.bs[0], s, table, lane, a[0], a[2]);
+        P::dequant(d.codes[1], d.bs[1], s, table, lane, a[1], a[3]);
+    };
+
+    static_assert(8 % kWG_RING == 0 && kWG_RING >= 3, "ring slots");
+    float cur[kACC];  // the running slice
+    float tot[kACC];  // the sum of the finished slices, ((0 + acc_0) + acc_1) + ...
+#pragma unroll
+    for (int i = 0; i < kACC; ++i)
+    {
+        cur[i] = 0.0f;
+        tot[i] = 0.0f;
+    }
+    SliceCursor sc(nkb, slices);  // its q, r: the blocks of a slice
+    int zBegin = 0;
+    int zEnd = slices;
+    if (part != nullptr)
+    {
+        zBegin = static_cast<int>(blockIdx.z);
+        zEnd = zBegin + 1;
+    }
+    const uint32_t stage0 = smemAddr(smem);
+    uint32_t ring[kWG_RING][4];
+    int slot = 0;
+    uint32_t phase = 0;
+#pragma unroll 1
+    for (int z = zBegin; z < zEnd; ++z)
+    {
+        const int cnt = sc.q + (z < sc.r ? 1 : 0);
+        int prev = -1;  // the stage of the previous block of this slice, not yet released
+#pragma unroll 1
+        for (int j = 0; j < cnt; ++j)
+        {
+            const int kb = z + slices * j;
+            mbarWait(&full[slot], phase);
+            Deq d;
+            fetch(slot * L::kStage, kb, d);
+            const uint64_t desc = wgDescB(stage0 + slot * L::kStage);
+#pragma unroll
+            for (int s = 0; s < 8; ++s)
+            {
+                dequantStep(d, s, ring[s % kWG_RING]);
+                wgFence();
+                WgmmaRS<P::kF16, kN>::run(cur, ring[s % kWG_RING], desc + static_cast<uint64_t>(16 * s));
+                wgCommit();
+                wgWait<kWG_RING - 1>();
+                if (s == kWG_RING - 2 && prev >= 0 && lane == 0)
                 {
-                    float v = P::finish(p, tot[4 * j + 2 * hr + e], m, n);
-                    if (p.bias != nullptr)
-                    {
-                        v = __fadd_rn(v, bias);
-                    }
-                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+                    mbarArrive(&empty[prev]);  // the previous block's 8 wgmmas are done
                 }
             }
+            prev = slot;
+            if (++slot == kST)
+            {
+                slot = 0;
+                phase ^= 1u;
+            }
         }
+        wgWait<0>();
+        fenceRegs(cur);
+        if (lane == 0)
+        {
+            mbarArrive(&empty[prev]);
+        }
+#pragma unroll
+        for (int e = 0; e < kACC; ++e)
+        {
+            tot[e] = __fadd_rn(tot[e], cur[e]);
+            cur[e] = 0.0f;
+        }
+        fenceRegs(cur);
     }
+    wgEpilogue<P, kN>(p, tot, Y, part, M, N, yDtype, m0, nRow, nOk, t);
 #endif
 }
 
@@ -787,13 +892,13 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
  * meta words of row pt (P::metaSrc, zero-filled where it gives none, as the shared-memory tiers
  * stage them), and arrives on the full barrier when they land (cp.async.mbarrier.arrive.noinc).
  */
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, bool kDeep = false>
 __device__ __forceinline__ void produceWgmma(const typename P::Params& p, const uint8_t* __restrict__ Xw,
     uint8_t* smem, uint64_t* full, uint64_t* empty, bool split, int mg, int N, int K, int slices, int nkb, int m0,
     int n0)
 {
 #ifdef METRALE_SM90A
-    using L = WgLayout<P, kN, kST>;
+    using L = WgLayout<P, kN, kST, kDeep>;
     constexpr int kCH = P::kCB / 16;   // 16-byte chunks per row per block
     constexpr int kCV = kCH / 4;       // of them per quad lane
     constexpr int kRS = 128 / kCH;     // rows between one thread's chunks
@@ -871,7 +976,7 @@ __device__ __forceinline__ void produceWgmma(const typename P::Params& p, const 
 #endif
 }
 
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, bool kDeep = false>
 __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename P::Params p,
     const uint8_t* __restrict__ Xw, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
     int32_t yDtype, int slices)
@@ -879,7 +984,7 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
 #ifdef METRALE_SM90A
     if constexpr (WgSmemCodes<P>::value)
     {
-        using L = WgLayout<P, kN, kST>;
+        using L = WgLayout<P, kN, kST, kDeep>;
         extern __shared__ __align__(128) uint8_t smem[];  // 16-byte alignment suffices (no swizzle)
         uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
         uint64_t* empty = full + kST;
@@ -916,12 +1021,21 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
         {
             // The producer: the token tile's activations, the weight tile's codes and meta, in slice order.
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS));
-            produceWgmma<P, kN, kST>(p, Xw, smem, full, empty, part != nullptr, mg, N, K, slices, nkb, m0, n0);
+            produceWgmma<P, kN, kST, kDeep>(p, Xw, smem, full, empty, part != nullptr, mg, N, K, slices, nkb, m0, n0);
         }
         else
         {
             asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
-            consumeWgmma<P, kN, kST>(p, smem, full, empty, table, Y, part, M, N, K, yDtype, slices, nkb, m0, n0);
+            if constexpr (kDeep)
+            {
+                consumeWgmmaDeep<P, kN, kST>(p, smem, full, empty, table, Y, part, M, N, K, yDtype, slices, nkb, m0,
+                    n0);
+            }
+            else
+            {
+                consumeWgmma<P, kN, kST>(p, smem, full, empty, table, Y, part, M, N, K, yDtype, slices, nkb, m0,
+                    n0);
+            }
         }
     }
     else
@@ -1010,7 +1124,7 @@ inline int wgTokenTile(int64_t m, int64_t n)
  * its waves of 132 CTAs (one per SM) less than 70%: each CTA sums its slice from +0 and writes it to
  * the float32 buffer `part` [slices, m, n]; wgReduceKernel then folds them per element in slice order,
  * from +0, as the single-CTA walk does, so the bits are the same. A layout choice of (m, n, k) only.
- * Measured on the H200 (benchmarks/results/kernels-20261201-0905-wgmma-split.md): the split wins
+ * Measured on the H200 (benchmarks/results/kernels-20261201-0905-637bff1.md): the split wins
  * 1.4-2.7x on 24-61% full grids (8B-down / 8B-qkv / 32B-down at M = 64, 32B-down at M = 256) and loses
  * up to 1.4x on nearly full ones (the buffer's traffic and the per-CTA prologue).
  */
@@ -1057,12 +1171,12 @@ __global__ void __launch_bounds__(256) wgReduceKernel(const typename P::Params p
     }
 }
 
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, bool kDeep = false>
 inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t* Xw, void* y, float* part, int m,
     int n, int k, int32_t yDtype, int slices, cudaStream_t stream)
 {
-    using L = WgLayout<P, kN, kST>;
-    auto kern = projWgmmaKernel<P, kN, kST>;
+    using L = WgLayout<P, kN, kST, kDeep>;
+    auto kern = projWgmmaKernel<P, kN, kST, kDeep>;
     static unsigned long long done = 0;  // the raised smem limit, per device (a race only repeats it)
     int dev = 0;
     cudaError_t e = cudaGetDevice(&dev);
@@ -1094,6 +1208,15 @@ inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t*
     return cudaGetLastError();
 }
 
+/* Which mainloop the shared-memory-codes consumers (W4A16) run, read at each call from
+ * METRALE_W4A16_WG: "deep" (consumeWgmmaDeep), anything else or unset the base one (consumeWgmma).
+ * Both give the same bits (the same arithmetic in the same order); a speed choice for the benchmark. */
+inline bool wgDeepMainloop()
+{
+    const char* v = std::getenv("METRALE_W4A16_WG");
+    return v != nullptr && std::strcmp(v, "deep") == 0;
+}
+
 /* The wgmma tier on the operand Xw (wgOperandOffset layout); part: the split's buffer
  * (wgPartBytes), used where wgSplit says so. */
 template <class P>
@@ -1104,6 +1227,19 @@ inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* 
     if (pb == nullptr && wgSplit(m, n, k))
     {
         return cudaErrorInvalidValue;
+    }
+    if constexpr (WgSmemCodes<P>::value)
+    {
+        if (wgDeepMainloop())
+        {
+            if (wgTokenTile(m, n) == 128)
+            {
+                return launchProjWgmmaN<P, 128, wgStages<P, 128, 6, true>(), true>(p, Xw, y, pb, m, n, k, yDtype,
+                    slices, stream);
+            }
+            return launchProjWgmmaN<P, 64, wgStages<P, 64, 8, true>(), true>(p, Xw, y, pb, m, n, k, yDtype, slices,
+                stream);
+        }
     }
     if (wgTokenTile(m, n) == 128)
     {

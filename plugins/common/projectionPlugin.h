@@ -70,7 +70,8 @@ protected:
 };
 
 //! The plugin of a dense op. Format (W4A16Format, ...) supplies:
-//! - kOP_TYPE, kPLUGIN_VERSION, kACTIVATION_FORMATS and kDEFAULT_ACTIVATION;
+//! - Op, its contract::<op type> (metrale/contract.h): type, version, activation formats, fields,
+//!   inputs;
 //! - parse(reader, attrs): its own fields, checked against the common ones; throws PluginError;
 //! - visitFields(attrs, visitor): the fields after n and k (after the routing fields in the grouped
 //!   op), in contract order, common ones included: the one field list;
@@ -82,18 +83,22 @@ class DenseProjPlugin final : public ProjectionPlugin
 {
 public:
     using Format = FormatT;
-    static constexpr char const* kOP_TYPE{Format::kOP_TYPE};
-    static constexpr char const* kPLUGIN_VERSION{Format::kPLUGIN_VERSION};
+    using Op = typename Format::Op;
+    static constexpr char const* kOP_TYPE{Op::kOP_TYPE};
+    static constexpr char const* kPLUGIN_VERSION{Op::kVERSION};
+    static_assert(Op::kGROUPED_OF == nullptr, "a dense plugin of a grouped-expert op");
 
     //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
     static DenseProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
     {
         // The parser passes only the fields fieldNames() lists (a plugin_version node attribute,
         // which the parser finds this creator by, never arrives here).
-        FieldReader const reader(fc, *fieldNames());
-        CommonAttributes attrs
-            = parseCommonAttributes(reader, Format::kACTIVATION_FORMATS, Format::kDEFAULT_ACTIVATION);
+        FieldReader const reader(fc, Op::kFIELDS);
+        CommonAttributes attrs = parseCommonAttributes(reader, Op::kACTIVATION_FORMATS);
         Format format = Format::parse(reader, attrs);
+        FieldListCheck check(kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
+        visitFields(attrs, format, check);
+        check.finish();
         return new DenseProjPlugin(layerName, std::move(attrs), std::move(format));
     }
 
@@ -107,8 +112,8 @@ public:
 
     static nvinfer1::PluginFieldCollection const* fieldNames() noexcept
     {
-        static FieldNames const kFIELDS{[](FieldNames& names) { visitFields(CommonAttributes{}, Format{}, names); }};
-        return kFIELDS.collection();
+        static FieldNames const kNAMES{Op::kFIELDS};
+        return kNAMES.collection();
     }
 
     nvinfer1::IPluginV3* clone() noexcept override

@@ -112,25 +112,29 @@ protected:
 };
 
 //! The plugin of a grouped-expert op: Format is its dense op's (see DenseProjPlugin) and supplies
-//! besides kGROUPED_OP_TYPE, groupedWorkspaceSize(attrs, routing, m, xDType) and
+//! besides GroupedOp (the contract's grouped op), groupedWorkspaceSize(attrs, routing, m, xDType) and
 //! groupedLaunch(attrs, routing, tensors, args), the grouped launcher calls.
 template <typename FormatT>
 class GroupedProjPlugin final : public GroupedProjectionPlugin
 {
 public:
     using Format = FormatT;
-    static constexpr char const* kOP_TYPE{Format::kGROUPED_OP_TYPE};
-    //! The grouped op follows its dense op's version (metrale_export/contract.py, grouped()).
-    static constexpr char const* kPLUGIN_VERSION{Format::kPLUGIN_VERSION};
+    using Op = typename Format::GroupedOp;
+    static constexpr char const* kOP_TYPE{Op::kOP_TYPE};
+    static constexpr char const* kPLUGIN_VERSION{Op::kVERSION};
+    static_assert(Op::kGROUPED_OF != nullptr && sameText(Op::kGROUPED_OF, Format::Op::kOP_TYPE),
+        "GroupedOp must be the grouped-expert op of the format's dense Op (metrale/contract.h)");
 
     //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
     static GroupedProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
     {
-        FieldReader const reader(fc, *fieldNames());
-        CommonAttributes attrs
-            = parseCommonAttributes(reader, Format::kACTIVATION_FORMATS, Format::kDEFAULT_ACTIVATION);
+        FieldReader const reader(fc, Op::kFIELDS);
+        CommonAttributes attrs = parseCommonAttributes(reader, Op::kACTIVATION_FORMATS);
         RoutingAttributes const routing = parseRoutingAttributes(reader);
         Format format = Format::parse(reader, attrs);
+        FieldListCheck check(kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
+        visitFields(attrs, routing, format, check);
+        check.finish();
         return new GroupedProjPlugin(layerName, std::move(attrs), routing, std::move(format));
     }
 
@@ -146,9 +150,8 @@ public:
 
     static nvinfer1::PluginFieldCollection const* fieldNames() noexcept
     {
-        static FieldNames const kFIELDS{
-            [](FieldNames& names) { visitFields(CommonAttributes{}, RoutingAttributes{}, Format{}, names); }};
-        return kFIELDS.collection();
+        static FieldNames const kNAMES{Op::kFIELDS};
+        return kNAMES.collection();
     }
 
     nvinfer1::IPluginV3* clone() noexcept override

@@ -1,6 +1,6 @@
 /*
- * W4A16MoEProj as a TensorRT IPluginV3 (namespace "metrale", version "2", as W4A16Proj): the
- * grouped-expert op of W4A16Proj (docs/ops.md, "Grouped-expert ops"), from the same W4A16Format.
+ * W4A16MoEProj as a TensorRT IPluginV3 (namespace, version and fields from metrale/contract.h,
+ * as W4A16Proj): the grouped-expert op of W4A16Proj (docs/ops.md, "Grouped-expert ops"), from the same W4A16Format.
  *
  * Inputs: x, topk_ids kINT32 [M, top_k], weight kINT8 [E, N, K/2], weight_scale kBF16
  * [E, N, ceil(K/group_size)], zero_point kINT8 [E, N, ceil(K/group_size)] (has_zero_point=1),

@@ -1,5 +1,6 @@
 /*
- * W4A4MoEProj as a TensorRT IPluginV3 (namespace "metrale", version "1"): the grouped-expert op of
+ * W4A4MoEProj as a TensorRT IPluginV3 (namespace, version and fields from
+ * metrale/contract.h): the grouped-expert op of
  * W4A4Proj (docs/ops.md, "Grouped-expert ops"), from the same W4A4Format.
  *
  * Inputs: x, topk_ids kINT32 [M, top_k], weight kINT8 [E, N, K/2] (e2m1 codes), weight_scale kINT8

@@ -1,6 +1,9 @@
 /*
- * W8A8MoEProj as a TensorRT IPluginV3 (namespace "metrale", version "1"): the grouped-expert op of
- * W8A8Proj (docs/ops.md, "Grouped-expert ops"), from the same W8A8Format.
+ * W8A8MoEProj as a TensorRT IPluginV3 (namespace, version and fields from
+ * metrale/contract.h; also registered under the contract's compatible version): the grouped-expert
+ * op of W8A8Proj (docs/ops.md, "Grouped-expert ops"), from the same W8A8Format.
+ * The grouped kernels have no static activation scale yet: activation_scale_granularity=tensor is
+ * refused at launch (cudaErrorNotSupported; the export calibrates dense projections only).
  *
  * Inputs: x, topk_ids kINT32 [M, top_k], weight kINT8 [E, N, K] (e4m3fn bit patterns),
  * weight_scale kFLOAT [E, N] (channel) or [E, ceil(N/128), ceil(K/128)] (block128), bias kFLOAT
@@ -30,6 +33,10 @@ size_t W8A8Format::groupedWorkspaceSize(
 cudaError_t W8A8Format::groupedLaunch(
     CommonAttributes const& attrs, RoutingAttributes const& routing, InputTensors const& in, LaunchArgs const& run) const
 {
+    if (staticScale())
+    {
+        return cudaErrorNotSupported;  // no static-scale grouped kernel (see above)
+    }
     return metrale_w8a8_moe_proj(run.x, run.xDType, run.topkIds, run.topkWeights, in.required<int8_t>("weight"),
         in.required<float>("weight_scale"), weightScaleGranularity, attrs.activationFormat,
         activationScaleGranularity, in.optional<float>("bias", attrs.hasBias), run.y, run.m, routing.topK,

@@ -393,7 +393,7 @@ enum class MoeTier : int
 inline MoeTier selectMoeTier(int64_t m)
 {
     // 8-row tiles up to m = 64: measured 20-30% faster than 16-row tiles at m = 16 and 64 on the H200
-    // (benchmarks/results/moe-20261201-1206.md, "sorted8"), the extra weight reads of experts with
+    // (benchmarks/results/moe-20261201-1206-433b40a.md, "sorted8"), the extra weight reads of experts with
     // more than 8 rows cost less than the second activation tile of every tile. METRALE_MOE_STREAM8_MAX
     // (read at each call) moves the bound for benchmarks/bench_moe.py's comparison; the workspace
     // is sized for 8-row tiles at every m.

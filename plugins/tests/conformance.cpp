@@ -31,6 +31,7 @@
  * of truth.
  */
 #include "NvInferRuntime.h"
+#include "metrale/contract.h"
 
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
@@ -618,8 +619,29 @@ struct Library
 {
     void* handle{nullptr};
     std::map<std::string, IPluginCreatorV3One*> creators;
-    std::vector<IPluginCreatorV3One*> retired;  // W4A16Proj and W4A16MoEProj version "1"
+    std::vector<IPluginCreatorV3One*> retired;  // the contract's retired versions (W4A16Proj "1", ...)
+    std::vector<IPluginCreatorV3One*> compatible;  // the contract's compatible versions (W8A8Proj "1", ...)
 };
+
+//! The contract's entry of op type (metrale/contract.h), or nullptr.
+metrale::contract::OpInfo const* contractOp(std::string const& type)
+{
+    for (metrale::contract::OpInfo const& op : metrale::contract::kOPS)
+    {
+        if (type == op.type)
+        {
+            return &op;
+        }
+    }
+    return nullptr;
+}
+
+//! The plugin version the contract gives op type ("?" for an op it does not know).
+std::string contractVersion(std::string const& type)
+{
+    metrale::contract::OpInfo const* op = contractOp(type);
+    return op == nullptr ? "?" : op->version;
+}
 
 using GetCreatorsFn = IPluginCreatorInterface* const* (*) (int32_t&);
 using SetLoggerFinderFn = void (*)(ILoggerFinder*);
@@ -652,11 +674,23 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
     }
     int32_t n = -1;
     IPluginCreatorInterface* const* list = getCreators(n);
-    // The plugin version of each op (docs/ops.md; metrale_export/contract.py), and W4A16Proj's
-    // retired version "1", whose creator refuses every plugin (an older export: re-export).
-    std::map<std::string, std::string> const versions{{"W4A16Proj", "2"}, {"W8A8Proj", "1"}, {"W4A4Proj", "1"},
-        {"W4A16MoEProj", "2"}, {"W8A8MoEProj", "1"}, {"W4A4MoEProj", "1"}};
-    check(list != nullptr && n == 8, "getCreators returns 8 creators (found " + std::to_string(n) + ")");
+    // The plugin version of each op with a plugin, its retired version, whose creator refuses
+    // every plugin (an older export: re-export), and its compatible version, whose creator builds
+    // the older nodes as they are (the newer version only added a value), from the contract
+    // (metrale/contract.h).
+    std::string const ns = metrale::contract::kDOMAIN;
+    int32_t nbPlugins = 0;
+    int32_t nbRetired = 0;
+    int32_t nbCompatible = 0;
+    for (metrale::contract::OpInfo const& op : metrale::contract::kOPS)
+    {
+        nbPlugins += op.hasPlugin ? 1 : 0;
+        nbRetired += op.hasPlugin && op.retiredVersion != nullptr ? 1 : 0;
+        nbCompatible += op.hasPlugin && op.compatibleVersion != nullptr ? 1 : 0;
+    }
+    int32_t const nbCreators = nbPlugins + nbRetired + nbCompatible;
+    check(list != nullptr && n == nbCreators,
+        "getCreators returns " + std::to_string(nbCreators) + " creators (found " + std::to_string(n) + ")");
     for (int32_t i = 0; list != nullptr && i < n; ++i)
     {
         InterfaceInfo const info = list[i]->getInterfaceInfo();
@@ -669,26 +703,57 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
         }
         auto* creator = static_cast<IPluginCreatorV3One*>(list[i]);
         std::string const name = creator->getPluginName();
-        if ((name == "W4A16Proj" || name == "W4A16MoEProj") && std::strcmp(creator->getPluginVersion(), "1") == 0)
+        metrale::contract::OpInfo const* op = contractOp(name);
+        if (op != nullptr && op->retiredVersion != nullptr
+            && std::strcmp(creator->getPluginVersion(), op->retiredVersion) == 0)
         {
             PluginFieldCollection const empty{0, nullptr};
             IPluginV3* const refused = creator->createPlugin("old", &empty, TensorRTPhase::kBUILD);
-            check(refused == nullptr, name + " version 1 (an older op contract) is refused");
+            check(refused == nullptr,
+                name + " version " + op->retiredVersion + " (an older op contract) is refused");
             lib.retired.push_back(creator);
             continue;
         }
-        std::string const want = versions.count(name) ? versions.at(name) : "?";
-        check(std::strcmp(creator->getPluginNamespace(), "metrale") == 0 && want == creator->getPluginVersion(),
-            "creator " + name + ": namespace 'metrale', version '" + want + "' (found '"
+        if (op != nullptr && op->compatibleVersion != nullptr
+            && std::strcmp(creator->getPluginVersion(), op->compatibleVersion) == 0)
+        {
+            lib.compatible.push_back(creator);
+            continue;
+        }
+        std::string const want = contractVersion(name);
+        check(ns == creator->getPluginNamespace() && want == creator->getPluginVersion(),
+            "creator " + name + ": namespace '" + ns + "', version '" + want + "' (found '"
                 + creator->getPluginNamespace() + "', '" + creator->getPluginVersion() + "')");
         lib.creators[name] = creator;
+        // The advertised fields are the contract's, in its order, with its types.
+        PluginFieldCollection const* names = creator->getFieldNames();
+        bool same = op != nullptr && names != nullptr && names->nbFields == op->nbFields;
+        for (int32_t f = 0; same && f < op->nbFields; ++f)
+        {
+            PluginFieldType const want = op->fields[f].type == metrale::contract::FieldType::kINT ? PluginFieldType::kINT32
+                : op->fields[f].type == metrale::contract::FieldType::kFLOAT                   ? PluginFieldType::kFLOAT32
+                                                                                                : PluginFieldType::kCHAR;
+            same = std::strcmp(names->fields[f].name, op->fields[f].name) == 0 && names->fields[f].type == want;
+        }
+        check(same, "creator " + name + ": getFieldNames lists the contract's fields in order, with their types");
     }
-    for (auto const& [op, version] : versions)
+    for (metrale::contract::OpInfo const& op : metrale::contract::kOPS)
     {
-        check(lib.creators.count(op) == 1, "a creator for " + op + " version " + version);
+        if (op.hasPlugin)
+        {
+            check(lib.creators.count(op.type) == 1, std::string("a creator for ") + op.type + " version " + op.version);
+        }
+        else
+        {
+            check(lib.creators.count(op.type) == 0,
+                std::string("no creator for ") + op.type + " (the contract says it has no plugin yet)");
+        }
     }
-    check(lib.retired.size() == 2, "retired creators for W4A16Proj and W4A16MoEProj version 1 (found "
-            + std::to_string(lib.retired.size()) + ")");
+    check(static_cast<int32_t>(lib.retired.size()) == nbRetired, "retired creators for the contract's "
+            + std::to_string(nbRetired) + " retired op versions (found " + std::to_string(lib.retired.size()) + ")");
+    check(static_cast<int32_t>(lib.compatible.size()) == nbCompatible, "compatible creators for the contract's "
+            + std::to_string(nbCompatible) + " compatible op versions (found " + std::to_string(lib.compatible.size())
+            + ")");
     return lib;
 }
 
@@ -1069,8 +1134,8 @@ void runCase(
     {
         return;
     }
-    check(c.op == h.core->getPluginName() && std::string("metrale") == h.core->getPluginNamespace()
-            && std::string(c.op.rfind("W4A16", 0) == 0 ? "2" : "1") == h.core->getPluginVersion(),
+    check(c.op == h.core->getPluginName() && std::string(metrale::contract::kDOMAIN) == h.core->getPluginNamespace()
+            && contractVersion(c.op) == h.core->getPluginVersion(),
         c.id + ": plugin name/namespace/version " + h.core->getPluginName() + "/" + h.core->getPluginNamespace() + "/"
             + h.core->getPluginVersion());
     check(h.build->getNbOutputs() == 1, c.id + ": one output");
@@ -1173,8 +1238,8 @@ void checkRefusals(Library const& lib, Logger& logger)
         {"W8A8Proj", "weight_scale_granularity tensor",
             {i("n", 64), i("k", 256), s("weight_scale_granularity", "tensor")}},
         {"W8A8Proj", "activation_format nvfp4", {i("n", 64), i("k", 256), s("activation_format", "nvfp4")}},
-        {"W8A8Proj", "activation_scale_granularity tensor",
-            {i("n", 64), i("k", 256), s("activation_scale_granularity", "tensor")}},
+        {"W8A8Proj", "activation_scale_granularity column",
+            {i("n", 64), i("k", 256), s("activation_scale_granularity", "column")}},
         {"W4A4Proj", "K not a multiple of 16", {i("n", 64), i("k", 40)}},
         {"W4A4Proj", "activation_format fp8", {i("n", 64), i("k", 64), s("activation_format", "fp8")}},
         {"W4A4Proj", "family unknown", {i("n", 64), i("k", 64), s("family", "mlp")}},

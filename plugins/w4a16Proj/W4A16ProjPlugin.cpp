@@ -9,14 +9,11 @@ namespace metrale
 namespace plugin
 {
 
-using nvinfer1::DataType;
-
 W4A16Format W4A16Format::parse(FieldReader const& reader, CommonAttributes const& attrs)
 {
     W4A16Format f;
     f.groupSize = reader.getInt("group_size");
-    METRALE_REQUIRE(f.groupSize == 32 || f.groupSize == 64 || f.groupSize == 128,
-        "field 'group_size': expected 32, 64 or 128, found ", f.groupSize);
+    requireValue("group_size", f.groupSize, Op::kGROUP_SIZE_VALUES);
     METRALE_REQUIRE(attrs.k % 2 == 0, "field 'k': K=", attrs.k, " is odd (two 4-bit codes a byte)");
     f.hasZeroPoint = parseFlag(reader, "has_zero_point") ? 1 : 0;
     return f;
@@ -26,17 +23,9 @@ std::vector<InputSpec> W4A16Format::weightInputs(CommonAttributes const& attrs) 
 {
     int64_t const n = attrs.n;
     int64_t const groups = (attrs.k + groupSize - 1) / groupSize;  // a partial last group
-    std::vector<InputSpec> specs{{"weight", DataType::kINT8, {n, attrs.k / 2}},
-        {"weight_scale", DataType::kBF16, {n, groups}}};
-    if (hasZeroPoint)
-    {
-        specs.push_back({"zero_point", DataType::kINT8, {n, groups}});
-    }
-    if (attrs.hasBias)
-    {
-        specs.push_back({"bias", DataType::kFLOAT, {n}});
-    }
-    return specs;
+    // Op::kINPUTS: weight, weight_scale, zero_point (has_zero_point), bias (has_bias).
+    return contractInputs(Op::kINPUTS, {{n, attrs.k / 2}, {n, groups}, {n, groups}, {n}},
+        [&](FieldValues& gates) { visitFields(attrs, gates); });
 }
 
 std::string W4A16Format::describe() const

@@ -1,5 +1,6 @@
 /*
- * W4A16Proj as a TensorRT IPluginV3 (namespace "metrale", version "2"): int4 weights with bfloat16
+ * W4A16Proj as a TensorRT IPluginV3 (namespace, version and fields from
+ * metrale/contract.h): int4 weights with bfloat16
  * group scales and optional zero points, bf16 activations (docs/ops.md). W4A16Format is what
  * W4A16Proj and its grouped-expert op W4A16MoEProj (moeProj/W4A16MoEProjPlugin.cpp) share.
  *
@@ -23,20 +24,17 @@ struct RoutingAttributes;
 //! What W4A16Proj and W4A16MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
 struct W4A16Format
 {
-    static constexpr char const* kOP_TYPE{"W4A16Proj"};
-    static constexpr char const* kGROUPED_OP_TYPE{"W4A16MoEProj"};
-    static constexpr char const* kACTIVATION_FORMATS[]{"bf16"};
-    static constexpr char const* kDEFAULT_ACTIVATION{"bf16"};
-    //! Op version 2: bfloat16 group scales, a partial last group (docs/ops.md). Graphs of version
-    //! "1" are refused by a RetiredPluginCreator, which says why.
-    static constexpr char const* kPLUGIN_VERSION{"2"};
-    static constexpr char const* kRETIRED_VERSION{"1"};
-    static constexpr char const* kRETIRED_CHANGE{"float32 group scales; version 2 stores them as bfloat16"};
+    //! The ops' contract (metrale/contract.h): type, version 2 (bfloat16 group scales, a partial
+    //! last group; graphs of the retired version are refused by a RetiredPluginCreator, which says
+    //! why), activation formats, fields and inputs.
+    using Op = contract::W4A16Proj;
+    using GroupedOp = contract::W4A16MoEProj;
 
     int32_t groupSize{0};
     int32_t hasZeroPoint{0};
 
-    //! The fields after n and k, in contract order: the one field list.
+    //! The fields after n and k bound to this format's members, in contract order (checked
+    //! against Op::kFIELDS at creation).
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {

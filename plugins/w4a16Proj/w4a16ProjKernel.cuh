@@ -198,7 +198,7 @@ inline cudaError_t w4a16Supported(int64_t n, int64_t k, int64_t group_size)
     {
         return cudaErrorInvalidValue;
     }
-    if (k % 32 != 0)
+    if (k % contract::kW4A16_KERNEL_K_MULTIPLE != 0)
     {
         return cudaErrorNotSupported;  // 16-byte weight rows for the copies (plugins/KERNELS.md, Limits)
     }

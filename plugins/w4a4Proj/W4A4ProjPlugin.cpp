@@ -9,8 +9,6 @@ namespace metrale
 namespace plugin
 {
 
-using nvinfer1::DataType;
-
 W4A4Format W4A4Format::parse(FieldReader const& reader, CommonAttributes const& attrs)
 {
     METRALE_REQUIRE(attrs.k % kBLOCK == 0, "field 'k': NVFP4 needs K to be a multiple of ", kBLOCK,
@@ -24,18 +22,10 @@ std::vector<InputSpec> W4A4Format::weightInputs(CommonAttributes const& attrs) c
 {
     int64_t const n = attrs.n;
     int64_t const k = attrs.k;
-    // weight_global_scale and input_scale are per tensor: [1] here, [E] in the grouped op.
-    std::vector<InputSpec> specs{{"weight", DataType::kINT8, {n, k / 2}},
-        {"weight_scale", DataType::kINT8, {n, k / kBLOCK}}, {"weight_global_scale", DataType::kFLOAT, {1}}};
-    if (hasInputScale)
-    {
-        specs.push_back({"input_scale", DataType::kFLOAT, {1}});
-    }
-    if (attrs.hasBias)
-    {
-        specs.push_back({"bias", DataType::kFLOAT, {n}});
-    }
-    return specs;
+    // Op::kINPUTS: weight, weight_scale, weight_global_scale, input_scale (has_input_scale), bias
+    // (has_bias). weight_global_scale and input_scale are per tensor: [1] here, [E] in the grouped op.
+    return contractInputs(Op::kINPUTS, {{n, k / 2}, {n, k / kBLOCK}, {1}, {1}, {n}},
+        [&](FieldValues& gates) { visitFields(attrs, gates); });
 }
 
 std::string W4A4Format::describe() const

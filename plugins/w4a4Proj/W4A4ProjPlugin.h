@@ -1,5 +1,6 @@
 /*
- * W4A4Proj as a TensorRT IPluginV3 (namespace "metrale", version "1"): NVFP4 weights (e2m1 codes,
+ * W4A4Proj as a TensorRT IPluginV3 (namespace, version and fields from
+ * metrale/contract.h): NVFP4 weights (e2m1 codes,
  * e4m3 per-16 scales, float32 global scale), nvfp4 (default) or bf16 activations (docs/ops.md).
  * W4A4Format is what W4A4Proj and its grouped-expert op W4A4MoEProj (moeProj/W4A4MoEProjPlugin.cpp)
  * share.
@@ -24,17 +25,16 @@ struct RoutingAttributes;
 //! What W4A4Proj and W4A4MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
 struct W4A4Format
 {
-    static constexpr char const* kOP_TYPE{"W4A4Proj"};
-    static constexpr char const* kGROUPED_OP_TYPE{"W4A4MoEProj"};
-    static constexpr char const* kPLUGIN_VERSION{"1"};
-    static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "nvfp4"};
-    static constexpr char const* kDEFAULT_ACTIVATION{"nvfp4"};
+    //! The ops' contract (metrale/contract.h): type, version, activation formats, fields, inputs.
+    using Op = contract::W4A4Proj;
+    using GroupedOp = contract::W4A4MoEProj;
     //! Elements per e4m3 block scale.
-    static constexpr int32_t kBLOCK{16};
+    static constexpr int32_t kBLOCK{contract::kNVFP4_BLOCK};
 
     int32_t hasInputScale{0};
 
-    //! The fields after n and k, in contract order: the one field list.
+    //! The fields after n and k bound to this format's members, in contract order (checked
+    //! against Op::kFIELDS at creation).
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {

@@ -9,17 +9,16 @@ namespace metrale
 namespace plugin
 {
 
-using nvinfer1::DataType;
-
 W8A8Format W8A8Format::parse(FieldReader const& reader, CommonAttributes const& /*attrs*/)
 {
     W8A8Format f;
-    f.weightScaleGranularityName = reader.getString("weight_scale_granularity", "channel");
-    f.activationScaleGranularityName = reader.getString("activation_scale_granularity", "row");
-    f.weightScaleGranularity = parseChoice("weight_scale_granularity", f.weightScaleGranularityName,
-        {{"channel", kMETRALE_WSCALE_CHANNEL}, {"block128", kMETRALE_WSCALE_BLOCK128}});
-    f.activationScaleGranularity = parseChoice("activation_scale_granularity", f.activationScaleGranularityName,
-        {{"row", kMETRALE_ASCALE_ROW}, {"row_block128", kMETRALE_ASCALE_ROW_BLOCK128}});
+    f.weightScaleGranularityName = reader.getString("weight_scale_granularity");
+    f.activationScaleGranularityName = reader.getString("activation_scale_granularity");
+    // The codes are the values' positions in the contract: MetraleWeightScale, MetraleActScale.
+    f.weightScaleGranularity = parseCode(
+        "weight_scale_granularity", f.weightScaleGranularityName, Op::kWEIGHT_SCALE_GRANULARITY_VALUES);
+    f.activationScaleGranularity = parseCode(
+        "activation_scale_granularity", f.activationScaleGranularityName, Op::kACTIVATION_SCALE_GRANULARITY_VALUES);
     return f;
 }
 
@@ -32,12 +31,9 @@ std::vector<InputSpec> W8A8Format::weightInputs(CommonAttributes const& attrs) c
     {
         scaleDims = {(n + kBLOCK - 1) / kBLOCK, (k + kBLOCK - 1) / kBLOCK};
     }
-    std::vector<InputSpec> specs{{"weight", DataType::kINT8, {n, k}}, {"weight_scale", DataType::kFLOAT, scaleDims}};
-    if (attrs.hasBias)
-    {
-        specs.push_back({"bias", DataType::kFLOAT, {n}});
-    }
-    return specs;
+    // Op::kINPUTS: weight, weight_scale, input_scale (activation_scale_granularity=tensor), bias (has_bias).
+    return contractInputs(
+        Op::kINPUTS, {{n, k}, scaleDims, {1}, {n}}, [&](FieldValues& gates) { visitFields(attrs, gates); });
 }
 
 std::string W8A8Format::describe() const
@@ -55,7 +51,8 @@ cudaError_t W8A8Format::launch(CommonAttributes const& attrs, InputTensors const
 {
     return metrale_w8a8_proj(run.x, run.xDType, in.required<int8_t>("weight"), in.required<float>("weight_scale"),
         weightScaleGranularity, attrs.activationFormat, activationScaleGranularity,
-        in.optional<float>("bias", attrs.hasBias), run.y, run.m, attrs.n, attrs.k, run.workspace,
+        in.optional<float>("input_scale", staticScale()), in.optional<float>("bias", attrs.hasBias), run.y, run.m,
+        attrs.n, attrs.k, run.workspace,
         run.workspaceBytes, run.stream);
 }
 

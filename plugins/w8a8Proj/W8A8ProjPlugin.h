@@ -1,10 +1,14 @@
 /*
- * W8A8Proj as a TensorRT IPluginV3 (namespace "metrale", version "1"): FP8 e4m3 weights with
- * per-channel or 128x128 block scales, fp8 (default) or bf16 activations (docs/ops.md). W8A8Format
- * is what W8A8Proj and its grouped-expert op W8A8MoEProj (moeProj/W8A8MoEProjPlugin.cpp) share.
+ * W8A8Proj as a TensorRT IPluginV3 (namespace, version and fields from
+ * metrale/contract.h; also registered under the contract's compatible version, Op::kCOMPATIBLE_VERSION):
+ * FP8 e4m3 weights with per-channel or 128x128 block scales, fp8 (default) or bf16 activations
+ * (docs/ops.md). Version 2 added activation_scale_granularity=tensor (a static scale, input_scale);
+ * a node without it is a version-1 node, which the compatible creator builds as it is. W8A8Format is
+ * what W8A8Proj and its grouped-expert op W8A8MoEProj (moeProj/W8A8MoEProjPlugin.cpp) share.
  *
  * Inputs: x [M, K] (kFLOAT/kHALF/kBF16), weight kINT8 [N, K] (e4m3fn bit patterns), weight_scale
- * kFLOAT [N] (channel) or [ceil(N/128), ceil(K/128)] (block128), bias kFLOAT [N] (has_bias=1).
+ * kFLOAT [N] (channel) or [ceil(N/128), ceil(K/128)] (block128), input_scale kFLOAT [1]
+ * (activation_scale_granularity=tensor), bias kFLOAT [N] (has_bias=1).
  * Output y [M, N], the type of x. Fields: the ONNX attributes n, k, weight_scale_granularity,
  * activation_format, activation_scale_granularity, has_bias, family, name.
  */
@@ -23,20 +27,24 @@ struct RoutingAttributes;
 //! What W8A8Proj and W8A8MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
 struct W8A8Format
 {
-    static constexpr char const* kOP_TYPE{"W8A8Proj"};
-    static constexpr char const* kGROUPED_OP_TYPE{"W8A8MoEProj"};
-    static constexpr char const* kPLUGIN_VERSION{"1"};
-    static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8"};
-    static constexpr char const* kDEFAULT_ACTIVATION{"fp8"};
+    //! The ops' contract (metrale/contract.h): type, version, activation formats, fields, inputs.
+    using Op = contract::W8A8Proj;
+    using GroupedOp = contract::W8A8MoEProj;
     //! Edge of a weight-scale block and of an activation-scale block (block128, row_block128).
-    static constexpr int64_t kBLOCK{128};
+    static constexpr int64_t kBLOCK{contract::kFP8_BLOCK};
 
     std::string weightScaleGranularityName;
     std::string activationScaleGranularityName;
     int32_t weightScaleGranularity{kMETRALE_WSCALE_CHANNEL};
     int32_t activationScaleGranularity{kMETRALE_ASCALE_ROW};
 
-    //! The fields after n and k, in contract order: the one field list.
+    bool staticScale() const
+    {
+        return activationScaleGranularity == kMETRALE_ASCALE_TENSOR;
+    }
+
+    //! The fields after n and k bound to this format's members, in contract order (checked
+    //! against Op::kFIELDS at creation).
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {

@@ -2,7 +2,9 @@
  * metrale_w8a8_proj: the C launcher of W8A8Proj (plugins/include/metrale/kernels.h).
  *
  * bf16 activations: the bf16 A operand (x or bf16(x)) and the W8A16 policy. fp8 activations: the
- * quantization pre-pass writes xq (as exact f16) and sx into the workspace, then the fp8 policy.
+ * quantization pre-pass writes xq (as exact f16) and sx into the workspace, then the fp8 policy;
+ * with the static scale (act_scale_granularity tensor) the pre-pass is one elementwise pass with
+ * no amax, and the policy reads the one input_scale for every row.
  * K must be a multiple of 16 (16-byte weight rows); other K return cudaErrorNotSupported.
  */
 #include "metrale/kernels.h"
@@ -17,7 +19,7 @@ namespace
 
 int64_t actScaleColumns(int64_t k, int32_t actScaleGranularity)
 {
-    return actScaleGranularity == kMETRALE_ASCALE_ROW ? 1 : (k + kFP8_BLOCK - 1) / kFP8_BLOCK;
+    return actScaleGranularity == kMETRALE_ASCALE_ROW_BLOCK128 ? (k + kFP8_BLOCK - 1) / kFP8_BLOCK : 1;
 }
 
 size_t scaleBytes(int64_t m, int64_t k, int32_t actScaleGranularity)
@@ -49,8 +51,8 @@ extern "C" size_t metrale_w8a8_workspace_size(int64_t m, int64_t n, int64_t k, i
 
 extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const int8_t* weight,
     const float* weight_scale, int32_t weight_scale_granularity, int32_t act_format, int32_t act_scale_granularity,
-    const float* bias, void* y, int64_t m, int64_t n, int64_t k, void* workspace, size_t workspace_bytes,
-    cudaStream_t stream)
+    const float* input_scale, const float* bias, void* y, int64_t m, int64_t n, int64_t k, void* workspace,
+    size_t workspace_bytes, cudaStream_t stream)
 {
     if (!validShape(m, n, k) || !validDtype(x_dtype))
     {
@@ -64,8 +66,13 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     {
         return cudaErrorNotSupported;
     }
+    const bool staticScale = act_scale_granularity == kMETRALE_ASCALE_TENSOR;
     if (act_format == kMETRALE_ACT_FP8 && act_scale_granularity != kMETRALE_ASCALE_ROW
-        && act_scale_granularity != kMETRALE_ASCALE_ROW_BLOCK128)
+        && act_scale_granularity != kMETRALE_ASCALE_ROW_BLOCK128 && !staticScale)
+    {
+        return cudaErrorInvalidValue;
+    }
+    if (act_format == kMETRALE_ACT_FP8 && staticScale && (input_scale == nullptr || !aligned(input_scale, 4)))
     {
         return cudaErrorInvalidValue;
     }
@@ -99,7 +106,17 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     __half* xq = static_cast<__half*>(workspace);
     float* sx = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + operandBytes(m, k));
     p.sx = sx;
-    quantFp8Kernel<<<mi, kACT_THREADS, 0, stream>>>(x, x_dtype, xq, sx, ki, p.nbx);
+    if (staticScale)
+    {
+        // No amax pre-pass: one elementwise pass, the static scale copied to every row's sx.
+        const size_t total = static_cast<size_t>(m) * static_cast<size_t>(k);
+        quantFp8StaticKernel<<<elementwiseBlocks(total), kACT_THREADS, 0, stream>>>(
+            x, x_dtype, input_scale, xq, sx, total, mi);
+    }
+    else
+    {
+        quantFp8Kernel<<<mi, kACT_THREADS, 0, stream>>>(x, x_dtype, xq, sx, ki, p.nbx);
+    }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
     {

@@ -10,6 +10,7 @@ import contextlib
 import json
 import re
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,10 +19,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from safetensors.torch import save_file
 
 from metrale_export.cli.main import cli
-from metrale_export.exporter.demo import DEMO_CONFIG, demo_tensors
+from support.checkpoints import write_small_demo
 
 
 def run(*args):
@@ -75,11 +75,7 @@ def tmpfs(path: Path, size: str, read_only: bool = False):
 @pytest.fixture(scope="module")
 def small_checkpoint(tmp_path_factory) -> Path:
     """The demo model with one layer and a small vocabulary: 0.8 MiB of weights, exported in seconds."""
-    d = tmp_path_factory.mktemp("small")
-    cfg = dict(DEMO_CONFIG, vocab_size=192, num_hidden_layers=1)
-    (d / "config.json").write_text(json.dumps(cfg))
-    save_file(demo_tensors(cfg), str(d / "model.safetensors"))
-    return d
+    return write_small_demo(tmp_path_factory.mktemp("small"), vocab_size=192, num_hidden_layers=1)
 
 
 def _refused_before_tracing(checkpoint, out: Path, *words):
@@ -124,8 +120,56 @@ def test_not_enough_space_is_refused_up_front(demo_checkpoint, tmp_path):
         assert list(tiny.iterdir()) == []
 
 
-def test_disk_full_mid_write_names_the_path_and_leaves_nothing(small_checkpoint, tmp_path):
-    # 0.8 MiB of weights pass the up-front check; the data file and then model.onnx do not fit in 1 MiB.
+def test_the_space_check_counts_the_inline_copy(small_checkpoint, tmp_path):
+    """0.8 MiB of weights passed a check of the weights alone, and the export then hit ENOSPC: the
+    weights are on disk twice (model.onnx.data, then model.onnx holding them) before the data goes."""
+    with tmpfs(tmp_path / "tiny", "1m") as tiny:
+        _refused_before_tracing(small_checkpoint, tiny / "out", "MiB free", "the export needs about")
+        assert list(tiny.iterdir()) == []
+
+
+def test_the_main_jobs_space_check_counts_its_engines(small_checkpoint, tmp_path):
+    from metrale_export.engines import backends
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    with tmpfs(tmp_path / "small", "4m") as small:  # the export fits, an engine (about 5 MB) does not
+        r = run(small_checkpoint, "-o", small / "out", "--skip-compare", "--backend", "tensorrt-rtx",
+                "--profiles", "1", "--max-context", "64")
+        assert r.exit_code == 2, r.output
+        assert "the export and its 1 engine(s) needs about" in one_line_error(r.output)
+        assert "tracing" not in r.output and list(small.iterdir()) == []
+
+
+def test_disk_full_in_step_3_keeps_the_export_says_so_and_leaves_no_partial_build(
+        small_checkpoint, tmp_path, monkeypatch):
+    """ENOSPC in the build said 'choose another -o' over a complete export, and left
+    engines/onnx/qdq-*.onnx with no manifest (or empty directories)."""
+    from metrale_export.engines import backends, resources
+    from metrale_export.exporter import export as export_mod
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    monkeypatch.setattr(export_mod, "output_bytes", lambda *a, **k: 0)  # past the up-front check
+    # and past the build's own up-front disk check (engines/resources.py), so the write hits ENOSPC
+    monkeypatch.setenv(resources.DISK_ENV, "1T")
+    with tmpfs(tmp_path / "small", "4m") as small:
+        out = small / "out"
+        r = run(small_checkpoint, "-o", out, "--skip-compare",
+                "--backend", "tensorrt-rtx", "--profiles", "1", "--max-context", "64")
+        assert r.exit_code == 2, r.output
+        line = one_line_error(r.output)
+        assert "No space left" in line and f"the export in {out} is complete and kept" in line, line
+        assert f"`metrale-export build {out}`" in line and "choose another -o" not in line, line
+        assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.onnx"], sorted(out.rglob("*"))
+
+
+def test_disk_full_mid_write_names_the_path_and_leaves_nothing(small_checkpoint, tmp_path, monkeypatch):
+    from metrale_export.exporter import export as export_mod
+
+    # Past the up-front check (as an estimate that is short would be); the data file and then
+    # model.onnx do not fit in 1 MiB.
+    monkeypatch.setattr(export_mod, "output_bytes", lambda *a, **k: 0)
     with tmpfs(tmp_path / "full", "1m") as full:
         r = run("export", small_checkpoint, "-o", full / "out")
         assert r.exit_code == 2, r.output
@@ -149,8 +193,9 @@ def test_force_refuses_a_directory_that_is_not_an_export(demo_checkpoint, tmp_pa
 def test_force_replaces_a_previous_output_and_files_follow_the_umask(small_checkpoint, tmp_path):
     out = tmp_path / "previous"
     out.mkdir()
-    (out / "manifest.json").write_text(json.dumps({"producer": "metrale-export 0.0.9"}))
-    (out / "stale.txt").write_text("from an older export")
+    (out / "manifest.json").write_text(json.dumps({"producer": "metrale-export 0.0.9",
+                                                  "files": {"model.onnx": "0" * 64, "model.onnx.data": "0" * 64}}))
+    (out / "model.onnx.data").write_text("from an older export")  # listed, so replaced
     old = os.umask(0o027)
     try:
         r = run("export", small_checkpoint, "-o", out, "--force", "-q")
@@ -200,8 +245,10 @@ def test_dtype_the_reference_cannot_run_is_refused_before_export(demo_checkpoint
 def test_plugins_with_tensorrt_rtx_is_refused_before_export(small_checkpoint, tmp_path):
     """The main job has no --lowering: the build's own refusal ('use --lowering qdq') came after the
     export and named an option the job does not have."""
+    import _ctypes  # a shared library of this machine (the --plugins file is checked to be one)
+
     lib = tmp_path / "libmetrale_plugins.so"
-    lib.write_bytes(b"\x7fELF")
+    shutil.copy(_ctypes.__file__, lib)
     r = run(small_checkpoint, "-o", tmp_path / "o", "--plugins", lib, "--backend", "tensorrt-rtx")
     assert r.exit_code == 2, r.output
     line = one_line_error(r.output)
@@ -216,7 +263,7 @@ def test_a_backend_asked_for_that_does_not_import_is_refused_before_export(small
     if backends.available()["tensorrt"] is not None:
         pytest.skip("real TensorRT is installed here: nothing is missing")
     r = run(small_checkpoint, "-o", tmp_path / "o", "--backend", "tensorrt")
-    assert r.exit_code == 1, r.output
+    assert r.exit_code == 2, r.output  # bad input (it was 1, a failed step, after 30 s of imports)
     line = one_line_error(r.output)
     assert "pip install tensorrt" in line and "--skip-engines" in line
     assert "tracing" not in r.output and not (tmp_path / "o").exists()
@@ -252,12 +299,98 @@ def test_a_build_refusal_after_the_export_says_the_export_is_kept(small_checkpoi
     assert (out / "model.onnx").exists()
 
 
+def test_the_main_job_shows_the_verification_table(small_checkpoint, tmp_path):
+    """README promised the table (worst layers first, --verbose for all); the main job printed none
+    and refused --verbose."""
+    r = run(small_checkpoint, "-o", tmp_path / "o", "--skip-engines", "--verbose")
+    assert r.exit_code == 0, r.output
+    for part in ("end to end, ONNX Runtime vs PyTorch", "per layer, teacher-forced on ONNX Runtime's own inputs",
+                 "every op (teacher-forced):", "[2/3] ONNX Runtime (reference ops) matches PyTorch"):
+        assert part in r.output, r.output
+
+
 def test_existing_output_is_refused_before_export(demo_checkpoint, tmp_path):
     out = tmp_path / "exists"
     out.mkdir()
+    (out / "NOTES.txt").write_text("mine")
     r = run(demo_checkpoint, "-o", out)
     assert r.exit_code == 2 and "--force" in one_line_error(r.output)
-    assert "tracing" not in r.output and list(out.iterdir()) == []
+    assert "tracing" not in r.output and [p.name for p in out.iterdir()] == ["NOTES.txt"]
+
+
+def test_an_existing_empty_output_directory_is_used(small_checkpoint, tmp_path):
+    """It was a dead end: refused without --force, and --force refused it as no previous output."""
+    out = tmp_path / "empty"
+    out.mkdir()
+    r = run("export", small_checkpoint, "-o", out, "-q")
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["manifest.json", "model.onnx"]
+
+
+def test_force_refuses_an_output_holding_files_the_tool_did_not_write(demo_exports, tmp_path):
+    """--force deleted the user's NOTES.txt and mydata/ with the previous output; now it names them
+    and touches nothing."""
+    from metrale_export.exporter.writer import foreign_entries
+
+    out = tmp_path / "previous"
+    shutil.copytree(demo_exports["w4a16"], out)
+    assert foreign_entries(out) == []
+    (out / "NOTES.txt").write_text("keep me")
+    (out / "mydata").mkdir()
+    (out / "mydata" / "x.bin").write_bytes(b"1")
+    (out / "engines").mkdir()  # no manifest: not an engine directory of the tool
+    assert foreign_entries(out) == ["NOTES.txt", "engines/", "mydata/"]
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    r = run("export", _demo_checkpoint_of(demo_exports["w4a16"]), "-o", out, "--force")
+    assert r.exit_code == 2, r.output
+    line = one_line_error(r.output)
+    assert "NOTES.txt" in line and "mydata/" in line and "nothing was touched" in line, line
+    assert "tracing" not in r.output
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
+
+
+def _demo_checkpoint_of(export_dir: Path) -> Path:
+    return Path(json.loads((export_dir / "manifest.json").read_text())["model"]["checkpoint_path"])
+
+
+def test_a_second_job_into_the_same_output_is_refused_naming_the_first(small_checkpoint, tmp_path):
+    """Two jobs into one -o both exited 0 and the directory held the second one's model; now the
+    second is refused at once (exit 2, one line naming the first one's pid) while the first runs."""
+    from metrale_export.exporter.writer import lock_path
+
+    out = tmp_path / "shared"
+    first = cli_process(small_checkpoint, "-o", out, "--skip-compare", "--skip-engines")
+    lock = lock_path(out)
+    deadline = time.monotonic() + 120
+    while not (lock.exists() and lock.read_text().strip() == str(first.pid)):
+        assert first.poll() is None and time.monotonic() < deadline, first.communicate()
+        time.sleep(0.05)
+    second = subprocess.run([sys.executable, "-m", "metrale_export.cli.main", str(small_checkpoint), "-o", str(out),
+                             "--weight-quantization", "w8a8", "--skip-compare", "--skip-engines"],
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode == 2, second.stderr
+    line = one_line_error(second.stderr)
+    assert f"pid {first.pid}" in line and str(out) in line, line
+    first.send_signal(signal.SIGINT)  # the first job's outcome is not the point: stop it
+    first.communicate(timeout=120)
+    assert first.returncode in (0, 130), first.returncode
+    assert not lock.exists()
+
+
+def test_a_lock_left_by_a_dead_process_does_not_block(tmp_path):
+    from metrale_export.exporter.writer import lock_path, output_lock
+
+    out = tmp_path / "a" / "b" / "out"
+    with output_lock(out) as lock:
+        assert lock == lock_path(out) and lock.read_text() == f"{os.getpid()}\n"
+        holder = subprocess.run([sys.executable, "-c", "from metrale_export.exporter.writer import output_lock\n"
+                                 f"with output_lock({str(out)!r}): pass"], capture_output=True, text=True)
+        assert holder.returncode != 0 and f"pid {os.getpid()}" in holder.stderr, holder.stderr
+    assert not (tmp_path / "a").exists()  # the parents it made went with the lock
+    out.parent.mkdir(parents=True)
+    lock_path(out).write_text("999999\n")  # no flock held on it: a crashed job's file
+    with output_lock(out):
+        pass
 
 
 def test_typo_says_no_such_command_with_the_closest():
@@ -291,6 +424,12 @@ def test_help_imports_neither_torch_nor_onnx():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert r.stdout.strip() == "[]", r.stdout + r.stderr
+
+
+def test_the_main_jobs_help_names_only_its_own_options():
+    """`run --help` mentioned --lowering (through --plugins' help), which the main job lacks."""
+    r = CliRunner().invoke(cli, ["run", "--help"])
+    assert r.exit_code == 0 and "--plugins" in r.output and "--lowering" not in r.output, r.output
 
 
 def test_missing_model_is_refused_before_any_heavy_import(tmp_path):
@@ -419,11 +558,13 @@ def test_main_job_shows_progress_ends_naming_everything_and_a_rebuild_names_what
     assert sorted(p.name for p in (out / "engines").glob("*.engine")) == ["rows-1.engine"]
 
 
-def test_disk_full_during_a_build_names_the_path_and_leaves_no_partial_file(demo_exports, tmp_path):
-    from metrale_export.engines import backends
+def test_disk_full_during_a_build_names_the_path_and_leaves_no_partial_file(demo_exports, tmp_path, monkeypatch):
+    from metrale_export.engines import backends, resources
 
     if backends.available()["tensorrt-rtx"] is None:
         pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    # Past the up-front disk check (as an estimate that is short would be): the write hits ENOSPC.
+    monkeypatch.setenv(resources.DISK_ENV, "1T")
     with tmpfs(tmp_path / "full", "1m") as full:  # the lowered graph (about 2 MB) cannot fit
         r = run("build", demo_exports["w4a16"], "-o", full / "engines", "--backend", "tensorrt-rtx",
                 "--lowering", "qdq", "--profiles", "1", "--max-context", "64")

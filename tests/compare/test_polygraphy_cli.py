@@ -4,6 +4,7 @@ extension of pyproject.toml) and compares it with the lowered qdq graph, through
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 import sys
@@ -13,11 +14,22 @@ from pathlib import Path
 import onnx
 import pytest
 
-from metrale_export.engines.lowering import lower_qdq, save_model
+from metrale_export.engines.build import LoweredGraphFromOnnx
+from metrale_export.engines.plan import BuildOptions
 
 POLYGRAPHY = Path(sys.executable).parent / "polygraphy"
 STEP = ["--metrale-step", "2,7,0"]
 COSINE = ["--compare-func", "cosine_similarity", "--cosine-similarity-threshold", "0.9999"]
+
+
+_BUILD_DEFAULT_FLOAT_WEIGHTS = {f.name: f.default for f in dataclasses.fields(BuildOptions)}["float_weights"]
+
+
+def _lowered_as_built(export_dir: Path, path: Path) -> None:
+    """The qdq graph ``metrale-export build`` writes (the build's own loader, its default float
+    weights: bfloat16 lm_head Gemm, which ONNX Runtime's CPU provider has no kernel for)."""
+    LoweredGraphFromOnnx(export_dir / "model.onnx", "qdq", None,
+                         _BUILD_DEFAULT_FLOAT_WEIGHTS, path)()
 
 
 def _polygraphy(*args) -> subprocess.CompletedProcess:
@@ -26,16 +38,15 @@ def _polygraphy(*args) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def with_qdq(demo_exports, tmp_path_factory):
-    """The W4A16 demo export with its lowered qdq graph where `build --lowering qdq` writes it."""
+    """The W4A16 demo export with its lowered qdq graph as and where `build --lowering qdq` writes it."""
     names = [e.name for e in metadata.entry_points(group="polygraphy.run.plugins")]
     assert "metrale" in names, ("the polygraphy.run.plugins entry point of pyproject.toml is not installed: "
                                 "reinstall the package (make setup)")
     out = tmp_path_factory.mktemp("pg") / "w4a16"
     shutil.copytree(demo_exports["w4a16"], out)
-    (out / "engines" / "onnx").mkdir(parents=True)
-    save_model(lower_qdq(onnx.load(str(out / "model.onnx"))), out / "engines" / "onnx" / "qdq-test.onnx")
+    _lowered_as_built(out, out / "engines" / "onnx" / "qdq-test.onnx")
     wrong = out.parent / "w8a8-qdq.onnx"
-    save_model(lower_qdq(onnx.load(str(demo_exports["w8a8"] / "model.onnx"))), wrong)
+    _lowered_as_built(demo_exports["w8a8"], wrong)
     return out, wrong
 
 

@@ -24,6 +24,9 @@ from metrale_export.ops import tolerances
 from metrale_export.ops.ort import load_graph
 
 LAYERS, MIDDLE = 5, 2
+# Per layer: 7 W4A16 projections, 4 RMSNorms (input, q, k, post-attention with the residual add)
+# and the Attention; after the layers the final norm and lm_head (FloatProj).
+OPS_PER_LAYER, OPS_AFTER = 12, 2
 CASES = (Case("prefill", 2, 5, 0), Case("decode", 2, 1, 4))
 
 
@@ -59,15 +62,19 @@ def test_taps_find_every_layer_and_op(five_layer_w4a16):
     # The stream runs layer to layer: each layer reads what the one before wrote.
     for i in range(1, LAYERS):
         assert taps.layers[i].x_in == taps.layers[i - 1].x_out
-    assert len(taps.ops) == 7 * LAYERS and {t.layer for t in taps.ops} == set(range(LAYERS))
+    assert len(taps.ops) == OPS_PER_LAYER * LAYERS + OPS_AFTER
+    assert {t.layer for t in taps.ops} == set(range(LAYERS)) | {None}
+    assert sorted(t.op_type for t in taps.ops if t.layer is None) == ["FloatProj", "RMSNorm"]
 
 
 def test_every_piece_within_its_bound(five_layer_w4a16):
     report = compare_export(five_layer_w4a16, cases=CASES)
     assert report.ok, report.first_failure()
     assert {(r.case, r.layer) for r in report.layers} == {(c.name, i) for c in CASES for i in range(LAYERS)}
-    assert len(report.ops) == 7 * LAYERS * len(CASES)
-    assert all(r.bound == tolerances.OP_FP32["bf16"] for r in report.ops)
+    assert len(report.ops) == (OPS_PER_LAYER * LAYERS + OPS_AFTER) * len(CASES)
+    assert all(r.bound == tolerances.OP_FP32["bf16"] for r in report.ops if r.op_type == "W4A16Proj")
+    assert all(r.bound == tolerances.OP_NON_PROJECTION[r.op_type] for r in report.ops if r.op_type != "W4A16Proj")
+    assert {r.op_type for r in report.ops} == {"W4A16Proj", "RMSNorm", "FloatProj", "Attention"}
     assert all(r.bound == tolerances.LAYER["bf16"] for r in report.layers)
     logits = [r for r in report.rows if r.output == "logits"]
     assert logits and all(r.top1 == 1.0 and r.cosine > 0.9999 for r in logits)
@@ -87,6 +94,21 @@ def test_one_weight_scale_times_1_5_in_a_middle_layer_fails(five_layer_w4a16, tm
     assert r.exit_code == 1, r.output
     assert f"layer {MIDDLE}: model.layers.{MIDDLE}.self_attn.v_proj (W4A16Proj" in r.output
     assert "NO" in r.output
+
+
+def test_a_corrupted_norm_weight_fails_naming_its_layer(five_layer_w4a16, tmp_path):
+    name = f"model.layers.{MIDDLE}.post_attention_layernorm.weight"
+
+    def edit(a):
+        a[3] *= 1.1
+
+    out = _tampered(five_layer_w4a16, tmp_path, name, edit)
+    r = CliRunner().invoke(cli, ["compare", str(out), "--json"])
+    assert r.exit_code == 1, r.output
+    report = json.loads(r.output[: r.output.rindex("}") + 1])
+    assert report["first_failure"].startswith(f"layer {MIDDLE}: model.layers.{MIDDLE}.post_attention_layernorm (RMSNorm")
+    bad = {(o["layer"], o["projection"]) for o in report["ops"] if not o["ok"]}
+    assert bad == {(MIDDLE, name.removesuffix(".weight"))}
 
 
 def test_two_swapped_groups_of_a_w4a16_weight_fail(five_layer_w4a16, tmp_path):

@@ -17,7 +17,7 @@ from metrale_export.engines import backends
 from metrale_export.engines.build import BuildOptions, build_engines
 from metrale_export.engines.policy import parse_policy
 from metrale_export.engines.profiles import parse_profiles
-from support.graphs import Proj, model_graph, projection_graph
+from support.graphs import Proj, head_graph, model_graph, projection_graph
 from metrale_export.errors import BuildError, InputError
 
 _found = backends.available()
@@ -192,7 +192,11 @@ def test_an_interrupted_build_keeps_what_it_built(chain_path, tmp_path):
     manifest = build_engines(chain_path, out, _options("1,2-8,9-32"), _events(log))
     assert log == [("skip", "1"), ("build", "2-8"), ("built", "2-8"), ("build", "9-32"), ("built", "9-32")]
     assert manifest["complete"] is True
-    assert sorted(p.name for p in (out / "onnx").iterdir()) == [manifest["engines"][0]["onnx"][5:]]
+    # One lowered graph: its header, its weights file and the header shared-weights engines are
+    # built from (docs/engines.md, Output and reruns).
+    graph = manifest["engines"][0]["onnx"][5:]
+    assert sorted(p.name for p in (out / "onnx").iterdir()) == sorted(
+        [graph, graph + ".data", graph.removesuffix(".onnx") + ".shared.onnx"])
 
 
 def test_a_library_without_creators_is_refused(tmp_path):
@@ -219,20 +223,7 @@ def test_max_context_within_the_models_positions(tmp_path):
 
 def _embedding_and_head(path, vocab=8192, hidden=256):
     """ids [M] -> Gather(embedding) -> MatMul(lm_head [hidden, vocab]): weight-dominated, bf16-exact."""
-    import ml_dtypes
-
-    rng = np.random.default_rng(5)
-    emb, head = (rng.standard_normal(s).astype(ml_dtypes.bfloat16).astype(np.float32)
-                 for s in ((vocab, hidden), (hidden, vocab)))
-    graph = onnx.helper.make_graph(
-        [onnx.helper.make_node("Gather", ["embed.weight", "ids"], ["h"], name="embed"),
-         onnx.helper.make_node("MatMul", ["h", "lm_head.weight"], ["logits"], name="lm_head")],
-        "head", [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["M"])],
-        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["M", vocab])],
-        [onnx.numpy_helper.from_array(emb, "embed.weight"), onnx.numpy_helper.from_array(head, "lm_head.weight")])
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
-    model.ir_version = 10
-    onnx.save(model, path)
+    onnx.save(head_graph(vocab, hidden), path)
     return vocab * hidden
 
 
@@ -240,7 +231,8 @@ def test_engines_keep_float_weights_in_bfloat16(tmp_path):
     """The engine stores the bf16 weights (half the float32 engine), and the manifest's numbers are
     those of the weights: bytes, and per decode token one embedding row plus the whole lm_head."""
     n = _embedding_and_head(tmp_path / "head.onnx")
-    built = {fw: build_engines(tmp_path / "head.onnx", tmp_path / fw, _options("1-4", float_weights=fw))
+    built = {fw: build_engines(tmp_path / "head.onnx", tmp_path / fw,
+                               _options("1-4", float_weights=fw, engine_weights="embedded"))
              for fw in ("checkpoint", "float32")}
     for fw, size in (("checkpoint", 2), ("float32", 4)):
         (engine,) = built[fw]["engines"]
@@ -252,3 +244,51 @@ def test_engines_keep_float_weights_in_bfloat16(tmp_path):
         assert built[fw]["float_weights"] == fw
     assert built["checkpoint"]["engines"][0]["bf16_float_weights"] == ["embed.weight", "lm_head.weight"]
     assert built["float32"]["engines"][0]["bf16_float_weights"] == []
+
+
+def test_shared_engines_hold_no_weights_and_name_one_weights_file(tmp_path):
+    """--engine-weights shared (the default): the weights are engine inputs, every profile's engine
+    is small, and the one weights file the manifest names (with its sha256) holds the weights."""
+    n = _embedding_and_head(tmp_path / "head.onnx")
+    manifest = build_engines(tmp_path / "head.onnx", tmp_path / "out", _options("1-4,5-64"))
+    assert manifest["engine_weights"] == "shared"
+    (weights,) = manifest["weights_files"]
+    data = tmp_path / "out" / weights["file"]
+    assert weights["bytes"] == data.stat().st_size >= 2 * n * 2  # both tables, bf16
+    assert weights["sha256"] == hashlib.sha256(data.read_bytes()).hexdigest()
+    for engine in manifest["engines"]:
+        assert engine["bytes"] < 2 * n * 2 // 4, engine["bytes"]  # no copy of the weights
+        assert engine["weight_inputs"] == 2 and engine["weights_file"]["file"] == weights["file"]
+    assert manifest["size"]["total_bytes"] == manifest["size"]["engine_bytes"] + weights["bytes"]
+
+
+def test_zero_point_engine_keeps_int4_weights(tmp_path):
+    """W4A16 with zero points, weights embedded: the engine is about the INT4 weights' size."""
+    k, n = 1024, 2048
+    chain = projection_graph(k, [Proj("W4A16Proj", n, options={"group_size": 128, "symmetric": False})], seed=2)
+    onnx.save(chain.model, tmp_path / "zp.onnx")
+    manifest = build_engines(tmp_path / "zp.onnx", tmp_path / "out", _options("1-8", engine_weights="embedded"))
+    (engine,) = manifest["engines"]
+    int4 = k * n // 2
+    assert int4 <= engine["bytes"] <= int4 * 1.5, engine["bytes"]  # INT8 would be twice int4
+
+
+@pytest.mark.slow
+def test_a_build_beyond_the_memory_available_is_refused_up_front(chain_path, tmp_path, monkeypatch):
+    """The estimate against METRALE_AVAILABLE_MEMORY: exit 2, one line with the numbers, nothing built."""
+    from click.testing import CliRunner
+
+    from metrale_export.cli.main import cli
+
+    out = tmp_path / "engines"
+    monkeypatch.setenv("METRALE_AVAILABLE_MEMORY", "100M")
+    result = CliRunner().invoke(cli, ["build", str(chain_path), "-o", str(out), "--backend", "tensorrt-rtx",
+                                      "--profiles", "1,2-8"])
+    assert result.exit_code == 2, result.output
+    assert "of memory at its peak" in result.output and "0.1 GiB is available (METRALE_AVAILABLE_MEMORY)" \
+        in result.output
+    assert not out.exists() or not list(out.rglob("*.engine"))
+    monkeypatch.setenv("METRALE_AVAILABLE_MEMORY", "64G")
+    result = CliRunner().invoke(cli, ["build", str(chain_path), "-o", str(out), "--backend", "tensorrt-rtx",
+                                      "--profiles", "1"])
+    assert result.exit_code == 0, result.output

@@ -163,12 +163,20 @@ def test_manifest_document_round_trips_through_the_reader(tmp_path):
     plan = plan_build(_source(), tmp_path, _options("1,2-8"), RTX)
     step = plan.steps[1]
     numbers = {"weights": {"bytes": 4, "by_dtype": {"bfloat16": 4}}, "decode_bytes_per_token": 3,
-               "kv_cache_bytes_per_position": 2, "fixed_state_bytes": 1, "bf16_float_weights": ["w"]}
+               "kv_cache_bytes_per_position": 2, "fixed_state_bytes": 1, "bf16_float_weights": ["w"],
+               "weights_file": {"file": "onnx/g.onnx.data", "bytes": 10, "sha256": "ab", "tensors": 1},
+               "weight_inputs": 1}
     entry = manifest.engine_entry(plan, step, memoryview(b"engine"), 1.5, numbers)
-    written = manifest.write(tmp_path, manifest.document(plan, [entry], complete=True))
-    assert written["size"] == {"engine_bytes": 6, "largest_engine_bytes": 6, "weight_bytes": 4,
+    written = manifest.write(tmp_path, manifest.document(plan, [entry, dict(entry, file="other")], complete=True))
+    assert written["size"] == {"engine_bytes": 12, "weights_file_bytes": 10, "total_bytes": 22,
+                               "largest_engine_bytes": 6, "weight_bytes": 4,
                                "decode_bytes_per_token": 3, "kv_cache_bytes_per_position": 2,
                                "fixed_state_bytes": 1}
+    # one weights file named once with its hash, however many engines use it
+    assert written["weights_files"] == [{"file": "onnx/g.onnx.data", "graph": step.graph, "bytes": 10,
+                                         "sha256": "ab", "tensors": 1}]
+    assert written["engine_weights"] == "shared" and entry["weight_inputs"] == 1
+    written = manifest.write(tmp_path, manifest.document(plan, [entry], complete=True))
     assert written["float_weights"] == "checkpoint"
     assert manifest.load(tmp_path) == written == json.loads((tmp_path / "manifest.json").read_text())
     assert written["engines"][0]["bytes"] == 6 and written["engines"][0]["onnx"] == step.graph

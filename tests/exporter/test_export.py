@@ -12,6 +12,7 @@ import torch
 
 from metrale_export.compare.accuracy import Case, compare_export
 from metrale_export.exporter import writer
+from metrale_export import contract
 from metrale_export.exporter.checkpoint import Checkpoint
 from metrale_export.exporter.config import parse_config
 from metrale_export.exporter.export import ExportOptions, export
@@ -28,16 +29,28 @@ def test_graph_is_valid_and_every_op_carries_the_contract(demo_exports):
         model = onnx.load(str(d / "model.onnx"))
         onnx.checker.check_model(model)
         ops = [n for n in model.graph.node if n.domain == "metrale"]
-        assert len(ops) == (0 if fmt == "none" else 14), fmt
+        projections = [n for n in ops if n.op_type in contract.projections()]
+        assert len(projections) == (0 if fmt == "none" else 14), fmt
+        assert sum(n.op_type == "Attention" for n in ops) == 2, fmt  # every format: one per layer
+        assert {n.op_type for n in ops} - set(contract.projections()) <= {"Attention", "RMSNorm", "FloatProj"}, fmt
+        # per layer input, q, k and post-attention norms, and the final norm
+        assert sum(n.op_type == "RMSNorm" for n in ops) == 2 * 4 + 1, fmt
         for node in ops:
             names = {a.name for a in node.attribute}
-            assert names == set(onnx_translation.node_attribute_names(node.op_type)), node.name
             attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+            spec = contract.op(node.op_type)
+            # plugin_version only where the node's own version needs it (contract.node_version)
+            text = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
+            assert names == set(spec.emitted_attributes) | (
+                {"plugin_version"} if contract.names_plugin_version(spec, text) else set()), node.name
             if node.op_type == "W4A16Proj":  # op version 2: bf16 scales, and the plugin's version
                 assert attrs["plugin_version"] == b"2"
                 scale = next(t for t in model.graph.initializer if t.name == node.input[2])
                 assert scale.data_type == onnx.TensorProto.BFLOAT16, node.name
-            present = 3 + (node.op_type == "W4A4Proj") + sum(v for k, v in attrs.items() if k.startswith("has_"))
+            if node.op_type in contract.projections():
+                present = 3 + (node.op_type == "W4A4Proj") + sum(v for k, v in attrs.items() if k.startswith("has_"))
+            else:  # the norms, attention, float projections and router: x and the inputs their gates say
+                present = 1 + len(contract.op(node.op_type).present_inputs(attrs))
             assert len(node.input) == present and all(node.input), node.name
         manifest = json.loads((d / "manifest.json").read_text())
         assert manifest["files"]["model.onnx"] == writer.sha256_file(d / "model.onnx")
@@ -111,9 +124,22 @@ def test_tied_embeddings_share_one_initializer_with_a_float_lm_head(tmp_path, fm
     out = export(tmp_path / "ckpt", tmp_path / "out", ExportOptions(request=QuantRequest(weight=fmt))).out_dir
     model = onnx.load(str(out / "model.onnx"))
     names = [i.name for i in model.graph.initializer]
-    assert "lm_head.weight" not in names and names.count("model.embed_tokens.weight") == 1
     readers = [n.op_type for n in model.graph.node if "model.embed_tokens.weight" in n.input]
-    assert len(readers) == 2, readers  # the embedding's Gather and lm_head's matmul
+    assert names.count("model.embed_tokens.weight") == 1
+    if fmt == "none":
+        assert "lm_head.weight" not in names
+        assert len(readers) == 2, readers  # the embedding's Gather and lm_head's matmul
+    else:
+        # a quantized export's float lm_head is the FloatProj op, whose weight is bf16 (rounded
+        # once): its own initializer, the tied embedding rounded to bf16
+        init = {i.name: i for i in model.graph.initializer}
+        head = [n for n in model.graph.node if n.op_type == "FloatProj" and "lm_head.weight" in n.input]
+        assert len(head) == 1 and readers == ["Gather"], readers
+        assert init["lm_head.weight"].data_type == onnx.TensorProto.BFLOAT16
+        emb = torch.from_numpy(onnx.numpy_helper.to_array(init["model.embed_tokens.weight"]).astype(np.float32))
+        bits = onnx.numpy_helper.to_array(init["lm_head.weight"])
+        head_w = torch.from_numpy(np.asarray(bits).view(np.uint16).astype(np.int32)).to(torch.int32)
+        assert torch.equal(head_w, emb.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF)
     report = compare_export(out, cases=(Case("prefill", 2, 5, 0), Case("decode", 3, 1, 6)))
     assert report.ok, [(r.case, r.output, r.rel_error) for r in report.rows if not r.ok]
 

@@ -9,6 +9,7 @@ import torch
 
 pytest.importorskip("compressed_tensors", reason="compressed-tensors is a test dependency (pip install compressed-tensors)")
 
+from metrale_export import contract  # noqa: E402
 from metrale_export.errors import InputError  # noqa: E402
 from metrale_export.exporter.formats import CompressedTensorsSource  # noqa: E402
 from support import checkpoints as T  # noqa: E402
@@ -106,10 +107,14 @@ def test_nvfp4_operands_identical_and_weights_within_one_bf16_ulp(ct_checkpoints
                                     pytest.param("FP8_DYNAMIC", marks=pytest.mark.slow), "FP8_BLOCK", "NVFP4"])
 def test_export_matches_pytorch_reference(ct_checkpoints, tmp_path, scheme):
     result, report = T.export_and_compare(ct_checkpoints[scheme], tmp_path / "out")
-    kinds = {op["op_type"] for op in result.manifest["ops"]}
+    ops = result.manifest["ops"]
+    projections = [op for op in ops if op["op_type"] in contract.projections()]
+    kinds = {op["op_type"] for op in projections}
     assert kinds == {{"W4A16_ASYM_G32": "W4A16Proj", "FP8_DYNAMIC": "W8A8Proj", "FP8_BLOCK": "W8A8Proj",
                       "NVFP4": "W4A4Proj"}[scheme]}
-    assert len(result.manifest["ops"]) == 14  # lm_head stays float (ignore list)
+    assert len(projections) == 14  # lm_head stays float (ignore list)
+    assert [op["op_type"] for op in ops if op["name"] == "lm_head"] == ["FloatProj"]
+    assert [op["op_type"] for op in ops].count("Attention") == T.TINY["num_hidden_layers"]
     assert report.ok, [(r.case, r.output, r.rel_error) for r in report.rows if not r.ok]
 
 

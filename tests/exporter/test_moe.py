@@ -11,19 +11,21 @@ import onnx
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from stateful import ort_steps, rel, torch_steps
+from support.stateful import ort_steps, rel, torch_steps
 
+from metrale_export import contract
 from metrale_export.exporter.checkpoint import Checkpoint
 from metrale_export.exporter.config import parse_config
 from metrale_export.exporter.export import ExportOptions, export
 from metrale_export.exporter.layers.model import CausalLM
 from metrale_export.exporter.layers.moe import SparseMoE
 from metrale_export.exporter.quantization import FloatSource, QuantRequest
+from metrale_export.ops import tolerances
 from metrale_export.ops.ort import reference_session
 
 transformers = pytest.importorskip("transformers")
 
-TRANSFORMERS = 1e-4  # docs/ops.md: unquantized export vs transformers (float32)
+TRANSFORMERS = tolerances.TRANSFORMERS  # docs/ops.md: unquantized export vs transformers
 QUANTIZED = 1e-3  # docs/ops.md: ONNX Runtime vs the PyTorch reference of the quantized model
 CHUNKS = [5, 1, 1, 2]
 
@@ -126,9 +128,19 @@ def test_unquantized_export_matches_transformers(hf_moe, ids, tmp_path):
     check_against(hf, ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS), ids, CHUNKS)
 
 
-def _metrale_nodes(out):
+def _projection_nodes(out, attention_layers, sparse_layers):
+    """The metrale projection nodes; the other metrale nodes are the norms, the float lm_head and
+    router gates, one Attention per attention layer and one Router per sparse layer."""
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
-    return [n for n in graph.node if n.domain == "metrale"]
+    nodes = [n for n in graph.node if n.domain == "metrale"]
+    assert sorted({n.op_type for n in nodes} - set(contract.projections())) == ["Attention", "FloatProj", "RMSNorm",
+                                                                                 "Router"]
+    assert sum(n.op_type == "Attention" for n in nodes) == attention_layers
+    assert sum(n.op_type == "Router" for n in nodes) == sparse_layers
+    # the float projections: lm_head and one router gate per sparse layer
+    assert sorted(_attr(n, "name").decode() for n in nodes if n.op_type == "FloatProj") == sorted(
+        ["lm_head"] + [_attr(n, "name").decode().rsplit(".", 1)[0] + ".gate" for n in nodes if n.op_type == "Router"])
+    return [n for n in nodes if n.op_type in contract.projections()]
 
 
 def _attr(node, name):
@@ -141,7 +153,7 @@ def test_quantized_export_matches_torch_reference(hf_moe, ids, tmp_path, fmt):
     _, path = hf_moe
     request = QuantRequest(weight=fmt, group_size=32)
     out = export(path, tmp_path / fmt, ExportOptions(request=request)).out_dir
-    ops = _metrale_nodes(out)
+    ops = _projection_nodes(out, attention_layers=2, sparse_layers=1)
     fams = [_attr(n, "family").decode() for n in ops]
     # one sparse layer: gate, up, down grouped; one dense FFN; two attention layers
     assert (fams.count("moe"), fams.count("ffn"), fams.count("attn")) == (3, 3, 8)
@@ -166,17 +178,23 @@ def test_grouped_experts_compute_the_dense_form(hf_moe, ids):
 
 
 def test_router_matches_transformers(hf_moe):
-    """Our route() against transformers' Qwen3MoeTopKRouter: the same experts and bitwise the same
-    weights (inputs without ties at the k-th place)."""
+    """Our route() against transformers' Qwen3MoeTopKRouter: the same experts (inputs without ties
+    at the k-th place) and the same weights to float32 rounding. Not bitwise: the Router op sums its
+    softmax in its own fixed order (docs/ops.md, "Router"), torch's softmax in its kernel's; the
+    weights are bitwise the op's CPU reference on the gate's logits."""
+    from metrale_export.ops import router as router_ref
+
     hf, path = hf_moe
     moe = reference_model(path, QuantRequest()).model.layers["0"].mlp
     x = torch.randn(257, 64, generator=torch.Generator().manual_seed(3))
     with torch.no_grad():
-        _, w_hf, id_hf = hf.model.layers[0].mlp.gate(x)
-    ids, w = moe.route(x)
+        logits, w_hf, id_hf = hf.model.layers[0].mlp.gate(x)
+        ids, w = moe.route(x)
     assert ids.dtype == torch.int32
     assert torch.equal(ids.to(torch.int64), id_hf)
-    assert torch.equal(w, w_hf)
+    torch.testing.assert_close(w, w_hf, rtol=4e-7, atol=0)
+    ref_ids, ref_w = router_ref.route(logits, moe.top_k, int(moe.norm_topk_prob))
+    assert torch.equal(ids, ref_ids) and torch.equal(w, ref_w)
 
 
 def test_top_k_ties_take_the_lower_expert_id():
@@ -204,7 +222,7 @@ def test_512_experts_export_as_a_handful_of_nodes(tmp_path):
     save_random(tiny_config(num_experts=512, num_experts_per_tok=10, num_hidden_layers=1, mlp_only_layers=[],
                             moe_intermediate_size=16), tmp_path / "hf")
     out = export(tmp_path / "hf", tmp_path / "o", ExportOptions(request=QuantRequest(weight="w8a8"))).out_dir
-    ops = _metrale_nodes(out)
+    ops = _projection_nodes(out, attention_layers=1, sparse_layers=1)
     assert sorted(n.op_type for n in ops) == ["W8A8MoEProj"] * 3 + ["W8A8Proj"] * 4
     down = next(n for n in ops if n.op_type == "W8A8MoEProj" and _attr(n, "combine") == 1)
     assert (_attr(down, "num_experts"), _attr(down, "top_k")) == (512, 10)

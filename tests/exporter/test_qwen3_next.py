@@ -14,8 +14,9 @@ import onnx
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
-from stateful import ort_steps, rel, torch_steps
+from support.stateful import ort_steps, rel, torch_steps
 
+from metrale_export import contract
 from metrale_export.exporter.checkpoint import Checkpoint
 from metrale_export.exporter.config import parse_config
 from metrale_export.exporter.export import ExportOptions, export
@@ -30,7 +31,7 @@ transformers = pytest.importorskip("transformers")
 
 # docs/ops.md, "Tolerances": unquantized export vs transformers; ONNX Runtime vs the PyTorch
 # reference of the same quantized model.
-TRANSFORMERS = 1e-4
+TRANSFORMERS = tolerances.TRANSFORMERS  # docs/ops.md: unquantized export vs transformers
 # Prefill 5, two decode steps, a 3-token prefill continued from the state, a decode step.
 CHUNKS = [5, 1, 1, 3, 1]
 
@@ -137,9 +138,15 @@ def _quantized_case(path, ids, tmp_path, fmt):
     request = QuantRequest(weight=fmt, group_size=32)
     out = export(path, tmp_path / fmt, ExportOptions(request=request)).out_dir
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
-    families = {next(a.s.decode() for a in n.attribute if a.name == "family")
-                for n in graph.node if n.domain == "metrale"}
-    assert families == {"attn", "ffn", "gdn", "moe"}
+    nodes = [n for n in graph.node if n.domain == "metrale"]
+    family = {n.name: next(a.s.decode() for a in n.attribute if a.name == "family") for n in nodes}
+    assert {family[n.name] for n in nodes if n.op_type in contract.projections()} == {"attn", "ffn", "gdn", "moe"}
+    # the reductions: one Attention for the full-attention layer (1), one Router for the sparse
+    # layer (0), lm_head a FloatProj of the head family
+    assert sum(n.op_type == "Attention" for n in nodes) == 1
+    assert sum(n.op_type == "Router" for n in nodes) == 1
+    assert [family[n.name] for n in nodes if n.op_type == "FloatProj"
+            and next(a.s.decode() for a in n.attribute if a.name == "name") == "lm_head"] == ["head"]
     names = {next(a.s.decode() for a in n.attribute if a.name == "name"): n.op_type
              for n in graph.node if n.domain == "metrale"}
     # the routed experts: three grouped nodes; the shared expert stays a dense projection
@@ -244,29 +251,43 @@ def test_hybrid_demo_is_a_qwen3_next_checkpoint_transformers_agrees_with(tmp_pat
     assert rel(got, full) < TRANSFORMERS
 
 
-def test_tensorrt_rtx_parses_the_hybrid_export(unquantized_export):
+def test_tensorrt_rtx_parses_the_hybrid_export(unquantized_export, tmp_path):
     """The GDN Scan, the router's TopK/ScatterElements and the grouped conv are TensorRT-parsable
-    (the unquantized export has no metrale node, so no plugin is needed)."""
+    once the qdq lowering has expanded the export's metrale nodes (norms, attention, router) to
+    standard ONNX, so no plugin is needed."""
     trt = pytest.importorskip("tensorrt_rtx_bindings", reason="the TensorRT-RTX wheels are not installed")
+    from metrale_export.engines.lowering import lower_qdq
+
+    model = onnx.load(str(unquantized_export / "model.onnx"))
+    assert any(n.domain == "metrale" for n in model.graph.node)
+    lowered = lower_qdq(model)
+    assert not any(n.domain == "metrale" for n in lowered.graph.node)
+    onnx.save(lowered, str(tmp_path / "lowered.onnx"))
     logger = trt.Logger(trt.Logger.ERROR)
     builder = trt.Builder(logger)
     network = builder.create_network(0)
     parser = trt.OnnxParser(network, logger)
-    ok = parser.parse_from_file(str(unquantized_export / "model.onnx"))
+    ok = parser.parse_from_file(str(tmp_path / "lowered.onnx"))
     assert ok, [parser.get_error(i).desc() for i in range(parser.num_errors)]
     assert [network.get_input(i).name for i in range(network.num_inputs)][2:4] == ["conv_state.0", "recurrent_state.0"]
 
 
 def test_router_matches_transformers(hf_next):
-    """route() against transformers' Qwen3NextTopKRouter (norm_topk_prob): the same experts and
-    bitwise the same weights; the routed experts then export as the grouped ops."""
+    """route() against transformers' Qwen3NextTopKRouter (norm_topk_prob): the same experts and the
+    same weights to float32 rounding (the Router op's softmax sums in its own fixed order,
+    docs/ops.md "Router"; bitwise its CPU reference on the gate's logits)."""
+    from metrale_export.ops import router as router_ref
+
     hf, path = hf_next
     moe = reference_model(path, QuantRequest()).model.layers["0"].mlp
     x = torch.randn(129, hf.config.hidden_size, generator=torch.Generator().manual_seed(4))
     with torch.no_grad():
-        _, w_hf, id_hf = hf.model.layers[0].mlp.gate(x)
-    ids, w = moe.route(x)
-    assert torch.equal(ids.to(torch.int64), id_hf) and torch.equal(w, w_hf)
+        logits, w_hf, id_hf = hf.model.layers[0].mlp.gate(x)
+        ids, w = moe.route(x)
+    assert torch.equal(ids.to(torch.int64), id_hf)
+    torch.testing.assert_close(w, w_hf, rtol=4e-7, atol=0)
+    ref_ids, ref_w = router_ref.route(logits, moe.top_k, int(moe.norm_topk_prob))
+    assert torch.equal(ids, ref_ids) and torch.equal(w, ref_w)
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import onnx
 import pytest
 import torch
 from safetensors.torch import save_file
-from stateful import ort_steps
+from support.stateful import ort_steps
 
 from metrale_export.exporter import demo, demo_hybrid, replicate
 from metrale_export.exporter.checkpoint import Checkpoint

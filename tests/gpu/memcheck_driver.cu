@@ -110,7 +110,7 @@ int main()
                 size_t wsb = metrale_w8a8_workspace_size(m, n, k, act, asg);
                 void* ws = nullptr;
                 if (wsb) CHECK(cudaMalloc(&ws, wsb));
-                CHECK(metrale_w8a8_proj(x, xdt, w, s, wsg, act, asg, bias, y, m, n, k, ws, wsb, 0));
+                CHECK(metrale_w8a8_proj(x, xdt, w, s, wsg, act, asg, nullptr, bias, y, m, n, k, ws, wsb, 0));
                 CHECK(cudaDeviceSynchronize());
                 ++launches;
                 cudaFree(x); cudaFree(w); cudaFree(s); cudaFree(bias); cudaFree(y); cudaFree(ws);

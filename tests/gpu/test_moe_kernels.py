@@ -79,7 +79,7 @@ class Experts:
                                                     self.bias, n, k, E, TOP_K, comb, o["group_size"], "bf16",
                                                     "moe", "t")
         if self.op == "w8a8":
-            return torch.ops.metrale.w8a8_moe_proj(x, ids, w, t["weight"], t["weight_scale"], self.bias, n, k, E,
+            return torch.ops.metrale.w8a8_moe_proj(x, ids, w, t["weight"], t["weight_scale"], None, self.bias, n, k, E,
                                                    TOP_K, comb, o["gran"], o["act"], o["agran"], "moe", "t")
         return torch.ops.metrale.w4a4_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["weight_global_scale"],
                                                t["input_scale"], self.bias, n, k, E, TOP_K, comb, o["act"], "moe", "t")

@@ -13,7 +13,7 @@ from metrale_export.ops import cuda
 # (CUDA implementation, its op type, the arguments after x up to activation_format)
 _DENSE = {
     "W4A16Proj": (cuda.w4a16_proj_cuda, (None, None, None, None, 8, 32, 32)),
-    "W8A8Proj": (cuda.w8a8_proj_cuda, (None, None, None, 8, 32, "channel")),
+    "W8A8Proj": (cuda.w8a8_proj_cuda, (None, None, None, None, 8, 32, "channel")),
     "W4A4Proj": (cuda.w4a4_proj_cuda, (None, None, None, None, None, 8, 32)),
 }
 

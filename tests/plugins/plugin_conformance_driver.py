@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from metrale_export import contract  # noqa: E402
-from metrale_export.ops import torch_ops, w4a4, w4a16, w8a8  # noqa: E402,F401  (torch_ops registers the ops)
+from metrale_export.ops import tolerances, torch_ops, w4a4, w4a16, w8a8  # noqa: E402,F401  (torch_ops registers the ops)
 
 # The default engine profiles ("1,2-8,9-32,33-128,129-4096"); the harness runs both ends of each.
 PROFILES = ((1, 1), (2, 8), (9, 32), (33, 128), (129, 4096))
@@ -46,9 +46,6 @@ _DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "
 _ROW_INPUTS = ("x", "topk_ids", "topk_weights")
 _LIKE_X = ("topk_weights",)
 _CODES = {v: k for k, v in _DTYPES.items()}
-# docs/ops.md, Tolerances: relative Frobenius error against the reference, per output dtype.
-_TOLERANCE = {"f32": 1e-5, "bf16": 8e-3, "f16": 1e-3}
-_TOLERANCE_FP8_F32 = 1e-4
 
 
 @dataclass
@@ -138,9 +135,13 @@ def make_cases(seed: int = 20261129) -> list[Case]:
         ("w8a8_channel_fp8_row_bf16", 256, 512, "channel", "fp8", "row", False, "bf16"),
         ("w8a8_block128_fp8_rowblock_bias_f32", 200, 320, "block128", "fp8", "row_block128", True, "f32"),
         ("w8a8_channel_bf16act_f16", 256, 512, "channel", "bf16", "row", False, "f16"),
+        # The static scale (version 2): 0.02 saturates the larger inputs (docs/ops.md).
+        ("w8a8_channel_fp8_static_bias_bf16", 256, 512, "channel", "fp8", "tensor", True, "bf16"),
     ):
         q = w8a8.quantize(weight(n, k), granularity=wgran)
         inputs = [("x", _x(gen, k, _DTYPES[dt])), ("weight", q.weight), ("weight_scale", q.weight_scale)]
+        if agran == "tensor":
+            inputs.append(("input_scale", torch.tensor([0.02], dtype=torch.float32)))
         if has_bias:
             inputs.append(("bias", bias(n)))
         fields = {"n": n, "k": k, "weight_scale_granularity": wgran, "activation_format": act,
@@ -346,7 +347,8 @@ def _call_op(c: Case, x: torch.Tensor, device: str, rows: dict | None = None) ->
                                             f["n"], f["k"], f["group_size"], f["activation_format"], f["family"],
                                             f["name"])
     if c.op == "W8A8Proj":
-        return torch.ops.metrale.w8a8_proj(x, t["weight"], t["weight_scale"], t.get("bias"), f["n"], f["k"],
+        return torch.ops.metrale.w8a8_proj(x, t["weight"], t["weight_scale"], t.get("input_scale"), t.get("bias"),
+                                           f["n"], f["k"],
                                            f["weight_scale_granularity"], f["activation_format"],
                                            f["activation_scale_granularity"], f["family"], f["name"])
     return torch.ops.metrale.w4a4_proj(x, t["weight"], t["weight_scale"], t["weight_global_scale"],
@@ -359,7 +361,7 @@ class _Launchers:
 
     _ACT = {"bf16": 0, "fp8": 1, "nvfp4": 2}
     _WSCALE = {"channel": 0, "block128": 1}
-    _ASCALE = {"row": 0, "row_block128": 1}
+    _ASCALE = {"row": 0, "row_block128": 1, "tensor": 2}
     _XDT = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2}
 
     def __init__(self, path: Path):
@@ -371,7 +373,7 @@ class _Launchers:
         L.metrale_w4a16_proj.argtypes = [vp, i32, vp, vp, vp, vp, vp, i64, i64, i64, i64, vp, sz, vp]
         L.metrale_w8a8_workspace_size.argtypes = [i64, i64, i64, i32, i32]
         L.metrale_w8a8_workspace_size.restype = sz
-        L.metrale_w8a8_proj.argtypes = [vp, i32, vp, vp, i32, i32, i32, vp, vp, i64, i64, i64, vp, sz, vp]
+        L.metrale_w8a8_proj.argtypes = [vp, i32, vp, vp, i32, i32, i32, vp, vp, vp, i64, i64, i64, vp, sz, vp]
         L.metrale_w4a4_workspace_size.argtypes = [i64, i64, i64, i32]
         L.metrale_w4a4_workspace_size.restype = sz
         L.metrale_w4a4_proj.argtypes = [vp, i32, vp, vp, vp, vp, i32, vp, vp, i64, i64, i64, vp, sz, vp]
@@ -398,7 +400,8 @@ class _Launchers:
             ws = self.lib.metrale_w8a8_workspace_size(m, n, k, act, agran)
             w = torch.empty(max(ws, 1), dtype=torch.uint8, device="cuda")
             rc = self.lib.metrale_w8a8_proj(x.data_ptr(), self._XDT[x.dtype], p("weight"), p("weight_scale"),
-                                            self._WSCALE[f["weight_scale_granularity"]], act, agran, p("bias"),
+                                            self._WSCALE[f["weight_scale_granularity"]], act, agran,
+                                            p("input_scale"), p("bias"),
                                             y.data_ptr(), m, n, k, w.data_ptr(), ws, stream)
         else:
             ws = self.lib.metrale_w4a4_workspace_size(m, n, k, act)
@@ -456,8 +459,9 @@ def compare(cases: list[Case], out: Path, build: Path) -> tuple[list[Result], st
             r.row_invariant = largest is not None and _raw(y) == _raw(largest[:m])
             cpu = _call_op(c, x, "cpu", rows)
             r.rel_err = _rel_err(y, cpu)
-            fp8_f32 = c.fields.get("activation_format") == "fp8" and code == "f32"
-            r.tolerance = _TOLERANCE_FP8_F32 if fp8_f32 else _TOLERANCE[code]
+            # docs/ops.md, Tolerances: relative Frobenius error, per output dtype and activation format.
+            act = c.fields.get("activation_format", contract.op(c.op).default_activation)
+            r.tolerance = tolerances.op_output_bound(dtype, act)
             results.append(r)
     return results, ref_name
 

@@ -49,6 +49,16 @@ def tiny_qwen3(seed: int = 0, dtype: torch.dtype = torch.bfloat16, **overrides):
     return model.to(dtype).eval()
 
 
+def write_small_demo(out: Path, **overrides) -> Path:
+    """The demo checkpoint with ``overrides`` of its config (fewer layers, a smaller vocabulary)."""
+    from metrale_export.exporter.demo import DEMO_CONFIG, demo_tensors
+
+    cfg = dict(DEMO_CONFIG, **overrides)
+    (out / "config.json").write_text(json.dumps(cfg))
+    save_file(demo_tensors(cfg), str(out / "model.safetensors"))
+    return out
+
+
 def projection_names(cfg: dict | None = None) -> list[str]:
     layers = (cfg or TINY)["num_hidden_layers"]
     return [f"model.layers.{i}.{s}" for i in range(layers) for s in PROJ_SUFFIXES]

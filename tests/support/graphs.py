@@ -88,11 +88,20 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
         elif p.op_type == "W8A8Proj":
             q = w8a8.quantize(w, p.options.get("granularity", "channel"))
             act = p.options.get("activation_scale_granularity", "row")
+            input_scale = p.options.get("input_scale")  # the static scale (granularity tensor)
+            if input_scale is not None:
+                act = contract.STATIC_ACTIVATION_SCALE
             attrs.update(weight_scale_granularity=q.granularity, activation_scale_granularity=act)
+            if contract.names_plugin_version(contract.op("W8A8Proj"), attrs):
+                attrs["plugin_version"] = str(contract.op("W8A8Proj").node_version(attrs))
             add("weight", _i8(q.weight))
             add("weight_scale", q.weight_scale.numpy())
+            if input_scale is not None:
+                add("input_scale", np.array([input_scale], dtype=np.float32))
             weights = dict(weight=q.weight, weight_scale=q.weight_scale,
-                           weight_scale_granularity=q.granularity, activation_scale_granularity=act)
+                           weight_scale_granularity=q.granularity, activation_scale_granularity=act,
+                           input_scale=None if input_scale is None
+                           else torch.tensor([input_scale], dtype=torch.float32))
         elif p.op_type == "W4A4Proj":
             q = w4a4.quantize(w)
             input_scale = p.options.get("input_scale")
@@ -144,7 +153,8 @@ def reference(chain: Chain, x: torch.Tensor, formats: dict[str, str] | None = No
                            wts["group_size"], fmt)
         elif p.op_type == "W8A8Proj":
             h = w8a8.proj(h, wts["weight"], wts["weight_scale"], wts["bias"],
-                          wts["weight_scale_granularity"], fmt, wts["activation_scale_granularity"])
+                          wts["weight_scale_granularity"], fmt, wts["activation_scale_granularity"],
+                          wts["input_scale"])
         else:
             h = w4a4.proj(h, wts["weight"], wts["weight_scale"], wts["weight_global_scale"],
                           wts["input_scale"], wts["bias"], fmt)
@@ -224,5 +234,23 @@ def model_graph(hidden: int = 64, vocab: int = 96, kv_heads: int = 2, head_dim: 
         graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", contract.domain_version())],
         producer_name="metrale-export-tests",
     )
+    model.ir_version = 10
+    return model
+
+
+def head_graph(vocab: int, hidden: int, seed: int = 5) -> onnx.ModelProto:
+    """ids [M] -> Gather(embedding) -> MatMul(lm_head [hidden, vocab]), float32 values exact in bfloat16."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    emb, head = (rng.standard_normal(s).astype(ml_dtypes.bfloat16).astype(np.float32)
+                 for s in ((vocab, hidden), (hidden, vocab)))
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Gather", ["embed.weight", "ids"], ["h"], name="embed"),
+         onnx.helper.make_node("MatMul", ["h", "lm_head.weight"], ["logits"], name="lm_head")],
+        "head", [onnx.helper.make_tensor_value_info("ids", onnx.TensorProto.INT64, ["M"])],
+        [onnx.helper.make_tensor_value_info("logits", onnx.TensorProto.FLOAT, ["M", vocab])],
+        [onnx.numpy_helper.from_array(emb, "embed.weight"), onnx.numpy_helper.from_array(head, "lm_head.weight")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
     model.ir_version = 10
     return model

@@ -3,7 +3,7 @@ with a causal mask over an explicit KV cache.
 
 Invariants: the KV cache is an input ``[B, kv_heads, past, head_dim]`` and the output is the cache
 with this step's keys and values appended (``past + seq``); query row i of a step sees keys
-``0 .. past + i``.
+``0 .. past + i``; the attention itself is one ``metrale::Attention`` op.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ...ops import torch_ops  # noqa: F401  (defines metrale::attention)
 from ..projection import Projection
 from .norm import RMSNorm
 from .rope import apply_rotary
@@ -29,37 +30,38 @@ def attention_plan(cfg, source, prefix: str) -> dict:
     }
 
 
-def cached_attention(q, k, v, past_k, past_v, scaling: float):
-    """Grouped-query causal attention over a KV cache.
+class AttentionCore(nn.Module):
+    """The metrale ``Attention`` op of one layer: forward(q, key, value) -> [B, S, Hq, D].
+
+    ``op_name`` is its node's ``name`` (the layer's ``self_attn`` prefix): compare's per-op check
+    runs this module on ONNX Runtime's own inputs of that node."""
+
+    def __init__(self, heads: int, kv_heads: int, head_dim: int, scaling: float, name: str):
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim, self.scaling = heads, kv_heads, head_dim, float(scaling)
+        self.op_name = name
+
+    def forward(self, q, key, value):
+        return torch.ops.metrale.attention(q, key, value, self.heads, self.kv_heads, self.head_dim, self.scaling,
+                                           "attn", self.op_name)
+
+
+def cached_attention(q, k, v, past_k, past_v, core: AttentionCore):
+    """Grouped-query causal attention over a KV cache: the metrale ``Attention`` op (docs/ops.md).
 
     q: [B, heads, S, D]; k, v: [B, kv_heads, S, D]; past_k/v: [B, kv_heads, past, D].
     Returns (out [B, S, heads * D], keys [B, kv_heads, past + S, D], values likewise).
 
-    On CUDA in eager mode a batch runs one sequence at a time: torch's batched GPU matmuls choose
-    their kernel by the batch size, so a row alone and inside a batch can differ in the last bit
-    (measured on the H200: probs @ v of 33 decode rows, every row), and the model-level row
-    invariance check is then about torch, not about the metrale kernels. Elsewhere (CPU, and the
-    graph that export traces) the batch runs at once, unchanged.
+    The cache concatenation stays in the graph; the op reduces each (sequence, head, position) over
+    64-key blocks at absolute positions, so a token's result depends neither on its batch nor on
+    how its sequence was split into prefill chunks (the CUDA kernel on CUDA tensors, the CPU
+    reference elsewhere; the ONNX export emits one ``metrale::Attention`` node).
     """
-    if q.is_cuda and q.shape[0] > 1 and not torch.compiler.is_compiling():
-        parts = [cached_attention(q[i:i + 1], k[i:i + 1], v[i:i + 1], past_k[i:i + 1], past_v[i:i + 1], scaling)
-                 for i in range(q.shape[0])]
-        return tuple(torch.cat(t, dim=0) for t in zip(*parts))
     b, heads, s, d = q.shape
-    kv_heads = k.shape[1]
     k_all = torch.cat((past_k, k), dim=2)
     v_all = torch.cat((past_v, v), dim=2)
-    total = k_all.shape[2]
-    rep = heads // kv_heads
-    kr = k_all[:, :, None].expand(b, kv_heads, rep, total, d).reshape(b, heads, total, d)
-    vr = v_all[:, :, None].expand(b, kv_heads, rep, total, d).reshape(b, heads, total, d)
-    scores = torch.matmul(q, kr.transpose(2, 3)) * scaling
-    past = total - s
-    allowed = torch.arange(total, device=q.device)[None, :] <= (torch.arange(s, device=q.device) + past)[:, None]
-    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    probs = torch.softmax(scores.to(torch.float32), dim=-1).to(q.dtype)
-    out = torch.matmul(probs, vr).transpose(1, 2).reshape(b, s, heads * d)
-    return out, k_all, v_all
+    out = core(q, k_all, v_all)
+    return out.reshape(b, s, heads * d), k_all, v_all
 
 
 class Attention(nn.Module):
@@ -70,6 +72,9 @@ class Attention(nn.Module):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim
         self.scaling = self.head_dim ** -0.5
+        # The module's checkpoint prefix ("model.layers.3.self_attn"): the op's name, for messages.
+        self.core = AttentionCore(self.heads, self.kv_heads, self.head_dim, self.scaling,
+                                  specs["q_proj"].name.rsplit(".", 1)[0])
         for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
             setattr(self, name, Projection(specs[name], dtype))
         self.q_norm = self.norm_cls(self.head_dim, cfg.rms_norm_eps, dtype)
@@ -81,5 +86,5 @@ class Attention(nn.Module):
         k = self.k_norm(self.k_proj(x).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
-        out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.scaling)
+        out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.core)
         return self.o_proj(out), k_all, v_all

@@ -35,7 +35,7 @@ from torch._higher_order_ops.scan import scan
 
 from ...errors import CheckpointError, ConfigError
 from ..projection import Projection
-from .norm import mean_square
+from .norm import RMSNorm
 from .views import Part, RowRecipe
 
 
@@ -201,21 +201,11 @@ def gated_delta_rule(q, k, v, g, beta, state):
     return out.transpose(0, 1), state
 
 
-class GatedRMSNorm(nn.Module):
+class GatedRMSNorm(RMSNorm):
     """transformers' Qwen3NextRMSNormGated: ``w * norm(x)`` then times ``silu(z)`` in float32."""
 
-    def __init__(self, size: int, eps: float, dtype: torch.dtype):
-        super().__init__()
-        self.eps = eps
-        self.register_buffer("weight", torch.empty(size, dtype=dtype))
-
     def forward(self, x, z):
-        dtype = x.dtype
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(mean_square(h) + self.eps)
-        h = self.weight * h.to(dtype)
-        h = h * torch.nn.functional.silu(z.to(torch.float32))
-        return h.to(dtype)
+        return self._op(x, gate=z)[0]
 
 
 class Buffer(nn.Module):

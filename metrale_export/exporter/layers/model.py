@@ -27,7 +27,7 @@ from ...errors import CheckpointError
 from ..checkpoint import all_finite
 from ..experts import GroupedProjection
 from ..projection import Projection
-from .norm import RMSNorm
+from .norm import RMSNorm, name_ops
 from .qwen3 import DecoderLayer  # noqa: F401  (re-exported)
 from .registry import layer_builder
 from .rope import Rotary, inv_freq
@@ -66,6 +66,7 @@ class CausalLM(nn.Module):
                 self.recipes.update(builder.recipes(cfg, source.checkpoint, f"model.layers.{i}"))
         source = with_recipes(source, self.recipes)
         ckpt = source.checkpoint
+        buffers = dict(self.named_buffers())
         # Plain tensors: buffer path -> checkpoint name, headers checked now.
         self.plain: dict[str, str] = {"model.embed_tokens.weight": "model.embed_tokens.weight"}
         shapes = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size),
@@ -91,6 +92,16 @@ class CausalLM(nn.Module):
         self.model.rotary_emb = Rotary(self.rotary_dim, cfg.rope_theta)
         self.lm_head = Projection(head_spec, dtype)
         self.states = {i: tuple(self.model.layers[str(i)].state_specs()) for i in self.layer_ids}
+        name_ops(self)
+        if any(m.spec.kind != "none" for _, m in self.projections()):
+            self.use_float_ops()
+
+    def use_float_ops(self) -> None:
+        """A quantized export: the float projections that stay (lm_head, the router gates) run the
+        FloatProj op on bf16 weights, so every reduction of the graph is a metrale op."""
+        for _, m in self.named_modules():
+            if hasattr(m, "use_float_op") and (not isinstance(m, Projection) or m.spec.kind == "none"):
+                m.use_float_op()
 
     # --- weights -------------------------------------------------------------------------------
     def projections(self) -> list[tuple[str, Projection | GroupedProjection]]:
@@ -103,23 +114,31 @@ class CausalLM(nn.Module):
     def weight_nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
-    def iter_weights(self, source) -> Iterator[tuple[str, torch.Tensor]]:
-        """(buffer path, tensor) for every buffer, reading the checkpoint one tensor at a time."""
+    def iter_weights(self, source, prefix: str = "", cast: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+        """(buffer path, tensor) for every buffer whose path starts with ``prefix``, reading the
+        checkpoint one tensor at a time; ``cast=False`` leaves float tensors in their stored dtype
+        (a buffer's ``copy_`` converts them, with no second full-size copy)."""
         source = with_recipes(source, self.recipes)
         ckpt = source.checkpoint
+        buffers = dict(self.named_buffers())
         for fqn, make in self.computed().items():
-            yield fqn, make()
+            if fqn.startswith(prefix):
+                yield fqn, make()
         for fqn, name in self.plain.items():
+            if not fqn.startswith(prefix):
+                continue
             t = ckpt.get(name)
             if not all_finite(t):  # sliced: no float32 copy of the embedding
                 raise CheckpointError(f"{ckpt.root}: tensor {name!r} holds NaN or infinite values")
-            yield fqn, t.to(self.dtype)
-        for prefix, proj in self.projections():
+            yield fqn, t.to(buffers[fqn].dtype) if cast else t  # the model dtype, or bf16 for a FloatProj weight
+        for path, proj in self.projections():
+            if not f"{path}.".startswith(prefix):
+                continue
             loaded = proj.load(source) if isinstance(proj, GroupedProjection) else source.load(proj.spec)
             for key, t in loaded.items():
-                if proj.spec.kind == "none" and t.dtype.is_floating_point:
-                    t = t.to(self.dtype)
-                yield f"{prefix}.{key}", t
+                if cast and proj.spec.kind == "none" and t.dtype.is_floating_point:
+                    t = t.to(buffers[f"{path}.{key}"].dtype)
+                yield f"{path}.{key}", t
 
     def load_weights(self, source) -> "CausalLM":
         """Fill every buffer from the checkpoint (for the in-memory PyTorch reference)."""
@@ -127,6 +146,21 @@ class CausalLM(nn.Module):
         for fqn, t in self.iter_weights(source):
             buffers[fqn].copy_(t)
         return self
+
+    def load_part(self, source, path: str) -> nn.Module:
+        """Materialize the submodule at ``path`` ("model.layers.3", "lm_head") on the CPU and fill
+        its buffers from the checkpoint, the rest of the model left as it is (on ``meta`` for a
+        model streamed part by part: ``compare`` holds one layer at a time)."""
+        module = self.get_submodule(path)
+        module.to_empty(device="cpu")
+        buffers = dict(module.named_buffers(prefix=path))
+        for fqn, t in self.iter_weights(source, prefix=f"{path}.", cast=False):
+            buffers[fqn].copy_(t)
+        return module
+
+    def free_part(self, path: str) -> None:
+        """Release the buffers of the submodule at ``path`` (back to ``meta``)."""
+        self.get_submodule(path).to("meta")
 
     # --- graph -----------------------------------------------------------------------------------
     def state_specs(self) -> list[tuple[int, StateSpec]]:
@@ -149,17 +183,30 @@ class CausalLM(nn.Module):
         return (tokens, dict(tokens), states)
 
     def forward(self, input_ids, position_ids, *states):
-        x = self.model.embed_tokens(input_ids)
-        cos, sin = self.model.rotary_emb(position_ids, x.dtype)
+        x, cos, sin = self.embed(input_ids, position_ids)
         presents = []
         j = 0
         for i in self.layer_ids:
             n = len(self.states[i])
-            x, *new = self.model.layers[str(i)](x, cos, sin, *states[j:j + n])
+            x, *new = self.layer(i, x, cos, sin, states[j:j + n])
             presents += new
             j += n
-        logits = self.lm_head(self.model.norm(x))
-        return (logits, *presents)
+        return (self.head(x), *presents)
+
+    # The steps of ``forward``, also run one at a time by the streaming comparison.
+    def embed(self, input_ids, position_ids):
+        """(the residual stream's start, cos, sin)."""
+        x = self.model.embed_tokens(input_ids)
+        cos, sin = self.model.rotary_emb(position_ids, x.dtype)
+        return x, cos, sin
+
+    def layer(self, i: int, x, cos, sin, states):
+        """Decoder layer ``i``: (x, *its new states)."""
+        return self.model.layers[str(i)](x, cos, sin, *states)
+
+    def head(self, x):
+        """The logits of the residual stream's end."""
+        return self.lm_head(self.model.norm(x))
 
     def example_inputs(self, batch: int = 2, seq: int = 3, past: int = 4, device="cpu"):
         """Inputs of the traced shapes (sizes chosen off 0/1 so no dimension specializes)."""

@@ -198,18 +198,43 @@ def topk_lower_id(probs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
 
 class Linear(nn.Module):
     """An unquantized float matmul on a plain buffer (router and shared-expert gate: tiny, and
-    routing decisions stay in the checkpoint's precision)."""
+    routing decisions stay in the checkpoint's precision); in a quantized export the
+    ``metrale::float_proj`` op on a bf16 weight (``use_float_op``, docs/ops.md "FloatProj")."""
 
     def __init__(self, n: int, k: int, dtype: torch.dtype):
         super().__init__()
+        self.float_op = False
+        self.op_name = ""  # the checkpoint prefix (layers.norm.name_ops)
         self.register_buffer("weight", torch.empty(n, k, dtype=dtype))
 
+    def use_float_op(self) -> None:
+        """Run the FloatProj op: the weight becomes a bf16 buffer (filled later, rounded once)."""
+        self.float_op = True
+        self.register_buffer("weight", torch.empty(self.weight.shape, dtype=torch.bfloat16, device=self.weight.device))
+
     def forward(self, x):
+        if self.float_op:
+            n, k = self.weight.shape
+            y = torch.ops.metrale.float_proj(x.reshape(-1, k), self.weight, None, n, k, "moe", self.op_name)
+            return y.reshape(*x.shape[:-1], n)
         if x.is_cuda and x.dim() == 2 and x.shape[0] > 1 and not torch.compiler.is_compiling():
             # One row at a time on CUDA in eager mode: cuBLAS picks its kernel by M, so a row alone
             # and inside a batch could differ in the last bit (and route differently).
             return torch.cat([torch.nn.functional.linear(x[i:i + 1], self.weight) for i in range(x.shape[0])])
         return torch.nn.functional.linear(x, self.weight)
+
+
+class Router(nn.Module):
+    """softmax and top-k a row through ``metrale::router`` (docs/ops.md, "Router"):
+    forward(logits [M, E]) -> (topk_ids [M, top_k] int32, topk_weights [M, top_k])."""
+
+    def __init__(self, num_experts: int, top_k: int, normalize: bool):
+        super().__init__()
+        self.num_experts, self.top_k, self.normalize = num_experts, top_k, int(normalize)
+        self.op_name = ""  # the module's path (layers.norm.name_ops)
+
+    def forward(self, logits):
+        return torch.ops.metrale.router(logits, self.num_experts, self.top_k, self.normalize, "moe", self.op_name)
 
 
 class SparseMoE(nn.Module):
@@ -221,6 +246,7 @@ class SparseMoE(nn.Module):
         self.hidden = cfg.hidden_size
         self.top_k, self.num_experts, self.norm_topk_prob = moe.top_k, moe.num_experts, moe.norm_topk_prob
         self.gate = Linear(moe.num_experts, cfg.hidden_size, dtype)
+        self.router = Router(moe.num_experts, moe.top_k, moe.norm_topk_prob)
         self.grouped = specs.get("grouped") is not None
         if self.grouped:
             self.experts = GroupedExperts(specs["grouped"], dtype)
@@ -236,12 +262,7 @@ class SparseMoE(nn.Module):
         """``(topk_ids [M, top_k] int32, topk_weights [M, top_k])``, transformers' router: softmax in
         float32, top-k (ties: the lower expert id first), renormalized if ``norm_topk_prob``, cast
         to the model dtype."""
-        logits = self.gate(x2)
-        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)
-        top, idx = topk_lower_id(probs, self.top_k)
-        if self.norm_topk_prob:
-            top = top / top.sum(dim=-1, keepdim=True)
-        return idx.to(torch.int32), top.to(logits.dtype)
+        return self.router(self.gate(x2))
 
     def routing_weights(self, x2: torch.Tensor) -> torch.Tensor:
         """``[M, E]``: each row's weight for each expert, zero where not among its top-k."""

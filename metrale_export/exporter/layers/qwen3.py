@@ -27,8 +27,8 @@ class DecoderLayer(nn.Module):
 
     def forward(self, x, cos, sin, past_k, past_v):
         h, k, v = self.self_attn(self.input_layernorm(x), cos, sin, past_k, past_v)
-        x = x + h
-        x = x + self.mlp(self.post_attention_layernorm(x))
+        normed, x = self.post_attention_layernorm(h, residual=x)  # x + h, fused into the norm
+        x = x + self.mlp(normed)
         return x, k, v
 
     def state_specs(self) -> tuple[StateSpec, ...]:

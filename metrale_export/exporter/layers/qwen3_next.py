@@ -24,7 +24,7 @@ from .attention import Attention, cached_attention
 from .gdn import GatedDeltaNet, gdn_config, gdn_plain_tensors, gdn_plan, gdn_recipes
 from .state import StateSpec
 from .moe import build_mlp, expert_recipes, layer_index, mlp_plain_tensors, mlp_plan, moe_config
-from .norm import mean_square
+from .norm import RMSNorm
 from .rope import apply_rotary
 
 LAYER_KINDS = ("linear_attention", "full_attention")
@@ -58,18 +58,10 @@ def _moe(cfg):
     return moe_config(cfg, shared_expert=True, norm_topk_default=True)
 
 
-class OffsetRMSNorm(nn.Module):
+class OffsetRMSNorm(RMSNorm):
     """Qwen3-Next's RMSNorm: ``norm(x) * (1 + weight)`` in float32, cast back once."""
 
-    def __init__(self, size: int, eps: float, dtype: torch.dtype = torch.float32):
-        super().__init__()
-        self.eps = eps
-        self.register_buffer("weight", torch.empty(size, dtype=dtype))
-
-    def forward(self, x):
-        h = x.to(torch.float32)
-        h = h * torch.rsqrt(mean_square(h) + self.eps)
-        return (h * (1.0 + self.weight.to(torch.float32))).to(x.dtype)
+    weight_offset = 1
 
 
 def apply_partial_rotary(x, cos, sin):
@@ -94,7 +86,7 @@ class GatedAttention(Attention):
         k = self.k_norm(self.k_proj(x).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
         v = self.v_proj(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_partial_rotary(q, cos, sin), apply_partial_rotary(k, cos, sin)
-        out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.scaling)
+        out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.core)
         out = out * torch.sigmoid(gate)
         return self.o_proj(out), k_all, v_all
 
@@ -122,8 +114,8 @@ class Qwen3NextDecoderLayer(nn.Module):
             h, *new = self.linear_attn(h, *states)
         else:
             h, *new = self.self_attn(h, cos, sin, *states)
-        x = x + h
-        x = x + self.mlp(self.post_attention_layernorm(x))
+        normed, x = self.post_attention_layernorm(h, residual=x)  # x + h, fused into the norm
+        x = x + self.mlp(normed)
         return (x, *new)
 
     def state_specs(self) -> tuple[StateSpec, ...]:

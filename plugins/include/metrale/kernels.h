@@ -20,21 +20,15 @@
 #include <stdint.h>
 #include <cuda_runtime_api.h>
 
+#include "metrale/contract.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* dtype codes of x and y (y always has the dtype of x). */
-enum MetraleDType { kMETRALE_FLOAT32 = 0, kMETRALE_FLOAT16 = 1, kMETRALE_BFLOAT16 = 2 };
-
-/* activation_format attribute. */
-enum MetraleActFormat { kMETRALE_ACT_BF16 = 0, kMETRALE_ACT_FP8 = 1, kMETRALE_ACT_NVFP4 = 2 };
-
-/* weight_scale_granularity (W8A8Proj). */
-enum MetraleWeightScale { kMETRALE_WSCALE_CHANNEL = 0, kMETRALE_WSCALE_BLOCK128 = 1 };
-
-/* activation_scale_granularity (W8A8Proj with fp8 activations). */
-enum MetraleActScale { kMETRALE_ASCALE_ROW = 0, kMETRALE_ASCALE_ROW_BLOCK128 = 1 };
+/* The argument codes (x_dtype: MetraleDType, act_format: MetraleActFormat, weight_scale_granularity:
+ * MetraleWeightScale, act_scale_granularity: MetraleActScale) are the op contract's, generated into
+ * metrale/contract.h; y always has the dtype of x. */
 
 /* W4A16Proj (op version 2). weight: int8 [n, k/2] packed codes; weight_scale: bfloat16 bit patterns
  * [n, ceil(k/group_size)]; zero_point: int8 [n, ceil(k/group_size)] or NULL (symmetric, zero point
@@ -46,14 +40,16 @@ cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const int8_t* wei
     int64_t n, int64_t k, int64_t group_size, void* workspace, size_t workspace_bytes,
     cudaStream_t stream);
 
-/* W8A8Proj. weight: int8 [n, k] e4m3 bit patterns; weight_scale: float32 [n] or
- * [ceil(n/128), ceil(k/128)]; act_format: bf16 or fp8. */
+/* W8A8Proj (op version 2). weight: int8 [n, k] e4m3 bit patterns; weight_scale: float32 [n] or
+ * [ceil(n/128), ceil(k/128)]; act_format: bf16 or fp8; input_scale: float32 [1] (device), the
+ * static activation scale, for act_scale_granularity TENSOR (else ignored; NULL there:
+ * cudaErrorInvalidValue). A static scale skips the amax pre-pass: one elementwise quantization. */
 size_t metrale_w8a8_workspace_size(int64_t m, int64_t n, int64_t k, int32_t act_format,
     int32_t act_scale_granularity);
 cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const int8_t* weight,
     const float* weight_scale, int32_t weight_scale_granularity, int32_t act_format,
-    int32_t act_scale_granularity, const float* bias, void* y, int64_t m, int64_t n, int64_t k,
-    void* workspace, size_t workspace_bytes, cudaStream_t stream);
+    int32_t act_scale_granularity, const float* input_scale, const float* bias, void* y, int64_t m,
+    int64_t n, int64_t k, void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 /* W4A4Proj. weight: int8 [n, k/2] e2m1 codes; weight_scale: int8 [n, k/16] e4m3 bit patterns;
  * weight_global_scale: float32 [1] (device); input_scale: float32 [1] (device) or NULL for the
@@ -90,6 +86,46 @@ cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, const int32_t*
     const float* weight_global_scale, const float* input_scale, int32_t act_format, const float* bias,
     void* y, int64_t m, int64_t top_k, int64_t num_experts, int64_t n, int64_t k, int32_t combine,
     void* workspace, size_t workspace_bytes, cudaStream_t stream);
+
+/* Attention (docs/ops.md, "Attention"): causal grouped-query attention over a KV cache.
+ * q: [batch, q_heads, seq, head_dim]; k, v: [batch, kv_heads, total, head_dim] (the cache with this
+ * step's keys appended, total >= seq); out: [batch, seq, q_heads, head_dim]; all of `dtype`
+ * (bfloat16, float16, or float32: then q, k, v are rounded to bf16 in the workspace and the output
+ * is float32); head_dim 64, 128 or 256, else cudaErrorNotSupported. Query position i
+ * (absolute total - seq + i) sees keys 0 .. total - seq + i. scale_log2: the contract's
+ * float32(scale * log2 e). split: 1 one CTA per 256-key chunk and a merge, 0 none, -1 as
+ * metrale_attention_split chooses; the bits are the same in all three. A row's output depends only
+ * on its own query and its own sequence's keys and values up to its position. */
+int32_t metrale_attention_split(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq,
+    int64_t total, int64_t head_dim);
+size_t metrale_attention_workspace_size(int32_t dtype, int64_t batch, int64_t q_heads,
+    int64_t kv_heads, int64_t seq, int64_t total, int64_t head_dim, int32_t split);
+cudaError_t metrale_attention(const void* q, const void* k, const void* v, void* out, int32_t dtype,
+    int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq, int64_t total, int64_t head_dim,
+    float scale_log2, int32_t split, void* workspace, size_t workspace_bytes, cudaStream_t stream);
+/* --- the non-projection ops (docs/ops.md, "Norms, the float projection and the router") --- */
+
+/* RMSNorm. x, residual, gate, y, residual_out: [m, k] of x_dtype; weight: [k] of x_dtype; residual
+ * and gate NULL when absent (residual_out is written only with a residual). All pointers 16-byte
+ * aligned; k a multiple of 8 (4 for float32) and at most 16 chunks of 16 bytes a thread, else
+ * cudaErrorNotSupported. No workspace. threads_per_row: the row group's width for k (32 or 256). */
+int32_t metrale_rms_norm_threads_per_row(int64_t k);
+cudaError_t metrale_rms_norm(const void* x, int32_t x_dtype, const void* weight, const void* residual,
+    const void* gate, void* y, void* residual_out, int64_t m, int64_t k, float epsilon,
+    int32_t weight_offset, cudaStream_t stream);
+
+/* FloatProj. weight: bfloat16 bit patterns [n, k] (16-byte aligned); bias: float32 [n] or NULL;
+ * k a multiple of 16, else cudaErrorNotSupported. */
+size_t metrale_float_proj_workspace_size(int64_t m, int64_t n, int64_t k);
+cudaError_t metrale_float_proj(const void* x, int32_t x_dtype, const void* weight, const float* bias,
+    void* y, int64_t m, int64_t n, int64_t k, void* workspace, size_t workspace_bytes,
+    cudaStream_t stream);
+
+/* Router. logits: [m, num_experts] of x_dtype; topk_ids: int32 [m, top_k]; topk_weights:
+ * [m, top_k] of x_dtype. num_experts <= 1024 and top_k <= 32, else cudaErrorNotSupported. No
+ * workspace. */
+cudaError_t metrale_router(const void* logits, int32_t x_dtype, int32_t* topk_ids, void* topk_weights,
+    int64_t m, int64_t num_experts, int64_t top_k, int32_t normalize, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

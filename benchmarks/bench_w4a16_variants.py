@@ -1,0 +1,119 @@
+"""W4A16 mainloop variants side by side, with the anchors in the same run (one GPU):
+
+    python -m benchmarks.bench_w4a16_variants [--out DIR] [--m 1,16,64,256,1024,4096] [--variants base,deep]
+
+Per shape of benchmarks/bench_kernels.py and M: the median time of metrale_w4a16_proj (group 128)
+under each value of METRALE_W4A16_WG (read by the launcher at each call, so at each graph capture),
+bf16 cuBLAS and tinygemm (M < TINYGEMM_MAX_M), timed as bench_kernels times them (CUDA graphs, weights
+rotated past the L2), each variant's ratio to the best anchor and whether its output bits equal the
+first variant's. Writes w4a16-variants-YYYYMMDD-HHMM-<commit>.md into --out (default $OUT).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+from pathlib import Path
+
+import torch
+
+from metrale_export.ops import cuda as mcuda
+from metrale_export.ops import w4a16
+
+from .bench_kernels import SHAPES, TINYGEMM_MAX_M, _commit, _copies, copy_bandwidth, time_graph
+
+ENV = "METRALE_W4A16_WG"
+
+
+def bench(shapes, m_values, variants) -> list[str]:
+    dev = torch.device("cuda")
+    head = ["| shape | M | bf16 cuBLAS us | tinygemm us | " + " | ".join(f"{v} us | {v} / best" for v in variants)
+            + " | same bits |", "|---|---|---|---|" + "---|---|" * len(variants) + "---|"]
+    rows, ratios = [], {v: {} for v in variants}
+    for name, (n, k) in shapes.items():
+        g = torch.Generator().manual_seed(n * 31 + k)  # bench_kernels._weights' weight, W4A16 only
+        w = (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16).float()
+        q4 = w4a16.quantize(w, 128, True, search=False)
+        wb = w.to(torch.bfloat16)
+        bytes_w4 = q4.weight.numel() + q4.weight_scale.numel() * q4.weight_scale.element_size()
+        c_bf16 = [wb.to(dev) if i == 0 else wb.to(dev).clone() for i in range(_copies(n * k * 2))]
+        c_w4 = [(q4.weight.to(dev).clone(), q4.weight_scale.to(dev).clone()) for _ in range(_copies(bytes_w4))]
+        tiny = None
+        try:
+            codes = torch.stack((q4.weight.view(torch.uint8) & 0xF, q4.weight.view(torch.uint8) >> 4), -1)
+            packed = ((codes.reshape(n, k)[:, ::2] << 4) | codes.reshape(n, k)[:, 1::2]).to(torch.uint8).to(dev)
+            wp = torch._convert_weight_to_int4pack(packed, 8)
+            sz = torch.stack((q4.weight_scale.t(), torch.zeros_like(q4.weight_scale.t())), -1)
+            tiny = [wp if i == 0 else wp.clone() for i in range(_copies(n * k // 2))], sz.to(torch.bfloat16).contiguous().to(dev)
+        except Exception as exc:  # tinygemm's packing API differs between torch releases
+            print(f"  tinygemm anchor unavailable: {type(exc).__name__}: {exc}")
+        for m in m_values:
+            x = (torch.randn(m, k, device=dev) * 0.5).to(torch.bfloat16)
+            y = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+            t_bf16 = time_graph(lambda i: torch.matmul(x, c_bf16[i % len(c_bf16)].t(), out=y))
+            t_tiny = math.inf
+            if tiny is not None and m < TINYGEMM_MAX_M:
+                try:
+                    t_tiny = time_graph(lambda i: torch._weight_int4pack_mm(x, tiny[0][i % len(tiny[0])], 128, tiny[1]))
+                except Exception as exc:  # noqa: BLE001 - as bench_kernels: the anchor is optional
+                    print(f"  tinygemm at M={m} unavailable: {type(exc).__name__}: {exc}"[:200])
+            best = min(t_bf16, t_tiny)
+            cells, outs = [], []
+            for v in variants:
+                os.environ[ENV] = v
+                t = time_graph(lambda i: mcuda.launch_w4a16(x, c_w4[i % len(c_w4)][0], c_w4[i % len(c_w4)][1],
+                                                            None, None, y, n, k, 128))
+                yv = torch.full_like(y, float("nan"))
+                mcuda.launch_w4a16(x, c_w4[0][0], c_w4[0][1], None, None, yv, n, k, 128)
+                torch.cuda.synchronize()
+                outs.append(yv.view(torch.int16))
+                ratios[v].setdefault(m, []).append(t / best)
+                cells.append(f"{t * 1e6:.1f} | {t / best:.2f}")
+            same = all(torch.equal(outs[0], o) for o in outs[1:])
+            tiny_cell = f"{t_tiny * 1e6:.1f}" if math.isfinite(t_tiny) else "-"
+            line = f"| {name} | {m} | {t_bf16 * 1e6:.1f} | {tiny_cell} | " + " | ".join(cells) + f" | {same} |"
+            print(line, flush=True)
+            rows.append(line)
+        del c_bf16, c_w4, tiny
+        torch.cuda.empty_cache()
+    os.environ.pop(ENV, None)
+    ms = sorted({m for r in ratios.values() for m in r})
+    geo = ["", "Geometric mean over the shapes of ours / min(bf16 cuBLAS, tinygemm):", "",
+           "| variant | " + " | ".join(f"M={m}" for m in ms) + " |", "|---|" + "---|" * len(ms)]
+    for v, r in ratios.items():
+        geo.append(f"| {v} | " + " | ".join(f"{math.exp(sum(map(math.log, r[m])) / len(r[m])):.2f}" for m in ms) + " |")
+    print("\n".join(geo))
+    return head + rows + geo
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap.add_argument("--m", default="1,16,64,256,1024,4096")
+    ap.add_argument("--variants", default="base,deep")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    args = ap.parse_args(argv)
+    if not mcuda.available():
+        raise SystemExit("bench_w4a16_variants: needs a CUDA GPU and the kernel library ('make plugins')")
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
+    props = torch.cuda.get_device_properties(0)
+    copy_tbs = copy_bandwidth()
+    shapes = {s: SHAPES[s] for s in args.shapes.split(",")}
+    stamp = dt.datetime.now(dt.timezone.utc)
+    intro = [f"# W4A16 mainloop variants ({ENV}), {stamp:%Y-%m-%d %H:%M} UTC, commit {_commit()}", "",
+             f"{props.name}; torch {torch.__version__}; copy {copy_tbs:.2f} TB/s; times in us (median of graph "
+             f"replays, weights rotated past the L2, as benchmarks/bench_kernels.py).", ""]
+    print("\n".join(intro), flush=True)
+    lines = bench(shapes, [int(m) for m in args.m.split(",")], args.variants.split(","))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"w4a16-variants-{stamp:%Y%m%d-%H%M}-{_commit()[:7]}.md"
+    path.write_text("\n".join(intro + lines) + "\n")
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

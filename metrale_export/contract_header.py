@@ -1,0 +1,248 @@
+"""The op contract as a C/C++ header: ``plugins/include/metrale/contract.h``, generated from
+:mod:`metrale_export.contract` by ``python -m metrale_export.contract --write`` (with
+``plugins/contract.json``), so the kernels, the TensorRT plugins and the conformance harness read
+the contract's facts instead of restating them.
+
+What it holds: the kernels' C enums (``C_ENUMS``, C-compatible, for include/metrale/kernels.h);
+in ``namespace metrale::contract`` the domain, its version, the families, the scalar-format
+constants and blocks, one ``struct <op_type>`` per op of ``OPS`` (type, version, activation formats
+and default, whether it has a plugin, the dense op of a grouped one, the retired version and what
+changed, the compatible version, the fields in contract order with their types and defaults, each enumerated field's values
+in code order, and the inputs after x with dtype, gate and shape) and ``kOPS``, every op's identity.
+
+Invariants:
+- the text is a pure function of the contract (no dates, no paths): regenerating an unchanged
+  contract gives the same bytes, and tests/contract fails when the file is not current;
+- every op of ``OPS`` appears, with no per-op code here: an op added to the contract is in the
+  header after regenerating; a type the generator cannot spell (an attribute or input dtype it does
+  not know) is an error naming the op and the attribute, never skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from . import contract as c
+
+HEADER_PATH = Path(__file__).resolve().parents[1] / "plugins" / "include" / "metrale" / "contract.h"
+
+# contract attribute type -> the header's FieldType (TensorRT: kINT32, kCHAR, kFLOAT32).
+_FIELD_TYPES = {"int": "kINT", "string": "kSTRING", "float": "kFLOAT"}
+# ONNX dtype name of an input -> the header's TensorType ("x": the dtype of x).
+_TENSOR_TYPES = {"float32": "kFLOAT32", "float16": "kFLOAT16", "bfloat16": "kBFLOAT16", "int8": "kINT8",
+                 "uint8": "kUINT8", "int32": "kINT32", "int64": "kINT64", "bool": "kBOOL", "x": "kLIKE_X"}
+
+
+def _str(s: str | None) -> str:
+    return "nullptr" if s is None else json.dumps(s)  # a JSON string is a valid C string literal here
+
+
+def _float(v: float) -> str:
+    return f"{float(v)!r}f"
+
+
+def _const(name: str) -> str:
+    """kNAME for an attribute name (``weight_scale_granularity`` -> ``kWEIGHT_SCALE_GRANULARITY``)."""
+    return "k" + re.sub(r"\W", "_", name).upper()
+
+
+def _strings(values) -> str:
+    return "{" + ", ".join(_str(v) for v in values) + "}"
+
+
+def _c_enums() -> list[str]:
+    out = []
+    for name, prefix, values in c.C_ENUMS:
+        labels = ", ".join(f"kMETRALE_{prefix}{re.sub(r'[^0-9A-Za-z]', '_', str(v)).upper()} = {i}"
+                           for i, v in enumerate(values))
+        out.append(f"enum {name} {{ {labels} }};")
+    return out
+
+
+def _field(spec: c.OpSpec, a: c.Attribute) -> str:
+    kind = _FIELD_TYPES.get(a.type)
+    if kind is None:
+        raise ValueError(f"{spec.op_type}.{a.name}: attribute type {a.type!r} has no C++ spelling in "
+                         f"contract_header._FIELD_TYPES (known: {', '.join(_FIELD_TYPES)})")
+    required = "true" if a.default is None else "false"
+    d = a.default
+    int_default = str(int(d)) if a.type == "int" and d is not None else "0"
+    float_default = _float(d) if a.type == "float" and d is not None else "0.0f"
+    str_default = _str(d) if a.type == "string" and d is not None else "nullptr"
+    return (f"        {{{_str(a.name)}, FieldType::{kind}, {required}, {int_default}, {float_default}, "
+            f"{str_default}}},")
+
+
+def _values(spec: c.OpSpec, a: c.Attribute) -> str:
+    if a.type == "string":
+        return f"    static constexpr char const* {_const(a.name)}_VALUES[]{_strings(a.values)};"
+    if a.type == "int":
+        return f"    static constexpr int32_t {_const(a.name)}_VALUES[]{{{', '.join(str(int(v)) for v in a.values)}}};"
+    return f"    static constexpr float {_const(a.name)}_VALUES[]{{{', '.join(_float(v) for v in a.values)}}};"
+
+
+def _input(spec: c.OpSpec, i: c.Input) -> str:
+    kind = _TENSOR_TYPES.get(i.dtype)
+    if kind is None:
+        raise ValueError(f"{spec.op_type}: input {i.name!r} has dtype {i.dtype!r}, which has no C++ spelling in "
+                         f"contract_header._TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
+    shape = "[" + ", ".join(i.shape) + "]"
+    gate_value = None if i.gate_value == 1 else str(i.gate_value)
+    return f"        {{{_str(i.name)}, TensorType::{kind}, {_str(i.gate)}, {_str(gate_value)}, {_str(shape)}}},"
+
+
+def _retired(spec: c.OpSpec) -> tuple[str | None, str | None]:
+    older = sorted(v for (t, v) in c.OLDER_VERSIONS if t == spec.op_type)
+    if not older:
+        return None, None
+    return str(older[-1]), c.OLDER_VERSIONS[(spec.op_type, older[-1])]
+
+
+def _op(spec: c.OpSpec) -> list[str]:
+    retired, change = _retired(spec)
+    older = c.compatible_version(spec)
+    compatible = None if older is None else str(older)
+    lines = [
+        f"//! {spec.op_type}: {spec.weights} weights ({spec.kind}). {' '.join(spec.doc.split())}".rstrip(),
+        f"struct {spec.op_type}",
+        "{",
+        f"    static constexpr char const* kOP_TYPE{{{_str(spec.op_type)}}};",
+        f"    static constexpr int32_t kVERSION_NUMBER{{{spec.version}}};",
+        "    //! The TensorRT plugin version: the op version as a string.",
+        f"    static constexpr char const* kVERSION{{{_str(str(spec.version))}}};",
+        f"    static constexpr char const* kKIND{{{_str(spec.kind)}}};",
+        f"    static constexpr bool kHAS_PLUGIN{{{'true' if spec.has_plugin else 'false'}}};",
+        f"    //! The dense op each expert computes (grouped-expert ops), else nullptr.",
+        f"    static constexpr char const* kGROUPED_OF{{{_str(spec.grouped_of)}}};",
+        "    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).",
+        f"    static constexpr char const* kRETIRED_VERSION{{{_str(retired)}}};",
+        f"    static constexpr char const* kRETIRED_CHANGE{{{_str(change)}}};",
+        "    //! The older version whose nodes this version reads as they are (only new attribute values",
+        "    //! since), registered as a second creator (nullptr: none).",
+        f"    static constexpr char const* kCOMPATIBLE_VERSION{{{_str(compatible)}}};",
+        f"    static constexpr char const* kACTIVATION_FORMATS[]{_strings(spec.activation_formats)};",
+        f"    static constexpr char const* kDEFAULT_ACTIVATION{{{_str(spec.default_activation)}}};",
+        "    //! The fields (ONNX attributes) in contract order: the plugins' field list.",
+        "    static constexpr Field kFIELDS[]{",
+        *(_field(spec, a) for a in spec.attributes),
+        "    };",
+        "    //! Each enumerated field's values, in the order of its code (the kernels' enum).",
+        *(_values(spec, a) for a in spec.attributes if a.values is not None),
+        "    //! The inputs after x, positional; an optional one is present when its gate field is 1",
+        "    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).",
+        "    static constexpr Input kINPUTS[]{",
+        *(_input(spec, i) for i in spec.inputs),
+        "    };",
+        "};",
+        "",
+    ]
+    return lines
+
+
+def to_header() -> str:
+    """The text of plugins/include/metrale/contract.h."""
+    ops = list(c.OPS.values())
+    head = [
+        "/*",
+        " * GENERATED from metrale_export/contract.py by `python -m metrale_export.contract --write`:",
+        " * do not edit (tests/contract fails when this file differs from what the contract generates).",
+        " *",
+        " * The metrale op contract (docs/ops.md) for the C++ side: the kernels' argument codes (C), and in",
+        " * metrale::contract (C++17) the domain, the scalar-format constants, and per op its type, version,",
+        " * activation formats, fields with types and defaults, enumerated values and inputs.",
+        " */",
+        "#ifndef METRALE_CONTRACT_H",
+        "#define METRALE_CONTRACT_H",
+        "",
+        "/* The kernels' enum codes: a value's code is its index in the contract's list. */",
+        *_c_enums(),
+        "",
+        "#ifdef __cplusplus",
+        "#include <cstdint>",
+        "",
+        "namespace metrale",
+        "{",
+        "namespace contract",
+        "{",
+        "",
+        f"constexpr char const* kDOMAIN{{{_str(c.DOMAIN)}}};",
+        f"constexpr int32_t kDOMAIN_VERSION{{{c.domain_version()}}};",
+        f"constexpr char const* kFAMILIES[]{_strings(c.FAMILIES)};",
+        f"constexpr char const* kX_DTYPES[]{_strings(c.X_DTYPES)};",
+        f"constexpr char const* kACTIVATION_FORMATS[]{_strings(c.ACTIVATION_FORMATS)};",
+        "",
+        "// Scalar formats and blocks (docs/ops.md, Arithmetic).",
+        f"constexpr float kE4M3_MAX{{{_float(c.E4M3_MAX)}}};",
+        f"constexpr float kE2M1_MAX{{{_float(c.E2M1_MAX)}}};",
+        f"constexpr float kE2M1_VALUES[]{{{', '.join(_float(v) for v in c.E2M1_VALUES)}}};",
+        f"constexpr float kNVFP4_GLOBAL_DIVISOR{{{_float(c.NVFP4_GLOBAL_DIVISOR)}}};",
+        f"constexpr int32_t kFP8_BLOCK{{{c.FP8_BLOCK}}};",
+        f"constexpr int32_t kNVFP4_BLOCK{{{c.NVFP4_BLOCK}}};",
+        f"constexpr int32_t kRMSNORM_BLOCK{{{c.RMSNORM_BLOCK}}};  // RMSNorm: threads a row beyond one warp",
+        "",
+        "// What the CUDA kernels serve beyond the contract: K a multiple of this (KERNEL_K_MULTIPLE).",
+        *(f"constexpr int32_t k{t.upper()}_KERNEL_K_MULTIPLE{{{v}}};" for t, v in c.KERNEL_K_MULTIPLE.items()),
+        "",
+        "enum class FieldType : int32_t { kINT, kSTRING, kFLOAT };",
+        "enum class TensorType : int32_t",
+        "{",
+        "    kFLOAT32, kFLOAT16, kBFLOAT16, kINT8, kUINT8, kINT32, kINT64, kBOOL, kLIKE_X",
+        "};",
+        "",
+        "//! One field: required ones have no default; otherwise the default of its type applies.",
+        "struct Field",
+        "{",
+        "    char const* name;",
+        "    FieldType type;",
+        "    bool required;",
+        "    int32_t intDefault;",
+        "    float floatDefault;",
+        "    char const* stringDefault;",
+        "};",
+        "",
+        "//! One input after x: gate is the field that says whether an optional one is present (nullptr:",
+        "//! always present): an int gate (has_*) when it is 1 (gateValue nullptr), an enumerated one when it",
+        "//! has the value gateValue; shape is the contract's expression of the fields, for messages.",
+        "struct Input",
+        "{",
+        "    char const* name;",
+        "    TensorType type;",
+        "    char const* gate;",
+        "    char const* gateValue;",
+        "    char const* shape;",
+        "};",
+        "",
+        "//! The number of entries of a contract array.",
+        "template <typename T, int32_t N>",
+        "constexpr int32_t count(T const (&)[N])",
+        "{",
+        "    return N;",
+        "}",
+        "",
+    ]
+    info = [
+        "//! Which op is which: type, plugin version, whether a plugin exists, the retired and the",
+        "//! compatible version (nullptr: none) and the fields in contract order.",
+        "struct OpInfo",
+        "{",
+        "    char const* type;",
+        "    char const* version;",
+        "    bool hasPlugin;",
+        "    char const* retiredVersion;",
+        "    char const* compatibleVersion;",
+        "    Field const* fields;",
+        "    int32_t nbFields;",
+        "};",
+        "",
+    ]
+    body = [line for spec in ops for line in _op(spec)]
+    table = ["//! Every op of the contract.", "constexpr OpInfo kOPS[]{",
+             *(f"    {{{o.op_type}::kOP_TYPE, {o.op_type}::kVERSION, {o.op_type}::kHAS_PLUGIN, "
+               f"{o.op_type}::kRETIRED_VERSION, {o.op_type}::kCOMPATIBLE_VERSION, {o.op_type}::kFIELDS, count({o.op_type}::kFIELDS)}},"
+               for o in ops),
+             "};", ""]
+    tail = ["} // namespace contract", "} // namespace metrale", "#endif /* __cplusplus */", "",
+            "#endif /* METRALE_CONTRACT_H */"]
+    return "\n".join(head + body + info + table + tail) + "\n"

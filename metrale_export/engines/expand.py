@@ -1,0 +1,120 @@
+"""Standard-ONNX expansions of the metrale ops that are not projections (docs/ops.md), one rewrite
+per op type in ``EXPANSIONS``: the one expansion table of both lowerings.
+
+The qdq lowering expands every such node (TensorRT-RTX builds no plugin); the plugin lowering
+expands those its ``PLUGIN_REWRITES`` give to standard ONNX (ops the contract marks
+``has_plugin=False``: no TensorRT plugin yet), so a graph that carries the op still builds. An expanded node computes the op's formula with standard ops whose
+reduction order TensorRT chooses per tactic: it keeps the values (within the op's bound), not the
+op's batch and chunking invariance, and ``invariance.audit`` then lists those ops as left to
+TensorRT.
+
+Each expansion is ``(e, inputs, outputs, a, key)``: lowering's emitter, the node's inputs and
+outputs detached from it (an absent optional output is None), its contract attributes and its key.
+
+Invariants: an expansion reads only the node's inputs and contract attributes, writes the node's
+outputs under their names (consumers are untouched) and leaves no metrale node of that type.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto
+
+
+_MASKED = float(np.finfo(np.float32).min)  # the exporter's masked score (torch.finfo min)
+
+
+def expand_attention(e, inputs: list, outputs: list, a: dict, key: str) -> None:
+    """Attention as MatMul / Where / Softmax in float32 (docs/ops.md, "Attention"): the G query
+    heads of a kv head share its keys through a broadcast MatMul (no repeated cache), query i of S
+    sees keys 0 .. T - S + i. ``e`` is lowering's emitter; ``inputs`` / ``outputs`` the node's,
+    detached from it."""
+    q_in, k_in, v_in = inputs[0], inputs[1], inputs[2]
+    y = outputs[0]
+    hq, hkv, d = int(a["q_heads"]), int(a["kv_heads"]), int(a["head_dim"])
+    g = hq // hkv
+    f32 = {"to": TensorProto.FLOAT}
+    q = e.op("Cast", [q_in], f32)
+    k = e.op("Cast", [k_in], f32)
+    v = e.op("Cast", [v_in], f32)
+    # q [B, Hq, S, D] -> [B, Hkv, G, S, D]; k, v [B, Hkv, T, D] -> [B, Hkv, 1, T, D].
+    q5 = e.op("Reshape", [q, e.i64("shape", [0, hkv, g, -1, d])])
+    k5 = e.op("Unsqueeze", [k, e.i64("axes", [2])])
+    v5 = e.op("Unsqueeze", [v, e.i64("axes", [2])])
+    kt = e.op("Transpose", [k5], {"perm": [0, 1, 2, 4, 3]})
+    scores = e.op("Mul", [e.op("MatMul", [q5, kt]), e.f32("scale", np.float32(a["scale"]))])
+    # The causal mask [S, T]: key j allowed for query i iff j <= T - S + i.
+    s_len = e.op("Gather", [e.op("Shape", [q]), e.i64("two", 2)], {"axis": 0})
+    t_len = e.op("Gather", [e.op("Shape", [k]), e.i64("two", 2)], {"axis": 0})
+    zero, one = e.i64("zero", 0), e.i64("one", 1)
+    pos = e.op("Add", [e.op("Range", [zero, s_len, one]), e.op("Sub", [t_len, s_len])])
+    keys = e.op("Range", [zero, t_len, one])
+    allowed = e.op("LessOrEqual", [e.op("Unsqueeze", [keys, e.i64("axes", [0])]),
+                                   e.op("Unsqueeze", [pos, e.i64("axes", [1])])])
+    masked = e.op("Where", [allowed, scores, e.f32("masked", _MASKED)])
+    probs = e.op("Softmax", [masked], {"axis": -1})
+    out5 = e.op("MatMul", [probs, v5])  # [B, Hkv, G, S, D]
+    out4 = e.op("Reshape", [out5, e.i64("shape", [0, hq, -1, d])])
+    out = e.op("Transpose", [out4], {"perm": [0, 2, 1, 3]})  # [B, S, Hq, D]
+    e.op("CastLike", [out, q_in], out=y)
+
+
+# --- the norms, the float projection and the router (docs/ops.md, "Norms, the float projection and
+# the router"): the same formulas, with the reduction orders TensorRT's tactics choose ---------------
+
+def _f32(e, t):
+    return e.op("Cast", [t], {"to": TensorProto.FLOAT})
+
+
+def expand_rms_norm(e, inputs: list, outputs: list, a: dict, key: str) -> None:
+    """s = x (+ residual) in x's dtype, y = x_dtype(x_dtype(s * rsqrt(mean(s^2) + eps)) * w) (or
+    ``(1 + w)`` in float32 with weight_offset), times silu(gate) when gated."""
+    x, weight = inputs[0], inputs[1]
+    rest = list(inputs[2:])
+    residual = rest.pop(0) if a["has_residual"] else None
+    gate = rest.pop(0) if a["has_gate"] else None
+    s = e.op("Add", [x, residual], out=outputs[1]) if residual is not None else x  # rounded to x's dtype
+    h = _f32(e, s)
+    ms = e.op("ReduceMean", [e.op("Mul", [h, h]), e.i64("axes", [-1])], {"keepdims": 1})
+    r = e.op("Div", [e.f32("one", 1.0), e.op("Sqrt", [e.op("Add", [ms, e.f32("eps", a["epsilon"])])])])
+    t = e.op("Mul", [h, r])
+    w = _f32(e, weight)
+    if a["weight_offset"]:
+        u = e.op("Mul", [t, e.op("Add", [w, e.f32("one", 1.0)])])
+    else:
+        u = e.op("Mul", [_f32(e, e.op("CastLike", [t, x])), w])
+    if gate is not None:
+        z = _f32(e, gate)
+        silu = e.op("Div", [z, e.op("Add", [e.f32("one", 1.0), e.op("Exp", [e.op("Neg", [z])])])])
+        u = e.op("Mul", [_f32(e, e.op("CastLike", [u, x])), silu])
+    e.op("CastLike", [u, x], out=outputs[0])
+
+
+def expand_float_proj(e, inputs: list, outputs: list, a: dict, key: str) -> None:
+    """MatMul(bf16(x), w) in float32 (both operands exact in bf16: exact products), + bias."""
+    n, k = int(a["n"]), int(a["k"])
+    weight = e.initializer(inputs[1], "weight", key, "FloatProj", (n, k), ml_dtypes.bfloat16)
+    x = inputs[0]
+    acc = e.op("MatMul", [e.bf16_round(x), e.f32("w", weight.astype(np.float32).T.copy())])
+    if a["has_bias"]:
+        bias = e.initializer(inputs[2], "bias", key, "FloatProj", (n,)).astype(np.float32)
+        acc = e.op("Add", [acc, e.f32("bias", bias)])
+    e.op("CastLike", [acc, x], out=outputs[0])
+
+
+def expand_router(e, inputs: list, outputs: list, a: dict, key: str) -> None:
+    """softmax in float32, TopK (ONNX: among equal values the lower index first, the contract's
+    tie rule), optionally renormalized."""
+    logits = inputs[0]
+    probs = e.op("Softmax", [_f32(e, logits)], {"axis": -1})
+    top, idx = e.ops("TopK", [probs, e.i64("k", [int(a["top_k"])])], {"axis": -1, "largest": 1, "sorted": 1},
+                     [None, None])
+    if a["normalize"]:
+        top = e.op("Div", [top, e.op("ReduceSum", [top, e.i64("axes", [-1])], {"keepdims": 1})])
+    e.op("Cast", [idx], {"to": TensorProto.INT32}, out=outputs[0])
+    e.op("CastLike", [top, logits], out=outputs[1])
+
+
+EXPANSIONS = {"Attention": expand_attention, "RMSNorm": expand_rms_norm, "FloatProj": expand_float_proj,
+              "Router": expand_router}

@@ -1,0 +1,54 @@
+"""The standard-ONNX expansion of the Attention op (engines/expand.py) in both lowerings: the
+lowered graph has no metrale node left and computes the op within its bound in ONNX Runtime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+import torch
+
+from metrale_export.engines import lowering
+from metrale_export.ops import attention as A
+from metrale_export.ops import onnx_translation, torch_ops  # noqa: F401
+
+
+class _Attn(torch.nn.Module):
+    def forward(self, q, k, v):
+        return torch.ops.metrale.attention(q, k, v, 8, 2, 64, 0.125, "attn", "layers.0.self_attn")
+
+
+@pytest.fixture(scope="module")
+def graph():
+    q, k, v = torch.randn(1, 8, 3, 64), torch.randn(1, 2, 5, 64), torch.randn(1, 2, 5, 64)
+    ep = torch.onnx.export(_Attn().eval(), (q, k, v), dynamo=True, verbose=False,
+                           custom_translation_table=onnx_translation.translation_table(),
+                           dynamic_shapes={"q": {0: "batch", 2: "seq"}, "k": {0: "batch", 2: "total"},
+                                           "v": {0: "batch", 2: "total"}})
+    model = ep.model_proto
+    onnx_translation.compact_inputs(model.graph)
+    assert [n.op_type for n in model.graph.node if n.domain == "metrale"] == ["Attention"]
+    return model
+
+
+@pytest.mark.parametrize("path", ["qdq", "plugin"])
+@pytest.mark.parametrize("b,s,t", [(1, 1, 1), (2, 7, 300), (3, 33, 33)])
+def test_expanded_attention_is_within_the_op_bound(graph, path, b, s, t):
+    lowered = lowering.lower_qdq(graph) if path == "qdq" else lowering.lower_plugins(graph, {})
+    assert not [n for n in lowered.graph.node if n.domain == "metrale"]
+    sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    g = torch.Generator().manual_seed(b * 1000 + t)
+    q = torch.randn(b, 8, s, 64, generator=g)
+    k, v = torch.randn(b, 2, t, 64, generator=g), torch.randn(b, 2, t, 64, generator=g)
+    (out,) = sess.run(None, {"q": q.numpy(), "k": k.numpy(), "v": v.numpy()})
+    assert out.shape == (b, s, 8, 64)
+    # The expansion runs in float32 on the unrounded inputs: compare with the exact float64 value.
+    probs = torch.softmax((q.double().reshape(b, 2, 4, s, 64) @ k.double()[:, :, None].transpose(-1, -2) * 0.125)
+                          .masked_fill(torch.arange(t)[None, :] > (t - s + torch.arange(s))[:, None], float("-inf")),
+                          dim=-1)
+    exact = (probs @ v.double()[:, :, None]).reshape(b, 8, s, 64).transpose(1, 2)
+    assert np.abs(out - exact.numpy()).max() < 1e-5
+    # And the op's own reference (bf16 operands) agrees within the op's bound.
+    ref = A.attention_reference(q, k, v, 0.125).double()
+    bnd = A.bound(q, k, v, 0.125)
+    assert bool(((ref - torch.from_numpy(out).double()).abs() <= bnd + 2.0 ** -8 * exact.abs()).all())
