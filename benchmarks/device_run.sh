@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|fp8acc|bench|quick|attention|invariance|static|kernels5|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|attention|invariance|static|kernels5|all] [pytest -k expression]
+# (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
+# (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
+#  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
+#  tests/gpu/test_memcheck.py's driver. torch's caching allocator is off, so each tensor is its own
+#  allocation and an access past it is caught; the summary lines go to memcheck.log)
 # (kernels5: the W4A16 mainloop variants of METRALE_W4A16_WG: the SASS gates where cuobjdump is
 #  there, the W4A16 projection GPU tests under base and under deep (with the bitwise base == deep
 #  test), benchmarks/bench_w4a16_variants.py; 6 files, under 8 minutes with the build)
@@ -25,6 +30,18 @@ fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
   python3 -m pytest tests/gpu -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider ${kexpr:+-k "$kexpr"} \
     2>&1 | tee "$OUT/tests.log" | tail -40
+fi
+if [ "$what" = memcheck ]; then
+  compute-sanitizer --version | head -2 > "$OUT/memcheck.log" 2>&1 || { echo "compute-sanitizer not found" | tee "$OUT/memcheck.log"; }
+  for f in tests/gpu/test_invariance_kernels.py tests/gpu/test_attention_kernel.py; do
+    echo "== $f" >> "$OUT/memcheck.log"
+    PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 170 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
+      python3 -m pytest "$f" -m gpu -q -x --confcutdir=tests/gpu -p no:cacheprovider ${kexpr:+-k "$kexpr"} \
+      > "$OUT/memcheck-$(basename "$f" .py).log" 2>&1
+    echo "rc $?" >> "$OUT/memcheck.log"
+    grep -E "ERROR SUMMARY|Invalid|passed|failed" "$OUT/memcheck-$(basename "$f" .py).log" | tail -8 >> "$OUT/memcheck.log"
+  done
+  cat "$OUT/memcheck.log"
 fi
 if [ "$what" = static ]; then
   python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \

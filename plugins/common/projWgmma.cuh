@@ -1209,12 +1209,13 @@ inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t*
 }
 
 /* Which mainloop the shared-memory-codes consumers (W4A16) run, read at each call from
- * METRALE_W4A16_WG: "deep" (consumeWgmmaDeep), anything else or unset the base one (consumeWgmma).
+ * METRALE_W4A16_WG: "base" the base one (consumeWgmma), anything else or unset the deep one
+ * (consumeWgmmaDeep, 3-7% faster at M >= 64 on the H200: kernels-20261202-0333-6c93393-w4a16-variants.md).
  * Both give the same bits (the same arithmetic in the same order); a speed choice for the benchmark. */
 inline bool wgDeepMainloop()
 {
     const char* v = std::getenv("METRALE_W4A16_WG");
-    return v != nullptr && std::strcmp(v, "deep") == 0;
+    return v == nullptr || std::strcmp(v, "base") != 0;
 }
 
 /* The wgmma tier on the operand Xw (wgOperandOffset layout); part: the split's buffer
