@@ -86,6 +86,19 @@ struct WgSmemCodes<P, std::void_t<decltype(P::kWG_SMEM_CODES)>>
 {
     static constexpr bool value = P::kWG_SMEM_CODES;
 };
+/* Whether a shared-memory-codes policy may run the deep mainloop (consumeWgmmaDeep): P::kWG_DEEP.
+ * W4A16 only: its bits under deep are measured equal to the base mainloop's (tests/gpu); FloatProj's
+ * 16-bit codes gave different bits under deep on the H200 (fc01e90) and stay on the base one. */
+template <class P, class = void>
+struct WgDeep
+{
+    static constexpr bool value = false;
+};
+template <class P>
+struct WgDeep<P, std::void_t<decltype(P::kWG_DEEP)>>
+{
+    static constexpr bool value = WgSmemCodes<P>::value && P::kWG_DEEP;
+};
 constexpr int kWG_RASTER = 8;                          // token tiles per raster group
 
 /* Byte offset of x[m, k] in the wgmma operand of a launch whose rows form mg groups of 8. */
@@ -1208,7 +1221,7 @@ inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t*
     return cudaGetLastError();
 }
 
-/* Which mainloop the shared-memory-codes consumers (W4A16) run, read at each call from
+/* Which mainloop the deep-capable consumers (WgDeep: W4A16) run, read at each call from
  * METRALE_W4A16_WG: "base" the base one (consumeWgmma), anything else or unset the deep one
  * (consumeWgmmaDeep, 3-7% faster at M >= 64 on the H200: kernels-20261202-0333-6c93393-w4a16-variants.md).
  * Both give the same bits (the same arithmetic in the same order); a speed choice for the benchmark. */
@@ -1229,7 +1242,7 @@ inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* 
     {
         return cudaErrorInvalidValue;
     }
-    if constexpr (WgSmemCodes<P>::value)
+    if constexpr (WgDeep<P>::value)
     {
         if (wgDeepMainloop())
         {

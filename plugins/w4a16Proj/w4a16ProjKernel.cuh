@@ -57,6 +57,7 @@ struct W4A16Policy : NoTable, IdentityEpilogue
     static constexpr int kMW = kSCALE_WORDS + 2;  // + 2 words covering the zero points
     static constexpr bool kPER_BLOCK = false;
     static constexpr bool kWG_SMEM_CODES = true;  // projWgmma.cuh: codes and meta through shared memory
+    static constexpr bool kWG_DEEP = true;        // projWgmma.cuh: may run the deep mainloop (WgDeep)
     static constexpr uint32_t kMAGIC = 0x43004300u;     // bf16x2 (128, 128)
     static constexpr uint32_t kNIBBLES = 0x000F000Fu;
     static constexpr uint32_t kONE = 0x3F803F80u;       // bf16x2 (1, 1)
