@@ -120,14 +120,7 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
             f"{', '.join(contract.op_types())} (docs/ops.md)"
         )
     spec = contract.op(node_op)
-    if contract.names_plugin_version(spec) and "plugin_version" in attrs:
-        # TensorRT's plugin lookup key (docs/ops.md), not an op attribute; it must name the node's version.
-        attrs = dict(attrs)
-        found = _text(attrs.pop("plugin_version"))
-        want = str(spec.node_version(attrs))
-        if found != want:
-            raise LoweringError(f"node {key} ({node_op}): plugin_version {found!r}: expected "
-                                f"{want!r} (docs/ops.md)")
+    attrs = _without_plugin_version(spec, attrs, key)
     unknown = sorted(set(attrs) - set(spec.attribute_names))
     if unknown:
         raise LoweringError(
@@ -136,33 +129,50 @@ def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
         )
     out = {}
     for a in spec.attributes:
-        if a.name not in attrs:
-            if a.default is None:
-                raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r} is missing")
-            out[a.name] = a.default
-            continue
-        value = attrs[a.name]
-        if a.type == "string":
-            if not isinstance(value, (str, bytes)):
-                raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a string, "
-                                    f"found {value!r}")
-            value = _text(value)
-        elif a.type == "float":
-            if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
-                raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected a float, "
-                                    f"found {value!r}")
-            value = float(value)
-        elif not isinstance(value, (int, np.integer)):
-            raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r}: expected an int, found {value!r}")
+        if a.name in attrs:
+            out[a.name] = _attribute_value(a, attrs[a.name], f"node {key} ({node_op})")
+        elif a.default is None:
+            raise LoweringError(f"node {key} ({node_op}): attribute {a.name!r} is missing")
         else:
-            value = int(value)
-        if a.values is not None and value not in a.values and not (a.default is not None and value == a.default):
-            raise LoweringError(
-                f"node {key} ({node_op}): attribute {a.name}={value!r}: expected one of "
-                f"{', '.join(map(str, a.values))} (docs/ops.md)"
-            )
-        out[a.name] = value
+            out[a.name] = a.default
     return out
+
+
+def _without_plugin_version(spec, attrs: dict, key: str) -> dict:
+    """``attrs`` less ``plugin_version``, TensorRT's plugin lookup key (docs/ops.md), not an op
+    attribute; it must name the node's version."""
+    if not (contract.names_plugin_version(spec) and "plugin_version" in attrs):
+        return attrs
+    attrs = dict(attrs)
+    found = _text(attrs.pop("plugin_version"))
+    want = str(spec.node_version(attrs))
+    if found != want:
+        raise LoweringError(f"node {key} ({spec.op_type}): plugin_version {found!r}: expected "
+                            f"{want!r} (docs/ops.md)")
+    return attrs
+
+
+def _attribute_value(a, value, where: str):
+    """One attribute's value as its contract type, refused when of another type or outside the
+    allowed values."""
+    if a.type == "string":
+        if not isinstance(value, (str, bytes)):
+            raise LoweringError(f"{where}: attribute {a.name!r}: expected a string, found {value!r}")
+        value = _text(value)
+    elif a.type == "float":
+        if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
+            raise LoweringError(f"{where}: attribute {a.name!r}: expected a float, found {value!r}")
+        value = float(value)
+    elif not isinstance(value, (int, np.integer)):
+        raise LoweringError(f"{where}: attribute {a.name!r}: expected an int, found {value!r}")
+    else:
+        value = int(value)
+    if a.values is not None and value not in a.values and not (a.default is not None and value == a.default):
+        raise LoweringError(
+            f"{where}: attribute {a.name}={value!r}: expected one of "
+            f"{', '.join(map(str, a.values))} (docs/ops.md)"
+        )
+    return value
 
 
 def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
@@ -587,18 +597,7 @@ def lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None = None, sto
 
 def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=None) -> onnx.ModelProto:
     ops = {op.key: op for op in metrale_ops(model)}
-    grouped = [op for op in ops.values() if contract.op(op.op_type).grouped_of is not None]
-    if grouped:
-        op = grouped[0]
-        raise LoweringError(
-            f"node {op.key} ({op.op_type}) and {len(grouped) - 1} more grouped-expert nodes: the qdq "
-            "lowering does not express the grouped-expert ops. Standard ONNX can route rows to experts "
-            "only through data-dependent shapes (NonZero and a gather per expert) or by running every "
-            "expert on every row (num_experts / top_k times the weight reads), and a static "
-            "DequantizeLinear of an [E, N, K] weight followed by a per-row Gather materializes "
-            "[M, top_k, N, K]; neither keeps what the op is for. Build with the plugin backend, or "
-            "export this model with --moe-experts dense (one W*Proj node per expert), which lowers."
-        )
+    _refuse_grouped(ops.values())
     graph = gs.import_onnx(model)
     if store is not None:
         store.attach(graph)
@@ -615,33 +614,58 @@ def _lower_qdq(model: onnx.ModelProto, formats: dict[str, str] | None, store=Non
             _expand_node(graph, node, a, key, store)
             continue
         fmt = formats.get(key) if formats is not None else ops[key].activation_format
-        if fmt is None:
-            raise LoweringError(f"node {key}: no activation format chosen for it")
-        allowed = contract.op(node.op).activation_formats
-        if fmt not in allowed:
-            raise LoweringError(
-                f"node {key} ({node.op}): activation format {fmt!r} is not in the op contract's "
-                f"table; {node.op} runs {' or '.join(allowed)}"
-            )
-        x_in, y = node.inputs[0], node.outputs[0]
-        dtype = _np_dtype(x_in.dtype) or _np_dtype(y.dtype)
-        e = _Emitter(graph, f"{key}", store)
-        node.outputs.clear()  # detach y before the last emitted node writes it
-        x = e.bf16_round(x_in)
-        acc, next_input = _LOWER[node.op](e, node, a, key, fmt, x)
-        if a["has_bias"]:
-            bias = _constant(node, next_input, "bias", key).astype(np.float32)
-            _expect_shape(bias, (int(a["n"]),), "bias", key, node)
-            acc = e.op("Add", [acc, e.f32("bias", bias)])
-        # The output has X's dtype (docs/ops.md): CastLike needs no dtype known at lowering time.
-        e.op("CastLike", [acc, x_in], out=y)
-        if dtype is not None:
-            y.dtype = dtype
-        if store is not None:
-            store.release(node.inputs)
-        node.inputs.clear()
+        _lower_projection(graph, node, a, key, _allowed_format(node.op, key, fmt), store)
     graph.cleanup().toposort()
     return _finish(model, gs.export_onnx(graph), raise_opset=True)
+
+
+def _refuse_grouped(ops) -> None:
+    grouped = [op for op in ops if contract.op(op.op_type).grouped_of is not None]
+    if grouped:
+        op = grouped[0]
+        raise LoweringError(
+            f"node {op.key} ({op.op_type}) and {len(grouped) - 1} more grouped-expert nodes: the qdq "
+            "lowering does not express the grouped-expert ops. Standard ONNX can route rows to experts "
+            "only through data-dependent shapes (NonZero and a gather per expert) or by running every "
+            "expert on every row (num_experts / top_k times the weight reads), and a static "
+            "DequantizeLinear of an [E, N, K] weight followed by a per-row Gather materializes "
+            "[M, top_k, N, K]; neither keeps what the op is for. Build with the plugin backend, or "
+            "export this model with --moe-experts dense (one W*Proj node per expert), which lowers."
+        )
+
+
+def _allowed_format(op_type: str, key: str, fmt: str | None) -> str:
+    if fmt is None:
+        raise LoweringError(f"node {key}: no activation format chosen for it")
+    allowed = contract.op(op_type).activation_formats
+    if fmt not in allowed:
+        raise LoweringError(
+            f"node {key} ({op_type}): activation format {fmt!r} is not in the op contract's "
+            f"table; {op_type} runs {' or '.join(allowed)}"
+        )
+    return fmt
+
+
+def _lower_projection(graph: gs.Graph, node: gs.Node, a: dict, key: str, fmt: str, store=None) -> None:
+    """Replace a projection node by its format's standard-ONNX product (``_LOWER``), its bias and
+    the cast to X's dtype, writing the node's output."""
+    x_in, y = node.inputs[0], node.outputs[0]
+    dtype = _np_dtype(x_in.dtype) or _np_dtype(y.dtype)
+    e = _Emitter(graph, f"{key}", store)
+    node.outputs.clear()  # detach y before the last emitted node writes it
+    x = e.bf16_round(x_in)
+    acc, next_input = _LOWER[node.op](e, node, a, key, fmt, x)
+    if a["has_bias"]:
+        bias = _constant(node, next_input, "bias", key).astype(np.float32)
+        _expect_shape(bias, (int(a["n"]),), "bias", key, node)
+        acc = e.op("Add", [acc, e.f32("bias", bias)])
+    # The output has X's dtype (docs/ops.md): CastLike needs no dtype known at lowering time.
+    e.op("CastLike", [acc, x_in], out=y)
+    if dtype is not None:
+        y.dtype = dtype
+    if store is not None:
+        store.release(node.inputs)
+    node.inputs.clear()
 
 
 def _expand_node(graph: gs.Graph, node: gs.Node, a: dict, key: str, store=None) -> None:

@@ -347,26 +347,13 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     (``backends.cuda_driver``: TensorRT-RTX needs one for stripped engines).
     """
     name, version = backend
-    if options.float_weights not in FLOAT_WEIGHTS:
-        raise UsageConflict(f"--float-weights {options.float_weights!r}: expected one of "
-                            f"{', '.join(FLOAT_WEIGHTS)}", "--float-weights")
-    check_engine_weights(options.engine_weights, name, cuda_driver)
-    chosen, conflict = resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))
-    if chosen is None:
-        raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
-    check_rtx_targets(name, chosen, options.rtx_targets, source.ops)
-    if chosen == "plugin":
-        check_kernel_limits(source.ops)
+    chosen = check_options(source, options, name, cuda_driver)
     max_context = resolve_max_context(options.max_context, source.model_max_positions,
                                       source.onnx_path.parent / "manifest.json")
     profiles = resolve_profiles(options.profiles, max_context)
     all_formats = profile_formats(options.policy, source.ops, profiles)
     all_shapes = [optimization_profiles(source.inputs, rows, max_context) for rows in profiles]
-    plugin_sha = None
-    if options.plugins is not None and chosen == "plugin":
-        if not Path(options.plugins).is_file():
-            raise UsageConflict(f"{options.plugins}: no such file", "--plugins")
-        plugin_sha = sha256_file(options.plugins)
+    plugin_sha = _plugin_sha(options.plugins, chosen)
     is_rtx = name == "tensorrt-rtx"
     timing_cache = None
     if not is_rtx:  # TensorRT-RTX times no tactics when it builds on the CPU
@@ -374,34 +361,64 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     targets = tuple(f"{a}.{b}" for a, b in options.rtx_targets) if is_rtx else ("build machine",)
     # The policy and lowering may promise it; the ops left to TensorRT narrow it (invariance.py).
     row_invariance = engine_promise(source.audit, *_policy.row_invariance(options.policy, chosen))
-    promised, reason = row_invariance["promised"], row_invariance["reason"]
-    by_key = {e.get("key"): e for e in previous if isinstance(e, dict)}
-    steps = []
-    for rows, formats, shapes in zip(profiles, all_formats, all_shapes):
-        key = digest({
-            "source": source.sha256, "rows": [rows.lo, rows.hi],
-            "profiles": [s.as_json() for s in shapes], "formats": formats, "lowering": chosen,
-            "lowering_version": _lowering.LOWERING_VERSION, "backend": f"{name} {version}",
-            "targets": list(targets), "plugins": plugin_sha, "float_weights": options.float_weights,
-            "engine_weights": options.engine_weights,
-        })
-        file = engine_file(rows)
-        old = by_key.get(key)
-        reuse = old if reusable(old, file, engine_sha(file) if old else None) else None
-        graph = reuse["onnx"] if reuse and reuse.get("onnx") else \
-            graph_file(chosen, formats, source.sha256, options.float_weights)
-        steps.append(EngineStep(rows, formats, shapes, key, file, graph, reuse))
-    steps = tuple(steps)
+    key_parts = {"source": source.sha256, "lowering": chosen, "lowering_version": _lowering.LOWERING_VERSION,
+                 "backend": f"{name} {version}", "targets": list(targets), "plugins": plugin_sha,
+                 "float_weights": options.float_weights, "engine_weights": options.engine_weights}
+    steps = engine_steps(source, options.float_weights, zip(profiles, all_formats, all_shapes), key_parts,
+                         previous, engine_sha)
     to_build = [s for s in steps if s.reuse is None]
     estimate = _resources.estimate_build(
         options.engine_weights, name, source.weight_bytes, source.largest_op_weights,
         engines=len(to_build), graphs=len({s.graph for s in to_build})) if to_build else None
     return BuildPlan(
         source=source, out_dir=Path(out_dir), backend=name, backend_version=version, lowering=chosen,
-        targets=targets, promised=promised, promise_reason=reason, row_invariance=row_invariance,
-        max_context=max_context, float_weights=options.float_weights,
+        targets=targets, promised=row_invariance["promised"], promise_reason=row_invariance["reason"],
+        row_invariance=row_invariance, max_context=max_context, float_weights=options.float_weights,
         policy=options.policy.describe(), plugins=options.plugins, plugin_sha=plugin_sha,
         timing_cache=timing_cache, steps=steps,
         removals=removals(list(previous), steps, list(lowered_on_disk)),
         engine_weights=options.engine_weights, estimate=estimate,
     )
+
+
+def check_options(source: Source, options: BuildOptions, backend: str, cuda_driver: bool) -> str:
+    """The lowering to use after every refusal of the options for this source and backend."""
+    if options.float_weights not in FLOAT_WEIGHTS:
+        raise UsageConflict(f"--float-weights {options.float_weights!r}: expected one of "
+                            f"{', '.join(FLOAT_WEIGHTS)}", "--float-weights")
+    check_engine_weights(options.engine_weights, backend, cuda_driver)
+    chosen, conflict = resolve_lowering(backend, options.lowering, options.plugins, bool(source.ops))
+    if chosen is None:
+        raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
+    check_rtx_targets(backend, chosen, options.rtx_targets, source.ops)
+    if chosen == "plugin":
+        check_kernel_limits(source.ops)
+    return chosen
+
+
+def _plugin_sha(plugins: Path | None, lowering: str) -> str | None:
+    """The plugin library's sha256 (part of each key) when the plugin lowering uses it."""
+    if plugins is None or lowering != "plugin":
+        return None
+    if not Path(plugins).is_file():
+        raise UsageConflict(f"{plugins}: no such file", "--plugins")
+    return sha256_file(plugins)
+
+
+def engine_steps(source: Source, float_weights: str, profiles, key_parts: dict, previous,
+                 engine_sha: Callable[[str], str | None]) -> tuple[EngineStep, ...]:
+    """One step per (rows, formats, shapes) of ``profiles``: its key (``key_parts`` and the
+    profile's own), and the previous entry it reuses when that key is unchanged and its file is
+    intact."""
+    by_key = {e.get("key"): e for e in previous if isinstance(e, dict)}
+    steps = []
+    for rows, formats, shapes in profiles:
+        key = digest({**key_parts, "rows": [rows.lo, rows.hi], "profiles": [s.as_json() for s in shapes],
+                      "formats": formats})
+        file = engine_file(rows)
+        old = by_key.get(key)
+        reuse = old if reusable(old, file, engine_sha(file) if old else None) else None
+        graph = reuse["onnx"] if reuse and reuse.get("onnx") else \
+            graph_file(key_parts["lowering"], formats, source.sha256, float_weights)
+        steps.append(EngineStep(rows, formats, shapes, key, file, graph, reuse))
+    return tuple(steps)
