@@ -30,6 +30,7 @@ from polygraphy.comparator import Comparator, DataLoader
 
 from .. import contract
 from ..errors import InputError
+from ..exporter.session import ModelSession
 from ..ops import tolerances
 from ..ops.ort import load_graph, reference_session
 from . import metrics
@@ -208,7 +209,9 @@ def _end_to_end_rows(case: Case, ort_out: dict, torch_out: dict, model, taps: Gr
     return rows
 
 
-def _resolve_checkpoint(export_dir: Path, manifest: dict, checkpoint: Path | None) -> Path:
+def _resolve_checkpoint(export_dir: Path, manifest: dict, checkpoint):
+    if isinstance(checkpoint, ModelSession):
+        return checkpoint
     if checkpoint is None:
         recorded = (manifest.get("model") or {}).get("checkpoint_path")
         if not recorded:
@@ -228,7 +231,7 @@ def _feed(manifest: dict, case: Case, seed: int) -> dict:
     return loader[0]
 
 
-def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAULT_CASES,
+def compare_export(export_dir: Path, checkpoint: Path | ModelSession | None = None, cases=DEFAULT_CASES,
                    tolerance: float | None = None, seed: int = 0, progress=None,
                    streaming: bool = True) -> Report:
     """Run both runtimes on seeded inputs; check every op, every layer (teacher-forced) and every
@@ -237,7 +240,8 @@ def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAU
     ``streaming`` (the default): segment by segment, one layer's weights in memory at a time
     (streaming.py), where the graph's residual stream can be followed; otherwise, or with False,
     one run of the whole graph. ``progress``: an object with ``start(total)`` and ``update(name)``
-    (and ``close()``), told of each segment done."""
+    (and ``close()``), told of each segment done. ``checkpoint``: its path (default: the one in
+    manifest.json), or a session open on it (the main job's: its headers are not read again)."""
     export_dir = Path(export_dir)
     manifest = load_manifest(export_dir)
     checkpoint = _resolve_checkpoint(export_dir, manifest, checkpoint)
