@@ -30,9 +30,10 @@ from ..errors import BuildError
 from . import backends, cancel, lowering, manifest as _manifest, resources, weights as _weights
 from . import weights_file as _weights_file
 from .plan import (  # noqa: F401 - the build's public names
-    LOWERINGS, BuildOptions, BuildPlan, EngineStep, Source, UsageConflict, choose_backend, plan_build,
-    resolve_lowering, resolve_source, sha256_file,
+    LOWERINGS, BuildOptions, BuildPlan, EngineStep, UsageConflict, choose_backend, plan_build,
+    resolve_lowering, sha256_file,
 )
+from .source import Source, resolve_source  # noqa: F401 - the build's public names
 from .profiles import ProfileShapes, RowRange
 
 # (event, rows, details): "skip", "build", "built" per engine (rows: its range), "remove" per engine
