@@ -67,6 +67,17 @@ def _time_or_none(fn, sets):
         return None
 
 
+def _time_all(row: dict, sets, n: int, scale: float, causal: bool, work: float, per_second: str) -> None:
+    """``<impl>_s`` for ours, flash and cudnn (None where torch has no such kernel here) and
+    ``<impl>_<per_second>``: ``work`` (bytes or flops) per second, in units of 1e12."""
+    row["ours_s"] = time_graph(lambda i: mcuda.launch_attention(*sets[i % n], scale))
+    row["flash_s"] = _time_or_none(lambda q, k, v: _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, causal), sets)
+    row["cudnn_s"] = _time_or_none(lambda q, k, v: _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, causal), sets)
+    for key in ("ours", "flash", "cudnn"):
+        t = row[f"{key}_s"]
+        row[f"{key}_{per_second}"] = None if t is None else work / t / 1e12
+
+
 def bench_decode(batch: int, past: int, copy_tbs: float) -> dict:
     total = past + 1
     kv_bytes = 2 * batch * HKV * total * D * 2
@@ -75,12 +86,7 @@ def bench_decode(batch: int, past: int, copy_tbs: float) -> dict:
     scale = A.default_scale(D)
     row = dict(kind="decode", batch=batch, past=past, kv_bytes=kv_bytes,
                split=mcuda.attention_split(batch, HQ, HKV, 1, total, D))
-    row["ours_s"] = time_graph(lambda i: mcuda.launch_attention(*sets[i % n], scale))
-    row["flash_s"] = _time_or_none(lambda q, k, v: _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, False), sets)
-    row["cudnn_s"] = _time_or_none(lambda q, k, v: _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, False), sets)
-    for key in ("ours", "flash", "cudnn"):
-        t = row[f"{key}_s"]
-        row[f"{key}_tbs"] = None if t is None else kv_bytes / t / 1e12
+    _time_all(row, sets, n, scale, causal=False, work=kv_bytes, per_second="tbs")
     row["of_copy"] = row["ours_tbs"] / copy_tbs
     del sets
     torch.cuda.empty_cache()
@@ -94,12 +100,7 @@ def bench_prefill(batch: int, seq: int) -> dict:
     sets = _input_sets(n, batch, seq, seq)
     scale = A.default_scale(D)
     row = dict(kind="prefill", batch=batch, seq=seq, flops=flops)
-    row["ours_s"] = time_graph(lambda i: mcuda.launch_attention(*sets[i % n], scale))
-    row["flash_s"] = _time_or_none(lambda q, k, v: _sdpa(SDPBackend.FLASH_ATTENTION, q, k, v, True), sets)
-    row["cudnn_s"] = _time_or_none(lambda q, k, v: _sdpa(SDPBackend.CUDNN_ATTENTION, q, k, v, True), sets)
-    for key in ("ours", "flash", "cudnn"):
-        t = row[f"{key}_s"]
-        row[f"{key}_tflops"] = None if t is None else flops / t / 1e12
+    _time_all(row, sets, n, scale, causal=True, work=flops, per_second="tflops")
     row["vs_flash"] = None if row["flash_s"] is None else row["flash_s"] / row["ours_s"]
     row["vs_cudnn"] = None if row["cudnn_s"] is None else row["cudnn_s"] / row["ours_s"]
     del sets

@@ -90,39 +90,58 @@ def _walk(graph, prefix: str, out: list) -> None:
                 _walk(sub, f"{prefix}{node.name or node.op_type}/", out)
 
 
-def audit(graph) -> dict:
-    """``covers``: the metrale projections whose outputs the promise is about (name and output);
-    ``left_to_tensorrt``: every other row-sensitive node with its kind and the layer it sits in
-    (the layer of the next projection in graph order, 'model' after the last); ``left_by_kind``."""
+def _node_name(prefix: str, node) -> str:
+    return prefix + (node.name or node.op_type)
+
+
+def _expanded_entry(prefix: str, node) -> dict:
+    """A metrale op with no TensorRT plugin yet: the plugin lowering expands it to standard ops
+    (engines/expand.py), so TensorRT chooses its reduction order after all."""
+    return {"op_type": node.op_type, "node": _node_name(prefix, node),
+            "kind": _CATEGORY_KINDS.get(contract.op(node.op_type).category, "reduction"),
+            "where": "model", "expanded": "no TensorRT plugin yet"}
+
+
+def _sensitive_entry(prefix: str, node, producers: dict, constants: set) -> dict:
+    kind = "recurrence" if prefix else _kind(node, producers, constants)  # inside a Scan/Loop body
+    entry = {"op_type": node.op_type, "node": _node_name(prefix, node), "kind": kind, "where": "model"}
+    if kind == "float projection":
+        entry["weight"] = next(i for i in node.input[:2] if i in constants)
+    return entry
+
+
+def _graph_nodes(graph) -> tuple[list, dict, set]:
+    """Every (subgraph prefix, node), the producer of each value, and the constant values."""
     nodes: list = []
     _walk(graph, "", nodes)
     producers = {o: n for _, n in nodes for o in n.output}
     constants = {t.name for t in graph.initializer} | {
         o for _, n in nodes if n.op_type == "Constant" for o in n.output}
+    return nodes, producers, constants
+
+
+def audit(graph) -> dict:
+    """``covers``: the metrale projections whose outputs the promise is about (name and output);
+    ``left_to_tensorrt``: every other row-sensitive node with its kind and the layer it sits in
+    (the layer of the next projection in graph order, 'model' after the last); ``left_by_kind``."""
+    nodes, producers, constants = _graph_nodes(graph)
     covers, left, pending = [], [], []
     for prefix, node in nodes:
-        if node.domain == DOMAIN and _unplugged(node.op_type):
-            # A metrale op with no TensorRT plugin yet: the plugin lowering expands it to standard
-            # ops (engines/expand.py), so TensorRT chooses its reduction order after all.
-            entry = {"op_type": node.op_type, "node": prefix + (node.name or node.op_type),
-                     "kind": _CATEGORY_KINDS.get(contract.op(node.op_type).category, "reduction"),
-                     "where": "model", "expanded": "no TensorRT plugin yet"}
-            left.append(entry)
-            pending.append(entry)
-        elif node.domain == DOMAIN:
+        if node.domain == DOMAIN and not _unplugged(node.op_type):
             name = _attr(node, "name") or node.name
             covers.append({"name": name, "op_type": node.op_type, "output": node.output[0]})
             for entry in pending:
                 entry["where"] = _layer_of(name)
             pending = []
+            continue
+        if node.domain == DOMAIN:
+            entry = _expanded_entry(prefix, node)
         elif _sensitive(node.op_type):
-            kind = "recurrence" if prefix else _kind(node, producers, constants)  # inside a Scan/Loop body
-            entry = {"op_type": node.op_type, "node": prefix + (node.name or node.op_type),
-                     "kind": kind, "where": "model"}
-            if entry["kind"] == "float projection":
-                entry["weight"] = next(i for i in node.input[:2] if i in constants)
-            left.append(entry)
-            pending.append(entry)
+            entry = _sensitive_entry(prefix, node, producers, constants)
+        else:
+            continue
+        left.append(entry)
+        pending.append(entry)
     by_kind = Counter(e["kind"] for e in left)
     return {"covers": covers, "left_to_tensorrt": left, "left_by_kind": dict(sorted(by_kind.items()))}
 

@@ -33,6 +33,9 @@ class JobOptions:
     engines: bool = True
     # The user left --moe-experts at its default: the job picks what its engines can build.
     moe_experts_default: bool = False
+    # The model open already (exporter.session.ModelSession, the CLI's): the export and the
+    # comparison use its checkpoint, so the job opens it once. None: the export opens it.
+    session: object = None
 
 
 @dataclass
@@ -151,6 +154,10 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
     if experts != options.export.request.moe_experts:
         request = dataclasses.replace(options.export.request, moe_experts=experts)
         options = dataclasses.replace(options, export=dataclasses.replace(options.export, request=request))
+        if options.session is not None:
+            from .compare.runners import with_request
+
+            options = dataclasses.replace(options, session=with_request(options.session, request))
     result = JobResult(Path(out))
 
     def measured(step, run):
@@ -203,7 +210,7 @@ def _export(model, out, options: JobOptions, events: Events, experts_why: str) -
     from .exporter.export import export
 
     try:
-        done = export(model, out, options.export, progress=events.export_progress)
+        done = export(options.session or model, out, options.export, progress=events.export_progress)
     finally:  # the bar goes before the step's line (and is not redrawn during the next steps)
         getattr(events.export_progress, "close", lambda: None)()
     counts = done.manifest["op_counts"]
@@ -227,7 +234,7 @@ def _compare(out, options: JobOptions, events: Events):
     events.say("[2/3] comparing the export in ONNX Runtime (reference ops) with PyTorch on a prefill "
                "and a decode step ...")
     started = time.perf_counter()
-    report = compare_export(out, progress=events.compare_progress)
+    report = compare_export(out, options.session, progress=events.compare_progress)
     if events.compare_report is not None:
         events.compare_report(report)
     failure = report.first_failure()

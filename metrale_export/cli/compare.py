@@ -29,6 +29,23 @@ def print_report(report, as_json: bool, verbose: bool = False, err: bool = False
     def echo(line=""):
         click.echo(line, err=err)
 
+    _print_end_to_end(report, verbose, echo)
+    _print_layers(report, verbose, echo)
+    if verbose and report.ops:
+        echo("every op (teacher-forced):")
+        for r in report.ops:
+            echo(f"  {r.case:<9}{r.projection:<44}{r.op_type:<11}{r.activation_format:<7}{_fmt(r):>20}  "
+                 f"{_yes(r.ok)}")
+    for note in report.notes:
+        echo(f"note: {note}")
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "NO"
+
+
+def _print_end_to_end(report, verbose: bool, echo) -> None:
+    """Per case the logits and the worst state output (``verbose``: every output)."""
     echo("end to end, ONNX Runtime vs PyTorch (relative error / bound from depth and format):")
     echo(f"  {'case':<9}{'output':<34}{'rel. error / bound':>22}{'cosine':>12}{'top-1':>8}{'KL':>10}  ok")
     for case in dict.fromkeys(r.case for r in report.rows):
@@ -42,28 +59,25 @@ def print_report(report, as_json: bool, verbose: bool = False, err: bool = False
         for r in shown:
             label = r.output if verbose or r.output == "logits" else f"{r.output} (worst of {len(states)})"
             extra = (f"{r.cosine:>12.7f}{r.top1:>8.3f}{r.kl:>10.1e}" if r.cosine is not None else " " * 30)
-            echo(f"  {case:<9}{label:<34}{_fmt(r):>22}{extra}  {'yes' if r.ok else 'NO'}")
+            echo(f"  {case:<9}{label:<34}{_fmt(r):>22}{extra}  {_yes(r.ok)}")
+
+
+def _print_layers(report, verbose: bool, echo) -> None:
+    """The worst op and layer output per layer, worst layers first (``verbose``: every layer)."""
     groups = report.by_layer()
-    if groups:
-        shown = groups if verbose else groups[:SHOWN]
-        more = "" if len(shown) == len(groups) else f"; {len(shown)} of {len(groups)} shown, --verbose for all"
-        echo(f"per layer, teacher-forced on ONNX Runtime's own inputs (worst first{more}):")
-        echo(f"  {'layer':<7}{'worst op':<28}{'error / bound':>20}  {'worst layer output':<36}"
-             f"{'error / bound':>20}  ok")
-        for g in shown:
-            op, out = g["op"], g["out"]
-            name = "head" if g["layer"] is None else str(g["layer"])  # the final norm and the lm_head
-            op_txt = (op.projection.split(f"layers.{g['layer']}.", 1)[-1], _fmt(op)) if op else ("-", "")
-            out_txt = (f"{out.output} ({out.case})", _fmt(out)) if out else ("-", "")
-            echo(f"  {name:<7}{op_txt[0]:<28}{op_txt[1]:>20}  {out_txt[0]:<36}{out_txt[1]:>20}  "
-                 f"{'yes' if g['ok'] else 'NO'}")
-    if verbose and report.ops:
-        echo("every op (teacher-forced):")
-        for r in report.ops:
-            echo(f"  {r.case:<9}{r.projection:<44}{r.op_type:<11}{r.activation_format:<7}{_fmt(r):>20}  "
-                 f"{'yes' if r.ok else 'NO'}")
-    for note in report.notes:
-        echo(f"note: {note}")
+    if not groups:
+        return
+    shown = groups if verbose else groups[:SHOWN]
+    more = "" if len(shown) == len(groups) else f"; {len(shown)} of {len(groups)} shown, --verbose for all"
+    echo(f"per layer, teacher-forced on ONNX Runtime's own inputs (worst first{more}):")
+    echo(f"  {'layer':<7}{'worst op':<28}{'error / bound':>20}  {'worst layer output':<36}"
+         f"{'error / bound':>20}  ok")
+    for g in shown:
+        op, out = g["op"], g["out"]
+        name = "head" if g["layer"] is None else str(g["layer"])  # the final norm and the lm_head
+        op_txt = (op.projection.split(f"layers.{g['layer']}.", 1)[-1], _fmt(op)) if op else ("-", "")
+        out_txt = (f"{out.output} ({out.case})", _fmt(out)) if out else ("-", "")
+        echo(f"  {name:<7}{op_txt[0]:<28}{op_txt[1]:>20}  {out_txt[0]:<36}{out_txt[1]:>20}  {_yes(g['ok'])}")
 
 
 def run_compare(export_dir: Path, checkpoint, tolerance, quiet: bool, as_json: bool, verbose: bool = False):
@@ -139,14 +153,19 @@ def run_row_invariance(export_dir: Path, checkpoint, device, quiet: bool) -> Non
     model = torch_model_factory(export_dir, Path(checkpoint), manifest)().to(device).eval()
     rows = row_invariance(model, [1, 2, 3, 8, 9, 32, 33])
     if not quiet:
-        click.echo(f"row invariance on {device} ({'CPU reference ops' if on_cpu else 'CUDA ops'}):")
-        for r in rows:
-            if r.output == "logits" or not r.ok:
-                click.echo(f"  {r.output:<20} batch {r.batch:>3}: {r.identical_rows}/{r.rows} rows bitwise "
-                           f"identical (max |diff| {r.max_abs_diff:.2e})")
+        _print_row_invariance(rows, device, on_cpu)
     bad = [r for r in rows if r.output == "logits" and not r.ok]
     if bad:
         raise CheckFailed(f"{export_dir}: logits of some rows change with the batch size on {device} "
                           f"(batches {sorted({r.batch for r in bad})})"
                           + ("; on the CPU this is expected (torch's float kernels), run it on a GPU "
                              "(--device cuda) to check the plugins' arithmetic" if on_cpu else ""))
+
+
+def _print_row_invariance(rows, device: str, on_cpu: bool) -> None:
+    """The logits rows and every row that is not bitwise identical."""
+    click.echo(f"row invariance on {device} ({'CPU reference ops' if on_cpu else 'CUDA ops'}):")
+    for r in rows:
+        if r.output == "logits" or not r.ok:
+            click.echo(f"  {r.output:<20} batch {r.batch:>3}: {r.identical_rows}/{r.rows} rows bitwise "
+                       f"identical (max |diff| {r.max_abs_diff:.2e})")

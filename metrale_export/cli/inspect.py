@@ -74,12 +74,12 @@ def _echo_engines(s: dict) -> None:
     click.echo(f"  row invariance {'promised' if ri['promised'] else 'not promised'}: {ri['reason']}")
 
 
-def summarize(path: Path) -> dict:
+def _load_export_graph(path: Path):
+    """The export's graph (weights left on disk), checked against the op contract and its data
+    files; ``path`` is an export directory or an .onnx file."""
     import onnx
 
     from ..exporter.external_data import external_data_files
-    from ..exporter.manifest import ROW_INVARIANCE_SCOPE, metrale_ops
-    from ..invariance import audit
     from .. import contract
 
     onnx_path = path / "model.onnx" if path.is_dir() else path
@@ -91,18 +91,33 @@ def summarize(path: Path) -> dict:
         raise InputError(f"{onnx_path}: not a readable ONNX model ({e})") from e
     contract.check_model(model, str(onnx_path))  # an older op contract: say to re-export
     external_data_files(model, onnx_path)  # a missing or truncated weights file is refused, not summarized
+    return onnx_path, model
+
+
+def _initializer_bytes(model) -> dict[str, int]:
     sizes = {}
     for init in model.graph.initializer:
         ext = {e.key: e.value for e in init.external_data}
         sizes[init.name] = int(ext["length"]) if "length" in ext else len(init.raw_data)
+    return sizes
+
+
+def _dims(v) -> list:
+    return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
+
+
+def summarize(path: Path) -> dict:
+    from ..exporter.manifest import ROW_INVARIANCE_SCOPE, metrale_ops
+    from ..invariance import audit
+
+    onnx_path, model = _load_export_graph(path)
+    sizes = _initializer_bytes(model)
     ops = metrale_ops(model.graph)
     op_bytes = defaultdict(int)
     nodes = {n.name: n for n in model.graph.node}
     for node in model.graph.node:
         if node.domain == DOMAIN:
             op_bytes[node.op_type] += sum(sizes.get(i, 0) for i in node.input[1:])
-    def shape(v):
-        return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
     summary = {
         "file": str(onnx_path),
         "nodes": len(nodes),
@@ -111,8 +126,8 @@ def summarize(path: Path) -> dict:
             " ".join(str(o[k]) for k in ("op_type", "family", "activation_format") if k in o) for o in ops).items())),
         "op_weight_bytes": dict(op_bytes),
         "ops": ops,
-        "inputs": {v.name: shape(v) for v in model.graph.input},
-        "outputs": {v.name: shape(v) for v in model.graph.output},
+        "inputs": {v.name: _dims(v) for v in model.graph.input},
+        "outputs": {v.name: _dims(v) for v in model.graph.output},
     }
     summary["row_invariance"] = {"applies_to": ROW_INVARIANCE_SCOPE, **audit(model.graph)}
     manifest = (path / "manifest.json") if path.is_dir() else onnx_path.parent / "manifest.json"

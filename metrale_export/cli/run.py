@@ -71,7 +71,7 @@ def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_t
                          engine_weights=engine_weights)
     experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
     job = JobOptions(export, build, compare=not skip_compare, engines=not skip_engines,
-                     moe_experts_default=experts_default)
+                     moe_experts_default=experts_default, session=session)
     conflict = moe_experts_conflict(job, session.config.family)
     if conflict:
         raise click.BadParameter(conflict, param_hint="--moe-experts")

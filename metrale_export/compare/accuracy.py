@@ -30,6 +30,7 @@ from polygraphy.comparator import Comparator, DataLoader
 
 from .. import contract
 from ..errors import InputError
+from ..exporter.session import ModelSession
 from ..ops import tolerances
 from ..ops.ort import load_graph, reference_session
 from . import metrics
@@ -113,28 +114,16 @@ class Report:
     def first_failure(self) -> str | None:
         """The first piece out of bounds, in layer order (an op before its layer's outputs), then
         the end-to-end outputs; None when everything holds."""
-        order = lambda layer: float("inf") if layer is None else layer  # noqa: E731
-        bad_ops = sorted((r for r in self.ops if not r.ok), key=lambda r: order(r.layer))
-        bad_layers = sorted((r for r in self.layers if not r.ok), key=lambda r: order(r.layer))
-        first_op = bad_ops[0] if bad_ops else None
-        first_layer = bad_layers[0] if bad_layers else None
-        if first_op is not None and (first_layer is None or order(first_op.layer) <= order(first_layer.layer)):
-            where = "head" if first_op.layer is None else f"layer {first_op.layer}"
-            fmt = f"{first_op.activation_format} activations, " if first_op.activation_format else ""
-            return (f"{where}: {first_op.projection} ({first_op.op_type}, {fmt}{first_op.case}) differs "
-                    f"from the PyTorch op on ONNX Runtime's own input by {first_op.rel_error:.2e} > "
-                    f"{first_op.bound:.0e}: the export's weights, scales or attributes of this op are not "
-                    "the checkpoint's")
+        first_op = min((r for r in self.ops if not r.ok), key=lambda r: _layer_order(r.layer), default=None)
+        first_layer = min((r for r in self.layers if not r.ok), key=lambda r: _layer_order(r.layer),
+                          default=None)
+        if first_op is not None and (first_layer is None
+                                     or _layer_order(first_op.layer) <= _layer_order(first_layer.layer)):
+            return _op_failure(first_op)
         if first_layer is not None:
-            return (f"layer {first_layer.layer}: {first_layer.output} ({first_layer.case}) differs from the "
-                    f"PyTorch layer run on ONNX Runtime's input by {first_layer.rel_error:.2e} > "
-                    f"{first_layer.bound:.1e}, while every op of the layer is within its bound")
+            return _layer_failure(first_layer)
         bad = [r for r in self.rows if not r.ok]
-        if bad:
-            worst = ", ".join(f"{r.case}/{r.output} {r.rel_error:.2e} > {r.tolerance:.1e}" for r in bad[:4])
-            more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
-            return f"end to end only (every op and layer within bounds): {worst}{more}"
-        return None
+        return _rows_failure(bad) if bad else None
 
     def summary(self) -> str:
         """One line for the main job's progress."""
@@ -158,6 +147,32 @@ class Report:
                            "rows": [r.as_dict() for r in self.rows],
                            "layers": [r.as_dict() for r in self.layers],
                            "ops": [r.as_dict() for r in self.ops]}, indent=2, default=float)
+
+
+def _layer_order(layer: int | None) -> float:
+    """Decoder layers in order, the head (None) after them."""
+    return float("inf") if layer is None else layer
+
+
+def _op_failure(r) -> str:
+    where = "head" if r.layer is None else f"layer {r.layer}"
+    fmt = f"{r.activation_format} activations, " if r.activation_format else ""
+    return (f"{where}: {r.projection} ({r.op_type}, {fmt}{r.case}) differs "
+            f"from the PyTorch op on ONNX Runtime's own input by {r.rel_error:.2e} > "
+            f"{r.bound:.0e}: the export's weights, scales or attributes of this op are not "
+            "the checkpoint's")
+
+
+def _layer_failure(r) -> str:
+    return (f"layer {r.layer}: {r.output} ({r.case}) differs from the "
+            f"PyTorch layer run on ONNX Runtime's input by {r.rel_error:.2e} > "
+            f"{r.bound:.1e}, while every op of the layer is within its bound")
+
+
+def _rows_failure(bad: list) -> str:
+    worst = ", ".join(f"{r.case}/{r.output} {r.rel_error:.2e} > {r.tolerance:.1e}" for r in bad[:4])
+    more = f" and {len(bad) - 4} more" if len(bad) > 4 else ""
+    return f"end to end only (every op and layer within bounds): {worst}{more}"
 
 
 def load_manifest(export_dir: Path) -> dict:
@@ -194,7 +209,9 @@ def _end_to_end_rows(case: Case, ort_out: dict, torch_out: dict, model, taps: Gr
     return rows
 
 
-def _resolve_checkpoint(export_dir: Path, manifest: dict, checkpoint: Path | None) -> Path:
+def _resolve_checkpoint(export_dir: Path, manifest: dict, checkpoint):
+    if isinstance(checkpoint, ModelSession):
+        return checkpoint
     if checkpoint is None:
         recorded = (manifest.get("model") or {}).get("checkpoint_path")
         if not recorded:
@@ -214,7 +231,7 @@ def _feed(manifest: dict, case: Case, seed: int) -> dict:
     return loader[0]
 
 
-def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAULT_CASES,
+def compare_export(export_dir: Path, checkpoint: Path | ModelSession | None = None, cases=DEFAULT_CASES,
                    tolerance: float | None = None, seed: int = 0, progress=None,
                    streaming: bool = True) -> Report:
     """Run both runtimes on seeded inputs; check every op, every layer (teacher-forced) and every
@@ -223,7 +240,8 @@ def compare_export(export_dir: Path, checkpoint: Path | None = None, cases=DEFAU
     ``streaming`` (the default): segment by segment, one layer's weights in memory at a time
     (streaming.py), where the graph's residual stream can be followed; otherwise, or with False,
     one run of the whole graph. ``progress``: an object with ``start(total)`` and ``update(name)``
-    (and ``close()``), told of each segment done."""
+    (and ``close()``), told of each segment done. ``checkpoint``: its path (default: the one in
+    manifest.json), or a session open on it (the main job's: its headers are not read again)."""
     export_dir = Path(export_dir)
     manifest = load_manifest(export_dir)
     checkpoint = _resolve_checkpoint(export_dir, manifest, checkpoint)

@@ -61,37 +61,18 @@ def bf16_products_for_cpu(model):
     values: bfloat16 operands widen exactly, the float32 accumulation is the GEMM's, and the result
     is rounded back to bfloat16 where the graph had it. ONNX Runtime's CPU provider has no bfloat16
     MatMul or Gemm ("Could not find an implementation for Gemm(13)"). Returns the rewritten names."""
-    import numpy as np
     import onnx
-    from onnx import TensorProto, helper, numpy_helper
+    from onnx import TensorProto, helper
 
     graph = model.graph
-    inits = {t.name: t for t in graph.initializer}
-    bf16 = {t.name for t in graph.initializer if t.data_type == TensorProto.BFLOAT16}
-    for node in graph.node:
-        to = next((a.i for a in node.attribute if a.name == "to"), None)
-        if node.op_type == "Cast" and to == TensorProto.BFLOAT16:
-            bf16.update(node.output)
-    nodes, widened, rewritten = [], {}, []
+    bf16 = _bf16_values(graph)
+    widen = _Widener(graph)
+    nodes, rewritten = [], []
     for node in graph.node:
         if node.op_type not in _BF16_PRODUCTS or not any(i in bf16 for i in node.input):
             nodes.append(node)
             continue
-        inputs = []
-        for name in node.input:
-            if name not in bf16:
-                inputs.append(name)
-            elif name in inits:  # a constant: widened once, exactly (bfloat16 is float32's top half)
-                if name not in widened:
-                    bits = numpy_helper.to_array(inits[name]).view(np.uint16).astype(np.uint32) << 16
-                    t = numpy_helper.from_array(bits.view(np.float32), f"{name}/f32")
-                    graph.initializer.append(t)
-                    widened[name] = t.name
-                inputs.append(widened[name])
-            else:
-                nodes.append(helper.make_node("Cast", [name], [f"{name}/f32"], name=f"{node.name}/{name}/to_f32",
-                                              to=TensorProto.FLOAT))
-                inputs.append(f"{name}/f32")
+        inputs = [widen(name, node, nodes) if name in bf16 else name for name in node.input]
         product = onnx.NodeProto()
         product.CopyFrom(node)
         del product.input[:]
@@ -104,6 +85,44 @@ def bf16_products_for_cpu(model):
     del graph.node[:]
     graph.node.extend(nodes)
     return rewritten
+
+
+def _bf16_values(graph) -> set[str]:
+    """The bfloat16 initializers and the outputs of Casts to bfloat16."""
+    from onnx import TensorProto
+
+    bf16 = {t.name for t in graph.initializer if t.data_type == TensorProto.BFLOAT16}
+    for node in graph.node:
+        to = next((a.i for a in node.attribute if a.name == "to"), None)
+        if node.op_type == "Cast" and to == TensorProto.BFLOAT16:
+            bf16.update(node.output)
+    return bf16
+
+
+class _Widener:
+    """The float32 name of a bfloat16 value: a constant widened once, exactly (bfloat16 is
+    float32's top half), into a new initializer; any other value through a Cast appended to
+    ``nodes``."""
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.inits = {t.name: t for t in graph.initializer}
+        self.widened: dict[str, str] = {}
+
+    def __call__(self, name: str, node, nodes: list) -> str:
+        import numpy as np
+        from onnx import TensorProto, helper, numpy_helper
+
+        if name not in self.inits:
+            nodes.append(helper.make_node("Cast", [name], [f"{name}/f32"], name=f"{node.name}/{name}/to_f32",
+                                          to=TensorProto.FLOAT))
+            return f"{name}/f32"
+        if name not in self.widened:
+            bits = numpy_helper.to_array(self.inits[name]).view(np.uint16).astype(np.uint32) << 16
+            t = numpy_helper.from_array(bits.view(np.float32), f"{name}/f32")
+            self.graph.initializer.append(t)
+            self.widened[name] = t.name
+        return self.widened[name]
 
 
 class SessionFromQdqOnnx(BaseLoader):

@@ -16,7 +16,7 @@ from polygraphy.backend.base import BaseRunner
 
 from ..exporter import calibration
 from ..exporter.export import DTYPES
-from ..exporter.session import open_model, request_from_manifest
+from ..exporter.session import ModelSession, open_model, request_from_manifest, select_source
 from ..exporter.layers.model import CausalLM
 
 
@@ -51,15 +51,28 @@ class TorchRunner(BaseRunner):
         del self.model
 
 
-def open_export_model(checkpoint: Path, manifest: dict, static_scales: bool = True):
+def with_request(session: ModelSession, request) -> ModelSession:
+    """``session``'s checkpoint and config with ``request`` and a new projection source for it: the
+    checkpoint's headers are not read again."""
+    return ModelSession(session.path, session.checkpoint, session.config, request,
+                        select_source(session.checkpoint, request))
+
+
+def open_export_model(checkpoint: Path | ModelSession, manifest: dict, static_scales: bool = True):
     """The session of the checkpoint an export was made from, with its request and the static
     activation scales its manifest records (``static_scales=False``: the same model with dynamic
-    scales, what the export would be without calibration)."""
-    session = open_model(checkpoint, request_from_manifest(manifest))
+    scales, what the export would be without calibration). ``checkpoint``: its path, or a session
+    open on it (the main job's), whose checkpoint is reused with a source of its own."""
+    request = request_from_manifest(manifest)
+    if isinstance(checkpoint, ModelSession):
+        session = with_request(checkpoint, request)
+    else:
+        session = open_model(checkpoint, request)
     return calibration.from_manifest(session, manifest) if static_scales else session
 
 
-def torch_model_factory(export_dir: Path, checkpoint: Path, manifest: dict, static_scales: bool = True):
+def torch_model_factory(export_dir: Path, checkpoint: Path | ModelSession, manifest: dict,
+                        static_scales: bool = True):
     """A callable building the export's PyTorch model from the checkpoint it was exported from
     (``open_export_model``), its weights loaded."""
 

@@ -75,60 +75,90 @@ def op_values(taps: GraphTaps, layer: int | None) -> list[str]:
     return [v for t in taps.ops if t.layer == layer for v in (*t.inputs, t.y, *t.outputs)]
 
 
+@dataclass
+class _Reading:
+    """What the cut reads of the graph: initializers, graph inputs, each value's producer (a node
+    index), each node's reads, and which segment owns each node so far."""
+    inits: set[str]
+    graph_inputs: set[str]
+    producer: dict[str, int]
+    reads: list[list[str]]
+    owner: dict[int, int]
+
+    @classmethod
+    def of(cls, graph: onnx.GraphProto) -> _Reading:
+        return cls({t.name for t in graph.initializer}, {v.name for v in graph.input},
+                   {o: j for j, n in enumerate(graph.node) for o in n.output if o},
+                   [node_reads(n) for n in graph.node], {})
+
+
+def _targets(graph: onnx.GraphProto, taps: GraphTaps, state_outputs: dict[int, list[str]]) -> list[tuple]:
+    """(name, layer, the values it must compute) of every segment in run order."""
+    layers = sorted(taps.layers)
+    targets = [("embedding", None, [taps.layers[layers[0]].x_in])]
+    per_layer = layer_targets(taps, state_outputs)
+    targets += [(f"layer {i}", i, per_layer[i]) for i in layers]
+    targets.append(("head", None, [o.name for o in graph.output] + op_values(taps, None)))
+    return targets
+
+
+def _claim(r: _Reading, s: int, name: str, wanted: list[str]) -> tuple[set, list, list] | str:
+    """Segment ``s``'s nodes (those ``wanted`` needs that no earlier segment owns, now owned by
+    ``s``), the values it reads from graph inputs or earlier segments, and its initializers; or why
+    a value cannot be had."""
+    nodes, seg_inputs, seg_inits = set(), [], []
+    todo = list(reversed(wanted))
+    seen = set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v in r.inits:
+            seg_inits.append(v)
+        elif v in r.graph_inputs:
+            seg_inputs.append(v)
+        elif v not in r.producer:
+            return f"{name}: value {v!r} has no producer, is no graph input and no initializer"
+        elif r.owner.get(r.producer[v], s) != s:
+            seg_inputs.append(v)
+        elif r.producer[v] not in nodes:
+            j = r.producer[v]
+            nodes.add(j)
+            r.owner[j] = s
+            todo.extend(reversed(r.reads[j]))
+    return nodes, seg_inputs, seg_inits
+
+
+def _outputs(r: _Reading, plans: list[list], graph: onnx.GraphProto) -> list[list[str]]:
+    """Per segment, what it outputs: its wanted values, and whatever a later segment or the graph's
+    outputs read from it."""
+    outputs = [list(p[4]) for p in plans]
+    read_later = [v for p in plans for v in p[3]] + [o.name for o in graph.output]
+    for v in read_later:
+        if v in r.producer:
+            outputs[r.owner[r.producer[v]]].append(v)
+    return outputs
+
+
 def plan_segments(graph: onnx.GraphProto, taps: GraphTaps,
                   state_outputs: dict[int, list[str]]) -> list[Segment] | str:
     """The segments in run order, or why the graph cannot be cut (no layers found)."""
     if not taps.layers:
         return taps.reason or "no decoder layer found on the residual stream"
-    layers = sorted(taps.layers)
-    targets = [("embedding", None, [taps.layers[layers[0]].x_in])]
-    per_layer = layer_targets(taps, state_outputs)
-    targets += [(f"layer {i}", i, per_layer[i]) for i in layers]
-    inits = {t.name for t in graph.initializer}
-    graph_inputs = {v.name for v in graph.input}
-    producer = {o: j for j, n in enumerate(graph.node) for o in n.output if o}
-    targets.append(("head", None, [o.name for o in graph.output] + op_values(taps, None)))
-    reads = [node_reads(n) for n in graph.node]
-    owner: dict[int, int] = {}  # node index -> segment index
+    r = _Reading.of(graph)
     plans = []
-    for s, (name, layer, wanted) in enumerate(targets):
+    for s, (name, layer, wanted) in enumerate(_targets(graph, taps, state_outputs)):
         if name == "head":  # the graph outputs no layer computed (the states are the layers')
-            wanted = [w for w in wanted if producer.get(w) not in owner]
-        nodes, seg_inputs, seg_inits = set(), [], []
-        todo = list(reversed(wanted))
-        seen = set()
-        while todo:
-            v = todo.pop()
-            if v in seen:
-                continue
-            seen.add(v)
-            if v in inits:
-                seg_inits.append(v)
-            elif v in graph_inputs:
-                seg_inputs.append(v)
-            elif v in producer:
-                j = producer[v]
-                if j in owner and owner[j] != s:
-                    seg_inputs.append(v)
-                elif j not in nodes:
-                    nodes.add(j)
-                    owner[j] = s
-                    todo.extend(reversed(reads[j]))
-            else:
-                return f"{name}: value {v!r} has no producer, is no graph input and no initializer"
-        plans.append([name, layer, sorted(nodes), seg_inputs, [w for w in wanted if w in producer], seg_inits])
-    # An earlier segment outputs whatever a later one reads from it.
-    outputs = [list(p[4]) for p in plans]
-    for s, p in enumerate(plans):
-        for v in p[3]:
-            if v in producer:
-                outputs[owner[producer[v]]].append(v)
-    graph_outputs = [o.name for o in graph.output]
-    for v in graph_outputs:
-        if v in producer:
-            outputs[owner[producer[v]]].append(v)
+            wanted = [w for w in wanted if r.producer.get(w) not in r.owner]
+        claimed = _claim(r, s, name, wanted)
+        if isinstance(claimed, str):
+            return claimed
+        nodes, seg_inputs, seg_inits = claimed
+        plans.append([name, layer, sorted(nodes), seg_inputs, [w for w in wanted if w in r.producer], seg_inits])
+    outputs = _outputs(r, plans, graph)
     return [Segment(p[0], p[1], tuple(p[2]), tuple(dict.fromkeys(p[3])),
-                    tuple(v for v in dict.fromkeys(outputs[s]) if producer.get(v) in set(p[2])),
+                    tuple(v for v in dict.fromkeys(outputs[s]) if r.producer.get(v) in set(p[2])),
                     tuple(dict.fromkeys(p[5])))
             for s, p in enumerate(plans)]
 

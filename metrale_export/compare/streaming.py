@@ -105,11 +105,7 @@ def run_segments(export_dir: Path, graph_model, segments: list[Segment], taps: G
     """Run every segment in ONNX Runtime and PyTorch for every case (see the module docstring)."""
     infos = value_infos(graph_model)
     outputs = [o.name for o in graph_model.graph.output]
-    # The last segment reading each value: a value is dropped after it.
-    last_use = {}
-    for s, seg in enumerate(segments):
-        for v in seg.inputs:
-            last_use[v] = s
+    last_use = _last_use(segments)
     out = Streamed()
     ort_vals = {c.name: {} for c in cases}
     x_torch, rope, presents = {}, {}, {c.name: {} for c in cases}
@@ -126,10 +122,7 @@ def run_segments(export_dir: Path, graph_model, segments: list[Segment], taps: G
                     session = reference_session(segment_model(graph_model, seg, infos), threads=1,
                                                 base_dir=export_dir, prepack=False)
                     for c in cases:
-                        store, feed = ort_vals[c.name], feeds[c.name]
-                        got = session.run(list(seg.outputs),
-                                          {v: store[v] if v in store else feed[v] for v in seg.inputs})
-                        store.update(zip(seg.outputs, got))
+                        _ort_segment(session, seg, ort_vals[c.name], feeds[c.name])
                     del session
                     parts.get(s)
                     for c in cases:
@@ -137,9 +130,7 @@ def run_segments(export_dir: Path, graph_model, segments: list[Segment], taps: G
                                        presents[c.name], out)
                     parts.free(s)
                 for c in cases:
-                    store = ort_vals[c.name]
-                    for v in [v for v in store if last_use.get(v, -1) <= s and v not in outputs]:
-                        del store[v]
+                    _drop_read(ort_vals[c.name], last_use, s, outputs)
                 if progress is not None:
                     progress(seg.name)
     finally:
@@ -149,6 +140,27 @@ def run_segments(export_dir: Path, graph_model, segments: list[Segment], taps: G
         out.ort_out[c.name] = {n: ort_vals[c.name][n] for n in outputs}
         out.torch_out[c.name] = {n: presents[c.name][n] for n in model.output_names()}
     return out
+
+
+def _last_use(segments: list[Segment]) -> dict[str, int]:
+    """The last segment reading each value: a value is dropped after it."""
+    last_use = {}
+    for s, seg in enumerate(segments):
+        for v in seg.inputs:
+            last_use[v] = s
+    return last_use
+
+
+def _ort_segment(session, seg: Segment, store: dict, feed: dict) -> None:
+    """Run one segment in ONNX Runtime for one case, its inputs from ``store`` or the feed."""
+    got = session.run(list(seg.outputs), {v: store[v] if v in store else feed[v] for v in seg.inputs})
+    store.update(zip(seg.outputs, got))
+
+
+def _drop_read(store: dict, last_use: dict[str, int], s: int, outputs: list[str]) -> None:
+    """Drop the values no segment after ``s`` reads (the graph's outputs stay)."""
+    for v in [v for v in store if last_use.get(v, -1) <= s and v not in outputs]:
+        del store[v]
 
 
 @torch.no_grad()

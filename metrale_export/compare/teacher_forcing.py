@@ -71,13 +71,28 @@ def _output_error(got: np.ndarray, ref: np.ndarray) -> float:
     return rel_error(got, ref)
 
 
-@torch.no_grad()
-def check_ops(model, taps: GraphTaps, values: dict, case: str) -> list[OpRow]:
-    # Projection and GroupedProjection modules by the checkpoint name their node carries, and the
-    # modules of the other metrale ops (norms, router, float gates) by their op_name.
+def _op_modules(model) -> dict:
+    """Projection and GroupedProjection modules by the checkpoint name their node carries, and the
+    modules of the other metrale ops (norms, router, float gates) by their op_name."""
     modules = {m.spec.name: m for _, m in model.named_modules()
                if isinstance(getattr(getattr(m, "spec", None), "name", None), str)}
     modules.update({m.op_name: m for _, m in model.named_modules() if getattr(m, "op_name", "")})
+    return modules
+
+
+def _op_error(model, module, values: dict, inputs, outputs) -> float:
+    """The worst output error of ``module`` run on ONNX Runtime's ``inputs`` against its ``outputs``."""
+    args = [torch.from_numpy(np.ascontiguousarray(values[v])) for v in inputs]
+    args = [a.to(model.dtype) if a.is_floating_point() else a for a in args]
+    ref = module(*args)
+    refs = ref if isinstance(ref, tuple) else (ref,)
+    return max(_output_error(values[v], (r.float() if r.is_floating_point() else r).numpy())
+               for v, r in zip(outputs, refs))
+
+
+@torch.no_grad()
+def check_ops(model, taps: GraphTaps, values: dict, case: str) -> list[OpRow]:
+    modules = _op_modules(model)
     rows = []
     for t in taps.ops:
         bound = tolerances.op_bound(t.activation_format, t.op_type)
@@ -88,12 +103,7 @@ def check_ops(model, taps: GraphTaps, values: dict, case: str) -> list[OpRow]:
             rows.append(OpRow(case, t.layer, t.projection or t.node, t.op_type, t.activation_format,
                               float("inf"), bound))
             continue
-        args = [torch.from_numpy(np.ascontiguousarray(values[v])) for v in inputs]
-        args = [a.to(model.dtype) if a.is_floating_point() else a for a in args]
-        ref = module(*args)
-        refs = ref if isinstance(ref, tuple) else (ref,)
-        err = max(_output_error(values[v], (r.float() if r.is_floating_point() else r).numpy())
-                  for v, r in zip(outputs, refs))
+        err = _op_error(model, module, values, inputs, outputs)
         rows.append(OpRow(case, t.layer, t.projection, t.op_type, t.activation_format, err, bound))
     return rows
 

@@ -30,9 +30,10 @@ from ..errors import BuildError
 from . import backends, cancel, lowering, manifest as _manifest, resources, weights as _weights
 from . import weights_file as _weights_file
 from .plan import (  # noqa: F401 - the build's public names
-    LOWERINGS, BuildOptions, BuildPlan, EngineStep, Source, UsageConflict, choose_backend, plan_build,
-    resolve_lowering, resolve_source, sha256_file,
+    LOWERINGS, BuildOptions, BuildPlan, EngineStep, UsageConflict, choose_backend, plan_build,
+    resolve_lowering, sha256_file,
 )
+from .source import Source, resolve_source  # noqa: F401 - the build's public names
 from .profiles import ProfileShapes, RowRange
 
 # (event, rows, details): "skip", "build", "built" per engine (rows: its range), "remove" per engine
@@ -239,13 +240,18 @@ def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, p
         done = {e["file"] for e in entries}
         _manifest.write(out, _manifest.document(
             plan, entries + [e for e in pending if e.get("file") not in done], complete=False))
+    _remove_listed(plan, progress)
+    return _manifest.write(out, _manifest.document(plan, entries, complete=True))
+
+
+def _remove_listed(plan: BuildPlan, progress: Progress) -> None:
+    """Remove the files the plan no longer serves; only engines are reported."""
     for rel in plan.removals:
-        path = out / rel
+        path = plan.out_dir / rel
         if path.is_file():
             path.unlink()
             if rel.endswith(".engine"):  # lowered graphs are the build's cache: removed quietly
                 progress("remove", None, {"file": str(path)})
-    return _manifest.write(out, _manifest.document(plan, entries, complete=True))
 
 
 def _build(backend: backends.Backend, plan: BuildPlan, step: EngineStep, options: BuildOptions):

@@ -8,7 +8,7 @@ reduction order TensorRT chooses per tactic: it keeps the values (within the op'
 op's batch and chunking invariance, and ``invariance.audit`` then lists those ops as left to
 TensorRT.
 
-Each expansion is ``(e, inputs, outputs, a, key)``: lowering's emitter, the node's inputs and
+Each expansion is ``(e, inputs, outputs, a, key)``: an ``emitter.Emitter``, the node's inputs and
 outputs detached from it (an absent optional output is None), its contract attributes and its key.
 
 Invariants: an expansion reads only the node's inputs and contract attributes, writes the node's

@@ -8,8 +8,8 @@ which files of the previous build are removed) and raises every refusal before a
 The executor (``build.build_engines``) only carries the plan out.
 
 Invariants:
-- nothing here imports TensorRT or writes a file; ``read_source`` is the only reader, and it reads
-  ONNX headers and hashes files, nothing else;
+- nothing here imports TensorRT, reads or writes a file: source.py's ``resolve_source`` reads the
+  source before it;
 - a refusal names every projection and profile it concerns, at once;
 - an engine is reused only when its key is unchanged and its file still has the recorded sha256;
 - every engine of one plan uses one backend, one lowering and one policy.
@@ -19,22 +19,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-import onnx
 
 from .. import contract
 from ..hashing import sha256_file
 from ..errors import InputError
-from ..exporter.external_data import external_data_files
-from ..invariance import audit, engine_promise
+from ..invariance import engine_promise
 from ..preflight import PLUGINS_NEED_PLUGIN_LOWERING
 from . import backends, lowering as _lowering, policy as _policy, resources as _resources
 from .policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
 from .profiles import (DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileShapes, RowRange, fit_profiles,  # noqa: F401
                        UsageConflict, optimization_profiles, parse_profiles, resolve_max_context)
+from .source import Source
 
 LOWERINGS = ("plugin", "qdq")
 
@@ -57,85 +56,6 @@ class BuildOptions:
     float_weights: str = "checkpoint"
     engine_weights: str = "shared"  # policy.ENGINE_WEIGHTS
     verbose: bool = False
-
-
-# --- reading the source (the only I/O of planning) -------------------------------------------
-
-@dataclass
-class Source:
-    """The graph to build: an ONNX file, optionally inside an export directory, and its facts."""
-
-    onnx_path: Path
-    export_manifest: dict | None = None
-    files: list[Path] = field(default_factory=list)  # the ONNX file and its external data
-    ops: list = field(default_factory=list)  # lowering.OpInfo of every metrale node
-    inputs: dict = field(default_factory=dict)  # graph input name -> dims (int, name or None)
-    sha256: str = ""  # over every file in ``files``
-    audit: dict = field(default_factory=dict)  # invariance.audit: what the promise covers, what is left
-    # Bytes of its weights (the ONNX file's external data, else the file): an upper bound of the
-    # lowered graph's weights file (float32 tables become bfloat16, INT4 stays INT4).
-    weight_bytes: int = 0
-
-    @property
-    def largest_op_weights(self) -> int:
-        """Weights (elements) of the largest metrale projection: what the lowering holds at once."""
-        return max((op.n * op.k for op in self.ops), default=0)
-
-    @property
-    def model_max_positions(self) -> int | None:
-        value = ((self.export_manifest or {}).get("model") or {}).get("max_position_embeddings")
-        return int(value) if value else None
-
-
-def sha256_files(paths: list[Path]) -> str:
-    h = hashlib.sha256()
-    for p in paths:
-        h.update(p.name.encode() + b"\0" + sha256_file(p).encode())
-    return h.hexdigest()
-
-
-def input_shapes(model: onnx.ModelProto) -> dict[str, list]:
-    """Graph input name -> dims (an int, a symbolic name, or None), initializers left out."""
-    init = {t.name for t in model.graph.initializer}
-    out = {}
-    for vi in model.graph.input:
-        if vi.name in init:
-            continue
-        dims = []
-        for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_value"):
-                dims.append(int(d.dim_value))
-            else:
-                dims.append(d.dim_param or None)
-        out[vi.name] = dims
-    return out
-
-
-def resolve_source(path: Path, hash_files: bool = True) -> Source:
-    """An ONNX file, or an export directory holding ``model.onnx`` and ``manifest.json``."""
-    path = Path(path)
-    if path.is_dir():
-        onnx_path = path / "model.onnx"
-        if not onnx_path.is_file():
-            raise InputError(f"{path}: expected an export directory with model.onnx, found none")
-        manifest = None
-        if (path / "manifest.json").is_file():
-            try:
-                manifest = json.loads((path / "manifest.json").read_text())
-            except json.JSONDecodeError as e:
-                raise InputError(f"{path / 'manifest.json'}: not valid JSON ({e})") from e
-    elif path.is_file():
-        onnx_path, manifest = path, None
-    else:
-        raise InputError(f"{path}: no such ONNX file or export directory")
-    try:
-        header = onnx.load(str(onnx_path), load_external_data=False)
-    except Exception as e:  # noqa: BLE001 - onnx raises several types for a bad file
-        raise InputError(f"{onnx_path}: not a readable ONNX model ({e})") from e
-    files = [onnx_path, *external_data_files(header, onnx_path)]  # each there and long enough
-    weight_bytes = sum(p.stat().st_size for p in files[1:]) or onnx_path.stat().st_size
-    return Source(onnx_path, manifest, files, _lowering.metrale_ops(header), input_shapes(header),
-                  sha256_files(files) if hash_files else "", audit(header.graph), weight_bytes)
 
 
 # --- the decisions, one pure function each ---------------------------------------------------
@@ -347,26 +267,13 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     (``backends.cuda_driver``: TensorRT-RTX needs one for stripped engines).
     """
     name, version = backend
-    if options.float_weights not in FLOAT_WEIGHTS:
-        raise UsageConflict(f"--float-weights {options.float_weights!r}: expected one of "
-                            f"{', '.join(FLOAT_WEIGHTS)}", "--float-weights")
-    check_engine_weights(options.engine_weights, name, cuda_driver)
-    chosen, conflict = resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))
-    if chosen is None:
-        raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
-    check_rtx_targets(name, chosen, options.rtx_targets, source.ops)
-    if chosen == "plugin":
-        check_kernel_limits(source.ops)
+    chosen = check_options(source, options, name, cuda_driver)
     max_context = resolve_max_context(options.max_context, source.model_max_positions,
                                       source.onnx_path.parent / "manifest.json")
     profiles = resolve_profiles(options.profiles, max_context)
     all_formats = profile_formats(options.policy, source.ops, profiles)
     all_shapes = [optimization_profiles(source.inputs, rows, max_context) for rows in profiles]
-    plugin_sha = None
-    if options.plugins is not None and chosen == "plugin":
-        if not Path(options.plugins).is_file():
-            raise UsageConflict(f"{options.plugins}: no such file", "--plugins")
-        plugin_sha = sha256_file(options.plugins)
+    plugin_sha = _plugin_sha(options.plugins, chosen)
     is_rtx = name == "tensorrt-rtx"
     timing_cache = None
     if not is_rtx:  # TensorRT-RTX times no tactics when it builds on the CPU
@@ -374,34 +281,64 @@ def plan_build(source: Source, out_dir: Path, options: BuildOptions, backend: tu
     targets = tuple(f"{a}.{b}" for a, b in options.rtx_targets) if is_rtx else ("build machine",)
     # The policy and lowering may promise it; the ops left to TensorRT narrow it (invariance.py).
     row_invariance = engine_promise(source.audit, *_policy.row_invariance(options.policy, chosen))
-    promised, reason = row_invariance["promised"], row_invariance["reason"]
-    by_key = {e.get("key"): e for e in previous if isinstance(e, dict)}
-    steps = []
-    for rows, formats, shapes in zip(profiles, all_formats, all_shapes):
-        key = digest({
-            "source": source.sha256, "rows": [rows.lo, rows.hi],
-            "profiles": [s.as_json() for s in shapes], "formats": formats, "lowering": chosen,
-            "lowering_version": _lowering.LOWERING_VERSION, "backend": f"{name} {version}",
-            "targets": list(targets), "plugins": plugin_sha, "float_weights": options.float_weights,
-            "engine_weights": options.engine_weights,
-        })
-        file = engine_file(rows)
-        old = by_key.get(key)
-        reuse = old if reusable(old, file, engine_sha(file) if old else None) else None
-        graph = reuse["onnx"] if reuse and reuse.get("onnx") else \
-            graph_file(chosen, formats, source.sha256, options.float_weights)
-        steps.append(EngineStep(rows, formats, shapes, key, file, graph, reuse))
-    steps = tuple(steps)
+    key_parts = {"source": source.sha256, "lowering": chosen, "lowering_version": _lowering.LOWERING_VERSION,
+                 "backend": f"{name} {version}", "targets": list(targets), "plugins": plugin_sha,
+                 "float_weights": options.float_weights, "engine_weights": options.engine_weights}
+    steps = engine_steps(source, options.float_weights, zip(profiles, all_formats, all_shapes), key_parts,
+                         previous, engine_sha)
     to_build = [s for s in steps if s.reuse is None]
     estimate = _resources.estimate_build(
         options.engine_weights, name, source.weight_bytes, source.largest_op_weights,
         engines=len(to_build), graphs=len({s.graph for s in to_build})) if to_build else None
     return BuildPlan(
         source=source, out_dir=Path(out_dir), backend=name, backend_version=version, lowering=chosen,
-        targets=targets, promised=promised, promise_reason=reason, row_invariance=row_invariance,
-        max_context=max_context, float_weights=options.float_weights,
+        targets=targets, promised=row_invariance["promised"], promise_reason=row_invariance["reason"],
+        row_invariance=row_invariance, max_context=max_context, float_weights=options.float_weights,
         policy=options.policy.describe(), plugins=options.plugins, plugin_sha=plugin_sha,
         timing_cache=timing_cache, steps=steps,
         removals=removals(list(previous), steps, list(lowered_on_disk)),
         engine_weights=options.engine_weights, estimate=estimate,
     )
+
+
+def check_options(source: Source, options: BuildOptions, backend: str, cuda_driver: bool) -> str:
+    """The lowering to use after every refusal of the options for this source and backend."""
+    if options.float_weights not in FLOAT_WEIGHTS:
+        raise UsageConflict(f"--float-weights {options.float_weights!r}: expected one of "
+                            f"{', '.join(FLOAT_WEIGHTS)}", "--float-weights")
+    check_engine_weights(options.engine_weights, backend, cuda_driver)
+    chosen, conflict = resolve_lowering(backend, options.lowering, options.plugins, bool(source.ops))
+    if chosen is None:
+        raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
+    check_rtx_targets(backend, chosen, options.rtx_targets, source.ops)
+    if chosen == "plugin":
+        check_kernel_limits(source.ops)
+    return chosen
+
+
+def _plugin_sha(plugins: Path | None, lowering: str) -> str | None:
+    """The plugin library's sha256 (part of each key) when the plugin lowering uses it."""
+    if plugins is None or lowering != "plugin":
+        return None
+    if not Path(plugins).is_file():
+        raise UsageConflict(f"{plugins}: no such file", "--plugins")
+    return sha256_file(plugins)
+
+
+def engine_steps(source: Source, float_weights: str, profiles, key_parts: dict, previous,
+                 engine_sha: Callable[[str], str | None]) -> tuple[EngineStep, ...]:
+    """One step per (rows, formats, shapes) of ``profiles``: its key (``key_parts`` and the
+    profile's own), and the previous entry it reuses when that key is unchanged and its file is
+    intact."""
+    by_key = {e.get("key"): e for e in previous if isinstance(e, dict)}
+    steps = []
+    for rows, formats, shapes in profiles:
+        key = digest({**key_parts, "rows": [rows.lo, rows.hi], "profiles": [s.as_json() for s in shapes],
+                      "formats": formats})
+        file = engine_file(rows)
+        old = by_key.get(key)
+        reuse = old if reusable(old, file, engine_sha(file) if old else None) else None
+        graph = reuse["onnx"] if reuse and reuse.get("onnx") else \
+            graph_file(key_parts["lowering"], formats, source.sha256, float_weights)
+        steps.append(EngineStep(rows, formats, shapes, key, file, graph, reuse))
+    return tuple(steps)

@@ -113,27 +113,43 @@ def float_weights_in_bf16(model: onnx.ModelProto, store=None) -> tuple[onnx.Mode
     return model, converted
 
 
+def _to_float32(node: onnx.NodeProto, dst: str) -> onnx.NodeProto:
+    out = node.output[0]
+    return helper.make_node("Cast", [f"{out}/bf16"], [dst], name=f"{node.name}/to_float32", to=TensorProto.FLOAT)
+
+
 def _rewrite(node: onnx.NodeProto, bf16, inits) -> list[onnx.NodeProto] | None:
     """The nodes replacing ``node`` with its constant float weight in bfloat16, or None."""
-    out = node.output[0]
-    cast_back = helper.make_node("Cast", [f"{out}/bf16"], [out], name=f"{node.name}/to_float32",
-                                 to=TensorProto.FLOAT)
     if node.op_type == "Gather" and len(node.input) == 2 and node.input[1] not in inits:
-        table = bf16(node.input[0])
-        if table is None:
-            return None
-        g = helper.make_node("Gather", [table, node.input[1]], [f"{out}/bf16"], name=f"{node.name}/bf16")
-        g.attribute.extend(node.attribute)
-        return [g, cast_back]
+        return _rewrite_gather(node, bf16)
     if node.op_type not in ("MatMul", "Gemm") or len(node.input) < 2 or node.input[0] in inits:
         return None
     attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    if node.op_type == "Gemm" and (attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0
-                                   or (len(node.input) > 2 and attrs.get("beta", 1.0) != 1.0)):
+    if node.op_type == "Gemm" and not _plain_gemm(node, attrs):
         return None
+    return _rewrite_matmul(node, attrs, bf16)
+
+
+def _rewrite_gather(node: onnx.NodeProto, bf16) -> list[onnx.NodeProto] | None:
+    table = bf16(node.input[0])
+    if table is None:
+        return None
+    g = helper.make_node("Gather", [table, node.input[1]], [f"{node.output[0]}/bf16"], name=f"{node.name}/bf16")
+    g.attribute.extend(node.attribute)
+    return [g, _to_float32(node, node.output[0])]
+
+
+def _plain_gemm(node: onnx.NodeProto, attrs: dict) -> bool:
+    """A Gemm that is a MatMul (with an optional bias): no transA, no alpha, no scaled bias."""
+    scaled_bias = len(node.input) > 2 and attrs.get("beta", 1.0) != 1.0
+    return not (attrs.get("transA", 0) or attrs.get("alpha", 1.0) != 1.0 or scaled_bias)
+
+
+def _rewrite_matmul(node: onnx.NodeProto, attrs: dict, bf16) -> list[onnx.NodeProto] | None:
     weight = bf16(node.input[1])
     if weight is None:
         return None
+    out = node.output[0]
     x = helper.make_node("Cast", [node.input[0]], [f"{out}/x_bf16"], name=f"{node.name}/x_to_bf16",
                          to=TensorProto.BFLOAT16)
     mm = helper.make_node(node.op_type, [f"{out}/x_bf16", weight], [f"{out}/bf16"], name=f"{node.name}/bf16")
@@ -141,12 +157,10 @@ def _rewrite(node: onnx.NodeProto, bf16, inits) -> list[onnx.NodeProto] | None:
         mm.attribute.append(helper.make_attribute("transB", 1))
     bias = node.input[2] if node.op_type == "Gemm" and len(node.input) > 2 and node.input[2] else None
     if bias is None:
-        return [x, mm, cast_back]
+        return [x, mm, _to_float32(node, out)]
     # A float32 bias is added after the cast back, as the float32 graph adds it.
-    cast_back = helper.make_node("Cast", [f"{out}/bf16"], [f"{out}/nobias"], name=f"{node.name}/to_float32",
-                                 to=TensorProto.FLOAT)
     add = helper.make_node("Add", [f"{out}/nobias", bias], [out], name=f"{node.name}/bias")
-    return [x, mm, cast_back, add]
+    return [x, mm, _to_float32(node, f"{out}/nobias"), add]
 
 
 # --- what the weights take and what a decode step reads ----------------------------------------

@@ -138,6 +138,43 @@ def value_types(model: onnx.ModelProto) -> dict[str, int]:
     return types
 
 
+def _add_outputs(model: onnx.ModelProto, names, types: dict[str, int]) -> None:
+    have = {o.name for o in model.graph.output}
+    for name in names:
+        if name not in have:
+            model.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, 0), None))
+            have.add(name)
+
+
+def _first_float_input(model: onnx.ModelProto) -> int:
+    """The element type assumed for a metrale node whose activation type was not inferred."""
+    float_inputs = [v.type.tensor_type.elem_type for v in model.graph.input
+                    if v.type.tensor_type.elem_type in _DT]
+    return float_inputs[0] if float_inputs else onnx.TensorProto.FLOAT
+
+
+def _reference_node(node: onnx.NodeProto, x_type: int) -> list[onnx.NodeProto]:
+    """``node`` (a copy of a metrale node, changed in place) as the Python op's variant, after the
+    Casts that widen its inputs the extensions cannot take as stored."""
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    spec = contract.op(node.op_type)
+    flags = _flags(spec, {i.name: i.present(attrs, spec.defaults()) for i in spec.inputs if i.optional})
+    present = [i for i in spec.inputs if not i.optional or flags[i.name]]
+    casts = []
+    for pos, i in enumerate(present, start=1):
+        if i.dtype in _WIDENED and pos < len(node.input):
+            wide = f"{node.input[pos]}__float32"
+            casts.append(onnx.helper.make_node(
+                "Cast", [node.input[pos]], [wide], to=onnx.TensorProto.FLOAT, name=f"{node.name}__cast_{i.name}"))
+            node.input[pos] = wide
+    node.op_type = _variant(node.op_type, x_type, flags)
+    node.domain = CONTRIB
+    for j in reversed(range(len(node.attribute))):
+        if node.attribute[j].name == "plugin_version":  # TensorRT's, not the Python op's
+            del node.attribute[j]
+    return [*casts, node]
+
+
 def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelProto:
     """A copy of ``model`` whose metrale nodes run as onnxruntime-extensions Python ops, returning
     also the intermediate values ``extra_outputs`` (for verification). External weights stay
@@ -146,36 +183,16 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
     out = onnx.ModelProto()
     out.CopyFrom(model)
     types = value_types(out)
-    have = {o.name for o in out.graph.output}
-    for name in extra_outputs:
-        if name not in have:
-            out.graph.output.append(onnx.helper.make_tensor_value_info(name, types.get(name, 0), None))
-            have.add(name)
-    float_inputs = [v.type.tensor_type.elem_type for v in out.graph.input
-                    if v.type.tensor_type.elem_type in _DT]
-    fallback = float_inputs[0] if float_inputs else onnx.TensorProto.FLOAT
+    _add_outputs(out, extra_outputs, types)
+    fallback = _first_float_input(out)
     nodes = []
     for original in out.graph.node:
         node = onnx.NodeProto()
         node.CopyFrom(original)
-        nodes.append(node)
         if node.domain != contract.DOMAIN:
+            nodes.append(node)
             continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        spec = contract.op(node.op_type)
-        flags = _flags(spec, {i.name: i.present(attrs, spec.defaults()) for i in spec.inputs if i.optional})
-        present = [i for i in spec.inputs if not i.optional or flags[i.name]]
-        for pos, i in enumerate(present, start=1):
-            if i.dtype in _WIDENED and pos < len(node.input):
-                wide = f"{node.input[pos]}__float32"
-                nodes.insert(len(nodes) - 1, onnx.helper.make_node(
-                    "Cast", [node.input[pos]], [wide], to=onnx.TensorProto.FLOAT, name=f"{node.name}__cast_{i.name}"))
-                node.input[pos] = wide
-        node.op_type = _variant(node.op_type, types.get(node.input[0], fallback), flags)
-        node.domain = CONTRIB
-        for j in reversed(range(len(node.attribute))):
-            if node.attribute[j].name == "plugin_version":  # TensorRT's, not the Python op's
-                del node.attribute[j]
+        nodes.extend(_reference_node(node, types.get(node.input[0], fallback)))
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     kept = [o for o in out.opset_import if o.domain != contract.DOMAIN]

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from metrale_export.engines import backends, manifest
-from metrale_export.engines.lowering import OpInfo
+from metrale_export.engines.nodes import OpInfo
 from metrale_export.engines.plan import (
     BuildOptions, Source, UsageConflict, resolve_max_context, choose_backend, graph_file, plan_build,
     profile_formats, removals, reusable,

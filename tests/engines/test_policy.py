@@ -2,7 +2,7 @@
 
 import pytest
 
-from metrale_export.engines.lowering import OpInfo
+from metrale_export.engines.nodes import OpInfo
 from metrale_export.engines.policy import (
     ADAPTIVE_BF16_MAX_ROWS,
     ALLOWED,

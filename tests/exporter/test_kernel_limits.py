@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from metrale_export import contract
 from metrale_export.cli.main import cli
-from metrale_export.engines.lowering import OpInfo
+from metrale_export.engines.nodes import OpInfo
 from metrale_export.engines.plan import BuildOptions, Source, plan_build
 from metrale_export.engines.policy import parse_policy
 from metrale_export.engines.profiles import parse_profiles

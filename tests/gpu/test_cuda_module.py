@@ -17,7 +17,7 @@ def test_library_path_env_override(monkeypatch, tmp_path):
 
 
 def test_missing_library_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(mcuda, "_lib", None)
+    monkeypatch.setattr(mcuda.library, "_lib", None)
     monkeypatch.setenv("METRALE_KERNELS_LIB", str(tmp_path / "missing.so"))
     with pytest.raises(mcuda.KernelLibraryError, match="make plugins"):
         mcuda.load_library()

@@ -36,6 +36,6 @@ def test_dense_cuda_op_refuses_a_format_outside_the_contract(op_type):
 def test_each_cuda_op_runs_exactly_its_contract_formats(op_type):
     spec = contract.op(op_type)
     for fmt in spec.activation_formats:
-        assert cuda._runs(spec, "p", fmt) == f"metrale::{spec.torch_name}"
+        assert cuda.library._runs(spec, "p", fmt) == f"metrale::{spec.torch_name}"
     with pytest.raises(ValueError, match=rf"^metrale::{spec.torch_name} \(p\): runs .* activations, asked for 'int8'$"):
-        cuda._runs(spec, "p", "int8")
+        cuda.library._runs(spec, "p", "int8")
