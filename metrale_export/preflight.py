@@ -77,6 +77,7 @@ class JobInputs:
     files: list[Path]
     config: dict
     layers: list[int] | None
+    headers: dict  # file -> (header, data offset): read once, handed to the check and the export
 
 
 def check_dtype(dtype: str, compare: bool) -> None:
@@ -93,11 +94,10 @@ def read_checkpoint(model: Path, layers_spec: str | None) -> JobInputs:
     from .exporter.config import parse_config
 
     root, files, index = st.checkpoint_files(Path(model))
-    for file in files:
-        st.read_header(file)
+    headers = st.read_headers(files)
     config = st.read_config(root)
     parsed = parse_config(config, root / "config.json")
-    return JobInputs(root, files, config, parse_layers(layers_spec, parsed.num_hidden_layers))
+    return JobInputs(root, files, config, parse_layers(layers_spec, parsed.num_hidden_layers), headers)
 
 
 def check_profiles(inputs: JobInputs, profiles, max_context: int | None) -> None:
@@ -123,7 +123,7 @@ def check_finite(inputs: JobInputs) -> None:
     left out by --layers are not read, so not checked)."""
     keep = None if inputs.layers is None else set(inputs.layers)
     found = st.nonfinite_tensor(inputs.files, lambda name: keep is None or not (m := _LAYER.search(name))
-                                or int(m.group(1)) in keep)
+                                or int(m.group(1)) in keep, inputs.headers)
     if found:
         file, name = found
         raise CheckpointError(f"{file}: tensor {name!r} holds NaN or infinite values; the checkpoint is "

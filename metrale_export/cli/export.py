@@ -21,9 +21,10 @@ def resolve_weight_format(weight: str, ckpt) -> str:
     return resolve_weight(weight, ckpt)
 
 
-def export_options(ctx_params: dict, force: bool):
+def export_options(ctx_params: dict, force: bool, headers: dict | None = None):
     """(ExportOptions, ModelSession) from the shared quantization options (validated against the
-    model); ``export`` takes the session, so the checkpoint's header is read once."""
+    model); ``export`` takes the session, and ``headers`` are the up-front checks' (check_job), so
+    each safetensors header is read once."""
     from ..exporter.export import ExportOptions, parse_layers
     from ..exporter.session import open_model
 
@@ -32,7 +33,7 @@ def export_options(ctx_params: dict, force: bool):
         symmetric=not ctx_params["asymmetric"], w8a8_weight_scales=ctx_params["w8a8_weight_scales"],
         w8a8_activation_scales=ctx_params["w8a8_activation_scales"],
         quantize_lm_head=ctx_params["quantize_lm_head"], moe_experts=ctx_params.get("moe_experts", "grouped"),
-        scale_search=not ctx_params.get("no_scale_search", False)))
+        scale_search=not ctx_params.get("no_scale_search", False)), headers)
     layers = parse_layers(ctx_params["layers"], session.config.num_hidden_layers)
     options = ExportOptions(request=session.request, layers=layers, dtype=ctx_params["dtype"], force=force,
                             activation_scales=ctx_params.get("activation_scales", "dynamic"),
@@ -40,11 +41,11 @@ def export_options(ctx_params: dict, force: bool):
     return options, session
 
 
-def run_export(params: dict, out, force: bool, quiet: bool):
+def run_export(params: dict, out, force: bool, quiet: bool, headers: dict | None = None):
     from ..exporter.export import export
     from .progress import ByteProgress
 
-    options, session = export_options(params, force)
+    options, session = export_options(params, force, headers)
     bar = ByteProgress("writing weights", enabled=not quiet)
     try:
         return export(session, out, options, progress=bar)
@@ -69,9 +70,10 @@ def command(ctx, model, output, force, quiet, as_json, **_):
     out = output or opt.default_output(model)
     check_location(out, force)  # an unusable location is named before the lock is taken beside it
     with output_lock(out):  # torch-free checks first: bad input is refused in about a second
-        check_job(model, out, force=force, dtype=ctx.params["dtype"], compare=False, layers=ctx.params["layers"])
+        inputs = check_job(model, out, force=force, dtype=ctx.params["dtype"], compare=False,
+                           layers=ctx.params["layers"])
         with library_output_to_stderr():
-            result = run_export(ctx.params, out, force, quiet or as_json)
+            result = run_export(ctx.params, out, force, quiet or as_json, inputs.headers)
     if as_json:
         click.echo(json.dumps({"output": str(result.out_dir), "seconds": round(result.seconds, 2),
                                "op_counts": result.manifest["op_counts"]}, indent=2))

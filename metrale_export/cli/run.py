@@ -47,17 +47,17 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
     check_location(out, force)  # an unusable location is named before the lock is taken beside it
     with output_lock(out):  # a second job into the same -o is refused at once, naming this one's pid
         try:  # torch-free and onnx-free: bad input is refused in about a second
-            check_job(model, out, force=force, dtype=ctx.params["dtype"], compare=not skip_compare,
+            inputs = check_job(model, out, force=force, dtype=ctx.params["dtype"], compare=not skip_compare,
                       layers=ctx.params["layers"], profiles=profiles, max_context=max_context, backend=backend,
                       engines=not skip_engines)
         except UsageConflict as e:
             raise click.BadParameter(str(e), param_hint=e.param) from e
         _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_targets, float_weights,
-             engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose)
+             engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose, inputs.headers)
 
 
 def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_targets, float_weights,
-         engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose):
+         engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose, headers=None):
     from ..engines.plan import BuildOptions
     from ..pipeline import (Events, JobOptions, check_engine_targets, engine_count, moe_experts_conflict,
                             plugins_conflict, run_job)
@@ -65,7 +65,7 @@ def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_t
     from .progress import ByteProgress, StepProgress
 
     say = (lambda msg: None) if (quiet or as_json) else (lambda msg: click.echo(msg, err=True))
-    export, session = export_options(ctx.params, force)
+    export, session = export_options(ctx.params, force, headers)
     build = BuildOptions(profiles=profiles, policy=policy, backend=backend, plugins=plugins,
                          max_context=max_context, rtx_targets=rtx_targets, float_weights=float_weights,
                          engine_weights=engine_weights)

@@ -57,12 +57,14 @@ def all_finite(t: torch.Tensor, chunk: int = 1 << 22) -> bool:
 class Checkpoint:
     """A safetensors checkpoint and its config.json, read lazily."""
 
-    def __init__(self, root: Path, files: list[Path], config: dict):
+    def __init__(self, root: Path, files: list[Path], config: dict, headers: dict | None = None):
+        """``headers``: file -> (header, data offset) already read and checked (safetensors_files.
+        read_headers, as the main job's up-front checks do); the others are read here."""
         self.root = root
         self.config = config
         self._infos: dict[str, TensorInfo] = {}
         for file in files:
-            header, data_start = read_header(file)
+            header, data_start = headers[file] if headers and file in headers else read_header(file)
             for name, entry in header.items():
                 if name == "__metadata__":
                     continue
@@ -73,18 +75,19 @@ class Checkpoint:
                                                tuple(entry["shape"]), end - start, data_start + start)
 
     @classmethod
-    def open(cls, path: str | Path) -> "Checkpoint":
-        """Open a .safetensors file, a directory, or a model.safetensors.index.json."""
+    def open(cls, path: str | Path, headers: dict | None = None) -> "Checkpoint":
+        """Open a .safetensors file, a directory, or a model.safetensors.index.json (``headers``: as
+        in ``__init__``)."""
         root, files, index = checkpoint_files(Path(path))
         if index is not None:
-            return cls._from_index(index)
-        return cls(root, files, read_config(root))
+            return cls._from_index(index, headers)
+        return cls(root, files, read_config(root), headers)
 
     @classmethod
-    def _from_index(cls, index: Path) -> "Checkpoint":
+    def _from_index(cls, index: Path, headers: dict | None = None) -> "Checkpoint":
         weight_map = read_index(index)
         files = sorted({index.parent / f for f in weight_map.values()})
-        ckpt = cls(index.parent, files, read_config(index.parent))
+        ckpt = cls(index.parent, files, read_config(index.parent), headers)
         for name, shard in sorted(weight_map.items()):
             info = ckpt._infos.get(name)
             if info is None:

@@ -142,14 +142,21 @@ def checkpoint_files(path: Path) -> tuple[Path, list[Path], Path | None]:
     )
 
 
-def nonfinite_tensor(files: list[Path], wanted=lambda name: True) -> tuple[Path, str] | None:
+def read_headers(files: list[Path]) -> dict[Path, tuple[dict, int]]:
+    """Each file's checked header and data offset (read_header), read once for a whole job:
+    ``nonfinite_tensor`` and ``Checkpoint`` take this instead of reading them again."""
+    return {file: read_header(file) for file in files}
+
+
+def nonfinite_tensor(files: list[Path], wanted=lambda name: True,
+                     headers: dict[Path, tuple[dict, int]] | None = None) -> tuple[Path, str] | None:
     """The first (file, tensor) whose float data holds a NaN or an infinity, else None, among the
     tensors ``wanted(name)`` accepts: the raw bytes streamed through numpy, ``_CHUNK`` bytes at a
-    time (no torch, no tensor-sized buffer)."""
+    time (no torch, no tensor-sized buffer). ``headers``: read_headers' result, where already read."""
     import numpy as np
 
     for file in files:
-        header, data_start = read_header(file)
+        header, data_start = headers[file] if headers and file in headers else read_header(file)
         entries = sorted(((e["data_offsets"], e["dtype"], name) for name, e in header.items()
                           if name != "__metadata__" and e["dtype"] in _NONFINITE and wanted(name)))
         with file.open("rb") as f:

@@ -70,13 +70,15 @@ def select_source(ckpt: Checkpoint, request: QuantRequest):
     return FloatSource(ckpt, request)
 
 
-def open_model(path: str | Path, request: QuantRequest | Mapping | None = None) -> ModelSession:
+def open_model(path: str | Path, request: QuantRequest | Mapping | None = None,
+               headers: dict | None = None) -> ModelSession:
     """Open ``path`` (a .safetensors file, a checkpoint directory or a sharded index) for export.
 
     ``request`` is a ``QuantRequest`` or a mapping of its fields in which ``weight`` may be
-    ``auto``; None requests the default (``QuantRequest()``).
+    ``auto``; None requests the default (``QuantRequest()``). ``headers``: the safetensors headers
+    already read (``safetensors_files.read_headers``), so that they are not read again.
     """
-    ckpt = Checkpoint.open(path)
+    ckpt = Checkpoint.open(path, headers)
     config = parse_config(ckpt.config, ckpt.root / "config.json")
     if request is None:
         request = QuantRequest()

@@ -78,9 +78,9 @@ def test_cli_export_opens_the_checkpoint_once(demo_checkpoint, tmp_path, monkeyp
     calls = []
     real = checkpoint_module.Checkpoint.open.__func__
 
-    def counting(cls, path):
+    def counting(cls, path, headers=None):
         calls.append(path)
-        return real(cls, path)
+        return real(cls, path, headers)
 
     monkeypatch.setattr(checkpoint_module.Checkpoint, "open", classmethod(counting))
     result = CliRunner().invoke(cli, ["export", str(demo_checkpoint), "-o", str(tmp_path / "o"),
