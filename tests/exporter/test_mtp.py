@@ -234,3 +234,22 @@ def test_partial_mtp_head_is_refused(hf_mtp, tmp_path, missing):
     lines = [ln for ln in result.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and repr(missing) in lines[0] and "MTP head" in lines[0], result.output
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow  # an export of about 300 s here (dense experts trace one node set per expert) and a 40 s build
+def test_mtp_engines_build_with_tensorrt_rtx(hf_mtp, tmp_path):
+    """``build EXPORT/mtp.onnx``: the head's qdq engines per profile, built by TensorRT-RTX for SM 8.9
+    (the qdq lowering needs --moe-experts dense: it cannot express the grouped-expert ops)."""
+    from metrale_export.engines import backends
+    from metrale_export.engines.build import BuildOptions, build_engines
+    from metrale_export.engines.policy import parse_policy
+    from metrale_export.engines.profiles import parse_profiles
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    request = QuantRequest(weight="w4a16", group_size=32, moe_experts="dense")
+    out = export(hf_mtp[1], tmp_path / "w4a16", ExportOptions(request=request)).out_dir
+    options = BuildOptions(parse_profiles("1,2-8"), parse_policy("declared"), backend="tensorrt-rtx", lowering="qdq")
+    manifest = build_engines(out / "mtp.onnx", tmp_path / "engines", options)
+    assert [e["label"] for e in manifest["engines"]] == ["1", "2-8"] and manifest["complete"] is True
+    assert all((tmp_path / "engines" / e["file"]).is_file() for e in manifest["engines"])
