@@ -18,6 +18,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
+from support.checkpoints import add_mtp_head
 from support.stateful import rel
 
 from metrale_export import contract
@@ -38,27 +39,6 @@ from test_qwen3_next import save_tiny  # noqa: E402  (after the importorskip)
 CHUNKS = [5, 1, 1]  # a prefill of five tokens and two decode steps
 # About 100 s an export on the shared CPU: W4A16 in the default run, the other two marked slow.
 FORMATS = ["w4a16", pytest.param("w8a8", marks=pytest.mark.slow), pytest.param("w4a4", marks=pytest.mark.slow)]
-
-
-def add_mtp_head(path, seed: int = 3) -> None:
-    """Random ``mtp.*`` tensors in the public Qwen3-Next layout: the head's own norms and ``fc``, and
-    one decoder layer shaped as the model's full-attention layer (1) with layer 0's MLP (the MoE
-    block: the config's rule for layer index 0)."""
-    file = path / "model.safetensors"
-    tensors = load_file(str(file))
-    g = torch.Generator().manual_seed(seed)
-    h = tensors["model.norm.weight"].shape[0]
-    shapes = {"mtp.fc.weight": (h, 2 * h), "mtp.pre_fc_norm_embedding.weight": (h,),
-              "mtp.pre_fc_norm_hidden.weight": (h,), "mtp.norm.weight": (h,)}
-    for name, t in tensors.items():
-        for src in ("model.layers.1.input_layernorm", "model.layers.1.post_attention_layernorm",
-                    "model.layers.1.self_attn.", "model.layers.0.mlp."):
-            if name.startswith(src):
-                shapes["mtp.layers.0." + name.split(".", 3)[3]] = tuple(t.shape)
-    for name, shape in sorted(shapes.items()):
-        scale = 0.2 if "norm" in name else 0.1
-        tensors[name] = scale * torch.randn(shape, generator=g)
-    save_file(tensors, str(file), metadata={"format": "pt"})
 
 
 @pytest.fixture(scope="module")
