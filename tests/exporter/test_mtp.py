@@ -169,6 +169,8 @@ def test_mtp_export_matches_torch_reference(hf_mtp, ids, tmp_path, fmt):
                                                               "past_key.0", "past_value.0"]
     assert [v["name"] for v in manifest["mtp"]["outputs"]] == ["logits", "present_key.0", "present_value.0"]
     assert manifest["outputs"][-1]["name"] == "hidden_states"
+    shown = CliRunner().invoke(cli, ["inspect", str(out)])
+    assert shown.exit_code == 0 and "MTP head: mtp.onnx" in shown.output, shown.output
     graph = onnx.load(str(out / "mtp.onnx"), load_external_data=False).graph
     nodes = [n for n in graph.node if n.domain == contract.DOMAIN]
     names = {next(a.s.decode() for a in n.attribute if a.name == "name"): n.op_type for n in nodes}
