@@ -135,6 +135,10 @@ def summarize(path: Path) -> dict:
         m = json.loads(manifest.read_text())
         summary["model"] = m.get("model", {}).get("architecture")
         summary["weight_quantization"] = m.get("weight_quantization")
+        if "mtp" in m:  # the MTP head's graph beside model.onnx (exporter/layers/mtp.py)
+            summary["mtp"] = {k: m["mtp"][k] for k in ("onnx", "op_counts")}
+            summary["mtp"]["inputs"] = {v["name"]: v["shape"] for v in m["mtp"]["inputs"]}
+            summary["mtp"]["outputs"] = {v["name"]: v["shape"] for v in m["mtp"]["outputs"]}
     return summary
 
 
@@ -233,6 +237,12 @@ def _echo_export(s: dict, show_ops: bool) -> None:
         for o in s["ops"]:
             attrs = " ".join(f"{k}={v}" for k, v in o.items() if k not in ("op_type", "name"))
             click.echo(f"  {o['name']}: {o['op_type']} {attrs}")
+    if "mtp" in s:
+        h = s["mtp"]
+        click.echo(f"MTP head: {h['onnx']} (inspect it for its ops and weights)")
+        click.echo("  inputs:  " + per_layer_summary(h["inputs"]))
+        click.echo("  outputs: " + per_layer_summary(h["outputs"]))
+        click.echo("  metrale ops: " + ", ".join(f"{k}: {n}" for k, n in h["op_counts"].items()))
     _echo_row_invariance(s["row_invariance"], show_ops)
 
 

@@ -185,4 +185,6 @@ def _torch_segment(model, seg: Segment, taps: GraphTaps, case, feed: dict, value
         out.layers[name] += check_layers(model, layer_taps, values, feed, name, case.past)
     else:
         presents["logits"] = _numpy(model.head(x_torch[name]))
+        if model.hidden_output:
+            presents["hidden_states"] = _numpy(model.model.norm(x_torch[name]))
         out.ops[name] += check_ops(model, ops, values, name)

@@ -32,6 +32,7 @@ import torch
 from ..errors import ExportError, InputError
 from ..ops import onnx_translation
 from . import calibration, replicate
+from .layers import mtp
 from .layers.model import CausalLM
 from .manifest import MANIFEST_NAME, build_manifest
 from .names import DTYPE_NAMES, parse_layers  # noqa: F401  (parse_layers: re-exported)
@@ -115,13 +116,14 @@ def _sigint_noted():
         signal.signal(signal.SIGINT, old)
 
 
-def _attach_weights(model: ir.Model, offsets: dict[str, tuple[int, int]], base_dir: Path) -> None:
+def _attach_weights(model: ir.Model, offsets: dict[str, tuple[int, int]], base_dir: Path,
+                    data_name: str = DATA_NAME) -> None:
     for name, value in list(model.graph.initializers.items()):
         if name not in offsets:
             continue  # a constant the tracer created itself (shape constants); keeps its data
         off, length = offsets[name]
         value.const_value = ir.ExternalTensor(
-            DATA_NAME, off, length, value.const_value.dtype, shape=value.const_value.shape,
+            data_name, off, length, value.const_value.dtype, shape=value.const_value.shape,
             name=name, base_dir=base_dir)
 
 
@@ -207,6 +209,44 @@ def _version() -> str:
     return __version__
 
 
+def _write_graph(traced: ir.Model, model: CausalLM, source, tmp: Path, onnx_name: str, data_name: str,
+                 progress) -> onnx.ModelProto:
+    """Stream ``model``'s weights into ``data_name``, attach them to ``traced``, optimize and clean
+    it up, and write it as ``onnx_name`` (the weights inline when small); checked by onnx.checker."""
+    writer = DataWriter(tmp / data_name)
+    # Tied embeddings with a float lm_head: one initializer for both when the bytes agree.
+    tied = _tied_unquantized_head(model) and EMBEDDING in traced.graph.initializers \
+        and HEAD in traced.graph.initializers
+    digests, shared = {}, False
+    try:
+        for name, tensor in model.iter_weights(source):
+            if tied and name in (EMBEDDING, HEAD):
+                digests[name] = tensor_digest(tensor)
+                shared = name == HEAD and digests[HEAD] == digests.get(EMBEDDING)
+            if not shared or name != HEAD:
+                writer.write(name, tensor)
+            if progress is not None:
+                progress.update(tensor.numel() * tensor.element_size())
+    finally:
+        writer.close()
+    if shared:
+        _share_initializer(traced, HEAD, EMBEDDING)
+    _attach_weights(traced, writer.offsets, tmp, data_name)
+    _optimize(traced)
+    proto = _cleanup(ir.serde.serialize_model(traced))
+    total = sum(length for _, length in writer.offsets.values())
+    onnx_path = tmp / onnx_name
+    if total <= INLINE_LIMIT:
+        onnx.load_external_data_for_model(proto, str(tmp))
+        (tmp / data_name).unlink()
+    onnx.save_model(proto, str(onnx_path))
+    try:
+        onnx.checker.check_model(str(onnx_path))
+    except onnx.checker.ValidationError as e:
+        raise ExportError(f"{onnx_path}: onnx.checker rejected the exported graph: {e}") from e
+    return proto
+
+
 def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: ExportOptions | None = None,
            progress=None) -> ExportResult:
     """Export ``model_path`` (a path, or a session ``open_model`` made with ``options.request``)
@@ -232,8 +272,10 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
     ckpt, cfg, source = session.checkpoint, session.config, session.source
     with torch.device("meta"):
         model = session.model(dtype, options.layers)
+        head = session.mtp_model(dtype) if session.has_mtp else None  # a partial head is refused here
+    weight_bytes = model.weight_nbytes() + (head.weight_nbytes() if head is not None else 0)
     what = f"the export and its {options.engines} engine(s)" if options.engines else "the export"
-    check_location(Path(out_dir), options.force, output_bytes(model.weight_nbytes(), options.engines), what)
+    check_location(Path(out_dir), options.force, output_bytes(weight_bytes, options.engines), what)
     if progress is not None:
         n_proj = len(model.projections())
         progress.note(f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "
@@ -249,43 +291,15 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
             log.warning("tracing every layer: the per-kind trace could not be replicated (%s)", e)
     if traced is None:
         traced = trace(model)
+    traced_head = trace(head) if head is not None else None
     if progress is not None:
-        progress.start(model.weight_nbytes())
+        progress.start(weight_bytes)
 
     with atomic_directory(Path(out_dir), options.force) as tmp:
-        writer = DataWriter(tmp / DATA_NAME)
-        # Tied embeddings with a float lm_head: one initializer for both when the bytes agree.
-        tied = _tied_unquantized_head(model) and EMBEDDING in traced.graph.initializers \
-            and HEAD in traced.graph.initializers
-        digests, shared = {}, False
-        try:
-            for name, tensor in model.iter_weights(source):
-                if tied and name in (EMBEDDING, HEAD):
-                    digests[name] = tensor_digest(tensor)
-                    shared = name == HEAD and digests[HEAD] == digests.get(EMBEDDING)
-                if not shared or name != HEAD:
-                    writer.write(name, tensor)
-                if progress is not None:
-                    progress.update(tensor.numel() * tensor.element_size())
-        finally:
-            writer.close()
-        if shared:
-            _share_initializer(traced, HEAD, EMBEDDING)
-        _attach_weights(traced, writer.offsets, tmp)
-        _optimize(traced)
-        proto = _cleanup(ir.serde.serialize_model(traced))
-        total = sum(length for _, length in writer.offsets.values())
-        onnx_path = tmp / ONNX_NAME
-        if total <= INLINE_LIMIT:
-            onnx.load_external_data_for_model(proto, str(tmp))
-            (tmp / DATA_NAME).unlink()
-            onnx.save_model(proto, str(onnx_path))
-        else:
-            onnx.save_model(proto, str(onnx_path))
-        try:
-            onnx.checker.check_model(str(onnx_path))
-        except onnx.checker.ValidationError as e:
-            raise ExportError(f"{onnx_path}: onnx.checker rejected the exported graph: {e}") from e
-        manifest = build_manifest(ckpt, cfg, model, options, tmp, proto, source)
+        proto = _write_graph(traced, model, source, tmp, ONNX_NAME, DATA_NAME, progress)
+        head_proto = None
+        if head is not None:
+            head_proto = _write_graph(traced_head, head, source, tmp, mtp.ONNX_NAME, mtp.DATA_NAME, progress)
+        manifest = build_manifest(ckpt, cfg, model, options, tmp, proto, source, head_proto)
         (tmp / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return ExportResult(Path(out_dir), manifest, time.time() - t0)

@@ -41,6 +41,12 @@ def metrale_ops(graph: onnx.GraphProto) -> list[dict]:
     return [{"op_type": n.op_type, **node_attributes(n)} for n in graph.node if n.domain == DOMAIN]
 
 
+def op_counts(ops: list[dict]) -> dict[str, int]:
+    """``op_type/family/activation_format`` -> count (non-projection ops have no activation format)."""
+    counts = Counter("/".join(str(o[k]) for k in ("op_type", "family", "activation_format") if k in o) for o in ops)
+    return dict(sorted(counts.items()))
+
+
 def _value_info(v: onnx.ValueInfoProto) -> dict:
     t = v.type.tensor_type
     dims = [d.dim_param or d.dim_value for d in t.shape.dim]
@@ -66,14 +72,29 @@ def weight_quantization(req, source=None) -> dict:
     }
 
 
-def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto, source=None) -> dict:
+def mtp_entry(proto: onnx.ModelProto) -> dict:
+    """The manifest's ``mtp``: the MTP head's graph (``layers/mtp.py``), its ops and its interface."""
+    from .layers.mtp import HIDDEN_STATE, ONNX_NAME
+
+    ops = metrale_ops(proto.graph)
+    return {
+        "onnx": ONNX_NAME,
+        "hidden_state": HIDDEN_STATE,  # the main graph's output the head takes as its input
+        "op_counts": op_counts(ops),
+        "ops": ops,
+        "inputs": [_value_info(v) for v in proto.graph.input],
+        "outputs": [_value_info(v) for v in proto.graph.output],
+    }
+
+
+def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto, source=None,
+                   mtp_proto: onnx.ModelProto | None = None) -> dict:
     """``source``: the projection source the export read; a declared-format source's ``describe()``
-    goes under ``weight_quantization.declared`` (None for a float checkpoint)."""
+    goes under ``weight_quantization.declared`` (None for a float checkpoint). ``mtp_proto``: the
+    MTP head's graph, described under ``mtp`` (absent without a head: those manifests keep their bytes)."""
     from .. import __version__
 
     ops = metrale_ops(proto.graph)
-    # Non-projection ops (Attention, norms) have no activation format.
-    counts = Counter("/".join(str(o[k]) for k in ("op_type", "family", "activation_format") if k in o) for o in ops)
     config_hash = hashlib.sha256((ckpt.root / "config.json").read_bytes()).hexdigest()
     req = options.request
     return {
@@ -96,11 +117,12 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
         **({"activation_scales": source.manifest()} if hasattr(source, "scales") else {}),
         "dtype": options.dtype,
         "layers": model.layer_ids,
-        "op_counts": dict(sorted(counts.items())),
+        "op_counts": op_counts(ops),
         "ops": ops,
         # What a plugin-lowered engine with a fixed format promises, and what it leaves to TensorRT.
         "row_invariance": {"applies_to": ROW_INVARIANCE_SCOPE, **audit(proto.graph)},
         "inputs": [_value_info(v) for v in proto.graph.input],
         "outputs": [_value_info(v) for v in proto.graph.output],
+        **({"mtp": mtp_entry(mtp_proto)} if mtp_proto is not None else {}),
         "files": {p.name: sha256_file(p) for p in sorted(out_dir.iterdir()) if p.is_file()},
     }

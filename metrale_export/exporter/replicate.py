@@ -284,6 +284,8 @@ def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
         new_inputs += state_in
         new_outputs += state_out
 
+    if "hidden_states" in outputs:  # the MTP head's input (CausalLM.hidden_output): after the states
+        new_outputs.append(outputs["hidden_states"])
     for node, idx in res.tail_uses:
         node.replace_input_with(idx, prev)
     order_nodes(graph, nodes_of, layers)

@@ -37,10 +37,24 @@ class ModelSession:
     source: object  # FloatSource or a declared-format source (exporter/formats/)
 
     def model(self, dtype, layers: list[int] | None = None):
-        """A ``CausalLM`` of the session on the current default device (``meta`` to trace)."""
+        """A ``CausalLM`` of the session on the current default device (``meta`` to trace); with the
+        ``hidden_states`` output when the checkpoint has an MTP head."""
         from .layers.model import CausalLM
 
-        return CausalLM(self.config, self.source, dtype, layers)
+        return CausalLM(self.config, self.source, dtype, layers, hidden_output=self.has_mtp)
+
+    @property
+    def has_mtp(self) -> bool:
+        """Whether the checkpoint holds an MTP head (any ``mtp.*`` tensor; ``layers/mtp.py``)."""
+        from .layers import mtp
+
+        return self.config.family == "qwen3_next" and mtp.has_mtp(self.checkpoint)
+
+    def mtp_model(self, dtype):
+        """The ``MtpHead`` of the session (refused, naming the tensor, when incomplete)."""
+        from .layers.mtp import MtpHead
+
+        return MtpHead(self.config, self.source, dtype)
 
 
 def resolve_weight(weight: str, ckpt: Checkpoint) -> str:

@@ -60,14 +60,18 @@ def randomize(model: torch.nn.Module, seed: int = 0) -> None:
                 p.copy_(0.1 * noise)
 
 
-@pytest.fixture(scope="module")
-def hf_next(tmp_path_factory):
+def save_tiny(path):
+    """The tiny random Qwen3-Next (seeded), saved by transformers at ``path``: (model, path)."""
     torch.manual_seed(0)
     model = transformers.Qwen3NextForCausalLM(tiny_config()).float().eval()
     randomize(model)
-    path = tmp_path_factory.mktemp("qwen3_next") / "hf"
     model.save_pretrained(path)
     return model, path
+
+
+@pytest.fixture(scope="module")
+def hf_next(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("qwen3_next") / "hf")
 
 
 @pytest.fixture(scope="module")

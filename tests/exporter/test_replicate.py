@@ -12,6 +12,7 @@ import onnx
 import pytest
 import torch
 from safetensors.torch import save_file
+from support.checkpoints import add_mtp_head
 from support.stateful import ort_steps
 
 from metrale_export.exporter import demo, demo_hybrid, replicate
@@ -40,7 +41,13 @@ def checkpoints(tmp_path_factory):
         "demo": demo.write_demo(base / "demo"),
         "dense5": _write(base / "dense5", dense5, demo.demo_tensors(dense5, seed=3)),
         "hybrid": demo_hybrid.write_hybrid_demo(base / "hybrid"),
+        "hybrid-mtp": _with_mtp(demo_hybrid.write_hybrid_demo(base / "hybrid-mtp")),
     }
+
+
+def _with_mtp(path):
+    add_mtp_head(path.parent)
+    return path
 
 
 def _meta_model(path, request=QuantRequest()):
@@ -81,7 +88,17 @@ def _feeds(sess, vocab, rng):
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("name", ("demo", "dense5", "hybrid"))
 def test_replicated_export_equals_full_trace(checkpoints, tmp_path, name, fmt):
-    path = checkpoints[name]
+    _check_replicated(checkpoints[name], tmp_path, fmt)
+
+
+def test_replicated_export_keeps_the_hidden_state_output(checkpoints, tmp_path):
+    """With an MTP head, the main graph's last output is ``hidden_states``, replicated or not."""
+    _check_replicated(checkpoints["hybrid-mtp"], tmp_path, "w4a16")
+    graph = onnx.load(str(tmp_path / "True" / "model.onnx"), load_external_data=False).graph
+    assert graph.output[-1].name == "hidden_states"
+
+
+def _check_replicated(path, tmp_path, fmt):
     full, rep = (export(path, tmp_path / f"{r}", ExportOptions(request=QuantRequest(weight=fmt),
                                                                   replicate_layers=r)).out_dir
                  for r in (False, True))

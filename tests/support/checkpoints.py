@@ -8,7 +8,8 @@ A tiny Qwen3 is built with transformers (``Qwen3Config`` / ``Qwen3ForCausalLM``,
 - FP8 block (``weight_scale_inv``), GPTQ and AWQ checkpoints are written by small generators that
   follow the published layouts (the module docstrings of their readers), because their libraries
   (AutoGPTQ/GPTQModel, AutoAWQ) do not install on a CPU-only machine.
-Invariants: the same arguments give the same checkpoint; every dimension is a multiple of 128, so
+``add_mtp_head`` adds a random Qwen3-Next MTP head (``mtp.*``, the public layout) to a Qwen3-Next
+checkpoint. Invariants: the same arguments give the same checkpoint; every dimension is a multiple of 128, so
 every group size and the 128x128 blocks apply; test code only (it imports the test extras).
 """
 
@@ -334,3 +335,24 @@ def contract_weight(source, name: str, n: int, k: int) -> torch.Tensor:
     if spec.kind == "w4a4":
         return w4a4.dequantize(t["weight"], t["weight_scale"], t["weight_global_scale"])
     return t["weight"]
+
+
+def add_mtp_head(path, seed: int = 3) -> None:
+    """Random ``mtp.*`` tensors in the public Qwen3-Next layout: the head's own norms and ``fc``, and
+    one decoder layer shaped as the model's full-attention layer (1) with layer 0's MLP (the MoE
+    block: the config's rule for layer index 0)."""
+    file = path / "model.safetensors"
+    tensors = load_file(str(file))
+    g = torch.Generator().manual_seed(seed)
+    h = tensors["model.norm.weight"].shape[0]
+    shapes = {"mtp.fc.weight": (h, 2 * h), "mtp.pre_fc_norm_embedding.weight": (h,),
+              "mtp.pre_fc_norm_hidden.weight": (h,), "mtp.norm.weight": (h,)}
+    for name, t in tensors.items():
+        for src in ("model.layers.1.input_layernorm", "model.layers.1.post_attention_layernorm",
+                    "model.layers.1.self_attn.", "model.layers.0.mlp."):
+            if name.startswith(src):
+                shapes["mtp.layers.0." + name.split(".", 3)[3]] = tuple(t.shape)
+    for name, shape in sorted(shapes.items()):
+        scale = 0.2 if "norm" in name else 0.1
+        tensors[name] = scale * torch.randn(shape, generator=g)
+    save_file(tensors, str(file), metadata={"format": "pt"})

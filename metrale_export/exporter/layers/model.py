@@ -51,12 +51,15 @@ class Embedding(nn.Module):
 class CausalLM(nn.Module):
     """forward(input_ids [B,S], position_ids [B,S], *states) -> (logits [B,S,V], *new_states); the
     states are each layer's ``state_specs()`` in layer order (``past_key.i``, ``past_value.i`` for
-    attention layers)."""
+    attention layers). ``hidden_output``: one more output last, ``hidden_states`` [B,S,H] (the
+    final norm's output, which lm_head reads), for the MTP head (``mtp.py``)."""
 
-    def __init__(self, cfg, source, dtype: torch.dtype = torch.float32, layers: list[int] | None = None):
+    def __init__(self, cfg, source, dtype: torch.dtype = torch.float32, layers: list[int] | None = None,
+                 hidden_output: bool = False):
         super().__init__()
         self.cfg = cfg
         self.dtype = dtype
+        self.hidden_output = hidden_output
         self.layer_ids = list(range(cfg.num_hidden_layers)) if layers is None else list(layers)
         builder = layer_builder(cfg.family)
         # Tensors the exported layout assembles from the checkpoint's (GDN's QKVZ, fused experts).
@@ -171,7 +174,8 @@ class CausalLM(nn.Module):
         return ["input_ids", "position_ids"] + [f"{s.name}.{i}" for i, s in self.state_specs()]
 
     def output_names(self) -> list[str]:
-        return ["logits"] + [f"{s.output}.{i}" for i, s in self.state_specs()]
+        return (["logits"] + [f"{s.output}.{i}" for i, s in self.state_specs()]
+                + (["hidden_states"] if self.hidden_output else []))
 
     def dynamic_shapes(self, dims: dict) -> tuple:
         """torch.export dynamic shapes of ``forward``'s inputs, from ``dims`` ("batch", "seq",
@@ -191,6 +195,9 @@ class CausalLM(nn.Module):
             x, *new = self.layer(i, x, cos, sin, states[j:j + n])
             presents += new
             j += n
+        if self.hidden_output:
+            h = self.model.norm(x)
+            return (self.lm_head(h), *presents, h)
         return (self.head(x), *presents)
 
     # The steps of ``forward``, also run one at a time by the streaming comparison.

@@ -54,7 +54,7 @@ def partial_rotary_factor(cfg) -> float:
     return float(factor)
 
 
-def _moe(cfg):
+def next_moe(cfg):
     return moe_config(cfg, shared_expert=True, norm_topk_default=True)
 
 
@@ -91,6 +91,23 @@ class GatedAttention(Attention):
         return self.o_proj(out), k_all, v_all
 
 
+def gated_attention_plan(cfg, source, prefix: str) -> dict:
+    """The projections of a gated full-attention block at ``prefix`` (``...self_attn``)."""
+    h, hd = cfg.hidden_size, cfg.head_dim
+    qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
+    bias = cfg.attention_bias
+    return {
+        "q_proj": source.spec(f"{prefix}.q_proj", 2 * qn, h, "attn", bias=bias),
+        "k_proj": source.spec(f"{prefix}.k_proj", kvn, h, "attn", bias=bias),
+        "v_proj": source.spec(f"{prefix}.v_proj", kvn, h, "attn", bias=bias),
+        "o_proj": source.spec(f"{prefix}.o_proj", h, qn, "attn"),
+    }
+
+
+def gated_attention_plain_tensors(cfg, prefix: str) -> dict[str, tuple[int, ...]]:
+    return {f"{prefix}.q_norm.weight": (cfg.head_dim,), f"{prefix}.k_norm.weight": (cfg.head_dim,)}
+
+
 class Qwen3NextDecoderLayer(nn.Module):
     """Pre-norm token mixer (GDN or gated attention) and MoE/dense FFN with residuals."""
 
@@ -106,7 +123,7 @@ class Qwen3NextDecoderLayer(nn.Module):
         else:
             self.self_attn = GatedAttention(cfg, specs["self_attn"], dtype)
         self.post_attention_layernorm = OffsetRMSNorm(cfg.hidden_size, cfg.rms_norm_eps, dtype)
-        self.mlp = build_mlp(cfg, _moe(cfg), specs["mlp"], dtype)
+        self.mlp = build_mlp(cfg, next_moe(cfg), specs["mlp"], dtype)
 
     def forward(self, x, cos, sin, *states):
         h = self.input_layernorm(x)
@@ -135,31 +152,22 @@ class Qwen3NextDecoderLayer(nn.Module):
     @staticmethod
     def plan(cfg, source, prefix: str) -> dict:
         kind = layer_types(cfg)[layer_index(prefix)]
-        out = {"kind": kind, "mlp": mlp_plan(cfg, _moe(cfg), source, prefix)}
+        out = {"kind": kind, "mlp": mlp_plan(cfg, next_moe(cfg), source, prefix)}
         if kind == "linear_attention":
             out["linear_attn"] = gdn_plan(gdn_config(cfg), source, f"{prefix}.linear_attn")
         else:
-            h, hd = cfg.hidden_size, cfg.head_dim
-            qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
-            bias = cfg.attention_bias
-            out["self_attn"] = {
-                "q_proj": source.spec(f"{prefix}.self_attn.q_proj", 2 * qn, h, "attn", bias=bias),
-                "k_proj": source.spec(f"{prefix}.self_attn.k_proj", kvn, h, "attn", bias=bias),
-                "v_proj": source.spec(f"{prefix}.self_attn.v_proj", kvn, h, "attn", bias=bias),
-                "o_proj": source.spec(f"{prefix}.self_attn.o_proj", h, qn, "attn"),
-            }
+            out["self_attn"] = gated_attention_plan(cfg, source, f"{prefix}.self_attn")
         return out
 
     @staticmethod
     def plain_tensors(cfg, prefix: str) -> dict[str, tuple[int, ...]]:
-        h, hd = cfg.hidden_size, cfg.head_dim
+        h = cfg.hidden_size
         out = {f"{prefix}.input_layernorm.weight": (h,), f"{prefix}.post_attention_layernorm.weight": (h,)}
         if layer_types(cfg)[layer_index(prefix)] == "linear_attention":
             out.update(gdn_plain_tensors(gdn_config(cfg), f"{prefix}.linear_attn"))
         else:
-            out[f"{prefix}.self_attn.q_norm.weight"] = (hd,)
-            out[f"{prefix}.self_attn.k_norm.weight"] = (hd,)
-        out.update(mlp_plain_tensors(cfg, _moe(cfg), prefix))
+            out.update(gated_attention_plain_tensors(cfg, f"{prefix}.self_attn"))
+        out.update(mlp_plain_tensors(cfg, next_moe(cfg), prefix))
         return out
 
     @staticmethod
@@ -168,7 +176,7 @@ class Qwen3NextDecoderLayer(nn.Module):
         out = {}
         if layer_types(cfg)[i] == "linear_attention":
             out.update(gdn_recipes(gdn_config(cfg), ckpt, f"{prefix}.linear_attn"))
-        moe = _moe(cfg)
+        moe = next_moe(cfg)
         if moe.is_sparse(i):
             out.update(expert_recipes(cfg, moe, ckpt, prefix))
         return out
