@@ -81,6 +81,7 @@ def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_t
     check_engine_targets(job, session.source.kind_for("ffn"))  # every family but the head has this kind
     model_max = session.checkpoint.config.get("max_position_embeddings")
     export.engines = engine_count(job, int(model_max) if model_max else None)  # the space check counts them
+    export.engine_weights = build.engine_weights
     bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
     table = None if (quiet or as_json) else (lambda report: print_report(report, False, verbose, err=True))
     events = Events(say=say, export_progress=bar, build_progress=engine_progress(say), compare_report=table,

@@ -6,7 +6,7 @@ Adds to ``polygraphy run``:
 - ``--metrale-onnxrt``: a runner, ONNX Runtime on the model with the metrale reference ops
   (ops/ort.py; a plain ``--onnxrt`` stops at "metrale:W4A16Proj(-1) is not a registered op");
 - ``--metrale-qdq [PATH]``: a runner, ONNX Runtime on a lowered standard-ONNX graph (default: the
-  export's only ``engines/onnx/qdq-*.onnx``, written by ``metrale-export build --lowering qdq``;
+  export's only lowered ``engines/onnx/qdq-*.onnx``, written by ``metrale-export build --lowering qdq``;
   its bfloat16 MatMul/Gemm, which ONNX Runtime's CPU provider lacks, run as float32 products of the
   same bfloat16 values with the result rounded to bfloat16: ``bf16_products_for_cpu``);
 - ``--metrale-step BATCH,SEQ,PAST``: the shapes of every input (token ids, positions, every
@@ -134,13 +134,18 @@ class SessionFromQdqOnnx(BaseLoader):
     def call_impl(self):
         import onnxruntime as ort
 
-        from ..errors import InputError
+        from polygraphy.logger import G_LOGGER
+
+        from ..engines.plan import lowered_graph_of
 
         path = self.path
         if path is None:
-            found = sorted((Path(self.model_path).parent / "engines" / "onnx").glob("qdq-*.onnx"))
-            if len(found) != 1:
-                raise InputError(
+            # The lowered graphs, not the shared-weights headers (qdq-*.shared.onnx) the build
+            # writes beside them.
+            onnx_dir = Path(self.model_path).parent / "engines" / "onnx"
+            found = sorted({onnx_dir / lowered_graph_of(p.name) for p in onnx_dir.glob("qdq-*.onnx")})
+            if len(found) != 1:  # a user error: Polygraphy's one line, no traceback
+                G_LOGGER.critical(
                     f"--metrale-qdq: expected one engines/onnx/qdq-*.onnx beside {self.model_path}, found "
                     f"{len(found)}; name the graph (--metrale-qdq-model PATH) or run 'metrale-export build "
                     "--lowering qdq' first")

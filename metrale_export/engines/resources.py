@@ -64,10 +64,16 @@ def estimate_build(engine_weights: str, backend: str, weight_bytes: int, largest
     builder = BASE_BYTES + int(BUILDER_BYTES_PER_WEIGHT_BYTE.get(engine_weights, 3.0) * weight_bytes)
     if engine_weights == "shared":
         builder += SHARED_BUILDER_BYTES
-    per_engine = SHARED_ENGINE_BYTES + (weight_bytes if engine_weights == "embedded" else 0)
-    disk = graphs * weight_bytes + engines * per_engine
-    return Estimate(memory=max(lowering, builder), disk=disk,
+    return Estimate(memory=max(lowering, builder), disk=build_disk(engine_weights, weight_bytes, engines, graphs),
                     parts={"lowering": lowering, f"{backend} builder": builder})
+
+
+def build_disk(engine_weights: str, weight_bytes: int, engines: int, graphs: int) -> int:
+    """The bytes a build writes: each lowered graph's weights file, and each engine (its kernels,
+    and its weights where it embeds them). The main job's up-front space check counts the same
+    (``exporter.writer.output_bytes``)."""
+    per_engine = SHARED_ENGINE_BYTES + (weight_bytes if engine_weights == "embedded" else 0)
+    return graphs * weight_bytes + engines * per_engine
 
 
 def parse_bytes(text: str, where: str) -> int:

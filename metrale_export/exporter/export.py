@@ -57,6 +57,7 @@ class ExportOptions:
     # Engines the main job builds into the same directory after the export: the free-space check
     # counts them too (writer.output_bytes).
     engines: int = 0
+    engine_weights: str = "shared"  # and how they hold their weights (engines.policy.ENGINE_WEIGHTS)
     model_path: str | None = None  # recorded in the manifest (filled in by export())
     # --activation-scales dynamic|static and --calibration-data (exporter/calibration.py).
     activation_scales: str = "dynamic"
@@ -275,7 +276,8 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
         head = session.mtp_model(dtype) if session.has_mtp else None  # a partial head is refused here
     weight_bytes = model.weight_nbytes() + (head.weight_nbytes() if head is not None else 0)
     what = f"the export and its {options.engines} engine(s)" if options.engines else "the export"
-    check_location(Path(out_dir), options.force, output_bytes(weight_bytes, options.engines), what)
+    check_location(Path(out_dir), options.force, output_bytes(weight_bytes, options.engines, options.engine_weights),
+                   what)
     if progress is not None:
         n_proj = len(model.projections())
         progress.note(f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "

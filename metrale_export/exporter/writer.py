@@ -233,20 +233,21 @@ def _existing_ancestor(path: Path) -> Path:
     return path
 
 
-# What an engine stores besides its weights (kernels, tactics): 4-8 MB measured on the demo model.
-ENGINE_OVERHEAD_BYTES = 8 << 20
 _GRAPH_MARGIN_BYTES = 1 << 20  # the graph's nodes and the manifest
 
 
-def output_bytes(weight_bytes: int, engines: int = 0) -> int:
+def output_bytes(weight_bytes: int, engines: int = 0, engine_weights: str = "shared") -> int:
     """About the most the output takes on disk while it is written: the weights streamed into
     model.onnx.data and, for a graph small enough to inline them, model.onnx holding them again
-    before the data file goes; with ``engines``, the build's lowered graph (about the weights) and
-    each engine (its weights and ``ENGINE_OVERHEAD_BYTES``)."""
+    before the data file goes; with ``engines``, what the build's own disk check will ask for them
+    (one lowered graph: ``engines.resources.build_disk``), so a job that passes this check is not
+    refused for space after its export."""
+    from ..engines.resources import build_disk  # torch-free
+
     export = weight_bytes * (2 if weight_bytes <= INLINE_LIMIT else 1) + _GRAPH_MARGIN_BYTES
     if not engines:
         return export
-    return export + weight_bytes + engines * (weight_bytes + ENGINE_OVERHEAD_BYTES)
+    return export + build_disk(engine_weights, weight_bytes, engines, graphs=1)
 
 
 def check_location(dest: Path, force: bool, need_bytes: int = 0, what: str = "the export") -> None:

@@ -141,6 +141,32 @@ def test_the_main_jobs_space_check_counts_its_engines(small_checkpoint, tmp_path
         assert "tracing" not in r.output and list(small.iterdir()) == []
 
 
+def test_the_main_jobs_space_check_is_the_builds_own_estimate(small_checkpoint, tmp_path):
+    """On a disk with room for the up-front estimate of the engines (their weights and 8 MiB each)
+    the main job exported, verified and was then refused by the build's own disk check
+    (engines/resources.py: 64 MiB an engine): the up-front check must count what step 3 will ask."""
+    from metrale_export.engines import backends
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    with tmpfs(tmp_path / "small", "24m") as small:  # above the export + 1 x (weights + 8 MiB)
+        r = run(small_checkpoint, "-o", small / "out", "--skip-compare", "--backend", "tensorrt-rtx",
+                "--profiles", "1", "--max-context", "64")
+        assert r.exit_code == 2, r.output
+        assert "the export and its 1 engine(s) needs about" in one_line_error(r.output), r.output
+        assert "tracing" not in r.output and list(small.iterdir()) == []
+
+
+def test_the_space_estimate_adds_the_builds_disk_estimate_to_the_export():
+    from metrale_export.engines.resources import estimate_build
+    from metrale_export.exporter.writer import output_bytes
+
+    weights = 300 << 20
+    for mode in ("shared", "embedded"):
+        build = estimate_build(mode, "tensorrt-rtx", weights, 1 << 20, engines=5, graphs=1).disk
+        assert output_bytes(weights, 5, mode) - output_bytes(weights) == build, mode
+
+
 def test_disk_full_in_step_3_keeps_the_export_says_so_and_leaves_no_partial_build(
         small_checkpoint, tmp_path, monkeypatch):
     """ENOSPC in the build said 'choose another -o' over a complete export, and left

@@ -22,14 +22,16 @@ STEP = ["--metrale-step", "2,7,0"]
 COSINE = ["--compare-func", "cosine_similarity", "--cosine-similarity-threshold", "0.9999"]
 
 
-_BUILD_DEFAULT_FLOAT_WEIGHTS = {f.name: f.default for f in dataclasses.fields(BuildOptions)}["float_weights"]
+_BUILD_DEFAULTS = {f.name: f.default for f in dataclasses.fields(BuildOptions)}
 
 
 def _lowered_as_built(export_dir: Path, path: Path) -> None:
     """The qdq graph ``metrale-export build`` writes (the build's own loader, its default float
-    weights: bfloat16 lm_head Gemm, which ONNX Runtime's CPU provider has no kernel for)."""
-    LoweredGraphFromOnnx(export_dir / "model.onnx", "qdq", None,
-                         _BUILD_DEFAULT_FLOAT_WEIGHTS, path)()
+    weights: bfloat16 lm_head Gemm, which ONNX Runtime's CPU provider has no kernel for), and, as
+    its default shared engine weights make it write (what ``make demo`` leaves), the shared-weights
+    header ``qdq-*.shared.onnx`` beside it."""
+    LoweredGraphFromOnnx(export_dir / "model.onnx", "qdq", None, _BUILD_DEFAULTS["float_weights"], path,
+                         shared=_BUILD_DEFAULTS["engine_weights"] == "shared")()
 
 
 def _polygraphy(*args) -> subprocess.CompletedProcess:
@@ -58,6 +60,13 @@ def test_polygraphy_run_compares_the_metrale_graph_with_its_qdq_lowering(with_qd
     assert "metrale-onnxrt" in text and "metrale-qdq" in text and "PASSED" in text
     # Every layer's state got its shape from the manifest: present_key.1 of a 7-token prefill.
     assert "present_key.1 [dtype=float32, shape=(2, 2, 7, 64)]" in text
+
+
+def test_polygraphy_run_without_a_lowered_graph_says_so_in_one_line(demo_exports):
+    r = _polygraphy(demo_exports["w4a16"] / "model.onnx", "--metrale-onnxrt", "--metrale-qdq", *STEP, *COSINE)
+    text = r.stdout + r.stderr
+    assert r.returncode != 0 and "Traceback" not in text, text[-3000:]
+    assert "--metrale-qdq: expected one engines/onnx/qdq-*.onnx" in text and "found 0" in text, text[-3000:]
 
 
 def test_polygraphy_run_fails_against_another_format(with_qdq):
