@@ -1200,22 +1200,10 @@ inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t*
 {
     using L = WgLayout<P, kN, kST, kDeep>;
     auto kern = projWgmmaKernel<P, kN, kST, kDeep>;
-    static unsigned long long done = 0;  // the raised smem limit, per device (a race only repeats it)
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    cudaError_t e = raiseSmemOnce<projWgmmaKernel<P, kN, kST, kDeep>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
-    }
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (!(done & bit))
-    {
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-        done |= bit;
     }
     const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN, part != nullptr ? slices : 1);
     kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(p, reinterpret_cast<const uint8_t*>(Xw), y, part, m, n, k, yDtype,

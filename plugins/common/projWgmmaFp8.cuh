@@ -395,22 +395,10 @@ inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P:
     constexpr int kST = wgFp8Stages<kN>();
     using L = WgFp8Layout<kN, kST>;
     auto kern = projWgmmaFp8Kernel<P, kN, kST>;
-    static unsigned long long done = 0;  // the raised smem limit, per device (a race only repeats it)
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
-    }
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (!(done & bit))
-    {
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-        done |= bit;
     }
     const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN, 1);
     kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(map, p, Xw, y, m, n, k, yDtype);
