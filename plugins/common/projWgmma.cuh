@@ -1259,10 +1259,10 @@ inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* 
     return launchProjWgmmaN<P, 64, wgStages<P, 64, 6>()>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
 }
 
-/* Whether this device runs the wgmma tier: sm_90a machine code of the kernel was loaded for it (a
- * pure function of the device; cached per device). */
-template <class P>
-inline bool wgmmaAvailable()
+/* Whether sm_90a machine code of kKern was loaded for this device (an sm_90 GPU with the library built
+ * for sm_90a; a pure function of the device, cached per device and kernel). */
+template <auto kKern>
+inline bool sm90aKernelLoaded()
 {
     static int cache[64] = {};  // 0 unknown, 1 yes, 2 no
     int dev = 0;
@@ -1275,12 +1275,19 @@ inline bool wgmmaAvailable()
     {
         cudaFuncAttributes a{};
         int major = 0;
-        const bool ok = cudaFuncGetAttributes(&a, projWgmmaKernel<P, 64, wgStages<P, 64, 6>()>) == cudaSuccess
+        const bool ok = cudaFuncGetAttributes(&a, kKern) == cudaSuccess
             && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess;
         c = (ok && a.binaryVersion == 90 && major == 9) ? 1 : 2;
         (void) cudaGetLastError();
     }
     return c == 1;
+}
+
+/* Whether this device runs the wgmma tier. */
+template <class P>
+inline bool wgmmaAvailable()
+{
+    return sm90aKernelLoaded<projWgmmaKernel<P, 64, wgStages<P, 64, 6>()>>();
 }
 
 /* Whether m rows of policy P go to the wgmma tier (projTiers.h: wgmmaTierFor, and the device). */

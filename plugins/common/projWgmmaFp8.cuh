@@ -426,28 +426,11 @@ inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t
     }
 }
 
-/* Whether this device runs the FP8 wgmma variant: sm_90a machine code of the kernel was loaded for it
- * (a pure function of the device; cached per device). */
+/* Whether this device runs the FP8 wgmma variant (its sm_90a machine code loaded). */
 template <class P>
 inline bool wgFp8Available()
 {
-    static int cache[64] = {};  // 0 unknown, 1 yes, 2 no
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess)
-    {
-        return false;
-    }
-    int& c = cache[dev & 63];
-    if (c == 0)
-    {
-        cudaFuncAttributes a{};
-        int major = 0;
-        const bool ok = cudaFuncGetAttributes(&a, projWgmmaFp8Kernel<P, 8, wgFp8Stages<8>()>) == cudaSuccess
-            && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess;
-        c = (ok && a.binaryVersion == 90 && major == 9) ? 1 : 2;
-        (void) cudaGetLastError();
-    }
-    return c == 1;
+    return sm90aKernelLoaded<projWgmmaFp8Kernel<P, 8, wgFp8Stages<8>()>>();
 }
 
 /* The operand of the variant in the workspace, from the fp8 pre-pass's xq (exact f16, [m, k]). */
