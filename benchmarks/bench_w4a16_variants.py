@@ -11,18 +11,17 @@ first variant's. Writes w4a16-variants-YYYYMMDD-HHMM-<commit>.md into --out (def
 
 from __future__ import annotations
 
-import argparse
-import datetime as dt
 import math
 import os
-from pathlib import Path
 
 import torch
 
 from metrale_export.ops import cuda as mcuda
 from metrale_export.ops import w4a16
 
-from .bench_kernels import SHAPES, TINYGEMM_MAX_M, _commit, _copies, copy_bandwidth, time_graph
+from .bench_kernels import TINYGEMM_MAX_M, _copies, time_graph
+from .variants import geomean_lines
+from .variants import main as variants_main
 
 ENV = "METRALE_W4A16_WG"
 
@@ -78,41 +77,12 @@ def bench(shapes, m_values, variants) -> list[str]:
             rows.append(line)
         del c_bf16, c_w4, tiny
         torch.cuda.empty_cache()
-    os.environ.pop(ENV, None)
-    ms = sorted({m for r in ratios.values() for m in r})
-    geo = ["", "Geometric mean over the shapes of ours / min(bf16 cuBLAS, tinygemm):", "",
-           "| variant | " + " | ".join(f"M={m}" for m in ms) + " |", "|---|" + "---|" * len(ms)]
-    for v, r in ratios.items():
-        geo.append(f"| {v} | " + " | ".join(f"{math.exp(sum(map(math.log, r[m])) / len(r[m])):.2f}" for m in ms) + " |")
-    print("\n".join(geo))
-    return head + rows + geo
+    return head + rows + geomean_lines(ratios, "min(bf16 cuBLAS, tinygemm)")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
-    ap.add_argument("--m", default="1,16,64,256,1024,4096")
-    ap.add_argument("--variants", default="base,deep")
-    ap.add_argument("--shapes", default=",".join(SHAPES))
-    args = ap.parse_args(argv)
-    if not mcuda.available():
-        raise SystemExit("bench_w4a16_variants: needs a CUDA GPU and the kernel library ('make plugins')")
-    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
-    props = torch.cuda.get_device_properties(0)
-    copy_tbs = copy_bandwidth()
-    shapes = {s: SHAPES[s] for s in args.shapes.split(",")}
-    stamp = dt.datetime.now(dt.timezone.utc)
-    intro = [f"# W4A16 mainloop variants ({ENV}), {stamp:%Y-%m-%d %H:%M} UTC, commit {_commit()}", "",
-             f"{props.name}; torch {torch.__version__}; copy {copy_tbs:.2f} TB/s; times in us (median of graph "
-             f"replays, weights rotated past the L2, as benchmarks/bench_kernels.py).", ""]
-    print("\n".join(intro), flush=True)
-    lines = bench(shapes, [int(m) for m in args.m.split(",")], args.variants.split(","))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"w4a16-variants-{stamp:%Y%m%d-%H%M}-{_commit()[:7]}.md"
-    path.write_text("\n".join(intro + lines) + "\n")
-    print(f"wrote {path}")
-    return 0
+    return variants_main(argv, doc=__doc__, title="W4A16 mainloop variants", stem="w4a16-variants", env=ENV,
+                         variants="base,deep", bench=bench)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|attention|invariance|static|kernels5|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|attention|invariance|static|kernels5|w8a8wg|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -10,6 +10,10 @@
 # (kernels5: the W4A16 mainloop variants of METRALE_W4A16_WG: the SASS gates where cuobjdump is
 #  there, the W4A16 projection GPU tests under base and under deep (with the bitwise base == deep
 #  test), benchmarks/bench_w4a16_variants.py; 6 files, under 8 minutes with the build)
+# (w8a8wg: the FP8 wgmma variant of W8A8 (METRALE_W8A8_MMA=wgmma) on a carried build (it builds
+#  nothing): its SASS gates where cuobjdump is there, tests/gpu/test_w8a8_fp8_wgmma.py, the default
+#  path's W8A8 projection tests, benchmarks/bench_w8a8_variants.py (exact vs wgmma vs FP8 cuBLASLt at
+#  M = 1..4096); under 8 minutes)
 # (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
 # (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
 #  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
@@ -24,6 +28,9 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 what=${1:-all}
 kexpr=${2:-}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+if [ "$what" = w8a8wg ] && [ ! -f build/plugins/libmetrale_kernels.so ]; then
+  echo "w8a8wg builds nothing: carry build/plugins (make -C plugins -j2 here first)"; exit 2
+fi
 if [ ! -f build/plugins/libmetrale_kernels.so ]; then
   (time make -C plugins -j16) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
 fi
@@ -63,6 +70,15 @@ if [ "$what" = invariance ]; then
   python3 -m pytest tests/gpu/test_invariance_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
     ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-invariance.log" | tail -30
   python3 -m benchmarks.bench_invariance --out "$OUT" 2>&1 | tee "$OUT/bench-invariance.log" | tail -60
+fi
+if [ "$what" = w8a8wg ]; then
+  { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel projWgmmaFp8 \
+      --out "$OUT/gates-w8a8wg.md"; } > "$OUT/gates-w8a8wg.log" 2>&1
+  timeout 200 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
+    ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-w8a8wg.log" | tail -12
+  timeout 120 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
+    -k "w8a8 and channel" 2>&1 | tee "$OUT/tests-w8a8-exact.log" | tail -6
+  timeout 170 python3 -m benchmarks.bench_w8a8_variants --out "$OUT" 2>&1 | tee "$OUT/bench-w8a8wg.log" | tail -16
 fi
 if [ "$what" = kernels5 ]; then
   { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel Wgmma; } >> "$OUT/build.log" 2>&1

@@ -43,3 +43,17 @@ def test_the_innermost_wgmma_loop_is_gated():
     k = g.Kernel("k")
     g.analyse(k, deep)
     assert k.failures() == [] and k.loop_hgmma == 1
+
+
+def test_fp8_loops_may_drain_once_per_promoted_block():
+    q = "QGMMA.64x128x32.F32.E4M3.E4M3 R24, gdesc[UR16], R24"
+    block = _sass("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR9+0x38000], R26", "WARPGROUP.ARRIVE", q, q, q,
+                  q + ", gsb0", "WARPGROUP.DEPBAR.LE gsb0, 0x0", "FADD R131, R24, R131", "@P0 BRA 0x0", "EXIT")
+    k = g.Kernel("k")
+    g.analyse(k, block)
+    assert k.hgmma == 4 and k.loop_hgmma == 4 and k.loop_qgmma == 4 and k.loop_drain == 1
+    assert k.failures() == []  # one drain per 4 k32: the block's promotion
+    twice = _sass(q, "WARPGROUP.DEPBAR.LE gsb0, 0x0", q, "WARPGROUP.DEPBAR.LE gsb0, 0x0", "@P0 BRA 0x0")
+    k = g.Kernel("k")
+    g.analyse(k, twice)
+    assert k.failures() == ["2 DEPBAR.LE gsb0,0x0 in the wgmma loop"]

@@ -590,6 +590,31 @@ struct Tiers
         std::conditional_t<kOneTile, TileConfig<1, 8, 8, 1, 3>, TileConfig<2, 8, 8, 1, 3>>>;
 };
 
+/* Raises kKern's dynamic shared-memory limit to bytes, once per device and kernel instantiation (a
+ * race only repeats the call). */
+template <auto kKern>
+inline cudaError_t raiseSmemOnce(int bytes)
+{
+    static unsigned long long done = 0;
+    int dev = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    const unsigned long long bit = 1ull << (dev & 63);
+    if (!(done & bit))
+    {
+        e = cudaFuncSetAttribute(kKern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        done |= bit;
+    }
+    return cudaSuccess;
+}
+
 template <class P, class C>
 inline cudaError_t launchProjGemm(const typename P::Params& p, const uint16_t* X, void* y, int m, int n, int k,
     int32_t yDtype, int slices, cudaStream_t stream)
@@ -598,24 +623,10 @@ inline cudaError_t launchProjGemm(const typename P::Params& p, const uint16_t* X
     auto kern = projGemmKernel<P, C>;
     if (L::kSmem > 48 * 1024)
     {
-        // Raise the dynamic shared-memory limit once per device for this instantiation (a race
-        // only repeats the call).
-        static unsigned long long done = 0;
-        int dev = 0;
-        cudaError_t e = cudaGetDevice(&dev);
+        const cudaError_t e = raiseSmemOnce<projGemmKernel<P, C>>(L::kSmem);
         if (e != cudaSuccess)
         {
             return e;
-        }
-        const unsigned long long bit = 1ull << (dev & 63);
-        if (!(done & bit))
-        {
-            e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
-            if (e != cudaSuccess)
-            {
-                return e;
-            }
-            done |= bit;
         }
     }
     const dim3 grid((n + C::kBN - 1) / C::kBN, (m + C::kBM - 1) / C::kBM);

@@ -288,6 +288,50 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, uint32_t by
         : "memory");
 }
 
+/*
+ * The one-thread producer of a pipeline of kST stages: per block of the walk (cur, nWalk blocks),
+ * wait until the consumers have released the stage, then copy(slot, kb) starts the block's copies,
+ * completing on full[slot] (the register path's activations; the FP8 tier's activations and weights).
+ */
+template <int kST, class Copy>
+__device__ __forceinline__ void produceStages(SliceCursor cur, int nWalk, uint64_t* full, uint64_t* empty, Copy&& copy)
+{
+    int slot = 0;
+    uint32_t phase = 0;
+    for (int i = 0; i < nWalk; ++i)
+    {
+        if (i >= kST)
+        {
+            mbarWait(&empty[slot], phase ^ 1u);
+        }
+        copy(slot, cur.block());
+        cur.next();
+        if (++slot == kST)
+        {
+            slot = 0;
+            phase ^= 1u;
+        }
+    }
+}
+
+/*
+ * The raster of a (weight tiles x token tiles) grid: CTAs in launch order walk groups of kWG_RASTER
+ * token tiles, all weight tiles of a group, token tile fastest, so that one wave's weights and
+ * activations stay in the L2 (a layout choice only: each CTA computes the same tile wherever it falls
+ * in the order). m0: the CTA's first token, n0: its first weight row.
+ */
+__device__ __forceinline__ void wgRasterTile(int kN, int& m0, int& n0)
+{
+    const int gx = static_cast<int>(gridDim.x);
+    const int gy = static_cast<int>(gridDim.y);
+    const int id = static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x);
+    const int group = id / (kWG_RASTER * gx);
+    const int inGroup = id - group * kWG_RASTER * gx;
+    const int span = min(kWG_RASTER, gy - group * kWG_RASTER);
+    m0 = (group * kWG_RASTER + inGroup % span) * kN;
+    n0 = (inGroup / span) * kWG_ROWS;
+}
+
 /* Shared-memory layout (bytes): kST stages, each the activations (kN rows x 128 k), the weight
  * codes (kWG_ROWS rows x P::kCB bytes) and the meta words (kWG_ROWS rows x P::kMW); the full / empty
  * mbarriers, the slices' sum, the policy's table. Codes: the 16-byte chunk v (0 .. kCB / 64 - 1) of
@@ -1007,17 +1051,9 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
         const int warpId = tid >> 5;
         const int nkb = (K + 127) >> 7;
         const int mg = (M + 7) >> 3;
-        // The raster: CTAs in launch order walk groups of kWG_RASTER token tiles, all weight tiles of a
-        // group, token tile fastest, so that one wave's weights and activations stay in the L2 (a layout
-        // choice only: each CTA computes the same tile wherever it falls in the order).
-        const int gx = static_cast<int>(gridDim.x);
-        const int gy = static_cast<int>(gridDim.y);
-        const int id = static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x);
-        const int group = id / (kWG_RASTER * gx);
-        const int inGroup = id - group * kWG_RASTER * gx;
-        const int span = min(kWG_RASTER, gy - group * kWG_RASTER);
-        const int m0 = (group * kWG_RASTER + inGroup % span) * kN;
-        const int n0 = (inGroup / span) * kWG_ROWS;
+        int m0 = 0;  // the raster: groups of kWG_RASTER token tiles, token tile fastest
+        int n0 = 0;
+        wgRasterTile(kN, m0, n0);
         if (tid == 0)
         {
             for (int s = 0; s < kST; ++s)
@@ -1093,24 +1129,11 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
                     cur.seek(blockIdx.z);
                     nWalk = cur.cnt;
                 }
-                int slot = 0;
-                uint32_t phase = 0;
-                for (int i = 0; i < nWalk; ++i)
-                {
-                    if (i >= kST)
-                    {
-                        mbarWait(&empty[slot], phase ^ 1u);
-                    }
+                produceStages<kST>(cur, nWalk, full, empty, [&](int slot, int kb) {
                     mbarExpectTx(&full[slot], bytes);
-                    const uint8_t* src = Xw + (static_cast<size_t>(cur.block()) * mg + (m0 >> 3)) * 2048;
+                    const uint8_t* src = Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 2048;
                     bulkCopy(smem + slot * L::kStage, src, bytes, &full[slot]);
-                    cur.next();
-                    if (++slot == kST)
-                    {
-                        slot = 0;
-                        phase ^= 1u;
-                    }
-                }
+                });
             }
         }
         else
@@ -1190,22 +1213,10 @@ inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t*
 {
     using L = WgLayout<P, kN, kST, kDeep>;
     auto kern = projWgmmaKernel<P, kN, kST, kDeep>;
-    static unsigned long long done = 0;  // the raised smem limit, per device (a race only repeats it)
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
+    cudaError_t e = raiseSmemOnce<projWgmmaKernel<P, kN, kST, kDeep>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
-    }
-    const unsigned long long bit = 1ull << (dev & 63);
-    if (!(done & bit))
-    {
-        e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-        done |= bit;
     }
     const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN, part != nullptr ? slices : 1);
     kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(p, reinterpret_cast<const uint8_t*>(Xw), y, part, m, n, k, yDtype,
@@ -1262,10 +1273,10 @@ inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* 
     return launchProjWgmmaN<P, 64, wgStages<P, 64, 6>()>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
 }
 
-/* Whether this device runs the wgmma tier: sm_90a machine code of the kernel was loaded for it (a
- * pure function of the device; cached per device). */
-template <class P>
-inline bool wgmmaAvailable()
+/* Whether sm_90a machine code of kKern was loaded for this device (an sm_90 GPU with the library built
+ * for sm_90a; a pure function of the device, cached per device and kernel). */
+template <auto kKern>
+inline bool sm90aKernelLoaded()
 {
     static int cache[64] = {};  // 0 unknown, 1 yes, 2 no
     int dev = 0;
@@ -1278,12 +1289,19 @@ inline bool wgmmaAvailable()
     {
         cudaFuncAttributes a{};
         int major = 0;
-        const bool ok = cudaFuncGetAttributes(&a, projWgmmaKernel<P, 64, wgStages<P, 64, 6>()>) == cudaSuccess
+        const bool ok = cudaFuncGetAttributes(&a, kKern) == cudaSuccess
             && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess;
         c = (ok && a.binaryVersion == 90 && major == 9) ? 1 : 2;
         (void) cudaGetLastError();
     }
     return c == 1;
+}
+
+/* Whether this device runs the wgmma tier. */
+template <class P>
+inline bool wgmmaAvailable()
+{
+    return sm90aKernelLoaded<projWgmmaKernel<P, 64, wgStages<P, 64, 6>()>>();
 }
 
 /* Whether m rows of policy P go to the wgmma tier (projTiers.h: wgmmaTierFor, and the device). */

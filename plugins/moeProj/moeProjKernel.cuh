@@ -487,23 +487,10 @@ inline cudaError_t moeGemm(const typename P::Params& p, const View& view, const 
         auto kern = moeGemmKernel<P, C, View>;
         if (L::kSmem > 48 * 1024)
         {
-            // Once per device and instantiation (a race only repeats the call), as launchProjGemm.
-            static unsigned long long done = 0;
-            int dev = 0;
-            cudaError_t e = cudaGetDevice(&dev);
+            const cudaError_t e = raiseSmemOnce<moeGemmKernel<P, C, View>>(L::kSmem);
             if (e != cudaSuccess)
             {
                 return e;
-            }
-            const unsigned long long bit = 1ull << (dev & 63);
-            if (!(done & bit))
-            {
-                e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L::kSmem);
-                if (e != cudaSuccess)
-                {
-                    return e;
-                }
-                done |= bit;
             }
         }
         const dim3 grid((n + C::kBN - 1) / C::kBN, maxTiles);

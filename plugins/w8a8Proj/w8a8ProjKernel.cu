@@ -5,11 +5,16 @@
  * quantization pre-pass writes xq (as exact f16) and sx into the workspace, then the fp8 policy;
  * with the static scale (act_scale_granularity tensor) the pre-pass is one elementwise pass with
  * no amax, and the policy reads the one input_scale for every row.
+ * METRALE_W8A8_MMA=wgmma (read at each call): fp8 activations with per-row (or the static tensor)
+ * activation scales and per-channel weight scales run the FP8 wgmma variant (projWgmmaFp8.cuh, bits
+ * of its own; cudaErrorNotSupported on a device without its sm_90a code); unset or any other value,
+ * and for the other scale combinations, the exact f16 path.
  * K must be a multiple of 16 (16-byte weight rows); other K return cudaErrorNotSupported.
  */
 #include "metrale/kernels.h"
 #include "projLaunch.cuh"
 #include "projStream.cuh"
+#include "projWgmmaFp8.cuh"
 #include "w8a8ProjKernel.cuh"
 
 using namespace metrale;
@@ -27,10 +32,26 @@ size_t scaleBytes(int64_t m, int64_t k, int32_t actScaleGranularity)
     return alignUp(static_cast<size_t>(m) * static_cast<size_t>(actScaleColumns(k, actScaleGranularity)) * 4, kWS_ALIGN);
 }
 
+/* The operand region after xq and sx: the bf16 tier's wgmma operand, or the FP8 variant's (which
+ * the larger of the two holds at every m). */
+size_t fp8OperandRegion(int64_t m, int64_t k)
+{
+    const size_t a = wgExtraBytes(m, k);
+    const size_t b = wgFp8OperandBytes(m, k);
+    return a > b ? a : b;
+}
+
 /* Workspace of the fp8 path: xq (row-major f16), sx, the wgmma operand, then the split's slice sums. */
 size_t fp8PartOffset(int64_t m, int64_t k, int32_t actScaleGranularity)
 {
-    return operandBytes(m, k) + scaleBytes(m, k, actScaleGranularity) + wgExtraBytes(m, k);
+    return operandBytes(m, k) + scaleBytes(m, k, actScaleGranularity) + fp8OperandRegion(m, k);
+}
+
+/* Whether this call runs the FP8 wgmma variant: METRALE_W8A8_MMA=wgmma, read at each call. */
+bool fp8WgmmaSelected()
+{
+    const char* v = std::getenv("METRALE_W8A8_MMA");
+    return v != nullptr && std::strcmp(v, "wgmma") == 0;
 }
 
 } // namespace
@@ -125,11 +146,26 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     const uint16_t* X = reinterpret_cast<const uint16_t*>(xq);
     if (p.blockScales == 0 && p.nbx == 1)
     {
+        void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
+        if (fp8WgmmaSelected())
+        {
+            // The FP8 wgmma variant at every m, on the e4m3 bytes laid out for it.
+            if (!wgFp8Available<W8A8Fp8Policy<false>>())
+            {
+                return cudaErrorNotSupported;
+            }
+            e = wgFp8Operand(xq, m, k, xw, stream);
+            if (e != cudaSuccess)
+            {
+                return e;
+            }
+            return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
+                stream);
+        }
         // Per-element scales: the wgmma tier where it serves m, on the f16 values laid out for it.
         const bool wg = useWgmma<W8A8Fp8Policy<false>>(m);
         if (wg)
         {
-            void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
             e = wgOperand<true>(xq, kMETRALE_FLOAT16, m, k, xw, stream);
             if (e != cudaSuccess)
             {

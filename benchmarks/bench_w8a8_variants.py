@@ -1,0 +1,88 @@
+"""W8A8 multiply variants side by side, with the FP8 cuBLASLt anchor in the same run (one GPU):
+
+    python -m benchmarks.bench_w8a8_variants [--out DIR] [--m 1,16,64,256,1024,4096] [--variants exact,wgmma]
+
+Per shape of benchmarks/bench_kernels.py and M: the median time of metrale_w8a8_proj (FP8 per-channel
+weights, per-row dynamic FP8 activations, the quantization included) under each value of
+METRALE_W8A8_MMA (read by the launcher at each call, so at each graph capture; "exact": unset, the
+exact f16 path; "wgmma": the FP8 wgmma variant), and ``torch._scaled_mm`` FP8 with per-row scales
+(cuBLASLt, the GEMM only), timed as bench_kernels times them (CUDA graphs, weights rotated past the
+L2); each variant's TFLOP/s, TB/s on the weight bytes and ratio to the anchor, and whether its bits
+equal the first variant's (the two never share bits: a "True" between them would mean the variant did
+not run). Writes w8a8-variants-YYYYMMDD-HHMM-<commit>.md into --out (default $OUT).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from metrale_export.ops import cuda as mcuda
+from metrale_export.ops import w8a8
+
+from .bench_kernels import _copies, time_graph
+from .variants import geomean_lines
+from .variants import main as variants_main
+
+ENV = "METRALE_W8A8_MMA"
+
+
+def _select(variant: str) -> None:
+    if variant == "exact":
+        os.environ.pop(ENV, None)
+    else:
+        os.environ[ENV] = variant
+
+
+def bench(shapes, m_values, variants) -> list[str]:
+    dev = torch.device("cuda")
+    head = ["| shape | M | fp8 cuBLASLt us | " + " | ".join(f"{v} us | {v} TF/s | {v} TB/s | {v} / cuBLASLt"
+                                                           for v in variants) + " | same bits |",
+            "|---|---|---|" + "---|---|---|---|" * len(variants) + "---|"]
+    rows, ratios = [], {v: {} for v in variants}
+    for name, (n, k) in shapes.items():
+        g = torch.Generator().manual_seed(n * 31 + k)  # bench_kernels._weights' weight
+        w = (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16).float()
+        q8 = w8a8.quantize(w, "channel")
+        nbytes = q8.weight.numel() + q8.weight_scale.numel() * 4
+        c_w8 = [(q8.weight.to(dev).clone(), q8.weight_scale.to(dev).clone()) for _ in range(_copies(nbytes))]
+        c_fp8 = [cw.view(torch.float8_e4m3fn) for cw, _ in c_w8]
+        sw_row = q8.weight_scale.to(dev).reshape(1, n)
+        for m in m_values:
+            x = (torch.randn(m, k, device=dev) * 0.5).to(torch.bfloat16)
+            y = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
+            flops = 2.0 * m * n * k
+            mp = max(16, -(-m // 16) * 16)  # cuBLASLt needs M padded to 16
+            xq = torch.randn(mp, k, device=dev).to(torch.float8_e4m3fn)
+            sa = torch.rand(mp, 1, device=dev) + 0.5
+            t_lt = time_graph(lambda i: torch._scaled_mm(xq, c_fp8[i % len(c_fp8)].t(), scale_a=sa, scale_b=sw_row,
+                                                         out_dtype=torch.bfloat16))
+            cells, outs = [], []
+            for v in variants:
+                _select(v)
+                t = time_graph(lambda i: mcuda.launch_w8a8(x, c_w8[i % len(c_w8)][0], c_w8[i % len(c_w8)][1], None,
+                                                           y, n, k, "channel", "fp8", "row"))
+                yv = torch.full_like(y, float("nan"))
+                mcuda.launch_w8a8(x, c_w8[0][0], c_w8[0][1], None, yv, n, k, "channel", "fp8", "row")
+                torch.cuda.synchronize()
+                outs.append(yv.view(torch.int16))
+                ratios[v].setdefault(m, []).append(t / t_lt)
+                cells.append(f"{t * 1e6:.1f} | {flops / t / 1e12:.0f} | {nbytes / t / 1e12:.2f} | {t / t_lt:.2f}")
+            same = all(torch.equal(outs[0], o) for o in outs[1:])
+            line = f"| {name} | {m} | {t_lt * 1e6:.1f} | " + " | ".join(cells) + f" | {same} |"
+            print(line, flush=True)
+            rows.append(line)
+        del c_w8, c_fp8
+        torch.cuda.empty_cache()
+    return head + rows + geomean_lines(ratios, "FP8 cuBLASLt")
+
+
+def main(argv=None) -> int:
+    return variants_main(argv, doc=__doc__, title="W8A8 multiply variants", stem="w8a8-variants", env=ENV,
+                         variants="exact,wgmma", bench=bench,
+                         note="; ours include the activation quantization, cuBLASLt is the GEMM alone")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

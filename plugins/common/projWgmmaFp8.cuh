@@ -1,0 +1,448 @@
+/*
+ * The FP8 wgmma variant of W8A8Proj (fp8 activations, per-row activation x per-channel weight
+ * scales), sm_90a, at every m: `wgmma m64nNk32 e4m3 x e4m3` on both operands from shared memory.
+ * A future W8A8 op version with bits of its own (FP8 wgmma and the f16 mma.sync of the exact tier
+ * never share bits); for now selected only by METRALE_W8A8_MMA=wgmma, read by the launcher at each
+ * call (w8a8ProjKernel.cu); unset, today's exact f16 path runs, unchanged.
+ *
+ * Swap-AB as projWgmma.cuh: the weights are wgmma's A operand (M = 64 weight rows per consumer
+ * warpgroup, two per CTA), the tokens its N (8, 16, 32, 64 or 128 per CTA, from m and the weight's
+ * shape only). A producer thread fills each pipeline stage through the TMA engine: the weight tile
+ * [128 rows x 128 k] by one 2-D tensor copy (cuTensorMapEncodeTiled, 128-byte swizzle, zero fill
+ * past N and K) and the token tile by one bulk copy of the operand that wgFp8OperandKernel wrote;
+ * the producer loop is projWgmma.cuh's produceStages, the CTA order its wgRasterTile, the epilogue
+ * its wgEpilogue. Per consumer warpgroup, one group of four wgmmas per block, waited for before the
+ * promotion (DeepGEMM's form); the two consumer warpgroups interleave on the tensor pipe.
+ *
+ * Invariants (row invariance):
+ * - One instruction and one promotion point at every m. For each 128-k block b in ascending order:
+ *   four chained wgmma k32 (the first with scale-d 0: a fresh accumulator; instruction q over
+ *   k = 128 b + 32 q + (0..31)), wait, then final = __fadd_rn(final, block) from final = +0. No
+ *   slices, no split-K. Then (final * sx[m]) * sw[n] (+ bias), each an explicit rounding (the
+ *   policy's finish, __fmul_rn). The tensor core's accumulator inside a block is not float32
+ *   (measured 1.1e-4 .. 1.5e-4 of sum |terms| on the H200 at a24630d, flat in K).
+ * - wgmma bits do not depend on the instruction's N (measured on the H200), so the token tile may
+ *   change with m; a token's column of the result depends on its own B row only (rows past M in a
+ *   tile are stale shared memory, never stored).
+ * - Layouts (K-major both, as e4m3 wgmma requires): A as the TMA writes it with the 128-byte swizzle
+ *   (weight row r's 128 k in the 128 bytes at 128 r, 16-byte chunk c at c ^ (r & 7); 8-row groups
+ *   1024 bytes apart, the stride byte offset; stages 1024-byte aligned), step q at +32 q bytes of
+ *   the start address (the swizzle applies to the address bits). B without swizzle: per (block,
+ *   8 tokens) 1024 contiguous bytes, 16-k chunk c at 128 c (wgFp8OperandOffset), step q at +256 q.
+ */
+#ifndef METRALE_PROJ_WGMMA_FP8_CUH
+#define METRALE_PROJ_WGMMA_FP8_CUH
+
+#include <cstdint>
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <cudaTypedefs.h>
+
+#include "metraleNumerics.cuh"
+#include "projGemm.cuh"
+#include "projWgmma.cuh"
+
+namespace metrale
+{
+
+/* Byte offset of xq[m, k] in the FP8 wgmma operand of a launch whose rows form mg groups of 8. */
+__host__ __device__ __forceinline__ size_t wgFp8OperandOffset(int m, int k, int mg)
+{
+    const int b = k >> 7;
+    return (((static_cast<size_t>(b) * mg + (m >> 3)) * 8 + ((k & 127) >> 4)) * 8 + (m & 7)) * 16 + (k & 15);
+}
+
+/* Bytes of the FP8 wgmma operand of [m, k]: every 128-k block and every row group of 8 complete. */
+inline size_t wgFp8OperandBytes(int64_t m, int64_t k)
+{
+    const size_t mg = static_cast<size_t>((m + 7) / 8);
+    const size_t nkb = static_cast<size_t>((k + 127) / 128);
+    return (nkb * mg * 1024 + 255) / 256 * 256;
+}
+
+/*
+ * The e4m3 values of the fp8 pre-pass (xq as exact f16, row-major [M, K], K a multiple of 16) as
+ * e4m3 bytes in the operand layout. One CTA of 64 threads per (block, row group): thread (r, c)
+ * writes the 16 bytes of row r, chunk c; values past M or K are +0.
+ */
+__global__ void __launch_bounds__(64) wgFp8OperandKernel(const uint16_t* __restrict__ xq, uint8_t* __restrict__ out,
+    int M, int K, int mg)
+{
+    const int grp = blockIdx.x % mg;
+    const int b = blockIdx.x / mg;
+    const int c = threadIdx.x & 7;
+    const int r = threadIdx.x >> 3;
+    const int m = 8 * grp + r;
+    const int k0 = 128 * b + 16 * c;
+    uint4 v[2] = {make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
+    if (m < M && k0 < K)  // K % 16 == 0: the chunk is all inside K or all past it
+    {
+        const uint4* src = reinterpret_cast<const uint4*>(xq + static_cast<size_t>(m) * K + k0);
+        v[0] = src[0];
+        v[1] = src[1];
+    }
+    const uint32_t h[8] = {v[0].x, v[0].y, v[0].z, v[0].w, v[1].x, v[1].y, v[1].z, v[1].w};
+    uint32_t w[4];
+#pragma unroll
+    for (int q = 0; q < 4; ++q)
+    {
+        uint32_t word = 0u;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+        {
+            __half2_raw hr;
+            hr.x = static_cast<unsigned short>(h[2 * q + j] & 0xFFFFu);
+            hr.y = static_cast<unsigned short>(h[2 * q + j] >> 16);
+            // Exact: every value is an e4m3 value (the pre-pass's), +0 stays +0.
+            word |= static_cast<uint32_t>(__nv_cvt_halfraw2_to_fp8x2(hr, __NV_SATFINITE, __NV_E4M3)) << (16 * j);
+        }
+        w[q] = word;
+    }
+    *reinterpret_cast<uint4*>(out + static_cast<size_t>(blockIdx.x) * 1024 + c * 128 + r * 16)
+        = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* d = (scaleD ? d : 0) + A * B: wgmma m64nNk32 e4m3 x e4m3, both operands through shared-memory
+ * descriptors, float32 results. */
+template <int kN>
+struct WgmmaFp8;
+
+template <>
+struct WgmmaFp8<8>
+{
+    __device__ static void run(float (&d)[4], uint64_t descA, uint64_t descB, int scaleD)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3 {%0, %1, %2, %3}, %4, %5, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "l"(descA), "l"(descB), "r"(scaleD));
+    }
+};
+
+template <>
+struct WgmmaFp8<16>
+{
+    __device__ static void run(float (&d)[8], uint64_t descA, uint64_t descB, int scaleD)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %10, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n16k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+            : "l"(descA), "l"(descB), "r"(scaleD));
+    }
+};
+
+template <>
+struct WgmmaFp8<32>
+{
+    __device__ static void run(float (&d)[16], uint64_t descA, uint64_t descB, int scaleD)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n32k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+            : "l"(descA), "l"(descB), "r"(scaleD));
+    }
+};
+
+template <>
+struct WgmmaFp8<64>
+{
+    __device__ static void run(float (&d)[32], uint64_t descA, uint64_t descB, int scaleD)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+            : "l"(descA), "l"(descB), "r"(scaleD));
+    }
+};
+
+template <>
+struct WgmmaFp8<128>
+{
+    __device__ static void run(float (&d)[64], uint64_t descA, uint64_t descB, int scaleD)
+    {
+        asm volatile(
+            "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+            "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+            : "l"(descA), "l"(descB), "r"(scaleD));
+    }
+};
+
+/* A (the weights as the TMA writes them): K-major, 128-byte swizzle (layout type 1 in bits 62-63),
+ * 8-row groups 1024 bytes apart (stride byte offset), leading byte offset unused (1), base offset 0
+ * (stages 1024-byte aligned). */
+__device__ __forceinline__ uint64_t wgFp8DescA(uint32_t saddr)
+{
+    return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(1) << 16)
+        | (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
+}
+
+/* B (the token tile): K-major, no swizzle, core matrices of 8 rows x 16 bytes; the next 16 k at +128
+ * bytes (leading byte offset), the next 8 rows at +1024 (stride byte offset). */
+__device__ __forceinline__ uint64_t wgFp8DescB(uint32_t saddr)
+{
+    return static_cast<uint64_t>((saddr & 0x3FFFFu) >> 4) | (static_cast<uint64_t>(128 >> 4) << 16)
+        | (static_cast<uint64_t>(1024 >> 4) << 32);
+}
+
+/* The 2-D box at (c0 = k, c1 = row) of the tensor map into shared memory, completing on bar. */
+__device__ __forceinline__ void tmaLoad2d(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+            smemAddr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smemAddr(bar))
+        : "memory");
+}
+
+/* Shared memory (bytes, from a 1024-byte aligned base): kST stages of [the weights' kWG_ROWS rows x
+ * 128 k (swizzled) | kN token rows x 128 k], then the full / empty mbarriers. */
+template <int kN, int kST>
+struct WgFp8Layout
+{
+    static constexpr int kA = kWG_ROWS * 128;
+    static constexpr int kStage = kA + kN * 128;
+    static constexpr int kBar = kST * kStage;
+    static constexpr int kSmem = 1024 + kBar + 2 * kST * 8;  // + the alignment of the base
+    static_assert(kSmem <= 227 * 1024, "shared memory");
+    static_assert(kStage % 1024 == 0, "1024-byte aligned stages (the 128-byte swizzle)");
+};
+
+/* Stages per token tile: as many as the shared memory holds, at most 12. */
+template <int kN>
+constexpr int wgFp8Stages()
+{
+    constexpr int fit = (227 * 1024 - 1024 - 256) / (kWG_ROWS * 128 + kN * 128);
+    return fit < 12 ? fit : 12;
+}
+
+/*
+ * The consumer warpgroups: per 128-k block in ascending order, wait for its stage, issue its four
+ * wgmmas (the first from zero) as one group, wait for it, release the stage and promote,
+ * final = final + partial. The wait drains this warpgroup's pipe once per block (the promotion reads
+ * the block's result; reading it while another group is in flight makes ptxas serialize the wgmmas,
+ * C7514); the CTA's other consumer warpgroup issues meanwhile.
+ */
+template <class P, int kN, int kST>
+__device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, uint64_t* full,
+    uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb, int m0, int n0)
+{
+#ifdef METRALE_SM90A
+    using L = WgFp8Layout<kN, kST>;
+    constexpr int kACC = kN / 2;  // accumulators per thread: kN / 8 n8 column tiles x 4
+    const int tid = threadIdx.x;
+    const int warpId = tid >> 5;
+    const int lane = tid & 31;
+    // Warp wq of warpgroup wg holds weight rows n0 + 64 wg + 16 wq + (0..15).
+    const int wg = warpId >> 2;
+    const int wq = warpId & 3;
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    int nRow[2];
+    bool nOk[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        nRow[hr] = n0 + 64 * wg + 16 * wq + g + 8 * hr;
+        nOk[hr] = nRow[hr] < N;
+    }
+    float fin[kACC];  // the float32 sum of the promoted blocks, from +0
+    float pt[kACC];   // the block's partial
+#pragma unroll
+    for (int e = 0; e < kACC; ++e)
+    {
+        fin[e] = 0.0f;
+        pt[e] = 0.0f;
+    }
+    int slot = 0;
+    uint32_t phase = 0;
+#pragma unroll 1
+    for (int kb = 0; kb < nkb; ++kb)
+    {
+        mbarWait(&full[slot], phase);
+        fenceRegs(pt);
+        wgFence();
+        const uint32_t st = sbase + slot * L::kStage;
+        const uint64_t descA = wgFp8DescA(st + wg * (64 * 128));
+        const uint64_t descB = wgFp8DescB(st + L::kA);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+        {
+            // k = 128 kb + 32 q + (0..31): A at +32 q bytes, B at +256 q bytes (the descriptors count 16 bytes)
+            WgmmaFp8<kN>::run(pt, descA + static_cast<uint64_t>(2 * q), descB + static_cast<uint64_t>(16 * q),
+                q > 0 ? 1 : 0);
+        }
+        wgCommit();
+        wgWait<0>();
+        fenceRegs(pt);
+        if (lane == 0)
+        {
+            mbarArrive(&empty[slot]);
+        }
+#pragma unroll
+        for (int e = 0; e < kACC; ++e)
+        {
+            fin[e] = __fadd_rn(fin[e], pt[e]);  // the promotion, once per 128-k block
+        }
+        if (++slot == kST)
+        {
+            slot = 0;
+            phase ^= 1u;
+        }
+    }
+    wgEpilogue<P, kN>(p, fin, Y, nullptr, M, N, yDtype, m0, nRow, nOk, t);
+#endif
+}
+
+template <class P, int kN, int kST>
+__global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __grid_constant__ CUtensorMap wmap,
+    const typename P::Params p, const uint8_t* __restrict__ Xw, void* __restrict__ Y, int M, int N, int K,
+    int32_t yDtype)
+{
+#ifdef METRALE_SM90A
+    using L = WgFp8Layout<kN, kST>;
+    extern __shared__ __align__(1024) uint8_t smemRaw[];
+    uint8_t* smem = smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
+    uint64_t* empty = full + kST;
+    const int tid = threadIdx.x;
+    const int nkb = (K + 127) >> 7;
+    const int mg = (M + 7) >> 3;
+    int m0 = 0;
+    int n0 = 0;
+    wgRasterTile(kN, m0, n0);
+    if (tid == 0)
+    {
+        for (int s = 0; s < kST; ++s)
+        {
+            mbarInit(&full[s], 1);  // the producer's expect_tx arrival
+            mbarInit(&empty[s], 4 * kWG_CONSUMERS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+    if ((tid >> 5) >= 4 * kWG_CONSUMERS)
+    {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS_R));
+        if (tid == 128 * kWG_CONSUMERS)
+        {
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
+            const uint32_t bytesB = static_cast<uint32_t>(min(kN, 8 * mg - m0)) * 128u;
+            produceStages<kST>(SliceCursor(nkb, 1), nkb, full, empty, [&](int slot, int kb) {
+                uint8_t* st = smem + slot * L::kStage;
+                mbarExpectTx(&full[slot], bytesB + static_cast<uint32_t>(L::kA));  // the box counts whole
+                bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
+                tmaLoad2d(st, &wmap, kb * 128, n0, &full[slot]);
+            });
+        }
+    }
+    else
+    {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
+        consumeWgmmaFp8<P, kN, kST>(p, smemAddr(smem), full, empty, Y, M, N, yDtype, nkb, m0, n0);
+    }
+#else
+    __trap();  // launched only where wgFp8Available() found sm_90a machine code
+#endif
+}
+
+/* Token tile: a function of m and the weight's shape only (never of the bits). */
+inline int wgFp8TokenTile(int64_t m, int64_t n)
+{
+    if (m <= 64)
+    {
+        return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 32 : 64;
+    }
+    const int64_t ctas128 = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 127) / 128);
+    return ctas128 >= 132 ? 128 : 64;
+}
+
+/* The weights [n, k] (e4m3 bytes, row-major, k a multiple of 16) as a TMA tensor map: boxes of
+ * 128 k x kWG_ROWS rows, 128-byte swizzle, zero fill outside. The driver's encoder through the
+ * runtime's entry point (no link against libcuda). */
+inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtensorMap* map)
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;  // a race only repeats the lookup
+    if (encode == nullptr)
+    {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        const cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q);
+        if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || fn == nullptr)
+        {
+            return cudaErrorNotSupported;
+        }
+        encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }
+    const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
+    const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
+    const cuuint32_t box[2] = {128, kWG_ROWS};
+    const cuuint32_t elem[2] = {1, 1};
+    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(w), dims, strides, box, elem,
+        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+template <class P, int kN>
+inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw, void* y,
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream)
+{
+    constexpr int kST = wgFp8Stages<kN>();
+    using L = WgFp8Layout<kN, kST>;
+    auto kern = projWgmmaFp8Kernel<P, kN, kST>;
+    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST>>(L::kSmem);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN, 1);
+    kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(map, p, Xw, y, m, n, k, yDtype);
+    return cudaGetLastError();
+}
+
+/* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes. */
+template <class P>
+inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n, int k,
+    int32_t yDtype, cudaStream_t stream)
+{
+    CUtensorMap map;
+    cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    switch (wgFp8TokenTile(m, n))
+    {
+    case 8: return launchProjWgmmaFp8N<P, 8>(map, p, Xw, y, m, n, k, yDtype, stream);
+    case 16: return launchProjWgmmaFp8N<P, 16>(map, p, Xw, y, m, n, k, yDtype, stream);
+    case 32: return launchProjWgmmaFp8N<P, 32>(map, p, Xw, y, m, n, k, yDtype, stream);
+    case 64: return launchProjWgmmaFp8N<P, 64>(map, p, Xw, y, m, n, k, yDtype, stream);
+    default: return launchProjWgmmaFp8N<P, 128>(map, p, Xw, y, m, n, k, yDtype, stream);
+    }
+}
+
+/* Whether this device runs the FP8 wgmma variant (its sm_90a machine code loaded). */
+template <class P>
+inline bool wgFp8Available()
+{
+    return sm90aKernelLoaded<projWgmmaFp8Kernel<P, 8, wgFp8Stages<8>()>>();
+}
+
+/* The operand of the variant in the workspace, from the fp8 pre-pass's xq (exact f16, [m, k]). */
+inline cudaError_t wgFp8Operand(const __half* xq, int64_t m, int64_t k, void* dst, cudaStream_t stream)
+{
+    const int mg = static_cast<int>((m + 7) / 8);
+    const int nkb = static_cast<int>((k + 127) / 128);
+    wgFp8OperandKernel<<<mg * nkb, 64, 0, stream>>>(reinterpret_cast<const uint16_t*>(xq), static_cast<uint8_t*>(dst),
+        static_cast<int>(m), static_cast<int>(k), mg);
+    return cudaGetLastError();
+}
+
+} // namespace metrale
+
+#endif // METRALE_PROJ_WGMMA_FP8_CUH
