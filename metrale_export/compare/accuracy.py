@@ -7,7 +7,7 @@ stream between decoder layers and every metrale op's input and output, taps.py):
   input to that op (teacher_forcing.check_ops), bound ``tolerances.op_bound``;
 - per layer: each decoder layer of the PyTorch model run on ONNX Runtime's input to that layer,
   its update of the residual stream and its new state against ONNX Runtime's
-  (teacher_forcing.check_layers), bound ``tolerances.layer_bound``;
+  (teacher_forcing.check_layers), bound ``tolerances.teacher_forced_layer_bound``;
 - end to end: logits and every state output, relative error (plus cosine similarity, top-1
   agreement and KL divergence of the logits), bound ``tolerances.end_to_end_bound`` of the depth
   at which the output is computed and of the activation formats.

@@ -128,7 +128,7 @@ def check_layers(model, taps: GraphTaps, values: dict, feed: dict, case: str, pa
     for i, tap in taps.layers.items():
         if str(i) not in model.model.layers or tap.x_in not in values or tap.x_out not in values:
             continue
-        bound = tolerances.layer_bound(formats.get(i, set()))
+        bound = tolerances.teacher_forced_layer_bound(formats.get(i, set()))
         x_in = values[tap.x_in]
         specs = model.states[i]
         states = [torch.from_numpy(np.ascontiguousarray(feed[f"{s.name}.{i}"])) for s in specs]
