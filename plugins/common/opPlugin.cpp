@@ -76,19 +76,6 @@ void OpPlugin::checkTypes(DataType const* types, int32_t nbInputs) const
     }
 }
 
-template <typename Desc>
-void OpPlugin::checkDescriptions(
-    Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs, bool allowWildcards) const
-{
-    checkCounts(nbInputs, nbOutputs);
-    METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
-    std::vector<Dims> dims;
-    std::vector<DataType> types;
-    collectDescriptions(in, nbInputs, dims, types);
-    checkDims(dims.data(), nbInputs, allowWildcards);
-    checkTypes(types.data(), nbInputs);
-}
-
 int32_t OpPlugin::configurePlugin(
     DynamicPluginTensorDesc const* in, int32_t nbInputs, DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept
 {

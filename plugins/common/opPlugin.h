@@ -125,8 +125,7 @@ protected:
     // The op (OpPluginOf<Policy>).
     //! Whether dimension dim of input (of rank rank) may be dynamic (symbolic at build).
     virtual bool isDynamic(int32_t input, int32_t dim, int32_t rank) const = 0;
-    //! Checks every input's dims against the fields and each other; -1 passes where allowWildcards.
-    virtual void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const = 0;
+    // checkDims (PluginCore's): every input's dims against the fields and each other.
     //! The outputs' expressions from the inputs'.
     virtual void outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out,
         nvinfer1::IExprBuilder& builder) const = 0;
@@ -146,14 +145,10 @@ protected:
     std::string mTimingCacheId;
     std::string mMetadata;
 
-private:
-    //! Throws unless the counts are the op's, naming its inputs and outputs.
-    void checkCounts(int32_t nbInputs, int32_t nbOutputs) const;
+    //! The counts of the op's inputs and outputs present, naming them.
+    void checkCounts(int32_t nbInputs, int32_t nbOutputs) const override;
     //! x an activation type, every other input its contract type.
-    void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const;
-    template <typename Desc>
-    void checkDescriptions(Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs,
-        bool allowWildcards) const;
+    void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const override;
 };
 
 //! The TensorRT type of a tensor of contract type type when x has type x.

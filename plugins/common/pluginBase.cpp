@@ -180,19 +180,6 @@ void PluginCore::checkLaunch(cudaError_t status, int64_t m)
     }
 }
 
-template <typename Desc>
-void PluginBase::checkDescriptions(
-    Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs, bool allowWildcards) const
-{
-    checkCounts(nbInputs, nbOutputs);
-    METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
-    std::vector<Dims> dims;
-    std::vector<DataType> types;
-    collectDescriptions(in, nbInputs, dims, types);
-    checkDims(dims.data(), nbInputs, allowWildcards);
-    checkTypes(types.data(), nbInputs);
-}
-
 int32_t PluginBase::configurePlugin(
     DynamicPluginTensorDesc const* in, int32_t nbInputs, DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept
 {

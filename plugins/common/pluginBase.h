@@ -258,6 +258,24 @@ protected:
 
     //! The checkpoint name of the node (its name field), or "" (then messages show the layer name).
     virtual std::string const& nodeName() const = 0;
+    //! Throws unless nbInputs and nbOutputs are the op's, naming the tensors expected.
+    virtual void checkCounts(int32_t nbInputs, int32_t nbOutputs) const = 0;
+    //! Checks static dims against the contract; with allowWildcards, -1 (unknown at build time) passes.
+    virtual void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const = 0;
+    virtual void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const = 0;
+    //! configurePlugin's and onShapeChange's input checks (Desc: the build or run-time description).
+    template <typename Desc>
+    void checkDescriptions(Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs,
+        bool allowWildcards) const
+    {
+        checkCounts(nbInputs, nbOutputs);
+        METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
+        std::vector<nvinfer1::Dims> dims;
+        std::vector<nvinfer1::DataType> types;
+        collectDescriptions(in, nbInputs, dims, types);
+        checkDims(dims.data(), nbInputs, allowWildcards);
+        checkTypes(types.data(), nbInputs);
+    }
     //! Appends every field, in contract order, pointing into this object's members.
     virtual void writeFields(FieldWriter& writer) const = 0;
 
@@ -325,11 +343,7 @@ protected:
 
     // The layout (ProjectionPlugin, GroupedProjectionPlugin): inputs, shapes and their messages.
     virtual int32_t expectedNbInputs() const = 0;
-    //! Throws unless nbInputs and nbOutputs are the layout's, naming the inputs expected.
-    virtual void checkCounts(int32_t nbInputs, int32_t nbOutputs) const = 0;
-    //! Checks static dims against the contract; with allowWildcards, -1 (unknown at build time) passes.
-    virtual void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const = 0;
-    virtual void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const = 0;
+    // checkCounts, checkDims, checkTypes: PluginCore's, per layout.
     //! Whether input pos (not x) may have type for an x of xType.
     virtual bool supportsInputType(int32_t pos, nvinfer1::DataType type, nvinfer1::DataType xType) const = 0;
     //! Whether dimension 0 of input i is M, and the note that says so in messages.
@@ -367,10 +381,6 @@ protected:
 private:
     //! sep-prefixed activation_format (when the op has one) and the op's own attributes.
     std::string formatText(char const* sep) const;
-    //! configurePlugin's and onShapeChange's input checks (Desc: the build or run-time description).
-    template <typename Desc>
-    void checkDescriptions(Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs,
-        bool allowWildcards) const;
 };
 
 //! The creator of a plugin: Plugin supplies kOP_TYPE, kPLUGIN_VERSION (its contract::<Op>'s),
