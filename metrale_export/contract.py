@@ -390,7 +390,7 @@ def _name_tail() -> tuple[Attribute, ...]:
 # RMSNorm: y = norm(s) scaled by the weight, s = x (+ residual); optionally gated by silu(gate).
 RMSNORM_BLOCK = 256  # threads a row (one CTA a row): the fixed reduction width (docs/ops.md)
 RMSNORM = OpSpec(
-    "RMSNorm", "rms_norm", 1, category="norm", torch_op="rms_norm", has_plugin=False,
+    "RMSNorm", "rms_norm", 1, category="norm", torch_op="rms_norm",
     inputs=(Input("weight", "x", ("k",), doc="the norm weight, x's dtype"),
             Input("residual", "x", ("...", "k"), "has_residual", "added to x first (the fused residual add)"),
             Input("gate", "x", ("...", "k"), "has_gate", "z of the gated norm: the result times silu(z)")),
@@ -409,7 +409,7 @@ RMSNORM = OpSpec(
 # FloatProj: the float weights that stay float (lm_head, the router gate, GDN's small
 # projections), W4A16's bf16 arithmetic without the dequantization.
 FLOAT_PROJ = OpSpec(
-    "FloatProj", "float", 1, "bf16", category="float projection", torch_op="float_proj", has_plugin=False,
+    "FloatProj", "float", 1, "bf16", category="float projection", torch_op="float_proj",
     inputs=(Input("weight", "bfloat16", ("n", "k"), doc="bf16, rounded once from the checkpoint"), _BIAS),
     attributes=(*_common_head(), Attribute("has_bias", "int", (0, 1), 0), *_name_tail()),
     doc=_X_DOC)
@@ -417,7 +417,7 @@ FLOAT_PROJ = OpSpec(
 # Router: softmax over the experts and top-k a row (ties: the lower expert id), optionally
 # renormalized; x are the router logits (a FloatProj's output).
 ROUTER = OpSpec(
-    "Router", "router", 1, category="router", torch_op="router", x_name="logits", has_plugin=False,
+    "Router", "router", 1, category="router", torch_op="router", x_name="logits",
     attributes=(Attribute("num_experts", "int", doc="E, the logits' columns"),
                 Attribute("top_k", "int", doc="experts a row"),
                 Attribute("normalize", "int", (0, 1), 0, "1: divide the top-k probabilities by their sum"),
@@ -543,7 +543,7 @@ LOG2E = 1.4426950408889634     # log2(e) as a float64
 # The op: q [B, Hq, S, D] (x_name "q"), key / value [B, Hkv, T, D] (the cache with this step's keys
 # appended), y [B, S, Hq, D]; shapes "x.<i>" are q's dimension i.
 ATTENTION = OpSpec(
-    "Attention", "attention", 1, category="attention", torch_op="attention", x_name="q", has_plugin=False,
+    "Attention", "attention", 1, category="attention", torch_op="attention", x_name="q",
     inputs=(Input("key", "x", ("x.0", "kv_heads", "total", "head_dim"),
                   doc="the keys of the past and of this step, [B, kv_heads, total, head_dim], total >= S"),
             Input("value", "x", ("x.0", "kv_heads", "total", "head_dim"), doc="the values, as key")),

@@ -8,7 +8,7 @@ in ``namespace metrale::contract`` the domain, its version, the families, the sc
 constants and blocks, one ``struct <op_type>`` per op of ``OPS`` (type, version, activation formats
 and default, whether it has a plugin, the dense op of a grouped one, the retired version and what
 changed, the compatible version, the fields in contract order with their types and defaults, each enumerated field's values
-in code order, and the inputs after x with dtype, gate and shape) and ``kOPS``, every op's identity.
+in code order, the inputs after x with dtype, gate and shape, and the outputs with dtype, gate and shape) and ``kOPS``, every op's identity.
 
 Invariants:
 - the text is a pure function of the contract (no dates, no paths): regenerating an unchanged
@@ -93,6 +93,15 @@ def _input(spec: c.OpSpec, i: c.Input) -> str:
     return f"        {{{_str(i.name)}, TensorType::{kind}, {_str(i.gate)}, {_str(gate_value)}, {_str(shape)}}},"
 
 
+def _output(spec: c.OpSpec, o: c.Output) -> str:
+    kind = _TENSOR_TYPES.get(o.dtype)
+    if kind is None:
+        raise ValueError(f"{spec.op_type}: output {o.name!r} has dtype {o.dtype!r}, which has no C++ spelling in "
+                         f"contract_header._TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
+    shape = "[" + ", ".join(o.shape) + "]"
+    return f"        {{{_str(o.name)}, TensorType::{kind}, {_str(o.gate)}, {_str(shape)}}},"
+
+
 def _retired(spec: c.OpSpec) -> tuple[str | None, str | None]:
     older = sorted(v for (t, v) in c.OLDER_VERSIONS if t == spec.op_type)
     if not older:
@@ -113,6 +122,8 @@ def _op(spec: c.OpSpec) -> list[str]:
         "    //! The TensorRT plugin version: the op version as a string.",
         f"    static constexpr char const* kVERSION{{{_str(str(spec.version))}}};",
         f"    static constexpr char const* kKIND{{{_str(spec.kind)}}};",
+        "    //! The name of the first input (x, the router's logits, attention's q), for messages.",
+        f"    static constexpr char const* kX_NAME{{{_str(spec.x_name)}}};",
         f"    static constexpr bool kHAS_PLUGIN{{{'true' if spec.has_plugin else 'false'}}};",
         f"    //! The dense op each expert computes (grouped-expert ops), else nullptr.",
         f"    static constexpr char const* kGROUPED_OF{{{_str(spec.grouped_of)}}};",
@@ -134,6 +145,10 @@ def _op(spec: c.OpSpec) -> list[str]:
         "    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).",
         "    static constexpr Input kINPUTS[]{",
         *(_input(spec, i) for i in spec.inputs),
+        "    };",
+        "    //! The outputs, positional; an optional one is present when its gate field is 1.",
+        "    static constexpr Output kOUTPUTS[]{",
+        *(_output(spec, o) for o in spec.outputs),
         "    };",
         "};",
         "",
@@ -181,6 +196,7 @@ def to_header() -> str:
         f"constexpr int32_t kFP8_BLOCK{{{c.FP8_BLOCK}}};",
         f"constexpr int32_t kNVFP4_BLOCK{{{c.NVFP4_BLOCK}}};",
         f"constexpr int32_t kRMSNORM_BLOCK{{{c.RMSNORM_BLOCK}}};  // RMSNorm: threads a row beyond one warp",
+        f"constexpr double kLOG2E{{{c.LOG2E!r}}};  // Attention: scale_log2 = float32(float32(scale) * kLOG2E)",
         "",
         "// What the CUDA kernels serve beyond the contract: K a multiple of this (KERNEL_K_MULTIPLE).",
         *(f"constexpr int32_t k{t.upper()}_KERNEL_K_MULTIPLE{{{v}}};" for t, v in c.KERNEL_K_MULTIPLE.items()),
@@ -211,6 +227,16 @@ def to_header() -> str:
         "    TensorType type;",
         "    char const* gate;",
         "    char const* gateValue;",
+        "    char const* shape;",
+        "};",
+        "",
+        "//! One output: gate is the int field that says whether an optional one is present (nullptr:",
+        "//! always present); shape is the contract's expression (\"...\": x's leading dimensions), for messages.",
+        "struct Output",
+        "{",
+        "    char const* name;",
+        "    TensorType type;",
+        "    char const* gate;",
         "    char const* shape;",
         "};",
         "",

@@ -16,24 +16,30 @@ FIXED = "declared: every engine runs the same format per op"
 
 def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
     """Qwen3 per layer: 7 projections covered; the metrale Attention and the input, q, k and
-    post-attention metrale RMSNorms left while they have no TensorRT plugin (the plugin lowering
-    expands them); then the final norm and the lm_head FloatProj."""
+    post-attention metrale RMSNorms, then the final norm and the lm_head FloatProj: covered when the
+    contract gives the op a plugin, else left (the plugin lowering expands them)."""
+    from metrale_export import contract
+
     out = demo_exports["w4a16"]
     r = CliRunner().invoke(cli, ["inspect", str(out), "--json"])
     assert r.exit_code == 0, r.output
     ri = json.loads(r.output)["row_invariance"]
     layers = DEMO_CONFIG["num_hidden_layers"]
-    assert len(ri["covers"]) == 7 * layers
+    counts = {"Attention": layers, "RMSNorm": 4 * layers + 1, "FloatProj": 1}
+    kinds = {"Attention": "attention", "RMSNorm": "norm", "FloatProj": "float projection"}
+    plugin = {t: contract.op(t).has_plugin for t in counts}
+    assert len(ri["covers"]) == 7 * layers + sum(n for t, n in counts.items() if plugin[t])
     assert {c["name"] for c in ri["covers"]} >= {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"}
-    assert ri["left_by_kind"] == {"attention": layers, "norm": 4 * layers + 1, "float projection": 1}
+    assert ri["left_by_kind"] == {kinds[t]: n for t, n in counts.items() if not plugin[t]}
     left = ri["left_to_tensorrt"]
     for layer in range(layers):
         here = [e for e in left if e["where"] == f"model.layers.{layer}"]
         assert [(e["op_type"], e.get("expanded")) for e in here if e["kind"] == "attention"] == \
-            [("Attention", "no TensorRT plugin yet")]
-        assert [e["op_type"] for e in here if e["kind"] == "norm"] == ["RMSNorm"] * 4
+            ([] if plugin["Attention"] else [("Attention", "no TensorRT plugin yet")])
+        assert [e["op_type"] for e in here if e["kind"] == "norm"] == ([] if plugin["RMSNorm"] else ["RMSNorm"] * 4)
     tail = [e for e in left if e["where"] == "model"]
-    assert [(e["kind"], e["op_type"]) for e in tail] == [("norm", "RMSNorm"), ("float projection", "FloatProj")]
+    assert [(e["kind"], e["op_type"]) for e in tail] == \
+        [(kinds[t], t) for t in ("RMSNorm", "FloatProj") if not plugin[t]]
     assert all("no TensorRT plugin" in e["expanded"] for e in left if e["op_type"] in ("RMSNorm", "FloatProj"))
     # The export's manifest says the same.
     manifest = json.loads((out / "manifest.json").read_text())
@@ -41,39 +47,46 @@ def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
         {k: v for k, v in ri.items() if k != "applies_to"}
 
     text = CliRunner().invoke(cli, ["inspect", str(out)]).output
-    assert f"covers the outputs of {7 * layers} metrale projections" in text
-    assert f"{layers} attention (Attention)" in text and f"{4 * layers + 1} norm (RMSNorm)" in text
+    assert f"covers the outputs of {len(ri['covers'])} metrale " in text
+    assert plugin["Attention"] or f"{layers} attention (Attention)" in text
+    assert plugin["RMSNorm"] or f"{4 * layers + 1} norm (RMSNorm)" in text
 
 
-def test_with_their_plugins_no_norm_float_projection_or_router_is_left(demo_exports, monkeypatch):
-    """Once the norms, the float projection and the router have plugins, the plugin lowering keeps
-    them and the audit covers them: of the row-sensitive ops only the expanded Attention's MatMul and
-    Softmax are left (it has no plugin yet)."""
+def test_with_their_plugins_nothing_row_sensitive_is_left(demo_exports, monkeypatch):
+    """With plugins for the norms, the float projection, the router and attention (the contract's
+    has_plugin, set here so the test says what it needs), the plugin lowering keeps every metrale op
+    and the audit finds no row-sensitive op left to TensorRT: the whole graph is covered."""
     import dataclasses
 
     import onnx
 
     from metrale_export import contract
     from metrale_export.engines import lowering
-    from metrale_export.invariance import ROW_SENSITIVE
 
-    for t in ("RMSNorm", "FloatProj", "Router"):
+    for t in ("RMSNorm", "FloatProj", "Router", "Attention"):
         monkeypatch.setitem(contract.OPS, t, dataclasses.replace(contract.OPS[t], has_plugin=True))
     model = onnx.load(str(demo_exports["w4a16"] / "model.onnx"), load_external_data=False)
     formats = {op.key: op.activation_format for op in lowering.metrale_ops(model)}
     lowered = lowering.lower_plugins(model, formats)
-    assert {n.op_type for n in lowered.graph.node if n.domain == "metrale"} == {"W4A16Proj", "RMSNorm", "FloatProj"}
+    assert {n.op_type for n in lowered.graph.node if n.domain == "metrale"} == \
+        {"W4A16Proj", "RMSNorm", "FloatProj", "Attention"}
     a = audit(lowered.graph)
-    assert set(a["left_by_kind"]) == {"attention"}
-    assert {e["op_type"] for e in a["left_to_tensorrt"]} <= ROW_SENSITIVE - {"ReduceMean", "Gemm"}
-    assert not [n for n in lowered.graph.node if n.op_type.startswith("Reduce")]
+    assert a["left_by_kind"] == {} and a["left_to_tensorrt"] == []
+    assert not [n for n in lowered.graph.node if n.op_type.startswith("Reduce") or n.op_type == "Softmax"]
 
 
-def test_without_their_plugins_the_plugin_lowering_expands_them(demo_exports):
+def test_without_their_plugins_the_plugin_lowering_expands_them(demo_exports, monkeypatch):
+    """An op the contract gives no plugin (here: all four non-projection ops, whatever the contract
+    says today) is expanded to standard ONNX, and the audit finds its reductions."""
+    import dataclasses
+
     import onnx
 
+    from metrale_export import contract
     from metrale_export.engines import lowering
 
+    for t in ("RMSNorm", "FloatProj", "Router", "Attention"):
+        monkeypatch.setitem(contract.OPS, t, dataclasses.replace(contract.OPS[t], has_plugin=False))
     model = onnx.load(str(demo_exports["w4a16"] / "model.onnx"), load_external_data=False)
     plan = lowering.plugin_plan(model)
     assert {v for v in plan.values()} == {("format", "activation format"),

@@ -35,8 +35,11 @@ CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* co
     a.k = reader.getInt("k");
     METRALE_REQUIRE(a.n > 0, "field 'n': expected a positive N, found ", a.n);
     METRALE_REQUIRE(a.k > 0, "field 'k': expected a positive K, found ", a.k);
-    a.activationFormatName = reader.getString("activation_format");
-    a.activationFormat = parseActivationFormat(a.activationFormatName, allowedFormats, nbFormats);
+    if (nbFormats > 0)  // FloatProj has no activation format: bf16 arithmetic, no field
+    {
+        a.activationFormatName = reader.getString("activation_format");
+        a.activationFormat = parseActivationFormat(a.activationFormatName, allowedFormats, nbFormats);
+    }
     a.hasBias = parseFlag(reader, "has_bias") ? 1 : 0;
     a.family = reader.getString("family");
     if (!a.family.empty())
@@ -96,20 +99,19 @@ void collectDescriptions(
 }
 
 PluginBase::PluginBase(OpIdentity op, std::string layerName, CommonAttributes attrs, std::vector<InputSpec> inputs)
-    : mOp(op)
+    : PluginCore(op, std::move(layerName))
     , mAttrs(std::move(attrs))
     , mInputs(std::move(inputs))
-    , mLayerName(std::move(layerName))
 {
 }
 
-std::string PluginBase::identity() const
+std::string PluginCore::identity() const
 {
-    std::string const& shown = mAttrs.name.empty() ? mLayerName : mAttrs.name;
+    std::string const& shown = nodeName().empty() ? mLayerName : nodeName();
     return cat(kPLUGIN_NAMESPACE, "::", getPluginName(), " '", shown, "'");
 }
 
-void PluginBase::reportException(char const* method, std::exception const& e) const noexcept
+void PluginCore::reportException(char const* method, std::exception const& e) const noexcept
 {
     try
     {
@@ -123,7 +125,7 @@ void PluginBase::reportException(char const* method, std::exception const& e) co
     }
 }
 
-void PluginBase::reportUnknownException(char const* method) const noexcept
+void PluginCore::reportUnknownException(char const* method) const noexcept
 {
     try
     {
@@ -136,7 +138,7 @@ void PluginBase::reportUnknownException(char const* method) const noexcept
     }
 }
 
-nvinfer1::IPluginCapability* PluginBase::getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept
+nvinfer1::IPluginCapability* PluginCore::getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept
 {
     METRALE_GUARDED("getCapabilityInterface", nullptr, {
         switch (type)
@@ -166,7 +168,7 @@ void PluginBase::requireCounts(
     METRALE_REQUIRE(nbOutputs == 1, "expected 1 output (y), found ", nbOutputs);
 }
 
-void PluginBase::checkLaunch(cudaError_t status, int64_t m)
+void PluginCore::checkLaunch(cudaError_t status, int64_t m)
 {
     if (status != cudaSuccess)
     {
@@ -176,19 +178,6 @@ void PluginBase::checkLaunch(cudaError_t status, int64_t m)
                 ? nvinfer1::ErrorCode::kINVALID_ARGUMENT
                 : nvinfer1::ErrorCode::kFAILED_EXECUTION);
     }
-}
-
-template <typename Desc>
-void PluginBase::checkDescriptions(
-    Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs, bool allowWildcards) const
-{
-    checkCounts(nbInputs, nbOutputs);
-    METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
-    std::vector<Dims> dims;
-    std::vector<DataType> types;
-    collectDescriptions(in, nbInputs, dims, types);
-    checkDims(dims.data(), nbInputs, allowWildcards);
-    checkTypes(types.data(), nbInputs);
 }
 
 int32_t PluginBase::configurePlugin(
@@ -282,13 +271,23 @@ size_t PluginBase::getWorkspaceSize(DynamicPluginTensorDesc const* inputs, int32
     })
 }
 
+std::string PluginBase::formatText(char const* sep) const
+{
+    std::string text;
+    if (!mAttrs.activationFormatName.empty())
+    {
+        text = cat(sep, "activation_format=", mAttrs.activationFormatName);
+    }
+    std::string const own = describeOpAttributes();
+    return own.empty() ? text : cat(text, sep, own);
+}
+
 char const* PluginBase::getTimingCacheID() noexcept
 {
     METRALE_GUARDED("getTimingCacheID", nullptr, {
         // The checkpoint name is left out: projections of equal shape and format share timings.
         mTimingCacheId = cat(getPluginName(), ";n=", mAttrs.n, ";k=", mAttrs.k, describeLayout(";"),
-            ";activation_format=", mAttrs.activationFormatName, ";", describeOpAttributes(),
-            ";has_bias=", mAttrs.hasBias);
+            formatText(";"), ";has_bias=", mAttrs.hasBias);
         return mTimingCacheId.c_str();
     })
 }
@@ -297,8 +296,7 @@ char const* PluginBase::getMetadataString() noexcept
 {
     METRALE_GUARDED("getMetadataString", nullptr, {
         mMetadata = cat(getPluginName(), " name=", mAttrs.name, " family=", mAttrs.family, " n=", mAttrs.n,
-            " k=", mAttrs.k, describeLayout(" "), " activation_format=", mAttrs.activationFormatName, " ",
-            describeOpAttributes(), " has_bias=", mAttrs.hasBias);
+            " k=", mAttrs.k, describeLayout(" "), formatText(" "), " has_bias=", mAttrs.hasBias);
         return mMetadata.c_str();
     })
 }
@@ -352,19 +350,19 @@ int32_t PluginBase::enqueue(PluginTensorDesc const* inputDesc, PluginTensorDesc 
     })
 }
 
-nvinfer1::IPluginV3* PluginBase::attachToContext(nvinfer1::IPluginResourceContext* context) noexcept
+nvinfer1::IPluginV3* PluginCore::attachToContext(nvinfer1::IPluginResourceContext* context) noexcept
 {
     METRALE_GUARDED("attachToContext", nullptr, {
         METRALE_REQUIRE(context != nullptr, "null resource context");
         nvinfer1::IPluginV3* copy = clone();
         METRALE_REQUIRE(copy != nullptr, "clone failed");
-        // Every metrale plugin's clone() is a PluginBase; the copy reports to its context's recorder.
-        static_cast<PluginBase*>(copy)->mRecorder = context->getErrorRecorder();
+        // Every metrale plugin's clone() is a PluginCore; the copy reports to its context's recorder.
+        static_cast<PluginCore*>(copy)->mRecorder = context->getErrorRecorder();
         return copy;
     })
 }
 
-nvinfer1::PluginFieldCollection const* PluginBase::getFieldsToSerialize() noexcept
+nvinfer1::PluginFieldCollection const* PluginCore::getFieldsToSerialize() noexcept
 {
     METRALE_GUARDED("getFieldsToSerialize", nullptr, {
         // Rebuilt on every call so the fields point into this object, also after a copy.

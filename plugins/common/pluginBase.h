@@ -61,7 +61,8 @@ struct OpIdentity
 };
 
 //! Parses n, k, activation_format, has_bias, family and name; activation_format must be one of
-//! the nbFormats allowedFormats (absent: the contract's default, which the reader knows).
+//! the nbFormats allowedFormats (absent: the contract's default, which the reader knows); an op
+//! with no activation formats (nbFormats 0: FloatProj) has no such field.
 CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const* allowedFormats, int32_t nbFormats);
 
 //! The same for an op's contract::<Op>::kACTIVATION_FORMATS.
@@ -214,13 +215,16 @@ std::vector<nvinfer1::Dims> staticDims(
     }                                                                                                  \
     return onError;
 
-class PluginBase : public nvinfer1::IPluginV3,
+//! What every metrale plugin is, projection or not (PluginBase, OpPlugin): the capability
+//! interfaces, its identity (op type, version, namespace, node name), error reporting with that
+//! identity, context attachment and the serialized fields.
+class PluginCore : public nvinfer1::IPluginV3,
                    public nvinfer1::IPluginV3OneCore,
                    public nvinfer1::IPluginV3OneBuild,
                    public nvinfer1::IPluginV3OneRuntime
 {
 public:
-    ~PluginBase() override = default;
+    ~PluginCore() override = default;
 
     // IPluginV3
     nvinfer1::IPluginCapability* getCapabilityInterface(nvinfer1::PluginCapabilityType type) noexcept override;
@@ -238,6 +242,64 @@ public:
     {
         return kPLUGIN_NAMESPACE;
     }
+
+    // IPluginV3OneRuntime
+    nvinfer1::IPluginV3* attachToContext(nvinfer1::IPluginResourceContext* context) noexcept override;
+    nvinfer1::PluginFieldCollection const* getFieldsToSerialize() noexcept override;
+
+protected:
+    PluginCore(OpIdentity op, std::string layerName)
+        : mOp(op)
+        , mLayerName(std::move(layerName))
+    {
+    }
+    PluginCore(PluginCore const&) = default;
+    PluginCore& operator=(PluginCore const&) = delete;
+
+    //! The checkpoint name of the node (its name field), or "" (then messages show the layer name).
+    virtual std::string const& nodeName() const = 0;
+    //! Throws unless nbInputs and nbOutputs are the op's, naming the tensors expected.
+    virtual void checkCounts(int32_t nbInputs, int32_t nbOutputs) const = 0;
+    //! Checks static dims against the contract; with allowWildcards, -1 (unknown at build time) passes.
+    virtual void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const = 0;
+    virtual void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const = 0;
+    //! configurePlugin's and onShapeChange's input checks (Desc: the build or run-time description).
+    template <typename Desc>
+    void checkDescriptions(Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs,
+        bool allowWildcards) const
+    {
+        checkCounts(nbInputs, nbOutputs);
+        METRALE_REQUIRE(in != nullptr && out != nullptr, "null tensor descriptions");
+        std::vector<nvinfer1::Dims> dims;
+        std::vector<nvinfer1::DataType> types;
+        collectDescriptions(in, nbInputs, dims, types);
+        checkDims(dims.data(), nbInputs, allowWildcards);
+        checkTypes(types.data(), nbInputs);
+    }
+    //! Appends every field, in contract order, pointing into this object's members.
+    virtual void writeFields(FieldWriter& writer) const = 0;
+
+    //! Reports an exception caught in method, with the plugin's identity.
+    void reportException(char const* method, std::exception const& e) const noexcept;
+    void reportUnknownException(char const* method) const noexcept;
+    //! Throws the PluginError of a failed kernel launch for m rows (nothing on cudaSuccess).
+    static void checkLaunch(cudaError_t status, int64_t m);
+
+    OpIdentity mOp;
+    std::string mLayerName;
+
+private:
+    std::string identity() const;
+
+    nvinfer1::IErrorRecorder* mRecorder{nullptr};
+    FieldWriter mFieldWriter;
+};
+
+//! The projections' base: one output y of x's type, [M, K] rows, the common attributes.
+class PluginBase : public PluginCore
+{
+public:
+    ~PluginBase() override = default;
 
     // IPluginV3OneBuild
     int32_t getNbOutputs() const noexcept override
@@ -281,11 +343,7 @@ protected:
 
     // The layout (ProjectionPlugin, GroupedProjectionPlugin): inputs, shapes and their messages.
     virtual int32_t expectedNbInputs() const = 0;
-    //! Throws unless nbInputs and nbOutputs are the layout's, naming the inputs expected.
-    virtual void checkCounts(int32_t nbInputs, int32_t nbOutputs) const = 0;
-    //! Checks static dims against the contract; with allowWildcards, -1 (unknown at build time) passes.
-    virtual void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const = 0;
-    virtual void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const = 0;
+    // checkCounts, checkDims, checkTypes: PluginCore's, per layout.
     //! Whether input pos (not x) may have type for an x of xType.
     virtual bool supportsInputType(int32_t pos, nvinfer1::DataType type, nvinfer1::DataType xType) const = 0;
     //! Whether dimension 0 of input i is M, and the note that says so in messages.
@@ -305,36 +363,24 @@ protected:
     virtual cudaError_t launch(LaunchArgs args, void const* const* inputs) const = 0;
     //! The op-specific attributes as "key=value;..." (timing cache ID and metadata).
     virtual std::string describeOpAttributes() const = 0;
-    //! Appends every field, in contract order, pointing into this object's members.
-    virtual void writeFields(FieldWriter& writer) const = 0;
+    std::string const& nodeName() const override
+    {
+        return mAttrs.name;
+    }
 
     //! checkCounts for a layout: the message names the inputs (rowNames, the op's inputs, tailNames)
     //! and the fields that set their count (gates, e.g. "combine=1, ", then has_bias).
     void requireCounts(int32_t nbInputs, int32_t nbOutputs, char const* rowNames, char const* tailNames,
         std::string const& gates) const;
-    //! Throws the PluginError of a failed kernel launch for m rows (nothing on cudaSuccess).
-    static void checkLaunch(cudaError_t status, int64_t m);
 
-    //! Reports an exception caught in method, with the plugin's identity.
-    void reportException(char const* method, std::exception const& e) const noexcept;
-    void reportUnknownException(char const* method) const noexcept;
-
-    OpIdentity mOp;
     CommonAttributes mAttrs;
     std::vector<InputSpec> mInputs;
-    std::string mLayerName;
     std::string mTimingCacheId;
     std::string mMetadata;
 
 private:
-    std::string identity() const;
-    //! configurePlugin's and onShapeChange's input checks (Desc: the build or run-time description).
-    template <typename Desc>
-    void checkDescriptions(Desc const* in, int32_t nbInputs, Desc const* out, int32_t nbOutputs,
-        bool allowWildcards) const;
-
-    nvinfer1::IErrorRecorder* mRecorder{nullptr};
-    FieldWriter mFieldWriter;
+    //! sep-prefixed activation_format (when the op has one) and the op's own attributes.
+    std::string formatText(char const* sep) const;
 };
 
 //! The creator of a plugin: Plugin supplies kOP_TYPE, kPLUGIN_VERSION (its contract::<Op>'s),

@@ -3,6 +3,8 @@
  */
 #include "pluginCommon.h"
 
+#include <cmath>
+
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -202,6 +204,33 @@ std::string FieldReader::toString(nvinfer1::PluginField const& field) const
         ++length;
     }
     return std::string(data, length);
+}
+
+float FieldReader::toFloat(nvinfer1::PluginField const& field) const
+{
+    using nvinfer1::PluginFieldType;
+    METRALE_REQUIRE(field.data != nullptr && field.length == 1, "field '", field.name,
+        "': expected one float, found length ", field.length, field.data == nullptr ? " and no data" : "");
+    double value = 0.0;
+    switch (field.type)
+    {
+    case PluginFieldType::kFLOAT32: value = *static_cast<float const*>(field.data); break;
+    case PluginFieldType::kFLOAT64: value = *static_cast<double const*>(field.data); break;
+    default:
+        throw PluginError(cat("field '", field.name, "': expected kFLOAT32, found PluginFieldType ",
+            static_cast<int32_t>(field.type)));
+    }
+    float const rounded = static_cast<float>(value);
+    METRALE_REQUIRE(std::isfinite(rounded), "field '", field.name, "': ", value, " is not a finite float32");
+    return rounded;
+}
+
+float FieldReader::getFloat(char const* name) const
+{
+    contract::Field const& f = field(name, contract::FieldType::kFLOAT);
+    nvinfer1::PluginField const* given = find(name);
+    METRALE_REQUIRE(given != nullptr || !f.required, "required field '", name, "' (kFLOAT32) is missing");
+    return given == nullptr ? f.floatDefault : toFloat(*given);
 }
 
 int32_t FieldReader::getInt(char const* name) const

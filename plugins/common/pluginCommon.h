@@ -118,6 +118,8 @@ public:
     int32_t getInt(char const* name) const;
     //! A string field (kSTRING in the contract).
     std::string getString(char const* name) const;
+    //! A float field (kFLOAT in the contract): kFLOAT32, or kFLOAT64 that rounds to a finite float.
+    float getFloat(char const* name) const;
 
 private:
     //! The contract's field name, checked to have type; throws (internal) for a name it lacks.
@@ -125,6 +127,7 @@ private:
     nvinfer1::PluginField const* find(char const* name) const;
     int32_t toInt(nvinfer1::PluginField const& field) const;
     std::string toString(nvinfer1::PluginField const& field) const;
+    float toFloat(nvinfer1::PluginField const& field) const;
 
     nvinfer1::PluginFieldCollection const* mFc;
     contract::Field const* mFields;
@@ -153,6 +156,11 @@ public:
     {
         mFields.emplace_back(
             name, value.c_str(), nvinfer1::PluginFieldType::kCHAR, static_cast<int32_t>(value.size()));
+    }
+
+    void floatField(char const* name, float const& value)
+    {
+        mFields.emplace_back(name, &value, nvinfer1::PluginFieldType::kFLOAT32, 1);
     }
 
     nvinfer1::PluginFieldCollection const* collection() noexcept
@@ -220,6 +228,10 @@ public:
     {
         visit(name, contract::FieldType::kSTRING);
     }
+    void floatField(char const* name, float const&)
+    {
+        visit(name, contract::FieldType::kFLOAT);
+    }
     void finish() const;
 
 private:
@@ -246,6 +258,7 @@ public:
     {
         mStrings.emplace_back(name, value);
     }
+    void floatField(char const*, float const&) {}
     //! The value of the int field name; throws (internal) when the walk did not visit it.
     int32_t at(char const* name) const;
     //! The value of the string field name; throws (internal) when the walk did not visit it.

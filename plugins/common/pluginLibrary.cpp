@@ -7,7 +7,11 @@
  *   finds the creators through getCreators() and gives a logger through setLoggerFinder().
  * - The creators live as long as the library; getCreators() returns the same array every call.
  */
+#include "../attention/AttentionPlugin.h"
+#include "../floatProj/FloatProjPlugin.h"
 #include "../moeProj/GroupedProjectionPlugin.h"
+#include "../rmsNorm/RMSNormPlugin.h"
+#include "../router/RouterPlugin.h"
 #include "../w4a16Proj/W4A16ProjPlugin.h"
 #include "../w4a4Proj/W4A4ProjPlugin.h"
 #include "../w8a8Proj/W8A8ProjPlugin.h"
@@ -26,6 +30,7 @@ METRALE_PLUGIN_API nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t
     static ProjectionPluginCreator<DenseProjPlugin<W4A16Format>> sW4A16Creator;
     static ProjectionPluginCreator<DenseProjPlugin<W8A8Format>> sW8A8Creator;
     static ProjectionPluginCreator<DenseProjPlugin<W4A4Format>> sW4A4Creator;
+    static ProjectionPluginCreator<DenseProjPlugin<FloatFormat>> sFloatCreator;
     static RetiredPluginCreator<DenseProjPlugin<W4A16Format>> sW4A16V1Creator;  // refuses version-1 graphs
     static CompatiblePluginCreator<DenseProjPlugin<W8A8Format>> sW8A8V1Creator;  // version-1 nodes, as they are
     // The grouped-expert ops (plugins/moeProj/).
@@ -34,9 +39,13 @@ METRALE_PLUGIN_API nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t
     static ProjectionPluginCreator<GroupedProjPlugin<W4A4Format>> sW4A4MoECreator;
     static RetiredPluginCreator<GroupedProjPlugin<W4A16Format>> sW4A16MoEV1Creator;  // refuses version-1 graphs
     static CompatiblePluginCreator<GroupedProjPlugin<W8A8Format>> sW8A8MoEV1Creator;  // version-1 nodes
-    static nvinfer1::IPluginCreatorInterface* const kCREATORS[] = {&sW4A16Creator, &sW8A8Creator, &sW4A4Creator,
+    // The non-projection ops (common/opPlugin.h).
+    static ProjectionPluginCreator<OpPluginOf<RMSNormOp>> sRMSNormCreator;
+    static ProjectionPluginCreator<OpPluginOf<RouterOp>> sRouterCreator;
+    static ProjectionPluginCreator<OpPluginOf<AttentionOp>> sAttentionCreator;
+    static nvinfer1::IPluginCreatorInterface* const kCREATORS[] = {&sW4A16Creator, &sW8A8Creator, &sW4A4Creator, &sFloatCreator,
         &sW4A16V1Creator, &sW8A8V1Creator, &sW4A16MoECreator, &sW8A8MoECreator, &sW4A4MoECreator,
-        &sW4A16MoEV1Creator, &sW8A8MoEV1Creator};
+        &sW4A16MoEV1Creator, &sW8A8MoEV1Creator, &sRMSNormCreator, &sRouterCreator, &sAttentionCreator};
     nbCreators = static_cast<int32_t>(sizeof(kCREATORS) / sizeof(kCREATORS[0]));
     return kCREATORS;
 }

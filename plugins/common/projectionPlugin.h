@@ -94,7 +94,9 @@ public:
         // The parser passes only the fields fieldNames() lists (a plugin_version node attribute,
         // which the parser finds this creator by, never arrives here).
         FieldReader const reader(fc, Op::kFIELDS);
-        CommonAttributes attrs = parseCommonAttributes(reader, Op::kACTIVATION_FORMATS);
+        // sizeof, not count(): an op with no activation format has an empty list (FloatProj).
+        CommonAttributes attrs = parseCommonAttributes(reader, Op::kACTIVATION_FORMATS,
+            static_cast<int32_t>(sizeof(Op::kACTIVATION_FORMATS) / sizeof(char const*)));
         Format format = Format::parse(reader, attrs);
         FieldListCheck check(kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
         visitFields(attrs, format, check);

@@ -13,17 +13,19 @@
  *
  * Manifest (text, one directive a line; written by tests/plugins/conformance_driver.py):
  *   case ID OPTYPE
- *   field NAME int VALUE | field NAME str VALUE
+ *   field NAME int VALUE | field NAME str VALUE | field NAME float VALUE
  *   input NAME DTYPE D0,D1,... FILE [rows] [likex]
  *                                         (x first, with the largest row count; f32 f16 bf16 i8 i32;
  *                                          x's dimension 0 is M; "rows": this input's dimension 0
  *                                          is M too (the grouped ops' topk_ids, topk_weights);
  *                                          "likex": its type is x's type, whatever x's is)
- *   output D0,D1,...                      (y's shape at the largest M; absent: [M, n])
+ *   output D0,D1,... [DTYPE]              (an output's shape at the largest M, its dimension 0 is M,
+ *                                          one line per output in order; DTYPE: its type, absent:
+ *                                          x's; no output line: one y [M, n] of x's type)
  *   profiles MIN-MAX,MIN-MAX,...          (row ranges; enqueue runs at both ends of each)
  *   end
- * Output: OUTDIR/ID.m<M>.bin (y, raw, row-major) and a summary on stdout; exit 0 only when every
- * check passed.
+ * Output: OUTDIR/ID.m<M>.bin (the first output, raw, row-major), OUTDIR/ID.m<M>.out<i>.bin (output
+ * i >= 1) and a summary on stdout; exit 0 only when every check passed.
  *
  * Invariants: every check prints one PASS/FAIL line naming the case and what was expected and
  * found; a plugin error reported through the logger or the error recorder when none was expected is
@@ -301,6 +303,8 @@ struct Field
     bool isInt;
     int32_t intValue;
     std::string strValue;
+    bool isFloat{false};
+    float floatValue{0.0F};
 };
 
 struct Input
@@ -313,13 +317,19 @@ struct Input
     bool likeX{false};  // the type of x
 };
 
+struct Output
+{
+    std::vector<int64_t> dims;  // at the largest M
+    std::string dtype;          // "x": x's type
+};
+
 struct Case
 {
     std::string id;
     std::string op;
     std::vector<Field> fields;
     std::vector<Input> inputs;
-    std::vector<int64_t> output;  // y at the largest M; empty: [M, n]
+    std::vector<Output> outputs;  // empty: one y [M, n] of x's type
     std::vector<std::pair<int64_t, int64_t>> profiles;
 };
 
@@ -366,9 +376,16 @@ std::vector<Case> readManifest(std::string const& path)
             std::string kind;
             ls >> f.name >> kind;
             f.isInt = kind == "int";
+            f.isFloat = kind == "float";
             if (f.isInt)
             {
                 ls >> f.intValue;
+            }
+            else if (f.isFloat)
+            {
+                std::string text;
+                ls >> text;
+                f.floatValue = std::strtof(text.c_str(), nullptr);
             }
             else
             {
@@ -394,8 +411,14 @@ std::vector<Case> readManifest(std::string const& path)
         else if (word == "output")
         {
             std::string dims;
+            Output o;
             ls >> dims;
-            cases.back().output = parseInts(dims, ',');
+            o.dims = parseInts(dims, ',');
+            if (!(ls >> o.dtype))
+            {
+                o.dtype = "x";
+            }
+            cases.back().outputs.push_back(o);
         }
         else if (word == "profiles")
         {
@@ -473,10 +496,34 @@ Dims toDims(std::vector<int64_t> const& v)
     return d;
 }
 
-//! y's shape for m rows: the manifest's output shape with M = m, or [m, n].
-std::vector<int64_t> outputShape(Case const& c, int64_t m, int32_t n)
+//! The int field name of the case; throws when it has none.
+int32_t intField(Case const& c, char const* name)
 {
-    std::vector<int64_t> d = c.output.empty() ? std::vector<int64_t>{m, n} : c.output;
+    for (Field const& f : c.fields)
+    {
+        if (f.isInt && f.name == name)
+        {
+            return f.intValue;
+        }
+    }
+    throw std::runtime_error(c.id + ": no int field " + name);
+}
+
+//! The outputs of the case: the manifest's, or one y [M, n] of x's type.
+std::vector<Output> outputsOf(Case const& c)
+{
+    return c.outputs.empty() ? std::vector<Output>{{{c.inputs[0].dims[0], intField(c, "n")}, "x"}} : c.outputs;
+}
+
+int32_t nbOutputs(Case const& c)
+{
+    return static_cast<int32_t>(outputsOf(c).size());
+}
+
+//! Output o's shape for m rows (dimension 0 is M).
+std::vector<int64_t> outputShape(Case const& c, int32_t o, int64_t m)
+{
+    std::vector<int64_t> d = outputsOf(c)[o].dims;
     d[0] = m;
     return d;
 }
@@ -485,6 +532,27 @@ std::vector<int64_t> outputShape(Case const& c, int64_t m, int32_t n)
 DataType inputType(Case const& c, size_t i, DataType x)
 {
     return i == 0 || c.inputs[i].likeX ? x : toDataType(c.inputs[i].dtype);
+}
+
+//! The type output o has when x has type x.
+DataType outputType(Case const& c, int32_t o, DataType x)
+{
+    std::string const& t = outputsOf(c)[o].dtype;
+    return t == "x" ? x : toDataType(t);
+}
+
+//! The output descriptions for m rows with x of type x.
+std::vector<PluginTensorDesc> outputDescs(Case const& c, DataType x, int64_t m)
+{
+    std::vector<PluginTensorDesc> out(nbOutputs(c));
+    for (int32_t o = 0; o < nbOutputs(c); ++o)
+    {
+        out[o].dims = toDims(outputShape(c, o, m));
+        out[o].type = outputType(c, o, x);
+        out[o].format = TensorFormat::kLINEAR;
+        out[o].scale = -1.F;
+    }
+    return out;
 }
 
 //! The input descriptions for m rows with x of type x.
@@ -561,6 +629,10 @@ OwnedFields onnxFields(Case const& c)
         {
             out.add(f.name.c_str(), &f.intValue, PluginFieldType::kINT32, 1, 4);
         }
+        else if (f.isFloat)
+        {
+            out.add(f.name.c_str(), &f.floatValue, PluginFieldType::kFLOAT32, 1, 4);
+        }
         else
         {
             out.add(f.name.c_str(), f.strValue.data(), PluginFieldType::kCHAR, static_cast<int32_t>(f.strValue.size()),
@@ -584,6 +656,13 @@ std::string describeFields(PluginFieldCollection const* fc)
         else if (f.type == PluginFieldType::kCHAR)
         {
             s += "'" + std::string(static_cast<char const*>(f.data), f.length) + "'";
+        }
+        else if (f.type == PluginFieldType::kFLOAT32 && f.length == 1)
+        {
+            std::ostringstream v;
+            v.precision(9);
+            v << *static_cast<float const*>(f.data);
+            s += v.str();
         }
         else
         {
@@ -770,7 +849,9 @@ void checkFieldNames(IPluginCreatorV3One* creator, Case const& c)
         {
             if (f.name == names->fields[i].name)
             {
-                PluginFieldType const want = f.isInt ? PluginFieldType::kINT32 : PluginFieldType::kCHAR;
+                PluginFieldType const want = f.isInt ? PluginFieldType::kINT32
+                    : f.isFloat                      ? PluginFieldType::kFLOAT32
+                                                     : PluginFieldType::kCHAR;
                 found = names->fields[i].type == want;
             }
         }
@@ -780,7 +861,7 @@ void checkFieldNames(IPluginCreatorV3One* creator, Case const& c)
         }
         ok = ok && found;
     }
-    check(ok, c.id + ": getFieldNames advertises every attribute with its type (kINT32/kCHAR)"
+    check(ok, c.id + ": getFieldNames advertises every attribute with its type (kINT32/kFLOAT32/kCHAR)"
             + (detail.empty() ? "" : "; missing or mistyped:" + detail));
 }
 
@@ -805,7 +886,7 @@ PluginHandle capabilities(IPluginV3* p)
     return h;
 }
 
-void checkShapes(PluginHandle const& h, Case const& c, int32_t n, Logger& logger)
+void checkShapes(PluginHandle const& h, Case const& c, Logger& logger)
 {
     ExprBuilder builder;
     std::vector<DimsExprs> in(c.inputs.size());
@@ -817,39 +898,44 @@ void checkShapes(PluginHandle const& h, Case const& c, int32_t n, Logger& logger
             in[i].d[j] = (c.inputs[i].rows && j == 0) ? builder.symbol("M") : builder.constant(c.inputs[i].dims[j]);
         }
     }
-    DimsExprs out{};
+    int32_t const nbOut = nbOutputs(c);
+    std::vector<DimsExprs> outs(nbOut);
     int const errorsBefore = logger.mErrors;
     int32_t const status = h.build->getOutputShapes(
-        in.data(), static_cast<int32_t>(in.size()), nullptr, 0, &out, 1, builder);
-    std::vector<int64_t> const want = outputShape(c, -1, n);
-    bool ok = status == 0 && out.nbDims == static_cast<int32_t>(want.size()) && out.d[0] != nullptr
-        && !out.d[0]->isConstant() && exprText(out.d[0]) == "M" && logger.mErrors == errorsBefore;
-    std::string wantText = "[M", found = "[";
-    for (size_t j = 1; j < want.size(); ++j)
+        in.data(), static_cast<int32_t>(in.size()), nullptr, 0, outs.data(), nbOut, builder);
+    for (int32_t o = 0; o < nbOut; ++o)
     {
-        ok = ok && out.d[j] != nullptr && out.d[j]->isConstant() && out.d[j]->getConstantValue() == want[j];
-        wantText += ", " + std::to_string(want[j]);
+        DimsExprs const& out = outs[o];
+        std::vector<int64_t> const want = outputShape(c, o, -1);
+        bool ok = status == 0 && out.nbDims == static_cast<int32_t>(want.size()) && out.d[0] != nullptr
+            && !out.d[0]->isConstant() && exprText(out.d[0]) == "M" && logger.mErrors == errorsBefore;
+        std::string wantText = "[M", found = "[";
+        for (size_t j = 1; j < want.size(); ++j)
+        {
+            ok = ok && out.d[j] != nullptr && out.d[j]->isConstant() && out.d[j]->getConstantValue() == want[j];
+            wantText += ", " + std::to_string(want[j]);
+        }
+        for (int32_t j = 0; status == 0 && j < out.nbDims && j < 8; ++j)
+        {
+            found += (j ? ", " : "") + exprText(out.d[j]);
+        }
+        check(ok, c.id + ": getOutputShapes gives output " + std::to_string(o) + " " + wantText
+                + "] for symbolic M (found status " + std::to_string(status) + ", " + found + "])");
     }
-    for (int32_t j = 0; j < out.nbDims && j < 8; ++j)
-    {
-        found += (j ? ", " : "") + exprText(out.d[j]);
-    }
-    check(ok, c.id + ": getOutputShapes gives " + wantText + "] for symbolic M (found status "
-            + std::to_string(status) + ", " + found + "])");
 
     // A K that disagrees with the field must be refused with a reported error, not accepted.
     size_t const kDim = c.inputs[0].dims.size() - 1;
     in[0].d[kDim] = builder.constant(c.inputs[0].dims[kDim] + 2);
     int const before = logger.mErrors;
     int32_t const bad
-        = h.build->getOutputShapes(in.data(), static_cast<int32_t>(in.size()), nullptr, 0, &out, 1, builder);
+        = h.build->getOutputShapes(in.data(), static_cast<int32_t>(in.size()), nullptr, 0, outs.data(), nbOut, builder);
     check(bad != 0 && logger.mErrors > before, c.id + ": getOutputShapes refuses x with the wrong K and reports why");
 
     // One input too few (an ONNX node whose has_* flag disagrees with its inputs).
     in[0].d[kDim] = builder.constant(c.inputs[0].dims[kDim]);
     int const before2 = logger.mErrors;
-    int32_t const few
-        = h.build->getOutputShapes(in.data(), static_cast<int32_t>(in.size()) - 1, nullptr, 0, &out, 1, builder);
+    int32_t const few = h.build->getOutputShapes(
+        in.data(), static_cast<int32_t>(in.size()) - 1, nullptr, 0, outs.data(), nbOut, builder);
     check(few != 0 && logger.mErrors > before2, c.id + ": getOutputShapes refuses a missing input and reports why");
 }
 
@@ -866,25 +952,36 @@ void checkTypes(PluginHandle const& h, Case const& c, Logger& logger)
         {
             types[i] = inputType(c, i, x);
         }
-        DataType out = DataType::kINT64;
-        int32_t const status = h.build->getOutputDataTypes(&out, 1, types.data(), static_cast<int32_t>(types.size()));
-        check(status == 0 && out == x, c.id + ": getOutputDataTypes gives y = x = " + typeName(x) + " (found "
-                + typeName(out) + ")");
+        std::vector<DataType> out(nbOutputs(c), DataType::kINT64);
+        int32_t const status
+            = h.build->getOutputDataTypes(out.data(), nbOutputs(c), types.data(), static_cast<int32_t>(types.size()));
+        for (int32_t o = 0; o < nbOutputs(c); ++o)
+        {
+            check(status == 0 && out[o] == outputType(c, o, x), c.id + ": getOutputDataTypes gives output "
+                    + std::to_string(o) + " = " + typeName(outputType(c, o, x)) + " for x = " + typeName(x)
+                    + " (found " + typeName(out[o]) + ")");
+        }
     }
-    // Weights of the wrong type (float weights where the contract says int8 bytes).
+    // A weight of the wrong type (kFLOAT where the contract says int8 bytes, bf16 or x's type):
+    // the first input after x that is not kFLOAT when x is kBF16.
     for (size_t i = 0; i < types.size(); ++i)
     {
         types[i] = inputType(c, i, DataType::kBF16);
     }
     size_t weight = 1;
-    while (weight + 1 < types.size() && types[weight] != DataType::kINT8)
+    while (weight < types.size() && types[weight] == DataType::kFLOAT)
     {
         ++weight;
     }
+    if (weight == types.size())
+    {
+        return;  // no input after x (Router): nothing to mistype
+    }
     types[weight] = DataType::kFLOAT;
-    DataType out = DataType::kINT64;
+    std::vector<DataType> out(nbOutputs(c), DataType::kINT64);
     int const before = logger.mErrors;
-    int32_t const status = h.build->getOutputDataTypes(&out, 1, types.data(), static_cast<int32_t>(types.size()));
+    int32_t const status
+        = h.build->getOutputDataTypes(out.data(), nbOutputs(c), types.data(), static_cast<int32_t>(types.size()));
     check(status != 0 && logger.mErrors > before,
         c.id + ": getOutputDataTypes refuses a kFLOAT weight and reports why");
 }
@@ -892,12 +989,18 @@ void checkTypes(PluginHandle const& h, Case const& c, Logger& logger)
 void checkFormats(PluginHandle const& h, Case const& c)
 {
     int32_t const nbIn = static_cast<int32_t>(c.inputs.size());
-    std::vector<DynamicPluginTensorDesc> io(nbIn + 1);
+    int32_t const nbOut = nbOutputs(c);
+    std::vector<DynamicPluginTensorDesc> io(nbIn + nbOut);
     for (int32_t i = 0; i < nbIn; ++i)
     {
         io[i].desc.dims = toDims(c.inputs[i].dims);
         io[i].desc.type = toDataType(c.inputs[i].dtype);
         io[i].desc.format = TensorFormat::kLINEAR;
+    }
+    for (int32_t o = 0; o < nbOut; ++o)
+    {
+        io[nbIn + o].desc.dims = toDims(outputsOf(c)[o].dims);
+        io[nbIn + o].desc.format = TensorFormat::kLINEAR;
     }
     DataType const all[] = {DataType::kFLOAT, DataType::kHALF, DataType::kINT8, DataType::kINT32, DataType::kBOOL,
         DataType::kUINT8, DataType::kFP8, DataType::kBF16, DataType::kINT64};
@@ -909,7 +1012,11 @@ void checkFormats(PluginHandle const& h, Case const& c)
         {
             io[i].desc.type = inputType(c, i, x);
         }
-        for (int32_t pos = 0; pos <= nbIn; ++pos)
+        for (int32_t o = 0; o < nbOut; ++o)
+        {
+            io[nbIn + o].desc.type = outputType(c, o, x);
+        }
+        for (int32_t pos = 0; pos < nbIn + nbOut; ++pos)
         {
             for (DataType t : all)
             {
@@ -923,15 +1030,15 @@ void checkFormats(PluginHandle const& h, Case const& c)
                     {
                         expected = expected && (t == DataType::kFLOAT || t == DataType::kHALF || t == DataType::kBF16);
                     }
-                    else if (pos == nbIn)
+                    else if (pos >= nbIn)
                     {
-                        expected = expected && t == x;
+                        expected = expected && t == outputType(c, pos - nbIn, x);
                     }
                     else
                     {
                         expected = expected && t == inputType(c, pos, x);
                     }
-                    bool const got = h.build->supportsFormatCombination(pos, io.data(), nbIn, 1);
+                    bool const got = h.build->supportsFormatCombination(pos, io.data(), nbIn, nbOut);
                     if (got != expected)
                     {
                         ok = false;
@@ -945,11 +1052,11 @@ void checkFormats(PluginHandle const& h, Case const& c)
     }
     check(ok, c.id + ": supportsFormatCombination accepts exactly x in {kFLOAT,kHALF,kBF16}, the contract's"
                      " weight types,"
-                     " y = x, all linear" + detail);
+                     " outputs of the contract's types, all linear" + detail);
 }
 
 //! configurePlugin and getWorkspaceSize for one profile [lo, hi]; returns the workspace size.
-size_t configure(PluginHandle const& h, Case const& c, DataType x, int64_t lo, int64_t hi, int32_t n, bool& ok)
+size_t configure(PluginHandle const& h, Case const& c, DataType x, int64_t lo, int64_t hi, bool& ok)
 {
     int32_t const nbIn = static_cast<int32_t>(c.inputs.size());
     std::vector<DynamicPluginTensorDesc> in(nbIn);
@@ -967,26 +1074,18 @@ size_t configure(PluginHandle const& h, Case const& c, DataType x, int64_t lo, i
             in[i].max.d[0] = hi;
         }
     }
-    DynamicPluginTensorDesc out{};
-    out.desc.dims = toDims(outputShape(c, -1, n));
-    out.desc.type = x;
-    out.desc.format = TensorFormat::kLINEAR;
-    out.min = toDims(outputShape(c, lo, n));
-    out.opt = out.max = toDims(outputShape(c, hi, n));
-    ok = h.build->configurePlugin(in.data(), nbIn, &out, 1) == 0;
-    return h.build->getWorkspaceSize(in.data(), nbIn, &out, 1);
-}
-
-int32_t intField(Case const& c, char const* name)
-{
-    for (Field const& f : c.fields)
+    int32_t const nbOut = nbOutputs(c);
+    std::vector<DynamicPluginTensorDesc> out(nbOut);
+    for (int32_t o = 0; o < nbOut; ++o)
     {
-        if (f.isInt && f.name == name)
-        {
-            return f.intValue;
-        }
+        out[o].desc.dims = toDims(outputShape(c, o, -1));
+        out[o].desc.type = outputType(c, o, x);
+        out[o].desc.format = TensorFormat::kLINEAR;
+        out[o].min = toDims(outputShape(c, o, lo));
+        out[o].opt = out[o].max = toDims(outputShape(c, o, hi));
     }
-    throw std::runtime_error(c.id + ": no int field " + name);
+    ok = h.build->configurePlugin(in.data(), nbIn, out.data(), nbOut) == 0;
+    return h.build->getWorkspaceSize(in.data(), nbIn, out.data(), nbOut);
 }
 
 std::vector<char> readFile(std::string const& path, size_t expected)
@@ -1015,8 +1114,8 @@ bool cudaOk(cudaError_t e, std::string const& what)
 //! both ends of every profile, with the workspace getWorkspaceSize gave for the profile's max.
 void runOnGpu(PluginHandle const& runtime, Case const& c, std::string const& dir, std::string const& outDir)
 {
-    int32_t const n = intField(c, "n");
     int32_t const nbIn = static_cast<int32_t>(c.inputs.size());
+    int32_t const nbOut = nbOutputs(c);
     DataType const x = toDataType(c.inputs[0].dtype);
     int64_t const maxRows = c.inputs[0].dims[0];
 
@@ -1042,7 +1141,7 @@ void runOnGpu(PluginHandle const& runtime, Case const& c, std::string const& dir
     for (auto const& [lo, hi] : c.profiles)
     {
         bool configured = false;
-        size_t const workspaceBytes = configure(runtime, c, x, lo, hi, n, configured);
+        size_t const workspaceBytes = configure(runtime, c, x, lo, hi, configured);
         check(configured,
             c.id + ": configurePlugin for the profile [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
         void* workspace = nullptr;
@@ -1066,36 +1165,44 @@ void runOnGpu(PluginHandle const& runtime, Case const& c, std::string const& dir
             std::string const tag = c.id + " M=" + std::to_string(m) + " (profile " + std::to_string(lo) + "-"
                 + std::to_string(hi) + ", workspace " + std::to_string(workspaceBytes) + " B)";
             std::vector<PluginTensorDesc> in = inputDescs(c, x, m);
-            PluginTensorDesc out{};
-            out.dims = toDims(outputShape(c, m, n));
-            out.type = x;
-            out.format = TensorFormat::kLINEAR;
-            out.scale = -1.F;
-            check(runtime.runtime->onShapeChange(in.data(), nbIn, &out, 1) == 0, tag + ": onShapeChange");
+            std::vector<PluginTensorDesc> out = outputDescs(c, x, m);
+            check(runtime.runtime->onShapeChange(in.data(), nbIn, out.data(), nbOut) == 0, tag + ": onShapeChange");
 
-            size_t yBytes = elementSize(x);
-            for (int64_t d : outputShape(c, m, n))
+            std::vector<size_t> bytes(nbOut);
+            std::vector<void*> outputs(nbOut, nullptr);
+            bool allocated = true;
+            for (int32_t o = 0; o < nbOut; ++o)
             {
-                yBytes *= static_cast<size_t>(d);
+                bytes[o] = elementSize(out[o].type);
+                for (int64_t d : outputShape(c, o, m))
+                {
+                    bytes[o] *= static_cast<size_t>(d);
+                }
+                allocated = allocated && cudaOk(cudaMalloc(&outputs[o], bytes[o]), tag + ": cudaMalloc output");
+                // Poison every output so an op that writes nothing cannot pass.
+                allocated = allocated && cudaOk(cudaMemset(outputs[o], 0xFF, bytes[o]), tag + ": poison output");
             }
-            void* y = nullptr;
-            if (!cudaOk(cudaMalloc(&y, yBytes), tag + ": cudaMalloc y"))
+            if (allocated)
             {
-                continue;
+                std::vector<void const*> inputs(dev.begin(), dev.end());
+                int32_t const status
+                    = runtime.runtime->enqueue(in.data(), out.data(), inputs.data(), outputs.data(), workspace, stream);
+                cudaError_t const sync = cudaStreamSynchronize(stream);
+                check(status == 0 && sync == cudaSuccess,
+                    tag + ": enqueue returns 0 and the stream completes (" + cudaGetErrorString(sync) + ")");
+                for (int32_t o = 0; o < nbOut; ++o)
+                {
+                    std::vector<char> host(bytes[o]);
+                    cudaMemcpy(host.data(), outputs[o], bytes[o], cudaMemcpyDeviceToHost);
+                    std::string const path = outDir + "/" + c.id + ".m" + std::to_string(m)
+                        + (o == 0 ? "" : ".out" + std::to_string(o)) + ".bin";
+                    std::ofstream(path, std::ios::binary).write(host.data(), static_cast<std::streamsize>(bytes[o]));
+                }
             }
-            // Poison y so an op that writes nothing cannot pass.
-            cudaMemset(y, 0xFF, yBytes);
-            std::vector<void const*> inputs(dev.begin(), dev.end());
-            void* outputs[] = {y};
-            int32_t const status = runtime.runtime->enqueue(in.data(), &out, inputs.data(), outputs, workspace, stream);
-            cudaError_t const sync = cudaStreamSynchronize(stream);
-            check(status == 0 && sync == cudaSuccess,
-                tag + ": enqueue returns 0 and the stream completes (" + cudaGetErrorString(sync) + ")");
-            std::vector<char> host(yBytes);
-            cudaMemcpy(host.data(), y, yBytes, cudaMemcpyDeviceToHost);
-            std::string const path = outDir + "/" + c.id + ".m" + std::to_string(m) + ".bin";
-            std::ofstream(path, std::ios::binary).write(host.data(), static_cast<std::streamsize>(yBytes));
-            cudaFree(y);
+            for (void* p : outputs)
+            {
+                cudaFree(p);
+            }
         }
         cudaFree(workspace);
     }
@@ -1116,7 +1223,6 @@ void runCase(
         return;
     }
     IPluginCreatorV3One* creator = it->second;
-    int32_t const n = intField(c, "n");
     checkFieldNames(creator, c);
 
     OwnedFields fields = onnxFields(c);
@@ -1138,17 +1244,18 @@ void runCase(
             && contractVersion(c.op) == h.core->getPluginVersion(),
         c.id + ": plugin name/namespace/version " + h.core->getPluginName() + "/" + h.core->getPluginNamespace() + "/"
             + h.core->getPluginVersion());
-    check(h.build->getNbOutputs() == 1, c.id + ": one output");
+    check(h.build->getNbOutputs() == nbOutputs(c), c.id + ": " + std::to_string(nbOutputs(c)) + " outputs (found "
+            + std::to_string(h.build->getNbOutputs()) + ")");
 
     checkTypes(h, c, logger);
-    checkShapes(h, c, n, logger);
+    checkShapes(h, c, logger);
     checkFormats(h, c);
 
     DataType const x = toDataType(c.inputs[0].dtype);
     for (auto const& [lo, hi] : c.profiles)
     {
         bool configured = false;
-        size_t const ws = configure(h, c, x, lo, hi, n, configured);
+        size_t const ws = configure(h, c, x, lo, hi, configured);
         check(configured, c.id + ": configurePlugin for the profile [" + std::to_string(lo) + ", " + std::to_string(hi)
                 + "], workspace " + std::to_string(ws) + " B");
     }
@@ -1197,15 +1304,14 @@ void runCase(
         // A wrong shape at run time goes to the context's recorder, not to the logger.
         int32_t const nbIn = static_cast<int32_t>(c.inputs.size());
         std::vector<PluginTensorDesc> in = inputDescs(c, x, c.inputs[0].dims[0]);
-        in[1].dims.d[0] += 1;
-        PluginTensorDesc out{};
-        out.dims = toDims(outputShape(c, c.inputs[0].dims[0], n));
-        out.type = x;
-        out.format = TensorFormat::kLINEAR;
+        // The second input one row too long, or, for an op with x alone (Router), x one column short.
+        Dims& wrong = nbIn > 1 ? in[1].dims : in[0].dims;
+        wrong.d[nbIn > 1 ? 0 : wrong.nbDims - 1] += nbIn > 1 ? 1 : -1;
+        std::vector<PluginTensorDesc> out = outputDescs(c, x, c.inputs[0].dims[0]);
         int const loggerBefore = logger.mErrors;
-        int32_t const status = a.runtime->onShapeChange(in.data(), nbIn, &out, 1);
+        int32_t const status = a.runtime->onShapeChange(in.data(), nbIn, out.data(), nbOutputs(c));
         check(status != 0 && recorder.getNbErrors() == 1 && logger.mErrors == loggerBefore,
-            c.id + ": onShapeChange refuses a weight of the wrong shape and reports to the context's error recorder");
+            c.id + ": onShapeChange refuses an input of the wrong shape and reports to the context's error recorder");
         recorder.clear();
     }
     if (gpu)
@@ -1224,8 +1330,9 @@ void checkRefusals(Library const& lib, Logger& logger)
         char const* what;
         std::vector<Field> fields;
     };
-    auto i = [](char const* name, int32_t v) { return Field{name, true, v, ""}; };
-    auto s = [](char const* name, char const* v) { return Field{name, false, 0, v}; };
+    auto i = [](char const* name, int32_t v) { return Field{name, true, v, "", false, 0.0F}; };
+    auto s = [](char const* name, char const* v) { return Field{name, false, 0, v, false, 0.0F}; };
+    auto f = [](char const* name, float v) { return Field{name, false, 0, "", true, v}; };
     std::vector<Bad> const bad = {
         {"W4A16Proj", "group_size 96", {i("n", 64), i("k", 192), i("group_size", 96)}},
         {"W4A16Proj", "odd K (two codes a byte)", {i("n", 64), i("k", 201), i("group_size", 128)}},
@@ -1253,6 +1360,17 @@ void checkRefusals(Library const& lib, Logger& logger)
         {"W4A4MoEProj", "combine 2", {i("n", 64), i("k", 64), i("num_experts", 8), i("top_k", 2), i("combine", 2)}},
         {"W4A4MoEProj", "K not a multiple of 16",
             {i("n", 64), i("k", 40), i("num_experts", 8), i("top_k", 2), i("combine", 0)}},
+        {"FloatProj", "activation_format (FloatProj has none)", {i("n", 64), i("k", 64), s("activation_format", "bf16")}},
+        {"FloatProj", "missing k", {i("n", 64)}},
+        {"RMSNorm", "missing epsilon", {i("k", 128)}},
+        {"RMSNorm", "epsilon as an int", {i("k", 128), i("epsilon", 0)}},
+        {"RMSNorm", "k 0", {i("k", 0), f("epsilon", 1e-6F)}},
+        {"RMSNorm", "has_gate 2", {i("k", 128), f("epsilon", 1e-6F), i("has_gate", 2)}},
+        {"Router", "top_k > num_experts", {i("num_experts", 4), i("top_k", 8)}},
+        {"Router", "normalize 2", {i("num_experts", 8), i("top_k", 2), i("normalize", 2)}},
+        {"Attention", "q_heads not a multiple of kv_heads",
+            {i("q_heads", 6), i("kv_heads", 4), i("head_dim", 64), f("scale", 0.125F)}},
+        {"Attention", "missing scale", {i("q_heads", 8), i("kv_heads", 2), i("head_dim", 64)}},
     };
     for (Bad const& b : bad)
     {

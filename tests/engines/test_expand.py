@@ -1,5 +1,6 @@
-"""The standard-ONNX expansion of the Attention op (engines/expand.py) in both lowerings: the
-lowered graph has no metrale node left and computes the op within its bound in ONNX Runtime."""
+"""The standard-ONNX expansion of the Attention op (engines/expand.py) in the qdq lowering, and in
+the plugin lowering where the op has no plugin (set here: the contract gives it one): the lowered
+graph has no metrale node left and computes the op within its bound in ONNX Runtime."""
 
 from __future__ import annotations
 
@@ -33,7 +34,12 @@ def graph():
 
 @pytest.mark.parametrize("path", ["qdq", "plugin"])
 @pytest.mark.parametrize("b,s,t", [(1, 1, 1), (2, 7, 300), (3, 33, 33)])
-def test_expanded_attention_is_within_the_op_bound(graph, path, b, s, t):
+def test_expanded_attention_is_within_the_op_bound(graph, path, b, s, t, monkeypatch):
+    import dataclasses
+
+    from metrale_export import contract
+
+    monkeypatch.setitem(contract.OPS, "Attention", dataclasses.replace(contract.OPS["Attention"], has_plugin=False))
     lowered = lowering.lower_qdq(graph) if path == "qdq" else lowering.lower_plugins(graph, {})
     assert not [n for n in lowered.graph.node if n.domain == "metrale"]
     sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -52,3 +58,11 @@ def test_expanded_attention_is_within_the_op_bound(graph, path, b, s, t):
     ref = A.attention_reference(q, k, v, 0.125).double()
     bnd = A.bound(q, k, v, 0.125)
     assert bool(((ref - torch.from_numpy(out).double()).abs() <= bnd + 2.0 ** -8 * exact.abs()).all())
+
+
+def test_with_its_plugin_the_plugin_lowering_keeps_attention(graph):
+    from metrale_export import contract
+
+    assert contract.op("Attention").has_plugin
+    lowered = lowering.lower_plugins(graph, {})
+    assert [n.op_type for n in lowered.graph.node if n.domain == "metrale"] == ["Attention"]

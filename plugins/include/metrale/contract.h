@@ -37,6 +37,7 @@ constexpr float kNVFP4_GLOBAL_DIVISOR{2688.0f};
 constexpr int32_t kFP8_BLOCK{128};
 constexpr int32_t kNVFP4_BLOCK{16};
 constexpr int32_t kRMSNORM_BLOCK{256};  // RMSNorm: threads a row beyond one warp
+constexpr double kLOG2E{1.4426950408889634};  // Attention: scale_log2 = float32(float32(scale) * kLOG2E)
 
 // What the CUDA kernels serve beyond the contract: K a multiple of this (KERNEL_K_MULTIPLE).
 constexpr int32_t kW4A16_KERNEL_K_MULTIPLE{32};
@@ -70,6 +71,16 @@ struct Input
     char const* shape;
 };
 
+//! One output: gate is the int field that says whether an optional one is present (nullptr:
+//! always present); shape is the contract's expression ("...": x's leading dimensions), for messages.
+struct Output
+{
+    char const* name;
+    TensorType type;
+    char const* gate;
+    char const* shape;
+};
+
 //! The number of entries of a contract array.
 template <typename T, int32_t N>
 constexpr int32_t count(T const (&)[N])
@@ -85,6 +96,8 @@ struct W4A16Proj
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"2"};
     static constexpr char const* kKIND{"w4a16"};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
@@ -121,6 +134,10 @@ struct W4A16Proj
         {"zero_point", TensorType::kINT8, "has_zero_point", nullptr, "[n, ceil(k/group_size)]"},
         {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[n]"},
     };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[m, n]"},
+    };
 };
 
 //! W8A8Proj: FP8 weights (w8a8). x: [M, K], float32, float16 or bfloat16; y: [M, N], the dtype of x
@@ -131,6 +148,8 @@ struct W8A8Proj
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"2"};
     static constexpr char const* kKIND{"w8a8"};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
@@ -167,6 +186,10 @@ struct W8A8Proj
         {"input_scale", TensorType::kFLOAT32, "activation_scale_granularity", "tensor", "[1]"},
         {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[n]"},
     };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[m, n]"},
+    };
 };
 
 //! W4A4Proj: NVFP4 weights (w4a4). x: [M, K], float32, float16 or bfloat16; y: [M, N], the dtype of x
@@ -177,6 +200,8 @@ struct W4A4Proj
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"1"};
     static constexpr char const* kKIND{"w4a4"};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
@@ -212,6 +237,10 @@ struct W4A4Proj
         {"input_scale", TensorType::kFLOAT32, "has_input_scale", nullptr, "[1]"},
         {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[n]"},
     };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[m, n]"},
+    };
 };
 
 //! W4A16MoEProj: int4 weights (w4a16). x: [M, K] (combine=0) or [M, top_k, K] (combine=1); y: [M, top_k, N] or [M, N]
@@ -222,6 +251,8 @@ struct W4A16MoEProj
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"2"};
     static constexpr char const* kKIND{"w4a16"};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{"W4A16Proj"};
@@ -264,6 +295,10 @@ struct W4A16MoEProj
         {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[num_experts, n]"},
         {"topk_weights", TensorType::kLIKE_X, "combine", nullptr, "[m, top_k]"},
     };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[m, n]"},
+    };
 };
 
 //! W8A8MoEProj: FP8 weights (w8a8). x: [M, K] (combine=0) or [M, top_k, K] (combine=1); y: [M, top_k, N] or [M, N]
@@ -274,6 +309,8 @@ struct W8A8MoEProj
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"2"};
     static constexpr char const* kKIND{"w8a8"};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{"W8A8Proj"};
@@ -316,6 +353,10 @@ struct W8A8MoEProj
         {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[num_experts, n]"},
         {"topk_weights", TensorType::kLIKE_X, "combine", nullptr, "[m, top_k]"},
     };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[m, n]"},
+    };
 };
 
 //! W4A4MoEProj: NVFP4 weights (w4a4). x: [M, K] (combine=0) or [M, top_k, K] (combine=1); y: [M, top_k, N] or [M, N]
@@ -326,6 +367,8 @@ struct W4A4MoEProj
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"1"};
     static constexpr char const* kKIND{"w4a4"};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{"W4A4Proj"};
@@ -367,6 +410,10 @@ struct W4A4MoEProj
         {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[num_experts, n]"},
         {"topk_weights", TensorType::kLIKE_X, "combine", nullptr, "[m, top_k]"},
     };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[m, n]"},
+    };
 };
 
 //! RMSNorm:  weights (rms_norm). x: [..., K] (rows: the leading dimensions, e.g. [B, S, H] or the q/k norm's [B, S, heads, D]); y: x's shape and dtype
@@ -377,7 +424,9 @@ struct RMSNorm
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"1"};
     static constexpr char const* kKIND{"rms_norm"};
-    static constexpr bool kHAS_PLUGIN{false};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
+    static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
@@ -410,6 +459,11 @@ struct RMSNorm
         {"residual", TensorType::kLIKE_X, "has_residual", nullptr, "[..., k]"},
         {"gate", TensorType::kLIKE_X, "has_gate", nullptr, "[..., k]"},
     };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[..., k]"},
+        {"residual_out", TensorType::kLIKE_X, "has_residual", "[..., k]"},
+    };
 };
 
 //! FloatProj: bf16 weights (float). x: [M, K], float32, float16 or bfloat16; y: [M, N], the dtype of x
@@ -420,7 +474,9 @@ struct FloatProj
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"1"};
     static constexpr char const* kKIND{"float"};
-    static constexpr bool kHAS_PLUGIN{false};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
+    static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
@@ -448,6 +504,10 @@ struct FloatProj
         {"weight", TensorType::kBFLOAT16, nullptr, nullptr, "[n, k]"},
         {"bias", TensorType::kFLOAT32, "has_bias", nullptr, "[n]"},
     };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[m, n]"},
+    };
 };
 
 //! Router:  weights (router). logits: [M, E]; topk_ids: [M, top_k] int32; topk_weights: [M, top_k], the dtype of logits
@@ -458,7 +518,9 @@ struct Router
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"1"};
     static constexpr char const* kKIND{"router"};
-    static constexpr bool kHAS_PLUGIN{false};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"logits"};
+    static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
@@ -484,6 +546,11 @@ struct Router
     //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
     static constexpr Input kINPUTS[]{
     };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"topk_ids", TensorType::kINT32, nullptr, "[m, top_k]"},
+        {"topk_weights", TensorType::kLIKE_X, nullptr, "[m, top_k]"},
+    };
 };
 
 //! Attention:  weights (attention). q: [B, Hq, S, D]; key, value: [B, Hkv, T, D]; y: [B, S, Hq, D], the dtype of q; causal, query i at position T - S + i
@@ -494,7 +561,9 @@ struct Attention
     //! The TensorRT plugin version: the op version as a string.
     static constexpr char const* kVERSION{"1"};
     static constexpr char const* kKIND{"attention"};
-    static constexpr bool kHAS_PLUGIN{false};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"q"};
+    static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
     //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
@@ -521,6 +590,10 @@ struct Attention
     static constexpr Input kINPUTS[]{
         {"key", TensorType::kLIKE_X, nullptr, nullptr, "[x.0, kv_heads, total, head_dim]"},
         {"value", TensorType::kLIKE_X, nullptr, nullptr, "[x.0, kv_heads, total, head_dim]"},
+    };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[x.0, x.2, q_heads, head_dim]"},
     };
 };
 

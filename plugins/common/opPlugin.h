@@ -1,0 +1,260 @@
+/*
+ * The plugins of the non-projection ops (RMSNorm, Router, Attention: docs/ops.md, "Norms, the float
+ * projection and the router" and "Attention"). Their tensors are not a projection's x [M, K] ->
+ * y [M, N]: an op may have several dynamic dimensions (the rows of a norm's [..., K], the batch,
+ * query and key lengths of attention) and several outputs (a norm's residual_out, the router's
+ * topk_ids and topk_weights). OpPlugin does every TensorRT method once, from the contract's input
+ * and output tables (Op::kINPUTS, Op::kOUTPUTS: which are present by their gate fields, their
+ * types, kLIKE_X meaning x's); OpPluginOf<Policy> is one op, whose policy (RMSNormOp, RouterOp,
+ * AttentionOp) supplies only its fields, shapes, workspace and the call into the same C launcher
+ * the torch CUDA op calls.
+ *
+ * Invariants:
+ * - The serialized fields are exactly the ONNX attributes (the policy's visitFields, checked
+ *   against Op::kFIELDS at creation), so kBUILD and kRUNTIME creation go through one parser.
+ * - Shapes are checked at network construction (getOutputShapes, on the dimensions that are
+ *   constant), at build (configurePlugin) and at run time (onShapeChange, enqueue).
+ * - Only the dimensions the policy names dynamic may be symbolic; every tensor is linear.
+ * - Every TensorRT-facing method is noexcept (pluginBase.h's METRALE_GUARDED).
+ */
+#ifndef METRALE_OP_PLUGIN_H
+#define METRALE_OP_PLUGIN_H
+
+#include "pluginBase.h"
+
+#include <string>
+#include <vector>
+
+namespace metrale
+{
+namespace plugin
+{
+
+//! One tensor of a non-projection op: its contract name and type (kLIKE_X: the type of x).
+struct TensorSpec
+{
+    char const* name;
+    contract::TensorType type;
+};
+
+//! The entries of a contract table (Op::kINPUTS, Op::kOUTPUTS: nbEntries of them, possibly none)
+//! present for the gate values the op's field walk binds (visit(FieldValues&)): always-present
+//! ones, and optional ones whose int gate is 1.
+template <typename Entry, typename Visit>
+std::vector<TensorSpec> presentTensors(Entry const* table, size_t nbEntries, Visit visit)
+{
+    FieldValues gates;
+    visit(gates);
+    std::vector<TensorSpec> specs;
+    for (size_t i = 0; i < nbEntries; ++i)
+    {
+        if (table[i].gate == nullptr || gates.at(table[i].gate) != 0)
+        {
+            specs.push_back({table[i].name, table[i].type});
+        }
+    }
+    return specs;
+}
+
+//! presentTensors over a whole contract table (sizeof: a table may be empty, Router's kINPUTS).
+#define METRALE_PRESENT(table, visit) presentTensors(table, sizeof(table) / sizeof((table)[0]), visit)
+
+//! family and name, the last fields of every op.
+struct NodeNames
+{
+    std::string family;
+    std::string name;
+
+    static NodeNames parse(FieldReader const& reader);
+    template <typename Visitor>
+    void visit(Visitor& v) const
+    {
+        v.stringField("family", family);
+        v.stringField("name", name);
+    }
+};
+
+//! The pointers and dims of one enqueue: inputs from x, outputs from the first.
+struct OpTensors
+{
+    nvinfer1::PluginTensorDesc const* inDesc{nullptr};
+    void const* const* in{nullptr};
+    void* const* out{nullptr};
+    int32_t xDType{0};
+    void* workspace{nullptr};
+    size_t workspaceBytes{0};
+    cudaStream_t stream{nullptr};
+};
+
+class OpPlugin : public PluginCore
+{
+public:
+    ~OpPlugin() override = default;
+
+    // IPluginV3OneBuild
+    int32_t getNbOutputs() const noexcept override
+    {
+        return static_cast<int32_t>(mOutputs.size());
+    }
+    int32_t configurePlugin(nvinfer1::DynamicPluginTensorDesc const* in, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+    int32_t getOutputDataTypes(nvinfer1::DataType* outputTypes, int32_t nbOutputs,
+        nvinfer1::DataType const* inputTypes, int32_t nbInputs) const noexcept override;
+    int32_t getOutputShapes(nvinfer1::DimsExprs const* inputs, int32_t nbInputs,
+        nvinfer1::DimsExprs const* shapeInputs, int32_t nbShapeInputs, nvinfer1::DimsExprs* outputs,
+        int32_t nbOutputs, nvinfer1::IExprBuilder& exprBuilder) noexcept override;
+    bool supportsFormatCombination(int32_t pos, nvinfer1::DynamicPluginTensorDesc const* inOut, int32_t nbInputs,
+        int32_t nbOutputs) noexcept override;
+    size_t getWorkspaceSize(nvinfer1::DynamicPluginTensorDesc const* inputs, int32_t nbInputs,
+        nvinfer1::DynamicPluginTensorDesc const* outputs, int32_t nbOutputs) const noexcept override;
+    char const* getTimingCacheID() noexcept override;
+    char const* getMetadataString() noexcept override;
+
+    // IPluginV3OneRuntime
+    int32_t onShapeChange(nvinfer1::PluginTensorDesc const* in, int32_t nbInputs,
+        nvinfer1::PluginTensorDesc const* out, int32_t nbOutputs) noexcept override;
+    int32_t enqueue(nvinfer1::PluginTensorDesc const* inputDesc, nvinfer1::PluginTensorDesc const* outputDesc,
+        void const* const* inputs, void* const* outputs, void* workspace, cudaStream_t stream) noexcept override;
+
+protected:
+    //! inputs: every input present, x first; outputs: every output present.
+    OpPlugin(OpIdentity op, std::string layerName, std::vector<TensorSpec> inputs, std::vector<TensorSpec> outputs);
+    OpPlugin(OpPlugin const&) = default;
+    OpPlugin& operator=(OpPlugin const&) = delete;
+
+    // The op (OpPluginOf<Policy>).
+    //! Whether dimension dim of input (of rank rank) may be dynamic (symbolic at build).
+    virtual bool isDynamic(int32_t input, int32_t dim, int32_t rank) const = 0;
+    // checkDims (PluginCore's): every input's dims against the fields and each other.
+    //! The outputs' expressions from the inputs'.
+    virtual void outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out,
+        nvinfer1::IExprBuilder& builder) const = 0;
+    //! The outputs' dims for concrete input dims.
+    virtual std::vector<nvinfer1::Dims> outputDims(nvinfer1::Dims const* in) const = 0;
+    //! Workspace bytes for input dims (the profile's max at build, the actual ones at enqueue).
+    virtual size_t workspaceSize(nvinfer1::Dims const* in, int32_t xDType) const = 0;
+    //! Runs the op's launcher.
+    virtual cudaError_t launch(OpTensors const& t) const = 0;
+    //! The op's fields as "key=value;..." (timing cache ID and metadata).
+    virtual std::string describe() const = 0;
+    //! The number of rows an enqueue covers, for messages.
+    virtual int64_t rows(nvinfer1::Dims const* in) const = 0;
+
+    std::vector<TensorSpec> mInputs;
+    std::vector<TensorSpec> mOutputs;
+    std::string mTimingCacheId;
+    std::string mMetadata;
+
+    //! The counts of the op's inputs and outputs present, naming them.
+    void checkCounts(int32_t nbInputs, int32_t nbOutputs) const override;
+    //! x an activation type, every other input its contract type.
+    void checkTypes(nvinfer1::DataType const* types, int32_t nbInputs) const override;
+};
+
+//! The TensorRT type of a tensor of contract type type when x has type x.
+nvinfer1::DataType tensorType(contract::TensorType type, nvinfer1::DataType x);
+
+//! The plugin of one non-projection op. Policy (RMSNormOp, RouterOp, AttentionOp) supplies:
+//! - Op, its contract::<op type>;
+//! - static Policy parse(FieldReader const&), and visitFields(visitor): every field in contract
+//!   order, bound to its members;
+//! - nodeName(), isDynamic, checkDims, outputShapes, outputDims, workspaceSize, launch, describe,
+//!   rows: OpPlugin's virtuals, as const members.
+template <typename PolicyT>
+class OpPluginOf final : public OpPlugin
+{
+public:
+    using Policy = PolicyT;
+    using Op = typename Policy::Op;
+    static constexpr char const* kOP_TYPE{Op::kOP_TYPE};
+    static constexpr char const* kPLUGIN_VERSION{Op::kVERSION};
+
+    static OpPluginOf* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
+    {
+        FieldReader const reader(fc, Op::kFIELDS);
+        Policy policy = Policy::parse(reader);
+        FieldListCheck check(kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
+        policy.visitFields(check);
+        check.finish();
+        return new OpPluginOf(layerName, std::move(policy));
+    }
+
+    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept
+    {
+        static FieldNames const kNAMES{Op::kFIELDS};
+        return kNAMES.collection();
+    }
+
+    nvinfer1::IPluginV3* clone() noexcept override
+    {
+        METRALE_GUARDED("clone", nullptr, { return new OpPluginOf(*this); })
+    }
+
+private:
+    OpPluginOf(std::string layerName, Policy policy)
+        : OpPlugin({kOP_TYPE, kPLUGIN_VERSION}, std::move(layerName), inputsOf(policy),
+            METRALE_PRESENT(Op::kOUTPUTS, [&](FieldValues& v) { policy.visitFields(v); }))
+        , mPolicy(std::move(policy))
+    {
+    }
+    OpPluginOf(OpPluginOf const&) = default;
+
+    static std::vector<TensorSpec> inputsOf(Policy const& policy)
+    {
+        std::vector<TensorSpec> in{{Op::kX_NAME, contract::TensorType::kLIKE_X}};
+        for (TensorSpec const& s : METRALE_PRESENT(Op::kINPUTS, [&](FieldValues& v) { policy.visitFields(v); }))
+        {
+            in.push_back(s);
+        }
+        return in;
+    }
+
+    std::string const& nodeName() const override
+    {
+        return mPolicy.names.name;
+    }
+    void writeFields(FieldWriter& writer) const override
+    {
+        mPolicy.visitFields(writer);
+    }
+    bool isDynamic(int32_t input, int32_t dim, int32_t rank) const override
+    {
+        return mPolicy.isDynamic(input, dim, rank);
+    }
+    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const override
+    {
+        mPolicy.checkDims(dims, nbInputs, allowWildcards);
+    }
+    void outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out,
+        nvinfer1::IExprBuilder& builder) const override
+    {
+        mPolicy.outputShapes(in, out, builder);
+    }
+    std::vector<nvinfer1::Dims> outputDims(nvinfer1::Dims const* in) const override
+    {
+        return mPolicy.outputDims(in);
+    }
+    size_t workspaceSize(nvinfer1::Dims const* in, int32_t xDType) const override
+    {
+        return mPolicy.workspaceSize(in, xDType);
+    }
+    cudaError_t launch(OpTensors const& t) const override
+    {
+        return mPolicy.launch(t);
+    }
+    std::string describe() const override
+    {
+        return mPolicy.describe();
+    }
+    int64_t rows(nvinfer1::Dims const* in) const override
+    {
+        return mPolicy.rows(in);
+    }
+
+    Policy mPolicy;
+};
+
+} // namespace plugin
+} // namespace metrale
+
+#endif // METRALE_OP_PLUGIN_H
