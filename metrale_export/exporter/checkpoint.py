@@ -21,8 +21,8 @@ import torch
 
 from ..errors import CheckpointError
 from .safetensors_files import (  # noqa: F401 - the file-level names, re-exported
-    INDEX_NAME, MAX_DIM, MAX_HEADER_BYTES, MAX_NDIM, SINGLE_NAME, checkpoint_files, read_config, read_header,
-    read_index, read_json_object,
+    INDEX_NAME, MAX_DIM, MAX_HEADER_BYTES, MAX_NDIM, SINGLE_NAME, checkpoint_files, header_of, read_config,
+    read_header, read_index, read_json_object,
 )
 
 _DTYPES = {
@@ -64,7 +64,7 @@ class Checkpoint:
         self.config = config
         self._infos: dict[str, TensorInfo] = {}
         for file in files:
-            header, data_start = headers[file] if headers and file in headers else read_header(file)
+            header, data_start = header_of(file, headers)
             for name, entry in header.items():
                 if name == "__metadata__":
                     continue

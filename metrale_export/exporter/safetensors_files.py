@@ -148,6 +148,11 @@ def read_headers(files: list[Path]) -> dict[Path, tuple[dict, int]]:
     return {file: read_header(file) for file in files}
 
 
+def header_of(file: Path, headers: dict[Path, tuple[dict, int]] | None) -> tuple[dict, int]:
+    """``file``'s header and data offset: from ``headers`` (read_headers) where it is there, else read."""
+    return headers[file] if headers and file in headers else read_header(file)
+
+
 def nonfinite_tensor(files: list[Path], wanted=lambda name: True,
                      headers: dict[Path, tuple[dict, int]] | None = None) -> tuple[Path, str] | None:
     """The first (file, tensor) whose float data holds a NaN or an infinity, else None, among the
@@ -156,7 +161,7 @@ def nonfinite_tensor(files: list[Path], wanted=lambda name: True,
     import numpy as np
 
     for file in files:
-        header, data_start = headers[file] if headers and file in headers else read_header(file)
+        header, data_start = header_of(file, headers)
         entries = sorted(((e["data_offsets"], e["dtype"], name) for name, e in header.items()
                           if name != "__metadata__" and e["dtype"] in _NONFINITE and wanted(name)))
         with file.open("rb") as f:

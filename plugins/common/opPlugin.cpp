@@ -18,18 +18,6 @@ using nvinfer1::DynamicPluginTensorDesc;
 using nvinfer1::PluginTensorDesc;
 using nvinfer1::TensorFormat;
 
-NodeNames NodeNames::parse(FieldReader const& reader)
-{
-    NodeNames n;
-    n.family = reader.getString("family");
-    if (!n.family.empty())
-    {
-        parseCode("family", n.family, contract::kFAMILIES);
-    }
-    n.name = reader.getString("name");
-    return n;
-}
-
 DataType tensorType(contract::TensorType type, DataType x)
 {
     return type == contract::TensorType::kLIKE_X ? x : dataType(type);

@@ -59,21 +59,6 @@ std::vector<TensorSpec> presentTensors(Entry const* table, size_t nbEntries, Vis
 //! presentTensors over a whole contract table (sizeof: a table may be empty, Router's kINPUTS).
 #define METRALE_PRESENT(table, visit) presentTensors(table, sizeof(table) / sizeof((table)[0]), visit)
 
-//! family and name, the last fields of every op.
-struct NodeNames
-{
-    std::string family;
-    std::string name;
-
-    static NodeNames parse(FieldReader const& reader);
-    template <typename Visitor>
-    void visit(Visitor& v) const
-    {
-        v.stringField("family", family);
-        v.stringField("name", name);
-    }
-};
-
 //! The pointers and dims of one enqueue: inputs from x, outputs from the first.
 struct OpTensors
 {

@@ -28,6 +28,18 @@ char const* xRowsText(int32_t rank)
 }
 } // namespace
 
+NodeNames NodeNames::parse(FieldReader const& reader)
+{
+    NodeNames n;
+    n.family = reader.getString("family");
+    if (!n.family.empty())
+    {
+        parseCode("family", n.family, contract::kFAMILIES);
+    }
+    n.name = reader.getString("name");
+    return n;
+}
+
 CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* const* allowedFormats, int32_t nbFormats)
 {
     CommonAttributes a;
@@ -41,12 +53,9 @@ CommonAttributes parseCommonAttributes(FieldReader const& reader, char const* co
         a.activationFormat = parseActivationFormat(a.activationFormatName, allowedFormats, nbFormats);
     }
     a.hasBias = parseFlag(reader, "has_bias") ? 1 : 0;
-    a.family = reader.getString("family");
-    if (!a.family.empty())
-    {
-        parseCode("family", a.family, contract::kFAMILIES);
-    }
-    a.name = reader.getString("name");
+    NodeNames names = NodeNames::parse(reader);
+    a.family = std::move(names.family);
+    a.name = std::move(names.name);
     return a;
 }
 

@@ -40,6 +40,21 @@ struct InputSpec
     std::vector<int64_t> dims;
 };
 
+//! family and name, the last fields of every op.
+struct NodeNames
+{
+    std::string family;
+    std::string name;
+
+    static NodeNames parse(FieldReader const& reader);
+    template <typename Visitor>
+    void visit(Visitor& v) const
+    {
+        v.stringField("family", family);
+        v.stringField("name", name);
+    }
+};
+
 //! The attributes every projection op has (docs/ops.md, Attributes).
 struct CommonAttributes
 {
