@@ -34,6 +34,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,6 +46,9 @@ SHAPES = {
     # Qwen/Qwen3-1.7B's: small enough for the peer builder to finish on a 24 GiB machine.
     "qwen3-1.7b": dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
                        num_attention_heads=16, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True),
+    # Qwen/Qwen3-32B's (Qwen publishes it as Qwen/Qwen3-32B-AWQ too: write_awq_checkpoint).
+    "qwen3-32b": dict(vocab_size=151936, hidden_size=5120, intermediate_size=25600, num_hidden_layers=64,
+                      num_attention_heads=64, num_key_value_heads=8, head_dim=128, tie_word_embeddings=False),
     "small": dict(vocab_size=4096, hidden_size=512, intermediate_size=1536, num_hidden_layers=4,
                   num_attention_heads=8, num_key_value_heads=4, head_dim=64, tie_word_embeddings=False),
 }
@@ -123,6 +127,87 @@ def write_checkpoint(out: Path, cfg: dict, seed: int = 0) -> int:
             f.write(struct.pack("<Q", len(raw)) + raw)
             for name, shape in tensors:
                 for block in _random_bf16(shape, gen, is_norm=len(shape) == 1):
+                    f.write(block)
+        total += off
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    return total
+
+
+AWQ_GROUP = 128
+AWQ_CONFIG = {"quant_method": "awq", "bits": 4, "group_size": AWQ_GROUP, "zero_point": True, "version": "gemm",
+              "modules_to_not_convert": None}
+
+
+def awq_tensor_shapes(cfg: dict) -> list[tuple[str, str, tuple[int, ...]]]:
+    """(name, safetensors dtype, shape) of an AutoAWQ GEMM checkpoint of ``cfg``: each projection's
+    ``weight`` [N, K] becomes qweight int32 [K, N/8], qzeros int32 [K/g, N/8], scales fp16 [K/g, N]
+    (exporter/formats/awq.py has the layout); the rest stays bf16."""
+    out = []
+    for name, shape in tensor_shapes(cfg):
+        stem = name.removesuffix(".weight")
+        if len(shape) == 2 and stem.rsplit(".", 1)[-1].endswith("_proj"):
+            n, k = shape
+            out += [(f"{stem}.qweight", "I32", (k, n // 8)), (f"{stem}.qzeros", "I32", (k // AWQ_GROUP, n // 8)),
+                    (f"{stem}.scales", "F16", (k // AWQ_GROUP, n))]
+        else:
+            out.append((name, "BF16", shape))
+    return out
+
+
+_ITEM = {"BF16": 2, "F16": 2, "I32": 4}
+
+
+def _random_awq(dtype: str, shape: tuple[int, ...], rng, gen: torch.Generator, chunk: int = 64 << 20):
+    """Yield a random tensor's bytes in blocks: uniform int4 codes and zero points (every nibble of
+    a word), fp16 scales in [0.002, 0.004] (weights of std ~0.02 like write_checkpoint's), bf16 as
+    there."""
+    if dtype == "BF16":
+        yield from _random_bf16(shape, gen, is_norm=len(shape) == 1)
+        return
+    total = _ITEM[dtype] * _numel(shape)
+    for off in range(0, total, chunk):
+        n = min(chunk, total - off)
+        if dtype == "I32":
+            yield rng.bytes(n)
+        else:
+            yield rng.uniform(0.002, 0.004, n // 2).astype(np.float16).tobytes()
+
+
+def write_awq_checkpoint(out: Path, cfg: dict, seed: int = 0) -> int:
+    """Write a sharded AutoAWQ (GEMM, group 128) checkpoint of random weights tensor by tensor,
+    never more than one block in memory; returns its size in bytes. What a user downloads as
+    Qwen/Qwen3-32B-AWQ, at a quarter of the bf16 checkpoint's disk."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps({**cfg, "torch_dtype": "float16",
+                                                 "quantization_config": AWQ_CONFIG}, indent=2) + "\n")
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
+    shards: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
+    size = 0
+    for entry in awq_tensor_shapes(cfg):
+        nbytes = _ITEM[entry[1]] * _numel(entry[2])
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append([])
+            size = 0
+        shards[-1].append(entry)
+        size += nbytes
+    gen = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    weight_map, total = {}, 0
+    for s, tensors in enumerate(shards):
+        fname = f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors"
+        header, off = {"__metadata__": {"format": "pt"}}, 0
+        for name, dtype, shape in tensors:
+            n = _ITEM[dtype] * _numel(shape)
+            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + n]}
+            off += n
+            weight_map[name] = fname
+        raw = json.dumps(header, separators=(",", ":")).encode()
+        raw += b" " * ((-len(raw)) % 8)
+        with (out / fname).open("wb") as f:
+            f.write(struct.pack("<Q", len(raw)) + raw)
+            for name, dtype, shape in tensors:
+                for block in _random_awq(dtype, shape, rng, gen):
                     f.write(block)
         total += off
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
