@@ -41,7 +41,11 @@ _DT = dict(_ORT_TYPES[name] for name in REFERENCE_DTYPES)
 _WIDENED = {"bfloat16": torch.bfloat16}
 _INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32,
              **{d: PyCustomOpDef.dt_float for d in _WIDENED}}
-_ATTR_DT = {"int": PyCustomOpDef.dt_int64, "float": PyCustomOpDef.dt_float, "string": PyCustomOpDef.dt_string}
+# A float attribute reaches a Python op as text: onnxruntime-extensions hands dt_float attributes
+# over with 7 significant digits (0.0883883 for Qwen3-8B's float32 scale 0.0883883461356163, which
+# moved the Attention op's scores and flipped P's bf16 roundings), so the reference graph carries
+# each float attribute as the exact decimal of its float32 value (``repr``) and the op parses it.
+_ATTR_DT = {"int": PyCustomOpDef.dt_int64, "float": PyCustomOpDef.dt_string, "string": PyCustomOpDef.dt_string}
 _registered: set[str] = set()
 
 
@@ -50,7 +54,10 @@ def _impl(op_type: str, present: list[str], outputs: list[str]):
     present, of an op of several)."""
     spec = contract.op(op_type)
 
+    floats = [a.name for a in spec.attributes if a.type == "float"]
+
     def run(x, *rest, **attrs):
+        attrs.update({k: float(attrs[k]) for k in floats if k in attrs})
         t = dict(zip(present, (torch.from_numpy(np.ascontiguousarray(a)) for a in rest)))
         for i in spec.inputs:
             if i.dtype in _WIDENED and i.name in t:
@@ -172,6 +179,11 @@ def _reference_node(node: onnx.NodeProto, x_type: int) -> list[onnx.NodeProto]:
     for j in reversed(range(len(node.attribute))):
         if node.attribute[j].name == "plugin_version":  # TensorRT's, not the Python op's
             del node.attribute[j]
+    for a in node.attribute:  # exact text of each float (see _ATTR_DT)
+        if a.type == onnx.AttributeProto.FLOAT:
+            text = repr(a.f).encode()  # a.f is the stored float32, widened exactly
+            a.ClearField("f")
+            a.type, a.s = onnx.AttributeProto.STRING, text
     return [*casts, node]
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from . import weight_cache
+from .w4a16 import one_thread
 from .numerics import (
     E2M1_MAX,
     E4M3_MAX,
@@ -21,6 +22,7 @@ from .numerics import (
     bf16_round,
     e2m1_decode,
     e2m1_encode,
+    e2m1_round,
     e4m3_from_bits,
     e4m3_round,
     e4m3_to_bits,
@@ -38,17 +40,34 @@ class W4A4Weight:
     weight_global_scale: torch.Tensor  # float32 [1]
 
 
-def _block_quantize(x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """NVFP4 of float32 x [R, K] with global scales g [R, 1]: (codes uint8 [R, K], scale e4m3 [R, K/16])."""
+def _block_scales(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """The round-to-nearest e4m3 block scales of float32 x [R, K] with global scales g [R, 1]."""
+    r, k = x.shape
+    bmax = x.reshape(r, k // NVFP4_BLOCK, NVFP4_BLOCK).abs().amax(dim=-1)
+    return e4m3_round(bmax / (E2M1_MAX * g))
+
+
+def _block_codes(x: torch.Tensor, g: torch.Tensor, s: torch.Tensor) -> torch.Tensor:
+    """The e2m1 codes (uint8 [R, K]) of x [R, K] under block scales s (e4m3 [R, K/16]); a block
+    whose scale is 0 gets zero codes."""
     r, k = x.shape
     blocks = x.reshape(r, k // NVFP4_BLOCK, NVFP4_BLOCK)
-    bmax = blocks.abs().amax(dim=-1)
-    s = e4m3_round(bmax / (E2M1_MAX * g))
     eff = s.to(torch.float32) * g
     safe = torch.where(eff == 0, torch.ones_like(eff), eff)
     codes = e2m1_encode(blocks / safe[..., None])
     codes = torch.where((eff == 0)[..., None], torch.zeros_like(codes), codes)
-    return codes.reshape(r, k), s
+    return codes.reshape(r, k)
+
+
+def _block_quantize(x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """NVFP4 of float32 x [R, K] with global scales g [R, 1]: (codes uint8 [R, K], scale e4m3 [R, K/16])."""
+    s = _block_scales(x, g)
+    return _block_codes(x, g, s), s
+
+
+# Rows are quantized in chunks of about this many elements (the search's temporaries stay in a
+# core's cache, as W4A16's quantizer does); each block's result does not depend on the chunk.
+_CHUNK_ELEMENTS = 1 << 18
 
 
 def quantize(w: torch.Tensor, search: bool = True) -> W4A4Weight:
@@ -63,36 +82,43 @@ def quantize(w: torch.Tensor, search: bool = True) -> W4A4Weight:
     amax = w.abs().amax()
     gw = (amax / _GLOBAL_DIV) if amax > 0 else torch.tensor(1.0)
     gw = gw.reshape(1).to(torch.float32)
-    g = gw.reshape(1, 1).expand(n, 1)
-    codes, s = _block_quantize(w, g)
-    if search:
-        codes, s = _search_block_scales(w, g, codes, s)
-    return W4A4Weight(pack_nibbles(codes), e4m3_to_bits(s).contiguous(), gw)
+    codes = torch.empty(n, k // 2, dtype=torch.int8)
+    scales = torch.empty(n, k // NVFP4_BLOCK, dtype=torch.int8)
+    rows = max(1, _CHUNK_ELEMENTS // max(k, 1))
+    with one_thread():
+        for r0 in range(0, n, rows):
+            x = w[r0:r0 + rows]
+            g = gw.reshape(1, 1).expand(x.shape[0], 1)
+            s = _block_scales(x, g)
+            if search:
+                s = _search_block_scales(x, g, s)
+            codes[r0:r0 + rows] = pack_nibbles(_block_codes(x, g, s))
+            scales[r0:r0 + rows] = e4m3_to_bits(s)
+    return W4A4Weight(codes, scales, gw)
 
 
-def _search_block_scales(x, g, codes, s):
-    """Per block, the e4m3 scale among s and its neighbours (by bit pattern) of lowest squared error."""
+def _search_block_scales(x, g, s):
+    """Per block, the e4m3 scale among s and its neighbours (by bit pattern) of lowest squared error.
+    A candidate's error is that of its rounded values (``e2m1_round``, the decoded codes bit for
+    bit), so no candidate's codes are made: the codes of the chosen scale are made once after."""
     r, k = x.shape
     blocks = x.reshape(r, k // NVFP4_BLOCK, NVFP4_BLOCK)
 
-    def err(c, sc):
-        v = e2m1_decode(c).reshape(blocks.shape) * (sc.to(torch.float32) * g)[..., None]
+    def err(sc):
+        eff = sc.to(torch.float32) * g
+        safe = torch.where(eff == 0, torch.ones_like(eff), eff)
+        v = torch.where((eff == 0)[..., None], 0.0, e2m1_round(blocks / safe[..., None])) * eff[..., None]
         return (v - blocks).square_().sum(dim=-1)
 
     bits = e4m3_to_bits(s).to(torch.int16)
-    best_e, best_c, best_s = err(codes, s), codes, s
+    best_e, best_s = err(s), s
     for step in (-1, 1):
         cand = e4m3_from_bits(torch.clamp(bits + step, 0, 0x7E).to(torch.int8)).to(torch.float8_e4m3fn)
-        eff = cand.to(torch.float32) * g
-        safe = torch.where(eff == 0, torch.ones_like(eff), eff)
-        c = e2m1_encode(blocks / safe[..., None])
-        c = torch.where((eff == 0)[..., None], torch.zeros_like(c), c).reshape(r, k)
-        e = err(c, cand)
+        e = err(cand)
         better = e < best_e
         best_e = torch.where(better, e, best_e)
         best_s = torch.where(better, cand, best_s)
-        best_c = torch.where(better.repeat_interleave(NVFP4_BLOCK, 1), c, best_c)
-    return best_c, best_s
+    return best_s
 
 
 def dequantize_factors(weight: torch.Tensor, weight_scale: torch.Tensor) -> torch.Tensor:

@@ -128,3 +128,31 @@ def test_kernel_constants_follow_the_contract():
     launcher = (ROOT / "plugins" / "attention" / "attentionKernel.cu").read_text()
     dims = sorted(int(x) for x in re.findall(r"head_dim != (\d+)", launcher))
     assert tuple(dims) == contract.ATTENTION_HEAD_DIMS
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_onnx_runtime_op_gets_the_exact_scale(head_dim):
+    """The ONNX Runtime op runs the reference with the node's float32 scale, not a 7-digit copy of
+    it (onnxruntime-extensions' float attributes): same bits as the reference called directly.
+    Qwen3-8B's head_dim 128 gives 128 ** -0.5, which 7 digits do not hold (64 gives 0.125)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from metrale_export.ops.ort import reference_session
+
+    g = torch.Generator().manual_seed(head_dim)
+    q = torch.randn(2, 4, 7, head_dim, generator=g) * 3
+    k, v = (torch.randn(2, 2, 7, head_dim, generator=g) * 3 for _ in range(2))
+    scale = A.default_scale(head_dim)
+    node = helper.make_node("Attention", ["q", "k", "v"], ["y"], domain=contract.DOMAIN, q_heads=4, kv_heads=2,
+                            head_dim=head_dim, scale=scale, family="attn")
+    node.attribute.append(helper.make_attribute("name", "t"))  # make_node's name= is the node's
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(t.shape))
+                                            for n, t in (("q", q), ("k", k), ("v", v))],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid(contract.DOMAIN, contract.domain_version())])
+    got = reference_session(model, threads=1).run(None, {"q": q.numpy(), "k": k.numpy(), "v": v.numpy()})[0]
+    stored = onnx.helper.get_attribute_value(node.attribute[[a.name for a in node.attribute].index("scale")])
+    assert np.array_equal(got, A.attention_reference(q, k, v, stored).numpy())
