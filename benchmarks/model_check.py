@@ -29,7 +29,7 @@ FORMATS = ("w4a16", "w8a8", "w4a4")
 # |gpu - cpu| of a projection, in units of 2^-24 * sum_k |x_k| |w_nk| (float32 accumulation noise;
 # measured <= 3.1 on the H200, a wrong weight, scale or index gives 1e4 and more).
 NOISE_UNITS = 64.0
-MODELS = ("demo", "hybrid")
+MODELS = ("demo", "moe", "hybrid")
 CASES = {"prefill": (2, 7, 0), "decode": (3, 1, 9)}
 SEEDS = {"prefill": 11, "decode": 12}
 
@@ -61,14 +61,14 @@ def model_inputs(model, case: str):
 
 
 def prepare(root: Path) -> None:
-    from metrale_export.exporter.demo import write_demo
+    from metrale_export.exporter.demo import write_demo, write_moe_demo
     from metrale_export.exporter.demo_hybrid import write_hybrid_demo
     from metrale_export.exporter.export import ExportOptions, export
     from metrale_export.exporter.quantization import QuantRequest
     from metrale_export.ops.ort import reference_session
 
     refs = {}
-    for name, writer in (("demo", write_demo), ("hybrid", write_hybrid_demo)):
+    for name, writer in (("demo", write_demo), ("moe", write_moe_demo), ("hybrid", write_hybrid_demo)):
         ckpt = root / name
         if not (ckpt / "model.safetensors").exists():
             writer(ckpt)
