@@ -44,7 +44,7 @@ MODELS = ("demo", "moe", "hybrid")
 QWEN3_8B_LIKE = {"vocab_size": 4096, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 2,
                  "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
                  "max_position_embeddings": 32768}
-BIG = "qwen3-8b-like"
+BIG = "qwen3-8b-like"  # quantized with round to nearest (gpu: scale_search=False)
 # The whole-model invariance cases (issue 19): decode rows with a past of DECODE_PAST (beyond the
 # first 64-key block) alone vs in every batch of 1..64; prefill rows of PREFILL_SEQ tokens after a
 # past of PREFILL_PAST alone vs in batches of PREFILL_BATCHES; a sequence of CHUNK_TOKENS tokens (two
@@ -71,8 +71,9 @@ CASES = {"prefill": (2, 7, 0), "decode": (3, 1, 9)}
 SEEDS = {"prefill": 11, "decode": 12}
 
 
-def build_model(ckpt_dir: Path, fmt: str, device: str):
-    """The PyTorch model of the checkpoint quantized as ``fmt``, on ``device`` (also tests/gpu's)."""
+def build_model(ckpt_dir: Path, fmt: str, device: str, scale_search: bool = True):
+    """The PyTorch model of the checkpoint quantized as ``fmt``, on ``device`` (also tests/gpu's);
+    ``scale_search=False``: round to nearest (QuantRequest.scale_search), the same kernels."""
     from metrale_export.exporter.checkpoint import Checkpoint
     from metrale_export.exporter.config import parse_config
     from metrale_export.exporter.layers.model import CausalLM
@@ -80,7 +81,7 @@ def build_model(ckpt_dir: Path, fmt: str, device: str):
 
     ckpt = Checkpoint.open(ckpt_dir)
     cfg = parse_config(ckpt.config)
-    src = FloatSource(ckpt, QuantRequest(weight=fmt, quantize_lm_head=True))
+    src = FloatSource(ckpt, QuantRequest(weight=fmt, quantize_lm_head=True, scale_search=scale_search))
     return CausalLM(cfg, src).load_weights(src).to(device).eval()
 
 
@@ -394,9 +395,11 @@ def gpu(root: Path, out: Path) -> int:
     for name in (*MODELS, BIG):
         ckpt = write_big(root) if name == BIG else demo_checkpoint(root, name)
         for fmt in FORMATS:
-            model = build_model(ckpt, fmt, "cuda")
+            # The 8B-like model rounds to nearest: NVFP4's scale search takes minutes on a CPU at
+            # these sizes, and the check is of the kernels' invariance, not of the scales.
+            model = build_model(ckpt, fmt, "cuda", scale_search=name != BIG)
             w_lines, w_details, w_fail = whole_model_checks(model, name, fmt)
-            print(w_lines[0], flush=True)
+            print(w_lines[0], *w_details, sep="\n", flush=True)
             whole += w_lines
             details += w_details
             failures += w_fail
