@@ -4,6 +4,8 @@ benchmarks/model_check.sh on the device.
 
 Usage: python -m benchmarks.model_check prepare DIR   (CPU: demo checkpoints + ONNX Runtime refs)
        python -m benchmarks.model_check gpu DIR OUT   (GPU: compare and invariance, tables)
+       python -m benchmarks.model_check whole DIR OUT [MODEL:FORMAT ...]   (GPU: the whole-model
+           invariance section alone, e.g. qwen3-8b-like:w4a16; no references needed)
 
 The demo, Qwen3-MoE demo and hybrid (Qwen3-Next) demo models are compared with ONNX Runtime. Those
 and a Qwen3 with 8B-like layers (``QWEN3_8B_LIKE``: random weights written on the device from a
@@ -391,42 +393,68 @@ def gpu(root: Path, out: Path) -> int:
             if r.output == "logits" or not r.ok:
                 inv_lines.append(f"| {name} | {fmt} | {r.output} | {r.batch} | {r.identical_rows}/{r.rows} | {r.max_abs_diff:.3e} |")
             failures += (not r.ok) and r.output == "logits"
-    whole, details = [], []
-    for name in (*MODELS, BIG):
-        ckpt = write_big(root) if name == BIG else demo_checkpoint(root, name)
-        for fmt in FORMATS:
-            # The 8B-like model rounds to nearest: NVFP4's scale search takes minutes on a CPU at
-            # these sizes, and the check is of the kernels' invariance, not of the scales.
-            model = build_model(ckpt, fmt, "cuda", scale_search=name != BIG)
-            w_lines, w_details, w_fail = whole_model_checks(model, name, fmt)
-            print(w_lines[0], *w_details, sep="\n", flush=True)
-            whole += w_lines
-            details += w_details
-            failures += w_fail
-            del model
-            torch.cuda.empty_cache()
+    whole, details, w_fail = whole_models(root, [(n, f) for n in (*MODELS, BIG) for f in FORMATS])
+    failures += w_fail
     text = "\n".join(["## Demo models (dense; MoE; hybrid GDN + attention + MoE) on the GPU through the CUDA ops", "", *lines, "",
                       "## Row invariance (decode rows alone vs in a batch; logits, and any output that differs)",
-                      "", *inv_lines, "",
-                      f"## Whole model (issue 19): a sequence's logits and states bitwise, {BIG} = "
-                      + ", ".join(f"{k} {v}" for k, v in QWEN3_8B_LIKE.items()), "",
-                      f"(a) rows alone vs in a batch: decode past {DECODE_PAST}, batches {DECODE_BATCHES[0]}.."
-                      f"{DECODE_BATCHES[-1]}; prefill {PREFILL_SEQ} tokens after a past of {PREFILL_PAST}, batches "
-                      f"{', '.join(map(str, PREFILL_BATCHES))}; each cell counts (output, batch) pairs whose every row "
-                      f"is bitwise the row alone. (b) one sequence of {CHUNK_TOKENS} tokens from an empty state, "
-                      f"chunks vs one chunk: tokens whose logits are identical, final states (KV cache, GDN) identical. "
-                      "(c) the batch-64 decode, the batch-64 prefill and the 7-token-chunk prefill, each twice: "
-                      "outputs identical. Torch reductions: those a decode and a prefill call execute outside the "
-                      f"metrale ops; {', '.join(NOT_COVERED)} is not covered yet (its (b) differences are reported, "
-                      "not failed).", "", *WHOLE_HEAD, *whole, "", "Details:", "", *details, ""])
+                      "", *inv_lines, "", *whole_text(whole, details)])
     print(text)
     out.mkdir(parents=True, exist_ok=True)
     (out / "model_check.md").write_text(text)
     return 1 if failures else 0
 
 
+def whole_models(root: Path, cases: list[tuple[str, str]]) -> tuple[list[str], list[str], int]:
+    """``whole_model_checks`` of each (model, format) on the GPU: (table lines, details, failures)."""
+    import metrale_export.ops.cuda  # noqa: F401  (registers the CUDA kernels)
+
+    whole, details, failures = [], [], 0
+    for name, fmt in cases:
+        ckpt = write_big(root) if name == BIG else demo_checkpoint(root, name)
+        # The 8B-like model rounds to nearest: NVFP4's scale search takes minutes on a CPU at
+        # these sizes, and the check is of the kernels' invariance, not of the scales.
+        model = build_model(ckpt, fmt, "cuda", scale_search=name != BIG)
+        w_lines, w_details, w_fail = whole_model_checks(model, name, fmt)
+        print(w_lines[0], *w_details, sep="\n", flush=True)
+        whole += w_lines
+        details += w_details
+        failures += w_fail
+        del model
+        torch.cuda.empty_cache()
+    return whole, details, failures
+
+
+def whole_text(whole: list[str], details: list[str]) -> list[str]:
+    """The whole-model section of the report."""
+    return [f"## Whole model (issue 19): a sequence's logits and states bitwise, {BIG} = "
+            + ", ".join(f"{k} {v}" for k, v in QWEN3_8B_LIKE.items()), "",
+            f"(a) rows alone vs in a batch: decode past {DECODE_PAST}, batches {DECODE_BATCHES[0]}.."
+            f"{DECODE_BATCHES[-1]}; prefill {PREFILL_SEQ} tokens after a past of {PREFILL_PAST}, batches "
+            f"{', '.join(map(str, PREFILL_BATCHES))}; each cell counts (output, batch) pairs whose every row "
+            f"is bitwise the row alone. (b) one sequence of {CHUNK_TOKENS} tokens from an empty state, "
+            f"chunks vs one chunk: tokens whose logits are identical, final states (KV cache, GDN) identical. "
+            "(c) the batch-64 decode, the batch-64 prefill and the 7-token-chunk prefill, each twice: "
+            "outputs identical. Torch reductions: those a decode and a prefill call execute outside the "
+            f"metrale ops; {', '.join(NOT_COVERED)} is not covered yet (its (b) differences are reported, "
+            "not failed).", "", *WHOLE_HEAD, *whole, "", "Details:", "", *details, ""]
+
+
+def whole_only(root: Path, out: Path, cases: list[str]) -> int:
+    """The whole-model section alone (no ONNX Runtime references needed), for ``cases``
+    ("model:format", default every model and format): a shorter device call."""
+    pairs = [tuple(c.split(":")) for c in cases] or [(n, f) for n in (*MODELS, BIG) for f in FORMATS]
+    whole, details, failures = whole_models(root, pairs)
+    text = "\n".join(whole_text(whole, details))
+    print(text)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "model_check_whole.md").write_text(text)
+    return 1 if failures else 0
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "prepare":
         prepare(Path(sys.argv[2]))
+    elif sys.argv[1] == "whole":
+        sys.exit(whole_only(Path(sys.argv[2]), Path(sys.argv[3]), sys.argv[4:]))
     else:
         sys.exit(gpu(Path(sys.argv[2]), Path(sys.argv[3])))
