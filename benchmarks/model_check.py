@@ -254,6 +254,9 @@ def torch_reductions(model, inputs) -> tuple[dict, dict]:
     finally:
         for h in hooks:
             h.remove()
+        # scan compiles its body; what it compiled under the audit must not serve later calls (a
+        # later eager scan failed in dynamo otherwise: "torch.* op returned non-Tensor").
+        torch._dynamo.reset()
     return dict(torch_ops), dict(metrale_ops)
 
 
