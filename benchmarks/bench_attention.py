@@ -88,6 +88,11 @@ def bench_decode(batch: int, past: int, copy_tbs: float) -> dict:
                split=mcuda.attention_split(batch, HQ, HKV, 1, total, D))
     _time_all(row, sets, n, scale, causal=False, work=kv_bytes, per_second="tbs")
     row["of_copy"] = row["ours_tbs"] / copy_tbs
+    # Both paths forced (the bits are the same; the launcher picks one by the shape): split=0, one CTA
+    # per (sequence, KV head) over the whole past; split=1, per-chunk CTAs and a merge.
+    for key, split in (("nosplit", 0), ("split", 1)):
+        row[f"{key}_s"] = time_graph(lambda i, split=split: mcuda.launch_attention(*sets[i % n], scale, split=split))
+        row[f"{key}_of_copy"] = kv_bytes / row[f"{key}_s"] / 1e12 / copy_tbs
     del sets
     torch.cuda.empty_cache()
     return row
@@ -115,11 +120,13 @@ def _f(x, fmt):
 def decode_line(r: dict) -> str:
     return (f"| {r['batch']:>5} | {r['past']:>6} | {'yes' if r['split'] else 'no':>5} | {_f(r['ours_s'] * 1e6, '9.1f')} | "
             f"{_f(r['ours_tbs'], '5.2f')} | {_f(r['of_copy'], '5.2f')} | {_f(r['flash_tbs'], '5.2f')} | "
-            f"{_f(r['cudnn_tbs'], '5.2f')} |")
+            f"{_f(r['cudnn_tbs'], '5.2f')} | {_f(r['nosplit_s'] * 1e6, '9.1f')} | {_f(r['nosplit_of_copy'], '5.2f')} | "
+            f"{_f(r['split_s'] * 1e6, '9.1f')} | {_f(r['split_of_copy'], '5.2f')} |")
 
 
-DECODE_HEAD = ["| batch | past | split | ours us | ours TB/s | of copy | flash TB/s | cuDNN TB/s |",
-               "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+DECODE_HEAD = ["| batch | past | split | ours us | ours TB/s | of copy | flash TB/s | cuDNN TB/s | split=0 us | "
+               "split=0 of copy | split=1 us | split=1 of copy |",
+               "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 PREFILL_HEAD = ["| batch | seq | ours us | ours TFLOP/s | flash TFLOP/s | cuDNN TFLOP/s | vs flash | vs cuDNN |",
                 "|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
@@ -134,6 +141,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
     ap.add_argument("--quick", action="store_true", help="a few cells of each table")
+    ap.add_argument("--decode-only", action="store_true", help="the decode table alone")
     args = ap.parse_args(argv)
     if not mcuda.available():
         raise SystemExit("bench_attention: needs a CUDA GPU and the kernel library ('make plugins')")
@@ -143,7 +151,7 @@ def main(argv=None) -> int:
           f"(read + write); Qwen3-8B attention ({HQ} heads, {HKV} KV heads of {D}), bf16", flush=True)
     batches = (1, 64, 256) if args.quick else DECODE_BATCHES
     pasts = (1024, 16384) if args.quick else DECODE_PASTS
-    prefill = PREFILL[:2] + PREFILL[3:4] if args.quick else PREFILL
+    prefill = () if args.decode_only else PREFILL[:2] + PREFILL[3:4] if args.quick else PREFILL
     rows = []
     print("\n".join(DECODE_HEAD), flush=True)
     for batch in batches:
