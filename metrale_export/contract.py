@@ -568,6 +568,9 @@ GDN_L2NORM_EPS = 1e-6          # added to the sum of squares of q and k before 1
 GDN_SOFTPLUS_THRESHOLD = 20.0  # softplus(u) = u above it (torch's softplus threshold)
 GDN_HEAD_K_DIMS = (64, 128)    # head_k_dim the CUDA kernel runs (the state column in registers)
 GDN_HEAD_V_BLOCK = 32          # head_v_dim a multiple of it on CUDA (one warp a block of columns)
+# The rule's sums over dk (S^T k and S^T q) run in parts of GDN_STATE_PART consecutive i, each
+# ascending from +0, the parts' sums then added in ascending order (the first as it is): a lane a part.
+GDN_STATE_PART = 64
 GDN_CONV_KERNELS = (2, 3, 4, 5, 6, 7, 8)  # kernel_size the CUDA conv runs
 
 CAUSAL_CONV1D = OpSpec(
@@ -632,6 +635,7 @@ def to_dict() -> dict:
         "gdn_softplus_threshold": GDN_SOFTPLUS_THRESHOLD,
         "gdn_head_k_dims": list(GDN_HEAD_K_DIMS),
         "gdn_head_v_block": GDN_HEAD_V_BLOCK,
+        "gdn_state_part": GDN_STATE_PART,
         "gdn_conv_kernels": list(GDN_CONV_KERNELS),
         "ops": {t: _op_dict(o) for t, o in OPS.items()},
     }

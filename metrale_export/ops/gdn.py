@@ -75,6 +75,18 @@ def _ordered_dot(a: Tensor, b: Tensor, axis: int) -> Tensor:
     return acc
 
 
+def _parted_dot(a: Tensor, b: Tensor, axis: int) -> Tensor:
+    """The rule's state sums: ``_ordered_dot`` over parts of GDN_STATE_PART consecutive i, the parts'
+    sums then added in ascending order, the first as it is (docs/ops.md)."""
+    step = contract.GDN_STATE_PART
+    parts = [_ordered_dot(a.narrow(axis, p, min(step, a.shape[axis] - p)), b.narrow(axis, p, min(step, a.shape[axis] - p)),
+                          axis) for p in range(0, a.shape[axis], step)]
+    acc = parts[0]
+    for p in parts[1:]:
+        acc = acc + p
+    return acc
+
+
 def l2_normalize(t: Tensor) -> Tensor:
     """t * (1 / sqrt(sum_i t_i^2 + eps)) over the last axis, float32, the sum in ascending i."""
     r = 1.0 / torch.sqrt(_ordered_dot(t, t, -1) + contract.GDN_L2NORM_EPS)
@@ -113,10 +125,10 @@ def gated_delta_rule(x: Tensor, ba: Tensor, a_log: Tensor, dt_bias: Tensor, stat
     for t in range(s):
         st = st * gamma[:, t, :, None, None]
         kt, qt = k[:, t, :, :, None], q[:, t, :, :, None]  # [B, Hv, dk, 1]
-        kv = _ordered_dot(st, kt.expand_as(st), 2)  # [B, Hv, dv]
+        kv = _parted_dot(st, kt.expand_as(st), 2)  # [B, Hv, dv]
         delta = (v[:, t] - kv) * beta[:, t, :, None]
         st = st + kt * delta[:, :, None, :]
-        out[:, t] = _ordered_dot(st, qt.expand_as(st), 2)
+        out[:, t] = _parted_dot(st, qt.expand_as(st), 2)
     return out.to(x.dtype), st
 
 

@@ -40,7 +40,8 @@ constexpr int32_t kRMSNORM_BLOCK{256};  // RMSNorm: threads a row beyond one war
 constexpr double kLOG2E{1.4426950408889634};  // Attention: scale_log2 = float32(float32(scale) * kLOG2E)
 constexpr float kGDN_L2NORM_EPS{1e-06f};  // GatedDeltaRule: q, k l2norm epsilon
 constexpr float kGDN_SOFTPLUS_THRESHOLD{20.0f};  // softplus(u) = u above it
-constexpr int32_t kGDN_HEAD_V_BLOCK{32};  // GatedDeltaRule: value columns a CTA
+constexpr int32_t kGDN_HEAD_V_BLOCK{32};  // GatedDeltaRule: dv a multiple of it on CUDA
+constexpr int32_t kGDN_STATE_PART{64};  // GatedDeltaRule: dk elements a part of the state sums
 constexpr int32_t kGDN_MAX_CONV_KERNEL{8};  // CausalConv1d: the most taps on CUDA
 
 // What the CUDA kernels serve beyond the contract: K a multiple of this (KERNEL_K_MULTIPLE).
