@@ -558,6 +558,55 @@ ATTENTION = OpSpec(
 OPS[ATTENTION.op_type] = ATTENTION
 
 
+# ---- Gated DeltaNet (docs/ops.md, "Gated DeltaNet"): the causal conv1d and the gated delta rule ---
+# Both run each sequence's tokens in order, one token at a time (the recurrent form), so a token's
+# result depends only on its own sequence's earlier tokens and the state: not on the batch, and not
+# on how its sequence was split into prefill chunks (the state between two calls holds exactly what
+# the next token reads). The kernels (plugins/gatedDeltaNet/gdnKernel.cuh) carry the same constants;
+# tests/ops/test_gdn.py fails when they drift.
+GDN_L2NORM_EPS = 1e-6          # added to the sum of squares of q and k before 1/sqrt
+GDN_SOFTPLUS_THRESHOLD = 20.0  # softplus(u) = u above it (torch's softplus threshold)
+GDN_HEAD_K_DIMS = (64, 128)    # head_k_dim the CUDA kernel runs (the state column in registers)
+GDN_HEAD_V_BLOCK = 32          # head_v_dim a multiple of it on CUDA (one warp a block of columns)
+# The rule's sums over dk (S^T k and S^T q) run in parts of GDN_STATE_PART consecutive i, each
+# ascending from +0, the parts' sums then added in ascending order (the first as it is): a lane a part.
+GDN_STATE_PART = 64
+GDN_CONV_KERNELS = (2, 3, 4, 5, 6, 7, 8)  # kernel_size the CUDA conv runs
+
+CAUSAL_CONV1D = OpSpec(
+    "CausalConv1d", "causal_conv1d", 1, category="recurrence", torch_op="causal_conv1d", has_plugin=False,
+    inputs=(Input("weight", "x", ("channels", "1", "kernel_size"), doc="the depthwise conv weight, x's dtype"),
+            Input("conv_state", "x", ("x.0", "channels", "kernel_size-1"),
+                  doc="the last kernel_size - 1 inputs before x (zeros: an empty prefix)")),
+    attributes=(Attribute("channels", "int", doc="C, the channels (x's last dimension)"),
+                Attribute("kernel_size", "int", doc="K, the taps a channel"),
+                *_name_tail()),
+    outputs=(Output("y", "x", ("x.0", "x.1", "channels"), doc="silu(conv), x's dtype"),
+             Output("conv_state_out", "x", ("x.0", "channels", "kernel_size-1"),
+                    doc="the last kernel_size - 1 inputs of cat(conv_state, x): the next call's conv_state")),
+    doc="x: [B, S, C]; conv_state: [B, C, K - 1]; y: [B, S, C], x's dtype; y[t] = silu(sum_j w[j] * u[t + j]) "
+        "over u = cat(conv_state, x) along the tokens")
+
+GATED_DELTA_RULE = OpSpec(
+    "GatedDeltaRule", "gated_delta_rule", 1, category="recurrence", torch_op="gated_delta_rule", has_plugin=False,
+    inputs=(Input("ba", "x", ("x.0", "x.1", "2*num_v_heads"), doc="[b | a]: beta = sigmoid(b), a the decay's input"),
+            Input("A_log", "x", ("num_v_heads",), doc="the decay rate's log, a value head"),
+            Input("dt_bias", "x", ("num_v_heads",), doc="added to a before softplus"),
+            Input("state", "float32", ("x.0", "num_v_heads", "head_k_dim", "head_v_dim"),
+                  doc="the recurrent state (zeros: an empty prefix)")),
+    attributes=(Attribute("num_k_heads", "int", doc="Hk, the query/key heads"),
+                Attribute("num_v_heads", "int", doc="Hv, a multiple of num_k_heads (value head h reads key head h // (Hv / Hk))"),
+                Attribute("head_k_dim", "int", doc="dk (the CUDA kernel runs GDN_HEAD_K_DIMS)"),
+                Attribute("head_v_dim", "int", doc="dv (a multiple of GDN_HEAD_V_BLOCK on CUDA)"),
+                *_name_tail()),
+    outputs=(Output("y", "x", ("x.0", "x.1", "num_v_heads", "head_v_dim"), doc="the rule's output, x's dtype"),
+             Output("state_out", "float32", ("x.0", "num_v_heads", "head_k_dim", "head_v_dim"),
+                    doc="the state after the last token")),
+    doc="x: [B, S, 2 Hk dk + Hv dv] = [q | k | v] (the conv's output); ba: [B, S, 2 Hv]; state: [B, Hv, dk, dv] "
+        "float32; y: [B, S, Hv, dv], x's dtype; state_out like state")
+OPS.update({o.op_type: o for o in (CAUSAL_CONV1D, GATED_DELTA_RULE)})
+
+
 def attention_scale_log2(scale: float) -> float:
     """The score multiplier of the Attention op: float32(float32(scale) * log2 e), the product in
     float64 and rounded once to float32 (scores are ``x = s * scale_log2`` and the softmax runs in
@@ -582,6 +631,12 @@ def to_dict() -> dict:
         "nvfp4_block": NVFP4_BLOCK,
         "kernel_k_multiple": dict(KERNEL_K_MULTIPLE),
         "rmsnorm_block": RMSNORM_BLOCK,
+        "gdn_l2norm_eps": GDN_L2NORM_EPS,
+        "gdn_softplus_threshold": GDN_SOFTPLUS_THRESHOLD,
+        "gdn_head_k_dims": list(GDN_HEAD_K_DIMS),
+        "gdn_head_v_block": GDN_HEAD_V_BLOCK,
+        "gdn_state_part": GDN_STATE_PART,
+        "gdn_conv_kernels": list(GDN_CONV_KERNELS),
         "ops": {t: _op_dict(o) for t, o in OPS.items()},
     }
 

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 from metrale_export.cli.main import cli
 from support.graphs import Proj, projection_graph
 from metrale_export.exporter.demo import DEMO_CONFIG
-from metrale_export.invariance import PROJECTIONS_ONLY, audit, engine_promise
+from metrale_export.invariance import PROJECTIONS_ONLY, audit, describe_left, engine_promise
 
 FIXED = "declared: every engine runs the same format per op"
 
@@ -133,3 +133,37 @@ def test_audit_walks_scan_bodies_and_finds_routing():
     left = audit(graph)["left_to_tensorrt"]
     assert [(e["node"], e["kind"]) for e in left] == [
         ("gdn_scan", "recurrence"), ("gdn_scan/state_update", "recurrence"), ("router_topk", "routing")]
+
+
+def test_hybrid_plugin_lowering_leaves_no_gdn_reduction_to_tensorrt(hybrid_w4a16_export, monkeypatch):
+    """The hybrid demo's GDN layers (Qwen3-Next's linear attention): in_proj_ba a FloatProj, the conv
+    and the delta rule metrale ops; with their plugins (the contract's has_plugin, set here so the
+    test says what it needs) the plugin lowering keeps them and the audit finds nothing left
+    (before: a MatMul, a Conv, ReduceSums and a Scan per GDN layer)."""
+    import dataclasses
+
+    import onnx
+
+    from metrale_export import contract
+    from metrale_export.engines import lowering
+
+    plugged = contract.op("CausalConv1d").has_plugin and contract.op("GatedDeltaRule").has_plugin
+    for t in ("CausalConv1d", "GatedDeltaRule"):
+        monkeypatch.setitem(contract.OPS, t, dataclasses.replace(contract.OPS[t], has_plugin=True))
+    model = onnx.load(str(hybrid_w4a16_export / "model.onnx"), load_external_data=False)
+    formats = {op.key: op.activation_format for op in lowering.metrale_ops(model)}
+    lowered = lowering.lower_plugins(model, formats)
+    kept = [n.op_type for n in lowered.graph.node if n.domain == "metrale"]
+    assert kept.count("CausalConv1d") == 2 and kept.count("GatedDeltaRule") == 2
+    a = audit(lowered.graph)
+    assert a["left_to_tensorrt"] == [], describe_left(a)
+    gdn = [c["name"] for c in a["covers"] if ".linear_attn" in c["name"]]
+    assert {"model.layers.0.linear_attn.conv1d", "model.layers.0.linear_attn",
+            "model.layers.2.linear_attn.in_proj_ba"} <= set(gdn)
+    r = CliRunner().invoke(cli, ["inspect", str(hybrid_w4a16_export), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["row_invariance"]["left_by_kind"] == {}  # inspect audits with the contract
+    # The export's manifest, written with the contract as it is: without the plugins, the two ops
+    # of each GDN layer are left (expanded by the plugin lowering).
+    manifest = json.loads((hybrid_w4a16_export / "manifest.json").read_text())
+    assert manifest["row_invariance"]["left_by_kind"] == ({} if plugged else {"recurrence": 4})

@@ -180,7 +180,7 @@ def _torch_segment(model, seg: Segment, taps: GraphTaps, case, feed: dict, value
         x_torch[name], *new = model.layer(i, x_torch[name], *rope[name], states)
         for spec, t in zip(model.states[i], new):
             presents[f"{spec.output}.{i}"] = _numpy(t)
-        out.ops[name] += check_ops(model, ops, values, name)
+        out.ops[name] += check_ops(model, ops, {**feed, **values}, name)  # the GDN ops read the state inputs
         layer_taps = GraphTaps(ops=ops.ops, layers={i: taps.layers[i]})
         out.layers[name] += check_layers(model, layer_taps, values, feed, name, case.past)
     else:

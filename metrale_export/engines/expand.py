@@ -19,7 +19,11 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import onnx_graphsurgeon as gs
 from onnx import TensorProto
+
+from ..contract import GDN_L2NORM_EPS, GDN_SOFTPLUS_THRESHOLD
+from .emitter import Emitter
 
 
 _MASKED = float(np.finfo(np.float32).min)  # the exporter's masked score (torch.finfo min)
@@ -116,5 +120,88 @@ def expand_router(e, inputs: list, outputs: list, a: dict, key: str) -> None:
     e.op("CastLike", [top, logits], out=outputs[1])
 
 
+# --- Gated DeltaNet (docs/ops.md, "Gated DeltaNet"): Conv and a Scan over the tokens in float32 -----
+
+def _silu(e, t):
+    return e.op("Div", [t, e.op("Add", [e.f32("one", 1.0), e.op("Exp", [e.op("Neg", [t])])])])
+
+
+def expand_causal_conv1d(e, inputs: list, outputs: list, a: dict, key: str) -> None:
+    """u = cat(conv_state, x^T) along the tokens, a depthwise Conv of it in float32, SiLU; the
+    new state is u's last kernel_size - 1 columns."""
+    x, weight, state = inputs[0], inputs[1], inputs[2]
+    c, kernel = int(a["channels"]), int(a["kernel_size"])
+    u = e.op("Concat", [state, e.op("Transpose", [x], {"perm": [0, 2, 1]})], {"axis": 2})  # [B, C, K - 1 + S]
+    conv = e.op("Conv", [_f32(e, u), _f32(e, weight)], {"group": c, "kernel_shape": [kernel]})
+    y = e.op("Transpose", [_silu(e, conv)], {"perm": [0, 2, 1]})
+    e.op("CastLike", [y, x], out=outputs[0])
+    e.op("Slice", [u, e.i64("start", [1 - kernel]), e.i64("end", [np.iinfo(np.int64).max]), e.i64("axis", [2])],
+         out=outputs[1])
+
+
+def _heads(e, x32, start: int, heads: int, dim: int, rep: int):
+    """x32[..., start : start + heads * dim] as [B, S, heads * rep, dim], each head repeated rep times."""
+    part = e.op("Slice", [x32, e.i64("start", [start]), e.i64("end", [start + heads * dim]), e.i64("axis", [2])])
+    t = e.op("Reshape", [part, e.i64("shape", [0, 0, heads, 1, dim])])
+    if rep > 1:
+        t = e.op("Expand", [t, e.i64("rep", [1, 1, 1, rep, 1])])
+    return e.op("Reshape", [t, e.i64("shape", [0, 0, heads * rep, dim])])
+
+
+def _l2_normalize(e, t):
+    ss = e.op("ReduceSum", [e.op("Mul", [t, t]), e.i64("axes", [-1])], {"keepdims": 1})
+    r = e.op("Div", [e.f32("one", 1.0), e.op("Sqrt", [e.op("Add", [ss, e.f32("eps", GDN_L2NORM_EPS)])])])
+    return e.op("Mul", [t, r])
+
+
+def _softplus(e, u):
+    """Softplus(u), u itself above the contract's threshold."""
+    above = e.op("Greater", [u, e.f32("threshold", GDN_SOFTPLUS_THRESHOLD)])
+    return e.op("Where", [above, u, e.op("Softplus", [u])])
+
+
+def _delta_rule_body(prefix: str) -> gs.Graph:
+    """One token of the rule: (state, q, k, v, gamma, beta) -> (state, o)."""
+    body = gs.Graph(name=f"{prefix}_token")
+    b = Emitter(body, f"{prefix}/token")
+    f32 = np.float32
+    s_in, q, k, v, g, beta = (gs.Variable(b.name(n), dtype=f32) for n in ("state", "q", "k", "v", "gamma", "beta"))
+    s1 = b.op("Mul", [s_in, b.op("Unsqueeze", [g, b.i64("axes", [2, 3])])])
+    k4 = b.op("Unsqueeze", [k, b.i64("axes", [3])])
+    kv = b.op("ReduceSum", [b.op("Mul", [s1, k4]), b.i64("axes", [2])], {"keepdims": 0})
+    delta = b.op("Mul", [b.op("Sub", [v, kv]), b.op("Unsqueeze", [beta, b.i64("axes", [2])])])
+    s_out = b.op("Add", [s1, b.op("Mul", [k4, b.op("Unsqueeze", [delta, b.i64("axes", [2])])])])
+    q4 = b.op("Unsqueeze", [q, b.i64("axes", [3])])
+    o = b.op("ReduceSum", [b.op("Mul", [s_out, q4]), b.i64("axes", [2])], {"keepdims": 0})
+    s_out.dtype, o.dtype = f32, f32
+    body.inputs, body.outputs = [s_in, q, k, v, g, beta], [s_out, o]
+    return body
+
+
+def expand_gated_delta_rule(e, inputs: list, outputs: list, a: dict, key: str) -> None:
+    """The l2 norms, beta and the decay in float32, then a Scan stepping the recurrent form over
+    the tokens (axis 1), the state its carried value."""
+    x, ba, a_log, dt_bias, state = inputs[:5]
+    hk, hv, dk, dv = (int(a[n]) for n in ("num_k_heads", "num_v_heads", "head_k_dim", "head_v_dim"))
+    rep = hv // hk
+    x32 = _f32(e, x)
+    q = e.op("Div", [_l2_normalize(e, _heads(e, x32, 0, hk, dk, rep)), e.f32("sqrt_dk", np.sqrt(np.float64(dk)))])
+    k = _l2_normalize(e, _heads(e, x32, hk * dk, hk, dk, rep))
+    v = _heads(e, x32, 2 * hk * dk, hv, dv, 1)
+    ba32 = _f32(e, ba)
+    b_in = e.op("Slice", [ba32, e.i64("start", [0]), e.i64("end", [hv]), e.i64("axis", [2])])
+    a_in = e.op("Slice", [ba32, e.i64("start", [hv]), e.i64("end", [2 * hv]), e.i64("axis", [2])])
+    beta = e.op("Sigmoid", [b_in])
+    decay = e.op("Neg", [e.op("Mul", [e.op("Exp", [_f32(e, a_log)]),
+                                      _softplus(e, e.op("Add", [a_in, _f32(e, dt_bias)]))])])
+    gamma = e.op("Exp", [decay])
+    out = gs.Variable(e.name("scan_y"))
+    e.ops("Scan", [state, q, k, v, gamma, beta],
+          {"body": _delta_rule_body(e.prefix), "num_scan_inputs": 5, "scan_input_axes": [1] * 5,
+           "scan_output_axes": [1]}, [outputs[1], out])
+    e.op("CastLike", [out, x], out=outputs[0])
+
+
 EXPANSIONS = {"Attention": expand_attention, "RMSNorm": expand_rms_norm, "FloatProj": expand_float_proj,
-              "Router": expand_router}
+              "Router": expand_router, "CausalConv1d": expand_causal_conv1d,
+              "GatedDeltaRule": expand_gated_delta_rule}

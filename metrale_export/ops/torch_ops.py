@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from .. import contract
-from . import attention as attention_ref, float_proj as float_proj_ref, moe, norms, router as router_ref, w4a4, w4a16, w8a8
+from . import attention as attention_ref, float_proj as float_proj_ref, gdn, moe, norms, router as router_ref, w4a4, w4a16, w8a8
 
 _TORCH_TYPES = {"int": "SymInt", "float": "float", "string": "str"}
 
@@ -41,6 +41,11 @@ _REFERENCES.update({
 })
 # Attention (docs/ops.md, "Attention"; reference in ops/attention.py).
 _REFERENCES["Attention"] = lambda x, t, a: attention_ref.attention_reference(x, t["key"], t["value"], float(a["scale"]))
+# Gated DeltaNet (docs/ops.md, "Gated DeltaNet"; reference in ops/gdn.py).
+_REFERENCES["CausalConv1d"] = lambda x, t, a: gdn.causal_conv1d(x, t["weight"], t["conv_state"])
+_REFERENCES["GatedDeltaRule"] = lambda x, t, a: gdn.gated_delta_rule(
+    x, t["ba"], t["A_log"], t["dt_bias"], t["state"], int(a["num_k_heads"]), int(a["num_v_heads"]),
+    int(a["head_k_dim"]), int(a["head_v_dim"]))
 # The grouped-expert ops (docs/ops.md, "Grouped-expert ops"; reference in ops/moe.py).
 for _t, _spec in contract.OPS.items():
     if _spec.grouped_of is not None:
@@ -77,8 +82,21 @@ def output_shape(spec: contract.OpSpec, output: contract.Output, x: Tensor, attr
         if d == "...":
             dims.extend(x.shape[:-1])
         else:
-            dims.append(x.shape[0] if d == "m" else x.shape[int(d[2:])] if d.startswith("x.") else attrs[d])
+            dims.append(x.shape[0] if d == "m" else x.shape[int(d[2:])] if d.startswith("x.") else dimension(d, attrs))
     return tuple(dims)
+
+
+def dimension(expr: str, attrs: dict) -> int:
+    """An attribute (``channels``), or a product or difference of one with an integer
+    (``2*num_v_heads``, ``kernel_size-1``): the contract's shape expressions of a dimension."""
+    if expr in attrs:
+        return int(attrs[expr])
+    for sep in ("*", "-"):
+        left, found, right = expr.partition(sep)
+        if found:
+            lv, rv = (int(p) if p.isdigit() else int(attrs[p]) for p in (left, right))
+            return lv * rv if sep == "*" else lv - rv
+    raise KeyError(f"shape expression {expr!r}: not an attribute of {sorted(attrs)}")
 
 
 def output_dtype(output: contract.Output, x: Tensor) -> torch.dtype:
@@ -120,3 +138,5 @@ rms_norm = OPS["RMSNorm"]
 float_proj = OPS["FloatProj"]
 router = OPS["Router"]
 attention = OPS["Attention"]
+causal_conv1d = OPS["CausalConv1d"]
+gated_delta_rule = OPS["GatedDeltaRule"]

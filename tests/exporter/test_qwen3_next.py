@@ -126,7 +126,11 @@ def test_unquantized_export_matches_transformers(hf_next, ids, unquantized_expor
     hf, _ = hf_next
     out = unquantized_export
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
-    assert [n.op_type for n in graph.node].count("Scan") == 1  # the delta rule of the one GDN layer
+    # the one GDN layer's conv and delta rule are metrale ops (docs/ops.md, "Gated DeltaNet"), no
+    # standard Conv or Scan left for TensorRT to choose an order for
+    ops = [n.op_type for n in graph.node]
+    assert ops.count("CausalConv1d") == 1 and ops.count("GatedDeltaRule") == 1
+    assert not {"Scan", "Conv"} & set(ops)
     assert [o.name for o in graph.output][1:3] == ["present_conv_state.0", "present_recurrent_state.0"]
     with torch.no_grad():
         full = hf(torch.from_numpy(ids)).logits.numpy()
@@ -149,6 +153,9 @@ def _quantized_case(path, ids, tmp_path, fmt):
     # layer (0), lm_head a FloatProj of the head family
     assert sum(n.op_type == "Attention" for n in nodes) == 1
     assert sum(n.op_type == "Router" for n in nodes) == 1
+    # the GDN layer (0): its conv, its rule, and in_proj_ba a FloatProj of the gdn family
+    assert [n.op_type for n in nodes if family[n.name] == "gdn" and n.op_type not in contract.projections()] == \
+        ["FloatProj", "CausalConv1d", "GatedDeltaRule"]
     assert [family[n.name] for n in nodes if n.op_type == "FloatProj"
             and next(a.s.decode() for a in n.attribute if a.name == "name") == "lm_head"] == ["head"]
     names = {next(a.s.decode() for a in n.attribute if a.name == "name"): n.op_type

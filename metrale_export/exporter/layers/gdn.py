@@ -18,11 +18,14 @@ State, per layer: ``conv_state [B, 2 kd + vd, K - 1]`` (the last ``K - 1`` conv 
 dtype) and ``recurrent_state [B, Hv, dk, dv]`` (float32). Zeros are the state of an empty prefix.
 
 Invariants:
-- One code path for prefill and decode: the conv runs on ``cat(conv_state, x)`` without padding,
-  and the delta rule is the recurrent form stepped over the sequence by ``torch``'s ``scan``
-  higher-order op, which exports as one ONNX ``Scan`` node (standard ONNX; no custom op).
+- One code path for prefill and decode: the conv (``metrale::CausalConv1d``) runs on
+  ``cat(conv_state, x)`` without padding, and the delta rule (``metrale::GatedDeltaRule``) is the
+  recurrent form, one token at a time in order (docs/ops.md, "Gated DeltaNet"), so a token's
+  outputs and the states do not depend on the batch nor on how the sequence was split into calls.
 - The arithmetic is transformers' ``torch_recurrent_gated_delta_rule`` (its decode path) in
-  float32; its chunked prefill differs from it only by float32 reassociation.
+  float32 with the op's fixed summation order; its chunked prefill differs from it only by float32
+  reassociation. beta, the decay and the conv's SiLU are float32 (transformers rounds beta and the
+  conv output to the model dtype first).
 """
 
 from __future__ import annotations
@@ -31,10 +34,11 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
-from torch._higher_order_ops.scan import scan
 
 from ...errors import CheckpointError, ConfigError
+from ...ops import torch_ops  # noqa: F401  (defines metrale::causal_conv1d and gated_delta_rule)
 from ..projection import Projection
+from .moe import Linear
 from .norm import RMSNorm
 from .views import Part, RowRecipe
 
@@ -165,40 +169,41 @@ def gdn_plain_tensors(g: GdnConfig, prefix: str) -> dict[str, tuple[int, ...]]:
     }
 
 
-# --- the math -------------------------------------------------------------------------------------------
+# --- the ops -----------------------------------------------------------------------------------------
 
-def causal_conv1d(x: torch.Tensor, state: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Depthwise causal conv + SiLU. x ``[B, C, S]``, state ``[B, C, K-1]``, weight ``[C, 1, K]`` ->
-    (``[B, C, S]``, new state ``[B, C, K-1]``)."""
-    kernel = weight.shape[-1]
-    full = torch.cat((state, x.to(state.dtype)), dim=-1).to(weight.dtype)
-    new_state = full[:, :, full.shape[-1] - (kernel - 1):]
-    out = torch.nn.functional.conv1d(full, weight, groups=weight.shape[0])
-    return torch.nn.functional.silu(out).to(x.dtype), new_state.to(state.dtype)
+class CausalConv1d(nn.Module):
+    """The metrale ``CausalConv1d`` op of one layer (its ``conv1d.weight`` buffer): forward(x
+    [B, S, C], conv_state [B, C, K-1]) -> (silu(conv) [B, S, C], the new conv_state). ``op_name``
+    (the node's ``name``, the checkpoint prefix ``...linear_attn.conv1d``) is set by ``name_ops``."""
 
+    def __init__(self, channels: int, kernel: int, dtype: torch.dtype):
+        super().__init__()
+        self.channels, self.kernel = channels, kernel
+        self.op_name = ""
+        self.register_buffer("weight", torch.empty((channels, 1, kernel), dtype=dtype))
 
-def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    return x * torch.rsqrt((x * x).sum(dim=-1, keepdim=True) + eps)
-
-
-def _delta_step(state, inputs):
-    q, k, v, g, beta = inputs  # [B, H, dk], [B, H, dk], [B, H, dv], [B, H], [B, H]
-    state = state * g.exp()[..., None, None]
-    kv_mem = (state * k[..., None]).sum(dim=-2)
-    delta = (v - kv_mem) * beta[..., None]
-    state = state + k[..., None] * delta[..., None, :]
-    out = (state * q[..., None]).sum(dim=-2)
-    return state.clone(), out
+    def forward(self, x, conv_state):
+        return torch.ops.metrale.causal_conv1d(x, self.weight, conv_state, self.channels, self.kernel, "gdn",
+                                               self.op_name)
 
 
-def gated_delta_rule(q, k, v, g, beta, state):
-    """The recurrent gated delta rule over a sequence, all float32.
+class DeltaRule(nn.Module):
+    """The metrale ``GatedDeltaRule`` op of one layer: forward(mixed [B, S, 2 kd + vd], ba [B, S, 2 Hv],
+    state [B, Hv, dk, dv]) -> (y [B, S, Hv, dv], the new state). Its ``A_log`` and ``dt_bias`` are
+    its layer's buffers (checkpoint names ``...linear_attn.A_log``), read through ``owner``, which
+    is not a registered submodule; ``op_name`` is the layer's prefix, set at construction."""
 
-    q, k ``[B, S, H, dk]`` (l2-normalized and q scaled), v ``[B, S, H, dv]``, g (log decay) and beta
-    ``[B, S, H]``, state ``[B, H, dk, dv]`` -> (out ``[B, S, H, dv]``, new state)."""
-    xs = [t.transpose(0, 1) for t in (q, k, v, g, beta)]
-    state, out = scan(_delta_step, state, xs)
-    return out.transpose(0, 1), state
+    def __init__(self, g: GdnConfig, owner: nn.Module, name: str):
+        super().__init__()
+        self.g = g
+        self.op_name = name
+        object.__setattr__(self, "owner", owner)  # not a child: the buffers keep their checkpoint paths
+
+    def forward(self, mixed, ba, state):
+        g = self.g
+        return torch.ops.metrale.gated_delta_rule(mixed, ba, self.owner.A_log, self.owner.dt_bias, state,
+                                                  g.num_k_heads, g.num_v_heads, g.head_k_dim, g.head_v_dim, "gdn",
+                                                  self.op_name)
 
 
 class GatedRMSNorm(RMSNorm):
@@ -208,68 +213,32 @@ class GatedRMSNorm(RMSNorm):
         return self._op(x, gate=z)[0]
 
 
-class Buffer(nn.Module):
-    """A module holding one plain ``weight`` buffer (so buffer paths equal checkpoint names)."""
-
-    def __init__(self, shape: tuple[int, ...], dtype: torch.dtype):
-        super().__init__()
-        self.register_buffer("weight", torch.empty(shape, dtype=dtype))
-
-
 class GatedDeltaNet(nn.Module):
-    """forward(x [B,S,H], conv_state, recurrent_state) -> (y [B,S,H], conv_state, recurrent_state)."""
+    """forward(x [B,S,H], conv_state, recurrent_state) -> (y [B,S,H], conv_state, recurrent_state).
+
+    Every reduction is a metrale op: the projections, ``in_proj_ba`` (FloatProj in a quantized
+    export, ``use_float_ops``), the conv, the delta rule and the gated norm; what lies between
+    them is slicing and reshaping."""
 
     def __init__(self, g: GdnConfig, specs: dict, dtype: torch.dtype):
         super().__init__()
         self.g = g
         self.in_proj_qkvz = Projection(specs["in_proj_qkvz"], dtype)
-        self.in_proj_ba = Buffer((2 * g.num_v_heads, g.hidden_size), dtype)
-        self.conv1d = Buffer((g.conv_dim, 1, g.conv_kernel), dtype)
+        self.in_proj_ba = Linear(2 * g.num_v_heads, g.hidden_size, dtype, family="gdn")
+        self.conv1d = CausalConv1d(g.conv_dim, g.conv_kernel, dtype)
         self.register_buffer("dt_bias", torch.empty(g.num_v_heads, dtype=dtype))
         self.register_buffer("A_log", torch.empty(g.num_v_heads, dtype=dtype))
+        self.delta_rule = DeltaRule(g, self, specs["in_proj_qkvz"].name.rsplit(".", 1)[0])
         self.norm = GatedRMSNorm(g.head_v_dim, g.eps, dtype)
         self.out_proj = Projection(specs["out_proj"], dtype)
 
     def forward(self, x, conv_state, recurrent_state):
-        qkvz = self.in_proj_qkvz(x)
-        if x.is_cuda and x.shape[0] > 1 and not torch.compiler.is_compiling():
-            # One sequence at a time between the two metrale projections: torch's GPU conv1d,
-            # matmul and reductions pick their kernels by shape, so a row alone and inside a batch
-            # could differ in the last bit (measured on the H200: the recurrent state, every batch).
-            parts = [self._core(x[i:i + 1], qkvz[i:i + 1], conv_state[i:i + 1], recurrent_state[i:i + 1])
-                     for i in range(x.shape[0])]
-            core, conv_state, recurrent_state = (torch.cat(t, dim=0) for t in zip(*parts))
-        else:
-            core, conv_state, recurrent_state = self._core(x, qkvz, conv_state, recurrent_state)
-        return self.out_proj(core), conv_state, recurrent_state
-
-    def _core(self, x, qkvz, conv_state, recurrent_state):
-        """Everything between in_proj_qkvz and out_proj: (core [B, S, value_dim], conv state,
-        recurrent state)."""
         g = self.g
         b, s, _ = x.shape
+        qkvz = self.in_proj_qkvz(x)
         mixed, z = qkvz[..., :g.conv_dim], qkvz[..., g.conv_dim:]
-        ba = torch.nn.functional.linear(x, self.in_proj_ba.weight)
-        beta_in, a = ba[..., :g.num_v_heads], ba[..., g.num_v_heads:]
-
-        mixed, conv_state = causal_conv1d(mixed.transpose(1, 2), conv_state, self.conv1d.weight)
-        mixed = mixed.transpose(1, 2)
-        q = mixed[..., :g.key_dim].reshape(b, s, g.num_k_heads, g.head_k_dim)
-        k = mixed[..., g.key_dim:2 * g.key_dim].reshape(b, s, g.num_k_heads, g.head_k_dim)
-        v = mixed[..., 2 * g.key_dim:].reshape(b, s, g.num_v_heads, g.head_v_dim)
-
-        beta = beta_in.sigmoid()
-        decay = -self.A_log.float().exp() * torch.nn.functional.softplus(a.float() + self.dt_bias)
-
-        rep = g.num_v_heads // g.num_k_heads
-        if rep > 1:  # each key head serves `rep` consecutive value heads
-            q = q[:, :, :, None].expand(b, s, g.num_k_heads, rep, g.head_k_dim).reshape(b, s, g.num_v_heads, g.head_k_dim)
-            k = k[:, :, :, None].expand(b, s, g.num_k_heads, rep, g.head_k_dim).reshape(b, s, g.num_v_heads, g.head_k_dim)
-        q, k, v, beta = (t.to(torch.float32) for t in (q, k, v, beta))
-        q = l2norm(q) / (g.head_k_dim ** 0.5)
-        k = l2norm(k)
-        core, recurrent_state = gated_delta_rule(q, k, v, decay, beta, recurrent_state.to(torch.float32))
-        core = core.to(x.dtype)
-
+        ba = self.in_proj_ba(x)
+        mixed, conv_state = self.conv1d(mixed, conv_state)
+        core, recurrent_state = self.delta_rule(mixed, ba, recurrent_state)
         core = self.norm(core.reshape(-1, g.head_v_dim), z.reshape(-1, g.head_v_dim))
-        return core.reshape(b, s, g.value_dim), conv_state, recurrent_state
+        return self.out_proj(core.reshape(b, s, g.value_dim)), conv_state, recurrent_state

@@ -197,13 +197,14 @@ def topk_lower_id(probs: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tens
 
 
 class Linear(nn.Module):
-    """An unquantized float matmul on a plain buffer (router and shared-expert gate: tiny, and
-    routing decisions stay in the checkpoint's precision); in a quantized export the
+    """An unquantized float matmul on a plain buffer (router and shared-expert gate, GDN's
+    in_proj_ba: tiny, and routing decisions stay in the checkpoint's precision); in a quantized export the
     ``metrale::float_proj`` op on a bf16 weight (``use_float_op``, docs/ops.md "FloatProj")."""
 
-    def __init__(self, n: int, k: int, dtype: torch.dtype):
+    def __init__(self, n: int, k: int, dtype: torch.dtype, family: str = "moe"):
         super().__init__()
         self.float_op = False
+        self.family = family  # the FloatProj node's family
         self.op_name = ""  # the checkpoint prefix (layers.norm.name_ops)
         self.register_buffer("weight", torch.empty(n, k, dtype=dtype))
 
@@ -215,7 +216,7 @@ class Linear(nn.Module):
     def forward(self, x):
         if self.float_op:
             n, k = self.weight.shape
-            y = torch.ops.metrale.float_proj(x.reshape(-1, k), self.weight, None, n, k, "moe", self.op_name)
+            y = torch.ops.metrale.float_proj(x.reshape(-1, k), self.weight, None, n, k, self.family, self.op_name)
             return y.reshape(*x.shape[:-1], n)
         if x.is_cuda and x.dim() == 2 and x.shape[0] > 1 and not torch.compiler.is_compiling():
             # One row at a time on CUDA in eager mode: cuBLAS picks its kernel by M, so a row alone

@@ -12,12 +12,13 @@ ops (``rms_norm``, ``float_proj``, ``router``); the shared library ``libmetrale_
   from torch's allocator.
 """
 # One module per group of ops: projections, moe (grouped experts), attention, norms (RMSNorm,
-# FloatProj, Router); importing each registers its torch kernels.
+# FloatProj, Router), gdn (CausalConv1d, GatedDeltaRule); importing each registers its torch kernels.
 
 from __future__ import annotations
 
 from .. import torch_ops  # noqa: F401  (defines the custom ops the modules below add kernels to)
 from .attention import attention_cuda, attention_split, launch_attention  # noqa: F401
+from .gdn import causal_conv1d_cuda, gated_delta_rule_cuda  # noqa: F401
 from .library import KernelLibraryError, available, library_path, load_library  # noqa: F401
 from .moe import w4a4_moe_proj_cuda, w4a16_moe_proj_cuda, w8a8_moe_proj_cuda  # noqa: F401
 from .norms import float_proj_cuda, rms_norm_cuda, router_cuda  # noqa: F401

@@ -38,6 +38,11 @@ constexpr int32_t kFP8_BLOCK{128};
 constexpr int32_t kNVFP4_BLOCK{16};
 constexpr int32_t kRMSNORM_BLOCK{256};  // RMSNorm: threads a row beyond one warp
 constexpr double kLOG2E{1.4426950408889634};  // Attention: scale_log2 = float32(float32(scale) * kLOG2E)
+constexpr float kGDN_L2NORM_EPS{1e-06f};  // GatedDeltaRule: q, k l2norm epsilon
+constexpr float kGDN_SOFTPLUS_THRESHOLD{20.0f};  // softplus(u) = u above it
+constexpr int32_t kGDN_HEAD_V_BLOCK{32};  // GatedDeltaRule: dv a multiple of it on CUDA
+constexpr int32_t kGDN_STATE_PART{64};  // GatedDeltaRule: dk elements a part of the state sums
+constexpr int32_t kGDN_MAX_CONV_KERNEL{8};  // CausalConv1d: the most taps on CUDA
 
 // What the CUDA kernels serve beyond the contract: K a multiple of this (KERNEL_K_MULTIPLE).
 constexpr int32_t kW4A16_KERNEL_K_MULTIPLE{32};
@@ -597,6 +602,96 @@ struct Attention
     };
 };
 
+//! CausalConv1d:  weights (causal_conv1d). x: [B, S, C]; conv_state: [B, C, K - 1]; y: [B, S, C], x's dtype; y[t] = silu(sum_j w[j] * u[t + j]) over u = cat(conv_state, x) along the tokens
+struct CausalConv1d
+{
+    static constexpr char const* kOP_TYPE{"CausalConv1d"};
+    static constexpr int32_t kVERSION_NUMBER{1};
+    //! The TensorRT plugin version: the op version as a string.
+    static constexpr char const* kVERSION{"1"};
+    static constexpr char const* kKIND{"causal_conv1d"};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
+    static constexpr bool kHAS_PLUGIN{false};
+    //! The dense op each expert computes (grouped-expert ops), else nullptr.
+    static constexpr char const* kGROUPED_OF{nullptr};
+    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
+    static constexpr char const* kRETIRED_VERSION{nullptr};
+    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
+    static constexpr char const* kACTIVATION_FORMATS[]{};
+    static constexpr char const* kDEFAULT_ACTIVATION{""};
+    //! The fields (ONNX attributes) in contract order: the plugins' field list.
+    static constexpr Field kFIELDS[]{
+        {"channels", FieldType::kINT, true, 0, 0.0f, nullptr},
+        {"kernel_size", FieldType::kINT, true, 0, 0.0f, nullptr},
+        {"family", FieldType::kSTRING, false, 0, 0.0f, ""},
+        {"name", FieldType::kSTRING, false, 0, 0.0f, ""},
+    };
+    //! Each enumerated field's values, in the order of its code (the kernels' enum).
+    static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
+    static constexpr Input kINPUTS[]{
+        {"weight", TensorType::kLIKE_X, nullptr, nullptr, "[channels, 1, kernel_size]"},
+        {"conv_state", TensorType::kLIKE_X, nullptr, nullptr, "[x.0, channels, kernel_size-1]"},
+    };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[x.0, x.1, channels]"},
+        {"conv_state_out", TensorType::kLIKE_X, nullptr, "[x.0, channels, kernel_size-1]"},
+    };
+};
+
+//! GatedDeltaRule:  weights (gated_delta_rule). x: [B, S, 2 Hk dk + Hv dv] = [q | k | v] (the conv's output); ba: [B, S, 2 Hv]; state: [B, Hv, dk, dv] float32; y: [B, S, Hv, dv], x's dtype; state_out like state
+struct GatedDeltaRule
+{
+    static constexpr char const* kOP_TYPE{"GatedDeltaRule"};
+    static constexpr int32_t kVERSION_NUMBER{1};
+    //! The TensorRT plugin version: the op version as a string.
+    static constexpr char const* kVERSION{"1"};
+    static constexpr char const* kKIND{"gated_delta_rule"};
+    //! The name of the first input (x, the router's logits, attention's q), for messages.
+    static constexpr char const* kX_NAME{"x"};
+    static constexpr bool kHAS_PLUGIN{false};
+    //! The dense op each expert computes (grouped-expert ops), else nullptr.
+    static constexpr char const* kGROUPED_OF{nullptr};
+    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
+    static constexpr char const* kRETIRED_VERSION{nullptr};
+    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older version whose nodes this version reads as they are (only new attribute values
+    //! since), registered as a second creator (nullptr: none).
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
+    static constexpr char const* kACTIVATION_FORMATS[]{};
+    static constexpr char const* kDEFAULT_ACTIVATION{""};
+    //! The fields (ONNX attributes) in contract order: the plugins' field list.
+    static constexpr Field kFIELDS[]{
+        {"num_k_heads", FieldType::kINT, true, 0, 0.0f, nullptr},
+        {"num_v_heads", FieldType::kINT, true, 0, 0.0f, nullptr},
+        {"head_k_dim", FieldType::kINT, true, 0, 0.0f, nullptr},
+        {"head_v_dim", FieldType::kINT, true, 0, 0.0f, nullptr},
+        {"family", FieldType::kSTRING, false, 0, 0.0f, ""},
+        {"name", FieldType::kSTRING, false, 0, 0.0f, ""},
+    };
+    //! Each enumerated field's values, in the order of its code (the kernels' enum).
+    static constexpr char const* kFAMILY_VALUES[]{"attn", "ffn", "gdn", "moe", "head"};
+    //! The inputs after x, positional; an optional one is present when its gate field is 1
+    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).
+    static constexpr Input kINPUTS[]{
+        {"ba", TensorType::kLIKE_X, nullptr, nullptr, "[x.0, x.1, 2*num_v_heads]"},
+        {"A_log", TensorType::kLIKE_X, nullptr, nullptr, "[num_v_heads]"},
+        {"dt_bias", TensorType::kLIKE_X, nullptr, nullptr, "[num_v_heads]"},
+        {"state", TensorType::kFLOAT32, nullptr, nullptr, "[x.0, num_v_heads, head_k_dim, head_v_dim]"},
+    };
+    //! The outputs, positional; an optional one is present when its gate field is 1.
+    static constexpr Output kOUTPUTS[]{
+        {"y", TensorType::kLIKE_X, nullptr, "[x.0, x.1, num_v_heads, head_v_dim]"},
+        {"state_out", TensorType::kFLOAT32, nullptr, "[x.0, num_v_heads, head_k_dim, head_v_dim]"},
+    };
+};
+
 //! Which op is which: type, plugin version, whether a plugin exists, the retired and the
 //! compatible version (nullptr: none) and the fields in contract order.
 struct OpInfo
@@ -622,6 +717,8 @@ constexpr OpInfo kOPS[]{
     {FloatProj::kOP_TYPE, FloatProj::kVERSION, FloatProj::kHAS_PLUGIN, FloatProj::kRETIRED_VERSION, FloatProj::kCOMPATIBLE_VERSION, FloatProj::kFIELDS, count(FloatProj::kFIELDS)},
     {Router::kOP_TYPE, Router::kVERSION, Router::kHAS_PLUGIN, Router::kRETIRED_VERSION, Router::kCOMPATIBLE_VERSION, Router::kFIELDS, count(Router::kFIELDS)},
     {Attention::kOP_TYPE, Attention::kVERSION, Attention::kHAS_PLUGIN, Attention::kRETIRED_VERSION, Attention::kCOMPATIBLE_VERSION, Attention::kFIELDS, count(Attention::kFIELDS)},
+    {CausalConv1d::kOP_TYPE, CausalConv1d::kVERSION, CausalConv1d::kHAS_PLUGIN, CausalConv1d::kRETIRED_VERSION, CausalConv1d::kCOMPATIBLE_VERSION, CausalConv1d::kFIELDS, count(CausalConv1d::kFIELDS)},
+    {GatedDeltaRule::kOP_TYPE, GatedDeltaRule::kVERSION, GatedDeltaRule::kHAS_PLUGIN, GatedDeltaRule::kRETIRED_VERSION, GatedDeltaRule::kCOMPATIBLE_VERSION, GatedDeltaRule::kFIELDS, count(GatedDeltaRule::kFIELDS)},
 };
 
 } // namespace contract

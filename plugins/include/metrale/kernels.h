@@ -127,6 +127,22 @@ cudaError_t metrale_float_proj(const void* x, int32_t x_dtype, const void* weigh
 cudaError_t metrale_router(const void* logits, int32_t x_dtype, int32_t* topk_ids, void* topk_weights,
     int64_t m, int64_t num_experts, int64_t top_k, int32_t normalize, cudaStream_t stream);
 
+/* --- Gated DeltaNet (docs/ops.md, "Gated DeltaNet"): each sequence's tokens in order ------------ */
+
+/* CausalConv1d. x, y: [batch, seq, channels]; weight: [channels, 1, kernel_size]; conv_state,
+ * conv_state_out: [batch, channels, kernel_size - 1]; all of x_dtype. kernel_size <= 8, else
+ * cudaErrorNotSupported. No workspace. */
+cudaError_t metrale_causal_conv1d(const void* x, int32_t x_dtype, const void* weight, const void* conv_state,
+    void* y, void* conv_state_out, int64_t batch, int64_t seq, int64_t channels, int64_t kernel_size,
+    cudaStream_t stream);
+
+/* GatedDeltaRule. x: [batch, seq, 2 Hk dk + Hv dv] ([q | k | v]); ba: [batch, seq, 2 Hv]; a_log,
+ * dt_bias: [Hv]; y: [batch, seq, Hv, dv]; all of x_dtype. state, state_out: float32 [batch, Hv, dk,
+ * dv]. dk 64 or 128 and dv a multiple of 32, else cudaErrorNotSupported. No workspace. */
+cudaError_t metrale_gated_delta_rule(const void* x, int32_t x_dtype, const void* ba, const void* a_log,
+    const void* dt_bias, const float* state, void* y, float* state_out, int64_t batch, int64_t seq,
+    int64_t num_k_heads, int64_t num_v_heads, int64_t head_k_dim, int64_t head_v_dim, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif
