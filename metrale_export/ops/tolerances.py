@@ -4,9 +4,17 @@ Invariants: a bound here is a promise checked by a test; changing one needs the 
 """
 
 # One op against a float64 evaluation of the contract, by output dtype (and activation format):
-# float32 y by activation format (fp8: Hopper's FP8 accumulator); a bfloat16 or float16 y adds one
-# final rounding (bfloat16: 2^-8 relative at worst).
-OP_FP32 = {"bf16": 1e-5, "nvfp4": 1e-5, "fp8": 1e-4}
+# float32 y by activation format; a bfloat16 or float16 y adds one final rounding (bfloat16: 2^-8
+# relative at worst). fp8 is W8A8Proj version 3's (contract.W8A8_FP8_ARITHMETIC): the FP8 tensor
+# core's accumulator inside a 128-k block is not float32. On the H200 its norm-wise error against the
+# float64 sum of the exact e4m3 products measured 1.27e-4 .. 1.29e-4, flat in K = 1040 .. 25600
+# (benchmarks/results/fp8-accuracy-20261201-1209-a24630d.md), 1.1e-4 .. 1.5e-4 over tests/gpu's shapes;
+# the bound leaves 2x. The exact f16 path (the block-scaled variants, W8A8MoEProj) measures < 1.2e-7.
+OP_FP32 = {"bf16": 1e-5, "nvfp4": 1e-5, "fp8": 2.5e-4}
+# fp8, per element: |y - ref| at most this fraction of the element's sum of |terms| (sum_k |xq * w|
+# times the scales), on top of the output's own rounding (a wrong fragment layout or a lost block
+# gives errors of order 1; tests/gpu/test_w8a8_fp8_wgmma.py checks every element of its shapes).
+OP_FP8_ELEMENT = 1e-3
 OP_OUTPUT = {"bfloat16": 8e-3, "float16": 1e-3}
 
 # A whole export, ONNX Runtime vs the PyTorch reference of the same model: the floors of the
