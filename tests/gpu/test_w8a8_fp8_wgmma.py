@@ -9,7 +9,7 @@ products), so it is checked against itself and against the stated bound:
   64, 128), on narrow and wide weights, K with a partial last block and K = 12288;
 - run to run: the same launch twice gives the same bits;
 - error against the float64 sum of the exact e4m3 products (times sx * sw, plus bias): norm-wise
-  relative error at most tolerances.OP_FP32["fp8"], and no element off by more than
+  relative error at most tolerances.OP_FP8_TENSOR_CORE, and no element off by more than
   tolerances.OP_FP8_ELEMENT of its sum of |terms| (a wrong fragment layout gives errors of order 1);
 - the FP8 kernel really runs by default: its bits differ from the exact path's, which the launcher
   keeps behind METRALE_W8A8_MMA=exact for benchmarks (and runs on a device without sm_90a code).
@@ -41,7 +41,7 @@ HEAD_ROWS = 64
 TAIL_ROWS = 8
 # docs/ops.md's bounds of the fp8 activation format (ops/tolerances.py): norm-wise, and per element
 # against its sum of |terms|.
-FP8_BOUND = tolerances.OP_FP32["fp8"]
+FP8_BOUND = tolerances.OP_FP8_TENSOR_CORE
 ELEMENT_BOUND = tolerances.OP_FP8_ELEMENT
 
 # (M, dtype of x and y) of the run-to-run and error checks.
