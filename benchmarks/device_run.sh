@@ -10,10 +10,10 @@
 # (kernels5: the W4A16 mainloop variants of METRALE_W4A16_WG: the SASS gates where cuobjdump is
 #  there, the W4A16 projection GPU tests under base and under deep (with the bitwise base == deep
 #  test), benchmarks/bench_w4a16_variants.py; 6 files, under 8 minutes with the build)
-# (w8a8wg: the FP8 wgmma variant of W8A8 (METRALE_W8A8_MMA=wgmma) on a carried build (it builds
-#  nothing): its SASS gates where cuobjdump is there, tests/gpu/test_w8a8_fp8_wgmma.py, the default
-#  path's W8A8 projection tests, benchmarks/bench_w8a8_variants.py (exact vs wgmma vs FP8 cuBLASLt at
-#  M = 1..4096); under 8 minutes)
+# (w8a8wg: W8A8Proj version 3's FP8 wgmma kernel (the default; METRALE_W8A8_MMA=exact the retired
+#  exact f16 path) on a carried build (it builds nothing): its SASS gates where cuobjdump is there,
+#  tests/gpu/test_w8a8_fp8_wgmma.py, the W8A8 channel projection tests,
+#  benchmarks/bench_w8a8_variants.py (exact vs wgmma vs FP8 cuBLASLt at M = 1..4096); under 8 minutes)
 # (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
 # (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
 #  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)

@@ -6,7 +6,7 @@ the contract's facts instead of restating them.
 What it holds: the kernels' C enums (``C_ENUMS``, C-compatible, for include/metrale/kernels.h);
 in ``namespace metrale::contract`` the domain, its version, the families, the scalar-format
 constants and blocks, one ``struct <op_type>`` per op of ``OPS`` (type, version, activation formats
-and default, whether it has a plugin, the dense op of a grouped one, the retired version and what
+and default, whether it has a plugin, the dense op of a grouped one, each retired version and what
 changed, the compatible version, the fields in contract order with their types and defaults, each enumerated field's values
 in code order, the inputs after x with dtype, gate and shape, and the outputs with dtype, gate and shape) and ``kOPS``, every op's identity.
 
@@ -102,15 +102,16 @@ def _output(spec: c.OpSpec, o: c.Output) -> str:
     return f"        {{{_str(o.name)}, TensorType::{kind}, {_str(o.gate)}, {_str(shape)}}},"
 
 
-def _retired(spec: c.OpSpec) -> tuple[str | None, str | None]:
+def _retired(spec: c.OpSpec) -> list[tuple[str, str]]:
+    """(version, what changed since) of every retired version of ``spec``, oldest first."""
     older = sorted(v for (t, v) in c.OLDER_VERSIONS if t == spec.op_type)
-    if not older:
-        return None, None
-    return str(older[-1]), c.OLDER_VERSIONS[(spec.op_type, older[-1])]
+    return [(str(v), c.OLDER_VERSIONS[(spec.op_type, v)]) for v in older]
 
 
 def _op(spec: c.OpSpec) -> list[str]:
-    retired, change = _retired(spec)
+    retired = _retired(spec)
+    # Null-terminated (C++ has no empty arrays): kNB_RETIRED entries, then {nullptr, nullptr}.
+    entries = "".join(f"{{{_str(v)}, {_str(change)}}}, " for v, change in retired) + "{nullptr, nullptr}"
     older = c.compatible_version(spec)
     compatible = None if older is None else str(older)
     lines = [
@@ -127,9 +128,10 @@ def _op(spec: c.OpSpec) -> list[str]:
         f"    static constexpr bool kHAS_PLUGIN{{{'true' if spec.has_plugin else 'false'}}};",
         f"    //! The dense op each expert computes (grouped-expert ops), else nullptr.",
         f"    static constexpr char const* kGROUPED_OF{{{_str(spec.grouped_of)}}};",
-        "    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).",
-        f"    static constexpr char const* kRETIRED_VERSION{{{_str(retired)}}};",
-        f"    static constexpr char const* kRETIRED_CHANGE{{{_str(change)}}};",
+        "    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED",
+        "    //! of them, oldest first, then a null entry).",
+        f"    static constexpr Retired kRETIRED[]{{{entries}}};",
+        f"    static constexpr int32_t kNB_RETIRED{{{len(retired)}}};",
         "    //! The older version whose nodes this version reads as they are (only new attribute values",
         "    //! since), registered as a second creator (nullptr: none).",
         f"    static constexpr char const* kCOMPATIBLE_VERSION{{{_str(compatible)}}};",
@@ -245,6 +247,13 @@ def to_header() -> str:
         "    char const* shape;",
         "};",
         "",
+        "//! A retired op version: the plugin version a graph may name and what changed since (refused).",
+        "struct Retired",
+        "{",
+        "    char const* version;",
+        "    char const* change;",
+        "};",
+        "",
         "//! The number of entries of a contract array.",
         "template <typename T, int32_t N>",
         "constexpr int32_t count(T const (&)[N])",
@@ -254,14 +263,15 @@ def to_header() -> str:
         "",
     ]
     info = [
-        "//! Which op is which: type, plugin version, whether a plugin exists, the retired and the",
-        "//! compatible version (nullptr: none) and the fields in contract order.",
+        "//! Which op is which: type, plugin version, whether a plugin exists, the retired versions",
+        "//! (nbRetired of them), the compatible version (nullptr: none) and the fields in contract order.",
         "struct OpInfo",
         "{",
         "    char const* type;",
         "    char const* version;",
         "    bool hasPlugin;",
-        "    char const* retiredVersion;",
+        "    Retired const* retired;",
+        "    int32_t nbRetired;",
         "    char const* compatibleVersion;",
         "    Field const* fields;",
         "    int32_t nbFields;",
@@ -271,7 +281,7 @@ def to_header() -> str:
     body = [line for spec in ops for line in _op(spec)]
     table = ["//! Every op of the contract.", "constexpr OpInfo kOPS[]{",
              *(f"    {{{o.op_type}::kOP_TYPE, {o.op_type}::kVERSION, {o.op_type}::kHAS_PLUGIN, "
-               f"{o.op_type}::kRETIRED_VERSION, {o.op_type}::kCOMPATIBLE_VERSION, {o.op_type}::kFIELDS, count({o.op_type}::kFIELDS)}},"
+               f"{o.op_type}::kRETIRED, {o.op_type}::kNB_RETIRED, {o.op_type}::kCOMPATIBLE_VERSION, {o.op_type}::kFIELDS, count({o.op_type}::kFIELDS)}},"
                for o in ops),
              "};", ""]
     tail = ["} // namespace contract", "} // namespace metrale", "#endif /* __cplusplus */", "",

@@ -7,7 +7,7 @@ package. ``calibrate`` runs the export's PyTorch model (the quantized projection
 dynamic activation scales, docs/ops.md) over them one decoder layer at a time, so only one layer's
 weights are in memory, and records every W8A8 / W4A4 projection's input amax. ``StaticScales``
 is the projection source that gives those projections their static scale: W8A8 ``sx = amax /
-448`` (activation_scale_granularity ``tensor``, W8A8Proj version 2) and the NVFP4 global
+448`` (activation_scale_granularity ``tensor``, W8A8Proj since version 2) and the NVFP4 global
 ``input_scale = amax / 2688`` (W4A4Proj's optional input), 1 where amax is 0.
 
 Invariants: deterministic (the same data and checkpoint give the same scales bit for bit: seeded

@@ -7,7 +7,7 @@ attributes), which is what TensorRT's parser hands to the plugin. Invariants: a 
 exactly the contract's attributes (``OpSpec.emitted_attributes`` order), each schema has its op's
 own version as since_version; a node of a plugin op above version 1 also carries ``plugin_version``
 (its ``node_version`` as a string, which TensorRT's parser finds the plugin creator by; not a
-plugin field; a W8A8Proj node without a static activation scale is a version-1 node and has none).
+plugin field; a W8A8MoEProj node without a static activation scale is a version-1 node and has none).
 """
 
 from __future__ import annotations

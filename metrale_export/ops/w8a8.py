@@ -4,6 +4,13 @@ Quantizer, dequantizer, the in-op activation quantizer and the CPU reference of 
 docs/ops.md. Invariants: activation scales are per row, per (row, 128-block), or one static scale
 (``tensor``: calibrated at export, an input of the op, never computed from the batch), so a row's
 result depends on that row alone; with the static scale, x / sx saturates to +-448.
+
+The fp8 reference (also the ONNX Runtime op's, ops/ort.py) computes the e4m3 x e4m3 products exactly
+and sums them in float32. W8A8Proj version 3's GPU kernel sums them within each 128-k block in the
+FP8 tensor core's accumulator (contract.W8A8_FP8_ARITHMETIC), which no CPU reproduces bit for bit:
+the two agree within ops/tolerances.OP_FP32["fp8"] (norm-wise) and OP_FP8_ELEMENT (per element of
+its sum of |terms|), docs/ops.md's fp8 bound. The operands (xq, sx, the codes and scales) are the
+same bits on both.
 """
 
 from __future__ import annotations

@@ -447,13 +447,15 @@ public:
     }
 };
 
-//! The creator registered under an op's older plugin version (the contract's kRETIRED_VERSION): it
-//! refuses every plugin, saying that the graph follows an older op contract and must be
-//! re-exported (docs/ops.md, "Older exports"), so an old graph is never read with the new layout.
-template <typename Plugin>
+//! The creator registered under an op's older plugin version (the contract's kRETIRED[kIndex], one
+//! creator per retired version): it refuses every plugin, saying that the graph follows an older op
+//! contract and must be re-exported (docs/ops.md, "Older exports"), so an old graph is never read
+//! with the new layout or arithmetic.
+template <typename Plugin, int32_t kIndex = 0>
 class RetiredPluginCreator : public ProjectionPluginCreator<Plugin>
 {
-    static_assert(Plugin::Op::kRETIRED_VERSION != nullptr, "the contract names no retired version of this op");
+    static_assert(kIndex >= 0 && kIndex < Plugin::Op::kNB_RETIRED, "the contract names no such retired version of this op");
+    static constexpr contract::Retired kOLD{Plugin::Op::kRETIRED[kIndex]};
 
 public:
     nvinfer1::IPluginV3* createPlugin(
@@ -461,14 +463,14 @@ public:
     {
         reportError(nullptr, nvinfer1::ErrorCode::kINVALID_ARGUMENT,
             cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "': plugin version ",
-                Plugin::Op::kRETIRED_VERSION, " (", Plugin::Op::kRETIRED_CHANGE,
+                kOLD.version, " (", kOLD.change,
                 ") is an older metrale op contract; this library implements version ", Plugin::kPLUGIN_VERSION,
                 ": re-export the model with metrale-export"));
         return nullptr;
     }
     char const* getPluginVersion() const noexcept override
     {
-        return Plugin::Op::kRETIRED_VERSION;
+        return kOLD.version;
     }
 };
 

@@ -32,7 +32,9 @@ METRALE_PLUGIN_API nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t
     static ProjectionPluginCreator<DenseProjPlugin<W4A4Format>> sW4A4Creator;
     static ProjectionPluginCreator<DenseProjPlugin<FloatFormat>> sFloatCreator;
     static RetiredPluginCreator<DenseProjPlugin<W4A16Format>> sW4A16V1Creator;  // refuses version-1 graphs
-    static CompatiblePluginCreator<DenseProjPlugin<W8A8Format>> sW8A8V1Creator;  // version-1 nodes, as they are
+    // W8A8Proj version 3 multiplies on the FP8 tensor core: versions 1 and 2 (exact f16 products) are refused.
+    static RetiredPluginCreator<DenseProjPlugin<W8A8Format>, 0> sW8A8V1Creator;
+    static RetiredPluginCreator<DenseProjPlugin<W8A8Format>, 1> sW8A8V2Creator;
     // The grouped-expert ops (plugins/moeProj/).
     static ProjectionPluginCreator<GroupedProjPlugin<W4A16Format>> sW4A16MoECreator;
     static ProjectionPluginCreator<GroupedProjPlugin<W8A8Format>> sW8A8MoECreator;
@@ -44,7 +46,7 @@ METRALE_PLUGIN_API nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t
     static ProjectionPluginCreator<OpPluginOf<RouterOp>> sRouterCreator;
     static ProjectionPluginCreator<OpPluginOf<AttentionOp>> sAttentionCreator;
     static nvinfer1::IPluginCreatorInterface* const kCREATORS[] = {&sW4A16Creator, &sW8A8Creator, &sW4A4Creator, &sFloatCreator,
-        &sW4A16V1Creator, &sW8A8V1Creator, &sW4A16MoECreator, &sW8A8MoECreator, &sW4A4MoECreator,
+        &sW4A16V1Creator, &sW8A8V1Creator, &sW8A8V2Creator, &sW4A16MoECreator, &sW8A8MoECreator, &sW4A4MoECreator,
         &sW4A16MoEV1Creator, &sW8A8MoEV1Creator, &sRMSNormCreator, &sRouterCreator, &sAttentionCreator};
     nbCreators = static_cast<int32_t>(sizeof(kCREATORS) / sizeof(kCREATORS[0]));
     return kCREATORS;

@@ -1,9 +1,9 @@
 /*
- * The FP8 wgmma variant of W8A8Proj (fp8 activations, per-row activation x per-channel weight
- * scales), sm_90a, at every m: `wgmma m64nNk32 e4m3 x e4m3` on both operands from shared memory.
- * A future W8A8 op version with bits of its own (FP8 wgmma and the f16 mma.sync of the exact tier
- * never share bits); for now selected only by METRALE_W8A8_MMA=wgmma, read by the launcher at each
- * call (w8a8ProjKernel.cu); unset, today's exact f16 path runs, unchanged.
+ * The FP8 wgmma kernel of W8A8Proj version 3 (fp8 activations, per-row activation x per-channel
+ * weight scales), sm_90a, at every m: `wgmma m64nNk32 e4m3 x e4m3` on both operands from shared
+ * memory. It is the version's default (w8a8ProjKernel.cu); its bits are its own (FP8 wgmma and the
+ * f16 mma.sync of the exact path never share bits), which is why W8A8Proj versions 1 and 2 (the
+ * exact path's) are refused (docs/ops.md, Older exports).
  *
  * Swap-AB as projWgmma.cuh: the weights are wgmma's A operand (M = 64 weight rows per consumer
  * warpgroup, two per CTA), the tokens its N (8, 16, 32, 64 or 128 per CTA, from m and the weight's

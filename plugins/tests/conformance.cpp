@@ -764,7 +764,7 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
     for (metrale::contract::OpInfo const& op : metrale::contract::kOPS)
     {
         nbPlugins += op.hasPlugin ? 1 : 0;
-        nbRetired += op.hasPlugin && op.retiredVersion != nullptr ? 1 : 0;
+        nbRetired += op.hasPlugin ? op.nbRetired : 0;
         nbCompatible += op.hasPlugin && op.compatibleVersion != nullptr ? 1 : 0;
     }
     int32_t const nbCreators = nbPlugins + nbRetired + nbCompatible;
@@ -783,13 +783,17 @@ Library loadLibrary(std::string const& path, ILoggerFinder* finder)
         auto* creator = static_cast<IPluginCreatorV3One*>(list[i]);
         std::string const name = creator->getPluginName();
         metrale::contract::OpInfo const* op = contractOp(name);
-        if (op != nullptr && op->retiredVersion != nullptr
-            && std::strcmp(creator->getPluginVersion(), op->retiredVersion) == 0)
+        char const* retired = nullptr;
+        for (int32_t r = 0; op != nullptr && r < op->nbRetired; ++r)
+        {
+            retired = std::strcmp(creator->getPluginVersion(), op->retired[r].version) == 0 ? op->retired[r].version
+                                                                                           : retired;
+        }
+        if (retired != nullptr)
         {
             PluginFieldCollection const empty{0, nullptr};
             IPluginV3* const refused = creator->createPlugin("old", &empty, TensorRTPhase::kBUILD);
-            check(refused == nullptr,
-                name + " version " + op->retiredVersion + " (an older op contract) is refused");
+            check(refused == nullptr, name + " version " + retired + " (an older op contract) is refused");
             lib.retired.push_back(creator);
             continue;
         }

@@ -5,10 +5,14 @@
  * quantization pre-pass writes xq (as exact f16) and sx into the workspace, then the fp8 policy;
  * with the static scale (act_scale_granularity tensor) the pre-pass is one elementwise pass with
  * no amax, and the policy reads the one input_scale for every row.
- * METRALE_W8A8_MMA=wgmma (read at each call): fp8 activations with per-row (or the static tensor)
- * activation scales and per-channel weight scales run the FP8 wgmma variant (projWgmmaFp8.cuh, bits
- * of its own; cudaErrorNotSupported on a device without its sm_90a code); unset or any other value,
- * and for the other scale combinations, the exact f16 path.
+ * W8A8Proj version 3 (docs/ops.md, fp8 activation format): fp8 activations with per-row (or the
+ * static tensor) activation scales and per-channel weight scales run the FP8 wgmma kernel
+ * (projWgmmaFp8.cuh) at every m. The exact f16 path (mma.sync, exact products) serves them only
+ * where that kernel cannot run (a device without its sm_90a code) and under METRALE_W8A8_MMA=exact
+ * (read at each call), kept for benchmarks/bench_w8a8_variants.py alone; either way a launch uses
+ * one of the two at every m, so rows stay bitwise invariant. The block-scaled variants (block128
+ * weights, row_block128 activations) have no wgmma tier yet: the exact path (per-block scales) at
+ * every m, within the same bound.
  * K must be a multiple of 16 (16-byte weight rows); other K return cudaErrorNotSupported.
  */
 #include "metrale/kernels.h"
@@ -47,11 +51,12 @@ size_t fp8PartOffset(int64_t m, int64_t k, int32_t actScaleGranularity)
     return operandBytes(m, k) + scaleBytes(m, k, actScaleGranularity) + fp8OperandRegion(m, k);
 }
 
-/* Whether this call runs the FP8 wgmma variant: METRALE_W8A8_MMA=wgmma, read at each call. */
+/* Whether this call runs the FP8 wgmma kernel (version 3's default): the device has its sm_90a code
+ * and METRALE_W8A8_MMA is not "exact" (benchmarks only; read at each call, so at each graph capture). */
 bool fp8WgmmaSelected()
 {
     const char* v = std::getenv("METRALE_W8A8_MMA");
-    return v != nullptr && std::strcmp(v, "wgmma") == 0;
+    return !(v != nullptr && std::strcmp(v, "exact") == 0) && wgFp8Available<W8A8Fp8Policy<false>>();
 }
 
 } // namespace
@@ -149,11 +154,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
         if (fp8WgmmaSelected())
         {
-            // The FP8 wgmma variant at every m, on the e4m3 bytes laid out for it.
-            if (!wgFp8Available<W8A8Fp8Policy<false>>())
-            {
-                return cudaErrorNotSupported;
-            }
+            // The FP8 wgmma kernel at every m, on the e4m3 bytes laid out for it.
             e = wgFp8Operand(xq, m, k, xw, stream);
             if (e != cudaSuccess)
             {
@@ -162,7 +163,8 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
             return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
                 stream);
         }
-        // Per-element scales: the wgmma tier where it serves m, on the f16 values laid out for it.
+        // The exact path (METRALE_W8A8_MMA=exact, or no sm_90a code): the bf16-format wgmma tier
+        // where it serves m, on the f16 values laid out for it.
         const bool wg = useWgmma<W8A8Fp8Policy<false>>(m);
         if (wg)
         {

@@ -166,20 +166,23 @@ def test_partial_last_group_exports_and_matches(tmp_path):
     assert r.exit_code == 0, r.output
 
 
-def test_export_of_an_older_op_contract_is_refused(demo_exports, tmp_path):
-    # A version-1 export (metrale opset 1: W4A16Proj with float32 scales) is refused by every
-    # command that reads it, in one line that says to re-export; nothing reads it as version 2.
-    old = tmp_path / "v1"
-    shutil.copytree(demo_exports["w4a16"], old)
+@pytest.mark.parametrize("fmt, version", [("w4a16", 1), ("w8a8", 1), ("w8a8", 2)])
+def test_export_of_an_older_op_contract_is_refused(demo_exports, tmp_path, fmt, version):
+    # An export of an older op contract (metrale opset 1: W4A16Proj with float32 scales; opset 1 or
+    # 2: W8A8Proj with exact f16 products, before version 3's FP8 tensor core) is refused by every
+    # command that reads it, in one line that says to re-export; nothing reads it as the new version.
+    old = tmp_path / f"v{version}"
+    shutil.copytree(demo_exports[fmt], old)
     model = onnx.load(str(old / "model.onnx"))
     for o in model.opset_import:
         if o.domain == "metrale":
-            o.version = 1
+            o.version = version
     onnx.save(model, str(old / "model.onnx"))
     for args in (["inspect", old], ["compare", old], ["build", old, "-o", tmp_path / "e"]):
         r = run(*args)
         assert r.exit_code == 2, (args, r.output)
-        assert "contract version 1" in r.output and "re-export" in r.output, (args, r.output)
+        assert f"contract version {version}" in r.output and "re-export" in r.output, (args, r.output)
+        assert len([line for line in r.output.splitlines() if "re-export" in line]) == 1, r.output
 
 
 def test_existing_output_needs_force(demo_checkpoint, tmp_path):

@@ -102,6 +102,19 @@ def test_drift_check_reports_a_restated_value_and_a_missing_plugin(tmp_path, mon
     assert len(problems) == 4, problems
 
 
+def test_drift_check_counts_one_retired_creator_per_retired_version(tmp_path):
+    """W8A8Proj version 3 retires versions 1 and 2: a library with only the first refusing creator
+    is reported (a version-2 graph would find no creator and fail without the re-export message)."""
+    copy = _plugin_copy(tmp_path)
+    library = copy / "common" / "pluginLibrary.cpp"
+    text = library.read_text()
+    assert "RetiredPluginCreator<DenseProjPlugin<W8A8Format>, 1>" in text
+    library.write_text(text.replace("static RetiredPluginCreator<DenseProjPlugin<W8A8Format>, 1> sW8A8V2Creator;", ""))
+    problems = drift(copy)
+    assert problems == ["plugins/common/pluginLibrary.cpp: W8A8Proj lacks a RetiredPluginCreator<DenseProjPlugin<"
+                        "W8A8Format>> (indices [0]), but the contract names 2 retired versions (indices [0, 1])"], problems
+
+
 def test_contract_imports_neither_torch_nor_onnx():
     code = ("import sys, metrale_export.contract; "
             "print(sorted(m for m in ('torch', 'onnx', 'numpy') if m in sys.modules))")
@@ -134,35 +147,61 @@ def test_specs_are_consistent():
 
 
 def test_node_versions_of_value_only_changes():
-    """W8A8Proj version 2 only added activation_scale_granularity=tensor: nodes without it are
-    version 1 (no plugin_version: dynamic-scale exports keep their bytes), nodes with it version 2."""
-    for op_type in ("W8A8Proj", "W8A8MoEProj"):
-        spec = contract.op(op_type)
-        assert spec.version == 2
-        assert spec.node_version({"activation_scale_granularity": "row"}) == 1
-        assert spec.node_version({}) == 1  # the default, row
-        assert spec.node_version({"activation_scale_granularity": b"tensor"}) == 2
-        assert not contract.names_plugin_version(spec, {"activation_scale_granularity": "row_block128"})
-        assert contract.names_plugin_version(spec, {"activation_scale_granularity": "tensor"})
-        assert contract.outdated(op_type, 1) is None  # older W8A8 graphs read as they are
-        assert "input_scale" in spec.present_inputs({"activation_scale_granularity": "tensor"})
-        assert "input_scale" not in spec.present_inputs({"activation_scale_granularity": "row"})
-        assert contract.compatible_version(spec) == 1  # the plugins' second creator
+    """W8A8MoEProj version 2 only added activation_scale_granularity=tensor: nodes without it are
+    version 1 (no plugin_version), nodes with it version 2; older grouped graphs read as they are."""
+    spec = contract.op("W8A8MoEProj")
+    assert spec.version == 2
+    assert spec.node_version({"activation_scale_granularity": "row"}) == 1
+    assert spec.node_version({}) == 1  # the default, row
+    assert spec.node_version({"activation_scale_granularity": b"tensor"}) == 2
+    assert not contract.names_plugin_version(spec, {"activation_scale_granularity": "row_block128"})
+    assert contract.names_plugin_version(spec, {"activation_scale_granularity": "tensor"})
+    assert contract.outdated("W8A8MoEProj", 1) is None
+    assert "input_scale" in spec.present_inputs({"activation_scale_granularity": "tensor"})
+    assert "input_scale" not in spec.present_inputs({"activation_scale_granularity": "row"})
+    assert contract.compatible_version(spec) == 1  # the plugins' second creator
     assert contract.op("W4A16Proj").node_version({}) == 2  # a layout change: every node
     assert contract.outdated("W4A16Proj", 1) is not None
     assert contract.compatible_version(contract.op("W4A16Proj")) is None
 
 
-def test_the_header_states_the_enumerated_gate_and_the_compatible_version():
+def test_w8a8proj_version_3_retires_versions_1_and_2():
+    """W8A8Proj version 3 multiplies on the FP8 tensor core (bits of its own): every node is a
+    version-3 node (plugin_version "3"), and graphs of version 1 or 2 are refused with one line that
+    names the version, what changed and says to re-export; the grouped op keeps its version 2."""
+    spec = contract.op("W8A8Proj")
+    assert spec.version == 3 and contract.domain_version() == 3
+    for attrs in ({}, {"activation_scale_granularity": "row"}, {"activation_scale_granularity": "tensor"},
+                  {"weight_scale_granularity": "block128", "activation_scale_granularity": "row_block128"}):
+        assert spec.node_version(attrs) == 3, attrs
+        assert contract.names_plugin_version(spec, attrs), attrs
+    assert contract.compatible_version(spec) is None  # no creator builds old nodes as they are
+    for old in (1, 2):
+        why = contract.outdated("W8A8Proj", old)
+        assert why is not None and "\n" not in why, old
+        assert f"version {old}" in why and "exact f16 products" in why and "re-export" in why, why
+    assert contract.outdated("W8A8Proj", 3) is None
+    assert contract.outdated("W8A8MoEProj", 2) is None and contract.op("W8A8MoEProj").version == 2
+    assert "FP8 tensor core" in contract.W8A8_FP8_ARITHMETIC and contract.W8A8_FP8_ARITHMETIC in spec.doc
+
+
+def test_the_header_states_the_enumerated_gate_and_the_retired_versions():
     """W8A8Proj's input_scale is gated by a value of activation_scale_granularity, not a has_* flag;
-    the header says so (gateValue) and names version 1 as the compatible one (a second creator)."""
+    the header says so (gateValue), names versions 1 and 2 as retired (a refusing creator each) and
+    W8A8MoEProj's version 1 as the compatible one (a second creator)."""
     header = contract_header.to_header()
     w8a8 = header[header.index("struct W8A8Proj\n"):header.index("struct W4A4Proj\n")]
     assert '{"input_scale", TensorType::kFLOAT32, "activation_scale_granularity", "tensor", "[1]"},' in w8a8
-    assert 'kCOMPATIBLE_VERSION{"1"}' in w8a8 and 'kVERSION{"2"}' in w8a8
+    assert 'kCOMPATIBLE_VERSION{nullptr}' in w8a8 and 'kVERSION{"3"}' in w8a8
+    assert 'kRETIRED[]{{"1", "exact f16 products' in w8a8 and '{"2", "exact f16 products' in w8a8
+    assert "kNB_RETIRED{2}" in w8a8
+    moe = header[header.index("struct W8A8MoEProj\n"):]
+    moe = moe[:moe.index("\n};")]
+    assert 'kCOMPATIBLE_VERSION{"1"}' in moe and 'kVERSION{"2"}' in moe and "kNB_RETIRED{0}" in moe
     w4a4 = header[header.index("struct W4A4Proj\n"):]
     assert '{"input_scale", TensorType::kFLOAT32, "has_input_scale", nullptr, "[1]"},' in w4a4
     assert "kCOMPATIBLE_VERSION{nullptr}" in w4a4
+    assert "kRETIRED[]{{nullptr, nullptr}}" in w4a4[:w4a4.index("\n};")]
     assert "kMETRALE_ASCALE_TENSOR = 2" in header
 
 

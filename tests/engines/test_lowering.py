@@ -79,6 +79,28 @@ def test_graph_of_an_older_op_contract_is_refused():
         lower_qdq(chain.model)
 
 
+@pytest.mark.parametrize("old", [1, 2])
+def test_w8a8_graph_of_version_1_or_2_is_refused_by_every_reader(old):
+    # W8A8Proj version 3 multiplies on the FP8 tensor core: a graph of version 1 or 2 (exact f16
+    # products) is refused in one line that says to re-export, by the lowering, the engine policy's
+    # node list and the ONNX Runtime reference alike; the same graph at opset 3 is read.
+    from metrale_export.errors import InputError
+    from metrale_export.ops import ort as ort_reference
+
+    chain = projection_graph(128, [Proj("W8A8Proj", 16)], seed=1)
+    assert len(metrale_ops(chain.model)) == 1
+    for o in chain.model.opset_import:
+        if o.domain == "metrale":
+            o.version = old
+    want = f"W8A8Proj of metrale op contract version {old} \\(exact f16 products.*re-export"
+    with pytest.raises(LoweringError, match=want):
+        lower_qdq(chain.model)
+    with pytest.raises(LoweringError, match=want):
+        metrale_ops(chain.model)
+    with pytest.raises(InputError, match=want):
+        ort_reference.to_reference_graph(chain.model)
+
+
 def test_zero_rows_stay_finite():
     chain = projection_graph(64, [Proj("W4A4Proj", 16), Proj("W8A8Proj", 16)], seed=5)
     y = _session(lower_qdq(chain.model)).run(None, {"x": np.zeros((3, 64), np.float32)})[0]

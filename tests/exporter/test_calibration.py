@@ -152,7 +152,7 @@ def test_the_static_scale_saturates():
 # --- the export ----------------------------------------------------------------------------------
 
 
-def test_static_w8a8_export_has_tensor_scales_and_version_2_nodes(static_w8a8):
+def test_static_w8a8_export_has_tensor_scales_and_version_3_nodes(static_w8a8):
     out = static_w8a8.out_dir
     model = onnx.load(str(out / "model.onnx"))
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
@@ -162,7 +162,7 @@ def test_static_w8a8_export_has_tensor_scales_and_version_2_nodes(static_w8a8):
     assert nodes and len(scales) == len(nodes)  # lm_head stays float (a FloatProj)
     for n in nodes:
         a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
-        assert a["activation_scale_granularity"] == b"tensor" and a["plugin_version"] == b"2"
+        assert a["activation_scale_granularity"] == b"tensor" and a["plugin_version"] == b"3"
         name = a["name"].decode()
         # q/k/v share their input, so their equal scales may share one initializer.
         assert n.input[3].endswith(".input_scale") and len(n.input) == 4
@@ -202,14 +202,17 @@ def test_static_w4a4_export_gives_every_projection_an_input_scale(demo_checkpoin
     assert report.ok, report.first_failure()
 
 
-def test_dynamic_w8a8_nodes_stay_version_1(demo_exports):
+def test_dynamic_w8a8_nodes_are_version_3(demo_exports):
+    """W8A8Proj version 3 changed the fp8 arithmetic (docs/ops.md): dynamic-scale nodes are version-3
+    nodes too (plugin_version "3", the graph's metrale opset 3), never written as version 1."""
     model = onnx.load(str(demo_exports["w8a8"] / "model.onnx"))
     nodes = [n for n in model.graph.node if n.op_type == "W8A8Proj"]
     assert nodes
     for n in nodes:
         a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
-        assert "plugin_version" not in a and a["activation_scale_granularity"] == b"row"
-        assert contract.op("W8A8Proj").node_version(a) == 1
+        assert a["plugin_version"] == b"3" and a["activation_scale_granularity"] == b"row"
+        assert contract.op("W8A8Proj").node_version(a) == 3
+    assert {o.domain: o.version for o in model.opset_import}["metrale"] == 3
 
 
 # --- the command line ------------------------------------------------------------------------------

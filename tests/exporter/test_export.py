@@ -43,6 +43,8 @@ def test_graph_is_valid_and_every_op_carries_the_contract(demo_exports):
             text = {k: v.decode() if isinstance(v, bytes) else v for k, v in attrs.items()}
             assert names == set(spec.emitted_attributes) | (
                 {"plugin_version"} if contract.names_plugin_version(spec, text) else set()), node.name
+            if node.op_type == "W8A8Proj":  # op version 3: the FP8 tensor core's arithmetic
+                assert attrs["plugin_version"] == b"3"
             if node.op_type == "W4A16Proj":  # op version 2: bf16 scales, and the plugin's version
                 assert attrs["plugin_version"] == b"2"
                 scale = next(t for t in model.graph.initializer if t.name == node.input[2])

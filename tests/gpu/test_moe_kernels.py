@@ -3,7 +3,9 @@
 Per weight format and activation format, E experts made like test_proj_kernels' layers:
 - per expert, bitwise the dense kernel: a (row, slot) routed to expert e equals the dense op of e on
   that row (combine=0), and the combine equals docs/ops.md's float32 sum of the dense outputs in
-  ascending expert id (combine=1), into NaN-poisoned outputs;
+  ascending expert id (combine=1), into NaN-poisoned outputs. W8A8MoEProj is at version 2 (exact f16
+  products: its grouped kernel has no FP8 wgmma tier yet), so its dense counterpart is W8A8Proj's
+  exact path, which the dense launcher keeps behind METRALE_W8A8_MMA=exact (set for this module);
 - against a float64 evaluation of docs/ops.md, within the docs/ops.md tolerances;
 - bitwise row invariance of the whole routed-expert block (gate, up, SwiGLU, down with the combine,
   routed by a per-row router): a token alone vs in batches of 1..64 and 4096 tokens with random
@@ -26,6 +28,14 @@ from metrale_export.ops import cuda as mcuda  # noqa: E402,F401  (registers the 
 from metrale_export.ops.moe import combine as ref_combine  # noqa: E402
 
 E, TOP_K = 8, 3
+
+
+@pytest.fixture(autouse=True)
+def dense_w8a8_exact(monkeypatch):
+    """The dense W8A8 kernel of W8A8MoEProj version 2's arithmetic (the grouped launcher ignores it)."""
+    monkeypatch.setenv("METRALE_W8A8_MMA", "exact")
+
+
 CASES = [
     ("w4a16", dict(group_size=128, symmetric=True, bias=True), 200, 1152),
     ("w4a16", dict(group_size=32, symmetric=False, bias=False), 96, 256),

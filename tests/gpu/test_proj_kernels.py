@@ -73,7 +73,8 @@ def _case_id(c):
 
 
 def _tolerance(op_fmt: str, dtype: torch.dtype) -> float:
-    return tolerances.op_output_bound(dtype, op_fmt)
+    # The kernels may sum fp8 products on the FP8 tensor core (W8A8Proj version 3's default).
+    return tolerances.op_output_bound(dtype, op_fmt, tensor_core=True)
 
 
 def _rel(y: torch.Tensor, ref: torch.Tensor) -> float:

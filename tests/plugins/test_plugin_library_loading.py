@@ -98,11 +98,12 @@ def test_bad_fields_are_refused_not_fatal(trt, registry):
     creator = registry.get_creator("W4A16Proj", "2", "metrale")
     bad = dict(FIELDS["W4A16Proj"], group_size=96)
     assert creator.create_plugin("layer", _fields(trt, bad), trt.TensorRTPhase.BUILD) is None
-    # A version-1 graph (float32 scales) finds the retired creator, which refuses every plugin.
-    for op in ("W4A16Proj", "W4A16MoEProj"):
-        old = registry.get_creator(op, "1", "metrale")
-        assert old is not None, op
-        assert old.create_plugin("layer", _fields(trt, FIELDS[op]), trt.TensorRTPhase.BUILD) is None
+    # A graph of a retired version (W4A16: float32 scales; W8A8Proj 1 and 2: exact f16 products)
+    # finds its retired creator, which refuses every plugin.
+    for op, version in (("W4A16Proj", "1"), ("W4A16MoEProj", "1"), ("W8A8Proj", "1"), ("W8A8Proj", "2")):
+        old = registry.get_creator(op, version, "metrale")
+        assert old is not None, (op, version)
+        assert old.create_plugin("layer", _fields(trt, FIELDS[op]), trt.TensorRTPhase.BUILD) is None, (op, version)
     # A grouped op with top_k above num_experts (docs/ops.md: exit 2 at export; refused here too).
     creator = registry.get_creator("W8A8MoEProj", "1", "metrale")
     bad = dict(FIELDS["W8A8MoEProj"], top_k=9)

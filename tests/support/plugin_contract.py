@@ -8,7 +8,7 @@ current): which C++ format serves which op, and that no plugin source restates a
   ``struct <Name>Op`` with ``using Op = contract::<op>;``, in ``plugins/*/*Plugin.h``, registered
   in ``common/pluginLibrary.cpp`` as ``ProjectionPluginCreator<DenseProjPlugin<Format>>`` (or
   ``GroupedProjPlugin``, ``OpPluginOf<Policy>``), with a ``RetiredPluginCreator`` exactly when the
-  contract names a retired version; an op with ``has_plugin=False`` has none;
+  contract names a retired version (one per retired version, by its index); an op with ``has_plugin=False`` has none;
 - no plugin source (comments stripped; the generated header and plugins/tests aside) spells an op
   type, an activation format or an enumerated string value as a literal: those come from the header.
 What the header cannot fix at compile time, the field list a format's ``visitFields`` binds, is
@@ -71,12 +71,15 @@ def drift(plugins: Path) -> list[str]:
         if f"ProjectionPluginCreator<{template}<{fmt}>>" not in library:
             out.append(f"plugins/common/pluginLibrary.cpp: {op_type} is not registered "
                        f"(expected a ProjectionPluginCreator<{template}<{fmt}>>)")
-        retired = f"RetiredPluginCreator<{template}<{fmt}>>" in library
-        wants_retired = any(t == op_type for t, _ in contract.OLDER_VERSIONS)
+        # One retired creator per retired version: RetiredPluginCreator<T<F>> (index 0) or <T<F>, i>.
+        pattern = rf"RetiredPluginCreator<{re.escape(template)}<{re.escape(fmt)}>(?:, *(\d+))?>"
+        retired = sorted(int(i or 0) for i in re.findall(pattern, library))
+        wants_retired = list(range(sum(t == op_type for t, _ in contract.OLDER_VERSIONS)))
         if retired != wants_retired:
             out.append(f"plugins/common/pluginLibrary.cpp: {op_type} "
-                       f"{'has' if retired else 'lacks'} a RetiredPluginCreator<{template}<{fmt}>>, but the "
-                       f"contract names {'no' if wants_retired is False else 'a'} retired version")
+                       f"{'lacks' if len(retired) < len(wants_retired) else 'has'} a RetiredPluginCreator<{template}<"
+                       f"{fmt}>> (indices {retired}), but the contract names {len(wants_retired)} retired versions "
+                       f"(indices {wants_retired})")
     literals = _literals(plugins)
     sources = {p for ext in ("h", "cpp", "cuh", "cu") for p in (*plugins.glob(f"*/*.{ext}"),
                                                                  *plugins.glob(f"include/*/*.{ext}"))}

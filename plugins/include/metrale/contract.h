@@ -24,7 +24,7 @@ namespace contract
 {
 
 constexpr char const* kDOMAIN{"metrale"};
-constexpr int32_t kDOMAIN_VERSION{2};
+constexpr int32_t kDOMAIN_VERSION{3};
 constexpr char const* kFAMILIES[]{"attn", "ffn", "gdn", "moe", "head"};
 constexpr char const* kX_DTYPES[]{"float32", "float16", "bfloat16"};
 constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8", "nvfp4"};
@@ -86,6 +86,13 @@ struct Output
     char const* shape;
 };
 
+//! A retired op version: the plugin version a graph may name and what changed since (refused).
+struct Retired
+{
+    char const* version;
+    char const* change;
+};
+
 //! The number of entries of a contract array.
 template <typename T, int32_t N>
 constexpr int32_t count(T const (&)[N])
@@ -106,9 +113,10 @@ struct W4A16Proj
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{"1"};
-    static constexpr char const* kRETIRED_CHANGE{"float32 group scales; version 2 stores them as bfloat16"};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{"1", "float32 group scales; version 2 stores them as bfloat16"}, {nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{1};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -145,25 +153,26 @@ struct W4A16Proj
     };
 };
 
-//! W8A8Proj: FP8 weights (w8a8). x: [M, K], float32, float16 or bfloat16; y: [M, N], the dtype of x
+//! W8A8Proj: FP8 weights (w8a8). x: [M, K], float32, float16 or bfloat16; y: [M, N], the dtype of x; fp8 activations: FP8 e4m3 products summed in the FP8 tensor core's accumulator within each 128-k block, promoted to float32 every 128 k, per-row x per-channel scales in the epilogue
 struct W8A8Proj
 {
     static constexpr char const* kOP_TYPE{"W8A8Proj"};
-    static constexpr int32_t kVERSION_NUMBER{2};
+    static constexpr int32_t kVERSION_NUMBER{3};
     //! The TensorRT plugin version: the op version as a string.
-    static constexpr char const* kVERSION{"2"};
+    static constexpr char const* kVERSION{"3"};
     static constexpr char const* kKIND{"w8a8"};
     //! The name of the first input (x, the router's logits, attention's q), for messages.
     static constexpr char const* kX_NAME{"x"};
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{"1", "exact f16 products summed in float32; version 3 multiplies on the FP8 tensor core"}, {"2", "exact f16 products summed in float32; version 3 multiplies on the FP8 tensor core"}, {nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{2};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
-    static constexpr char const* kCOMPATIBLE_VERSION{"1"};
+    static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
     static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8"};
     static constexpr char const* kDEFAULT_ACTIVATION{"fp8"};
     //! The fields (ONNX attributes) in contract order: the plugins' field list.
@@ -210,9 +219,10 @@ struct W4A4Proj
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{0};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -261,9 +271,10 @@ struct W4A16MoEProj
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{"W4A16Proj"};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{"1"};
-    static constexpr char const* kRETIRED_CHANGE{"float32 group scales; version 2 stores them as bfloat16"};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{"1", "float32 group scales; version 2 stores them as bfloat16"}, {nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{1};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -319,9 +330,10 @@ struct W8A8MoEProj
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{"W8A8Proj"};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{0};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{"1"};
@@ -377,9 +389,10 @@ struct W4A4MoEProj
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{"W4A4Proj"};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{0};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -434,9 +447,10 @@ struct RMSNorm
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{0};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -484,9 +498,10 @@ struct FloatProj
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{0};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -528,9 +543,10 @@ struct Router
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{0};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -571,9 +587,10 @@ struct Attention
     static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{0};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -615,9 +632,10 @@ struct CausalConv1d
     static constexpr bool kHAS_PLUGIN{false};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{0};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -658,9 +676,10 @@ struct GatedDeltaRule
     static constexpr bool kHAS_PLUGIN{false};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
-    //! The older version a graph may name, refused with kRETIRED_CHANGE (nullptr: none).
-    static constexpr char const* kRETIRED_VERSION{nullptr};
-    static constexpr char const* kRETIRED_CHANGE{nullptr};
+    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
+    //! of them, oldest first, then a null entry).
+    static constexpr Retired kRETIRED[]{{nullptr, nullptr}};
+    static constexpr int32_t kNB_RETIRED{0};
     //! The older version whose nodes this version reads as they are (only new attribute values
     //! since), registered as a second creator (nullptr: none).
     static constexpr char const* kCOMPATIBLE_VERSION{nullptr};
@@ -692,14 +711,15 @@ struct GatedDeltaRule
     };
 };
 
-//! Which op is which: type, plugin version, whether a plugin exists, the retired and the
-//! compatible version (nullptr: none) and the fields in contract order.
+//! Which op is which: type, plugin version, whether a plugin exists, the retired versions
+//! (nbRetired of them), the compatible version (nullptr: none) and the fields in contract order.
 struct OpInfo
 {
     char const* type;
     char const* version;
     bool hasPlugin;
-    char const* retiredVersion;
+    Retired const* retired;
+    int32_t nbRetired;
     char const* compatibleVersion;
     Field const* fields;
     int32_t nbFields;
@@ -707,18 +727,18 @@ struct OpInfo
 
 //! Every op of the contract.
 constexpr OpInfo kOPS[]{
-    {W4A16Proj::kOP_TYPE, W4A16Proj::kVERSION, W4A16Proj::kHAS_PLUGIN, W4A16Proj::kRETIRED_VERSION, W4A16Proj::kCOMPATIBLE_VERSION, W4A16Proj::kFIELDS, count(W4A16Proj::kFIELDS)},
-    {W8A8Proj::kOP_TYPE, W8A8Proj::kVERSION, W8A8Proj::kHAS_PLUGIN, W8A8Proj::kRETIRED_VERSION, W8A8Proj::kCOMPATIBLE_VERSION, W8A8Proj::kFIELDS, count(W8A8Proj::kFIELDS)},
-    {W4A4Proj::kOP_TYPE, W4A4Proj::kVERSION, W4A4Proj::kHAS_PLUGIN, W4A4Proj::kRETIRED_VERSION, W4A4Proj::kCOMPATIBLE_VERSION, W4A4Proj::kFIELDS, count(W4A4Proj::kFIELDS)},
-    {W4A16MoEProj::kOP_TYPE, W4A16MoEProj::kVERSION, W4A16MoEProj::kHAS_PLUGIN, W4A16MoEProj::kRETIRED_VERSION, W4A16MoEProj::kCOMPATIBLE_VERSION, W4A16MoEProj::kFIELDS, count(W4A16MoEProj::kFIELDS)},
-    {W8A8MoEProj::kOP_TYPE, W8A8MoEProj::kVERSION, W8A8MoEProj::kHAS_PLUGIN, W8A8MoEProj::kRETIRED_VERSION, W8A8MoEProj::kCOMPATIBLE_VERSION, W8A8MoEProj::kFIELDS, count(W8A8MoEProj::kFIELDS)},
-    {W4A4MoEProj::kOP_TYPE, W4A4MoEProj::kVERSION, W4A4MoEProj::kHAS_PLUGIN, W4A4MoEProj::kRETIRED_VERSION, W4A4MoEProj::kCOMPATIBLE_VERSION, W4A4MoEProj::kFIELDS, count(W4A4MoEProj::kFIELDS)},
-    {RMSNorm::kOP_TYPE, RMSNorm::kVERSION, RMSNorm::kHAS_PLUGIN, RMSNorm::kRETIRED_VERSION, RMSNorm::kCOMPATIBLE_VERSION, RMSNorm::kFIELDS, count(RMSNorm::kFIELDS)},
-    {FloatProj::kOP_TYPE, FloatProj::kVERSION, FloatProj::kHAS_PLUGIN, FloatProj::kRETIRED_VERSION, FloatProj::kCOMPATIBLE_VERSION, FloatProj::kFIELDS, count(FloatProj::kFIELDS)},
-    {Router::kOP_TYPE, Router::kVERSION, Router::kHAS_PLUGIN, Router::kRETIRED_VERSION, Router::kCOMPATIBLE_VERSION, Router::kFIELDS, count(Router::kFIELDS)},
-    {Attention::kOP_TYPE, Attention::kVERSION, Attention::kHAS_PLUGIN, Attention::kRETIRED_VERSION, Attention::kCOMPATIBLE_VERSION, Attention::kFIELDS, count(Attention::kFIELDS)},
-    {CausalConv1d::kOP_TYPE, CausalConv1d::kVERSION, CausalConv1d::kHAS_PLUGIN, CausalConv1d::kRETIRED_VERSION, CausalConv1d::kCOMPATIBLE_VERSION, CausalConv1d::kFIELDS, count(CausalConv1d::kFIELDS)},
-    {GatedDeltaRule::kOP_TYPE, GatedDeltaRule::kVERSION, GatedDeltaRule::kHAS_PLUGIN, GatedDeltaRule::kRETIRED_VERSION, GatedDeltaRule::kCOMPATIBLE_VERSION, GatedDeltaRule::kFIELDS, count(GatedDeltaRule::kFIELDS)},
+    {W4A16Proj::kOP_TYPE, W4A16Proj::kVERSION, W4A16Proj::kHAS_PLUGIN, W4A16Proj::kRETIRED, W4A16Proj::kNB_RETIRED, W4A16Proj::kCOMPATIBLE_VERSION, W4A16Proj::kFIELDS, count(W4A16Proj::kFIELDS)},
+    {W8A8Proj::kOP_TYPE, W8A8Proj::kVERSION, W8A8Proj::kHAS_PLUGIN, W8A8Proj::kRETIRED, W8A8Proj::kNB_RETIRED, W8A8Proj::kCOMPATIBLE_VERSION, W8A8Proj::kFIELDS, count(W8A8Proj::kFIELDS)},
+    {W4A4Proj::kOP_TYPE, W4A4Proj::kVERSION, W4A4Proj::kHAS_PLUGIN, W4A4Proj::kRETIRED, W4A4Proj::kNB_RETIRED, W4A4Proj::kCOMPATIBLE_VERSION, W4A4Proj::kFIELDS, count(W4A4Proj::kFIELDS)},
+    {W4A16MoEProj::kOP_TYPE, W4A16MoEProj::kVERSION, W4A16MoEProj::kHAS_PLUGIN, W4A16MoEProj::kRETIRED, W4A16MoEProj::kNB_RETIRED, W4A16MoEProj::kCOMPATIBLE_VERSION, W4A16MoEProj::kFIELDS, count(W4A16MoEProj::kFIELDS)},
+    {W8A8MoEProj::kOP_TYPE, W8A8MoEProj::kVERSION, W8A8MoEProj::kHAS_PLUGIN, W8A8MoEProj::kRETIRED, W8A8MoEProj::kNB_RETIRED, W8A8MoEProj::kCOMPATIBLE_VERSION, W8A8MoEProj::kFIELDS, count(W8A8MoEProj::kFIELDS)},
+    {W4A4MoEProj::kOP_TYPE, W4A4MoEProj::kVERSION, W4A4MoEProj::kHAS_PLUGIN, W4A4MoEProj::kRETIRED, W4A4MoEProj::kNB_RETIRED, W4A4MoEProj::kCOMPATIBLE_VERSION, W4A4MoEProj::kFIELDS, count(W4A4MoEProj::kFIELDS)},
+    {RMSNorm::kOP_TYPE, RMSNorm::kVERSION, RMSNorm::kHAS_PLUGIN, RMSNorm::kRETIRED, RMSNorm::kNB_RETIRED, RMSNorm::kCOMPATIBLE_VERSION, RMSNorm::kFIELDS, count(RMSNorm::kFIELDS)},
+    {FloatProj::kOP_TYPE, FloatProj::kVERSION, FloatProj::kHAS_PLUGIN, FloatProj::kRETIRED, FloatProj::kNB_RETIRED, FloatProj::kCOMPATIBLE_VERSION, FloatProj::kFIELDS, count(FloatProj::kFIELDS)},
+    {Router::kOP_TYPE, Router::kVERSION, Router::kHAS_PLUGIN, Router::kRETIRED, Router::kNB_RETIRED, Router::kCOMPATIBLE_VERSION, Router::kFIELDS, count(Router::kFIELDS)},
+    {Attention::kOP_TYPE, Attention::kVERSION, Attention::kHAS_PLUGIN, Attention::kRETIRED, Attention::kNB_RETIRED, Attention::kCOMPATIBLE_VERSION, Attention::kFIELDS, count(Attention::kFIELDS)},
+    {CausalConv1d::kOP_TYPE, CausalConv1d::kVERSION, CausalConv1d::kHAS_PLUGIN, CausalConv1d::kRETIRED, CausalConv1d::kNB_RETIRED, CausalConv1d::kCOMPATIBLE_VERSION, CausalConv1d::kFIELDS, count(CausalConv1d::kFIELDS)},
+    {GatedDeltaRule::kOP_TYPE, GatedDeltaRule::kVERSION, GatedDeltaRule::kHAS_PLUGIN, GatedDeltaRule::kRETIRED, GatedDeltaRule::kNB_RETIRED, GatedDeltaRule::kCOMPATIBLE_VERSION, GatedDeltaRule::kFIELDS, count(GatedDeltaRule::kFIELDS)},
 };
 
 } // namespace contract
