@@ -97,41 +97,49 @@ def _random_bf16(shape: tuple[int, ...], gen: torch.Generator, is_norm: bool, ch
         yield t.view(torch.int16).numpy().tobytes()
 
 
-def write_checkpoint(out: Path, cfg: dict, seed: int = 0) -> int:
-    """Write a sharded bf16 safetensors checkpoint tensor by tensor; returns its size in bytes."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
-    shards: list[list[tuple[str, tuple[int, ...]]]] = [[]]
+def _write_shards(out: Path, entries: list[tuple[str, str, tuple[int, ...]]], blocks) -> int:
+    """Write ``entries`` (name, safetensors dtype, shape) as shards of at most SHARD_BYTES, each
+    tensor's bytes from ``blocks(dtype, shape)`` a block at a time, plus the index; returns the
+    total tensor bytes."""
+    shards: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
     size = 0
-    for name, shape in tensor_shapes(cfg):
-        nbytes = 2 * _numel(shape)
+    for entry in entries:
+        nbytes = _ITEM[entry[1]] * _numel(entry[2])
         if shards[-1] and size + nbytes > SHARD_BYTES:
             shards.append([])
             size = 0
-        shards[-1].append((name, shape))
+        shards[-1].append(entry)
         size += nbytes
-    gen = torch.Generator().manual_seed(seed)
     weight_map, total = {}, 0
     for s, tensors in enumerate(shards):
         fname = f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors"
         header, off = {"__metadata__": {"format": "pt"}}, 0
-        for name, shape in tensors:
-            n = 2 * _numel(shape)
-            header[name] = {"dtype": "BF16", "shape": list(shape), "data_offsets": [off, off + n]}
+        for name, dtype, shape in tensors:
+            n = _ITEM[dtype] * _numel(shape)
+            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + n]}
             off += n
             weight_map[name] = fname
         raw = json.dumps(header, separators=(",", ":")).encode()
         raw += b" " * ((-len(raw)) % 8)
         with (out / fname).open("wb") as f:
             f.write(struct.pack("<Q", len(raw)) + raw)
-            for name, shape in tensors:
-                for block in _random_bf16(shape, gen, is_norm=len(shape) == 1):
+            for name, dtype, shape in tensors:
+                for block in blocks(dtype, shape):
                     f.write(block)
         total += off
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
     return total
+
+
+def write_checkpoint(out: Path, cfg: dict, seed: int = 0) -> int:
+    """Write a sharded bf16 safetensors checkpoint tensor by tensor; returns its size in bytes."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
+    gen = torch.Generator().manual_seed(seed)
+    return _write_shards(out, [(name, "BF16", shape) for name, shape in tensor_shapes(cfg)],
+                         lambda dtype, shape: _random_bf16(shape, gen, is_norm=len(shape) == 1))
 
 
 AWQ_GROUP = 128
@@ -182,37 +190,9 @@ def write_awq_checkpoint(out: Path, cfg: dict, seed: int = 0) -> int:
     (out / "config.json").write_text(json.dumps({**cfg, "torch_dtype": "float16",
                                                  "quantization_config": AWQ_CONFIG}, indent=2) + "\n")
     (out / "generation_config.json").write_text(json.dumps({"bos_token_id": 0, "eos_token_id": 1}) + "\n")
-    shards: list[list[tuple[str, str, tuple[int, ...]]]] = [[]]
-    size = 0
-    for entry in awq_tensor_shapes(cfg):
-        nbytes = _ITEM[entry[1]] * _numel(entry[2])
-        if shards[-1] and size + nbytes > SHARD_BYTES:
-            shards.append([])
-            size = 0
-        shards[-1].append(entry)
-        size += nbytes
     gen = torch.Generator().manual_seed(seed)
     rng = np.random.default_rng(seed)
-    weight_map, total = {}, 0
-    for s, tensors in enumerate(shards):
-        fname = f"model-{s + 1:05d}-of-{len(shards):05d}.safetensors"
-        header, off = {"__metadata__": {"format": "pt"}}, 0
-        for name, dtype, shape in tensors:
-            n = _ITEM[dtype] * _numel(shape)
-            header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + n]}
-            off += n
-            weight_map[name] = fname
-        raw = json.dumps(header, separators=(",", ":")).encode()
-        raw += b" " * ((-len(raw)) % 8)
-        with (out / fname).open("wb") as f:
-            f.write(struct.pack("<Q", len(raw)) + raw)
-            for name, dtype, shape in tensors:
-                for block in _random_awq(dtype, shape, rng, gen):
-                    f.write(block)
-        total += off
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
-    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-    return total
+    return _write_shards(out, awq_tensor_shapes(cfg), lambda dtype, shape: _random_awq(dtype, shape, rng, gen))
 
 
 def _numel(shape) -> int:
