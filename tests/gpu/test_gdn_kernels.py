@@ -1,7 +1,8 @@
 """GPU tests of the Gated DeltaNet kernels (plugins/gatedDeltaNet) through metrale_export.ops.cuda:
 
 - against the CPU reference (ops/gdn.py, the same order of operations; exp/log1p in float64 on
-  both sides): the conv bitwise, the rule's float32 state a few ulps off in ~1% of elements, held to tolerances.OP_NON_PROJECTION (1e-5 relative), with the
+  both sides): the conv bitwise, the rule's float32 state a few ulps off in ~1% of elements,
+  held to tolerances.OP_NON_PROJECTION (1e-5 relative), with the
   number of differing elements printed;
 - bitwise batch invariance: a sequence alone vs inside batches of 2..64;
 - bitwise chunking invariance: one call over S tokens vs chunks of 1, 7 and 64 vs token by token,
