@@ -54,9 +54,13 @@ class JobResult:
     output: Path
     steps: dict = field(default_factory=dict)  # step -> its summary, or "skipped: why"
     resources: dict = field(default_factory=dict)  # step -> meter.StepMeter.as_json (wall, peak RSS)
+    failure: dict | None = None  # the step that failed: {"step", "error", "exit_code"}
 
     def as_json(self) -> dict:
-        return {"output": str(self.output), "steps": self.steps, "resources": self.resources}
+        out = {"output": str(self.output), "steps": self.steps, "resources": self.resources}
+        if self.failure is not None:
+            out["failed"] = self.failure
+        return out
 
     def describe_resources(self) -> str:
         """One line: each step's wall time and peak resident memory."""
@@ -161,8 +165,14 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
     result = JobResult(Path(out))
 
     def measured(step, run):
-        with StepMeter() as meter:
-            result.steps[step] = run()
+        try:
+            with StepMeter() as meter:
+                result.steps[step] = run()
+        except MetraleError as e:  # the failed step's time and memory are reported too (--json)
+            result.resources[step] = meter.as_json()
+            result.failure = {"step": step, "error": str(e), "exit_code": e.exit_code}
+            e.job_result = result
+            raise
         if not (isinstance(result.steps[step], str) and result.steps[step].startswith("skipped")):
             result.resources[step] = meter.as_json()
 
@@ -178,13 +188,18 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
     except MetraleError as e:
         if step == "engines":  # the export stays: say so, and how to build once the cause is fixed
             e.args = (f"{e}; {kept_note(out)}",)
+            if result.failure is not None:
+                result.failure["error"] = str(e)
         raise
     except OSError as e:
         if step != "engines" or e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         where = e.filename or Path(out) / "engines"
-        raise OutputLocationError(f"{where}: {e.strerror or e} while building the engines; free some space: "
-                                  f"{kept_note(out)}") from e
+        error = OutputLocationError(f"{where}: {e.strerror or e} while building the engines; free some "
+                                    f"space: {kept_note(out)}")
+        result.failure = {"step": step, "error": str(error), "exit_code": error.exit_code}
+        error.job_result = result
+        raise error from e
     return result
 
 

@@ -10,6 +10,7 @@ import json
 import click
 from click.core import ParameterSource
 
+from ..errors import MetraleError
 from . import options as opt
 from .build import engine_progress
 from .export import export_options
@@ -89,6 +90,11 @@ def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_t
     try:
         with library_output_to_stderr():
             result = run_job(model, out, job, events)
+    except MetraleError as e:  # --json still prints what ran, what it cost and what failed
+        partial = getattr(e, "job_result", None)
+        if as_json and partial is not None:
+            click.echo(json.dumps(partial.as_json(), indent=2))
+        raise
     finally:
         bar.close()
     if as_json:

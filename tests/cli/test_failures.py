@@ -608,3 +608,24 @@ def test_row_invariance_on_the_cpu_says_what_it_checks(demo_exports):
     assert "says nothing about the engines" in r.output and "--device cuda" in r.output
     if r.exit_code == 1:  # rows differ on the CPU: the failure says why that is expected
         assert "on the CPU this is expected" in one_line_error(r.output)
+
+
+def test_json_reports_the_failed_step_and_what_ran_before_it(small_checkpoint, tmp_path):
+    """--json printed nothing when a step failed (the 8B main job's compare exited 1 with no
+    figures): it now prints the steps that ran, each step's time and memory, the failed one included,
+    and the failure, then exits with the failure's code."""
+    from metrale_export.engines import backends
+
+    if backends.available()["tensorrt-rtx"] is None:
+        pytest.skip(f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
+    out = tmp_path / "o"
+    r = run(small_checkpoint, "-o", out, "--activation-quantization", "nvfp4", "--skip-compare",
+            "--backend", "tensorrt-rtx", "--profiles", "1", "--max-context", "64", "--json")
+    assert r.exit_code == 2, r.output
+    report = json.loads(r.stdout)
+    assert report["failed"]["step"] == "engines" and report["failed"]["exit_code"] == 2
+    assert "--activation-quantization nvfp4" in report["failed"]["error"]
+    assert f"the export in {out} is complete and kept" in report["failed"]["error"]
+    assert set(report["resources"]) == {"export", "engines"}
+    assert all(r["wall_seconds"] >= 0 and r["peak_rss_bytes"] > 0 for r in report["resources"].values())
+    assert report["steps"]["compare"].startswith("skipped") and "engines" not in report["steps"]
