@@ -22,7 +22,7 @@ import torch
 from ..errors import CheckpointError
 from .safetensors_files import (  # noqa: F401 - the file-level names, re-exported
     INDEX_NAME, MAX_DIM, MAX_HEADER_BYTES, MAX_NDIM, SINGLE_NAME, checkpoint_files, header_of, read_config,
-    read_header, read_index, read_json_object,
+    has_nonfinite, read_header, read_index, read_json_object,
 )
 
 _DTYPES = {
@@ -30,6 +30,7 @@ _DTYPES = {
     "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
     "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
 }
+_NAMES = {dtype: name for name, dtype in _DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -43,15 +44,20 @@ class TensorInfo:
 
 
 def all_finite(t: torch.Tensor, chunk: int = 1 << 22) -> bool:
-    """Whether every element of ``t`` is finite, checked a slice at a time (``torch.isfinite`` of a
-    whole [151936, 4096] bf16 embedding widened to float32 costs about 6 GiB of temporaries)."""
+    """Whether every element of ``t`` is finite: its bytes a slice at a time through the same
+    exponent-bits test as the pre-flight's (``safetensors_files.has_nonfinite``). ``torch.isfinite``
+    on bf16 ran at about 7 M elements/s on this machine's CPU (6.8 s for one 12288x4096 weight, a
+    third of the 8B comparison's time), the bit test 15x faster; a whole-tensor ``isfinite`` of a
+    [151936, 4096] embedding widened to float32 would also cost about 6 GiB of temporaries."""
     if not t.dtype.is_floating_point:
         return True
-    flat = t.reshape(-1)
-    for i in range(0, flat.numel(), chunk):
-        if not bool(torch.isfinite(flat[i:i + chunk]).all()):
-            return False
-    return True
+    name = _NAMES.get(t.dtype)
+    flat = t.detach().reshape(-1)
+    if name is None or flat.device.type != "cpu":
+        return all(bool(torch.isfinite(flat[i:i + chunk]).all()) for i in range(0, flat.numel(), chunk))
+    raw = flat.contiguous().view(torch.uint8).numpy()
+    step = chunk * t.element_size()
+    return not any(has_nonfinite(raw[i:i + step], name) for i in range(0, raw.size, step))
 
 
 class Checkpoint:

@@ -153,6 +153,15 @@ def header_of(file: Path, headers: dict[Path, tuple[dict, int]] | None) -> tuple
     return headers[file] if headers and file in headers else read_header(file)
 
 
+def has_nonfinite(values, dtype: str) -> bool:
+    """Whether ``values`` (bytes or a uint8 array, the raw data of a ``dtype`` tensor) holds a NaN or
+    an infinity: its exponent bits all set (``_NONFINITE``), one masked compare per element."""
+    import numpy as np
+
+    view, mask, bad = _NONFINITE[dtype]
+    return bool(((np.frombuffer(values, dtype=view) & mask) == bad).any())
+
+
 def nonfinite_tensor(files: list[Path], wanted=lambda name: True,
                      headers: dict[Path, tuple[dict, int]] | None = None) -> tuple[Path, str] | None:
     """The first (file, tensor) whose float data holds a NaN or an infinity, else None, among the
@@ -166,14 +175,13 @@ def nonfinite_tensor(files: list[Path], wanted=lambda name: True,
                           if name != "__metadata__" and e["dtype"] in _NONFINITE and wanted(name)))
         with file.open("rb") as f:
             for (start, end), dtype, name in entries:
-                view, mask, bad = _NONFINITE[dtype]
                 step = _CHUNK - _CHUNK % ITEMSIZE[dtype]
                 f.seek(data_start + start)
                 for pos in range(start, end, step):
                     raw = f.read(min(step, end - pos))
                     if len(raw) % ITEMSIZE[dtype]:
                         raise CheckpointError(f"{file}: tensor {name!r}: the file ends inside its data (truncated?)")
-                    if ((np.frombuffer(raw, dtype=view) & mask) == bad).any():
+                    if has_nonfinite(raw, dtype):
                         return file, name
     return None
 
