@@ -13,7 +13,8 @@ parser (and its refitter) read it from its path.
 header with every external initializer turned into a graph input of the same name, dtype and shape
 (docs/engines.md, "Engine weights"). TensorRT then parses no weights at all.
 
-Invariants: each tensor's bytes are written once, at an offset aligned to ``ALIGN`` (so a runtime
+Invariants: each tensor's bytes are written once, at an offset aligned to ``ALIGN``, and the file
+holds no bytes that no tensor of the lowered graph names (but the alignment padding) (so a runtime
 may map the file and hand out aligned pointers); ``sha256`` is over the whole file as written;
 tensors below ``INLINE_BYTES`` stay in the header; nothing here imports TensorRT.
 """
@@ -109,6 +110,13 @@ class WeightsFile:
         self.offset = 0
         self.count = 0
         self.inline_bytes = INLINE_BYTES
+        # float32 tensors the lowering makes wait in a scratch file beside this one: a bf16-exact one
+        # is then written here once, in bfloat16 (weights.float_weights_in_bf16), and the rest are
+        # moved in by ``adopt``. Written here directly, a converted table stayed as dead bytes (the
+        # 8B model's transposed float32 lm_head: 2.37 GB of an 8.9 GB weights file).
+        self.scratch_path = self.path.with_name(self.path.name + ".scratch")
+        self._scratch = None
+        self._scratch_offset = 0
 
     def attach(self, graph: gs.Graph) -> None:
         """``attach`` for the source graph this file's tensors come from."""
@@ -129,8 +137,12 @@ class WeightsFile:
         """``iter_chunks`` of an external tensor, from the source's files or from this file (a
         tensor the lowering already wrote here, such as an expansion's float weight: flushed
         first, so that what it reads is on disk)."""
-        if _external(tensor).get("location") == self.location:
+        location = _external(tensor).get("location")
+        if location == self.location:
             self._file.flush()
+            return iter_chunks(tensor, self.path.parent, dtype)
+        if location == self.scratch_path.name:
+            self._scratch.flush()
             return iter_chunks(tensor, self.path.parent, dtype)
         return iter_chunks(tensor, self.source_dir, dtype)
 
@@ -172,15 +184,27 @@ class WeightsFile:
         return tensor
 
     def constant(self, name: str, array: np.ndarray) -> gs.Constant:
-        """A gs constant for a tensor the lowering made, its bytes already in the file."""
+        """A gs constant for a tensor the lowering made, its bytes already on disk: in this file, or
+        for float32 in the scratch file until ``adopt``."""
         # A fresh header proto: protobuf (upb) keeps a cleared raw_data's bytes in the message's
         # arena for as long as the message lives, so a proto that ever held the data would keep it.
         full = numpy_helper.from_array(np.asarray(array), name)
         proto = onnx.TensorProto(name=name, data_type=full.data_type, dims=list(full.dims))
-        start = self._begin(proto)
-        self._write(full.raw_data)
+        if full.data_type == onnx.TensorProto.FLOAT:
+            if self._scratch is None:
+                self._scratch = open(self.scratch_path, "wb")
+            start = self._scratch_offset
+            self._scratch.write(full.raw_data)
+            self._scratch_offset += len(full.raw_data)
+            for key, value in (("location", self.scratch_path.name), ("offset", str(start)),
+                               ("length", str(len(full.raw_data)))):
+                proto.external_data.append(onnx.StringStringEntryProto(key=key, value=value))
+            proto.data_location = onnx.TensorProto.EXTERNAL
+        else:
+            start = self._begin(proto)
+            self._write(full.raw_data)
+            self._point(proto, start)
         del full
-        self._point(proto, start)
         return gs.Constant(name, FileValues(proto, self.path.parent))
 
     def adopt(self, model: onnx.ModelProto) -> None:
@@ -190,7 +214,7 @@ class WeightsFile:
             if uses_external_data(t):
                 if _external(t).get("location") == self.location:
                     continue
-                self.write_chunks(t, iter_chunks(t, self.source_dir, np.uint8))
+                self.write_chunks(t, self.chunks(t, np.uint8))
             elif t.HasField("raw_data") and len(t.raw_data) >= INLINE_BYTES:
                 self.write_tensor(t)
             elif not t.HasField("raw_data") and _typed_bytes(t) >= INLINE_BYTES:
@@ -203,6 +227,7 @@ class WeightsFile:
             self._file.flush()
             os.fsync(self._file.fileno())
             self._file.close()
+        self._drop_scratch()
         return {"file": self.location, "bytes": self.offset, "sha256": self._hash.hexdigest(),
                 "tensors": self.count}
 
@@ -210,6 +235,12 @@ class WeightsFile:
         if not self._file.closed:
             self._file.close()
         self.path.unlink(missing_ok=True)
+        self._drop_scratch()
+
+    def _drop_scratch(self) -> None:
+        if self._scratch is not None and not self._scratch.closed:
+            self._scratch.close()
+        self.scratch_path.unlink(missing_ok=True)
 
 
 def _typed_bytes(t: onnx.TensorProto) -> int:
