@@ -27,6 +27,10 @@
 #  MC_DIR (default mc) is what `python -m benchmarks.model_check prepare MC_DIR` wrote on the CPU at
 #  the same commit. Writes gpu.txt, build.log, conformance.log, tests.log, gdn_ulps.md,
 #  model_check.log and model_check.md: 7 files)
+# (gdnfix: the shorter follow-up of gdnwhole: the kernels only (make -C plugins -j16), then
+#  gdn_state_ulps.py, tests/gpu/test_gdn_kernels.py and test_invariance_kernels.py beside
+#  `model_check gpu MC_DIR $MC_CASES` (default the W8A8 models: demo:w8a8 moe:w8a8 hybrid:w8a8);
+#  writes gpu.txt, build.log, tests.log, gdn_ulps.md, model_check.log and model_check.md)
 # (all: tests, the fp8 accuracy table of benchmarks/fp8_accuracy.py, the kernel benchmark)
 # Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
 # records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
@@ -40,10 +44,28 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 if [ "$what" = w8a8wg ] && [ ! -f build/plugins/libmetrale_kernels.so ]; then
   echo "w8a8wg builds nothing: carry build/plugins (make -C plugins -j2 here first)"; exit 2
 fi
-if [ "$what" = gdnwhole ]; then
+if [ "$what" = gdnwhole ] || [ "$what" = gdnfix ]; then
   echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
-  (time make -C plugins -j16 all trt) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  (time make -C plugins -j16 all $( [ "$what" = gdnwhole ] && echo trt )) > "$OUT/build.log" 2>&1 \
+    || { tail -50 "$OUT/build.log"; exit 1; }
   tail -4 "$OUT/build.log"
+fi
+if [ "$what" = gdnfix ]; then
+  ( echo "== benchmarks/diagnostics/gdn_state_ulps.py"
+    timeout 90 python3 -m benchmarks.diagnostics.gdn_state_ulps "$OUT" 2>&1 | tail -4
+    for f in tests/gpu/test_gdn_kernels.py tests/gpu/test_invariance_kernels.py; do
+      SECONDS=0; echo "== $f"
+      timeout 200 python3 -m pytest "$f" -m gpu -rs -q -s --confcutdir=tests/gpu -p no:cacheprovider \
+        ${kexpr:+-k "$kexpr"} 2>&1 | grep -vE "^\s*$"
+      echo "== $f: exit ${PIPESTATUS[0]} after ${SECONDS} s"
+    done > "$OUT/tests.log" 2>&1 ) &
+  SECONDS=0
+  timeout 300 python3 -m benchmarks.model_check gpu "${MC_DIR:-mc}" "$OUT" ${MC_CASES:-demo:w8a8 moe:w8a8 hybrid:w8a8} \
+    > "$OUT/model_check.log" 2>&1
+  echo "model_check gpu exit $? after ${SECONDS} s" | tee -a "$OUT/model_check.log"
+  wait
+  grep -E "^== |passed|failed|error" "$OUT/tests.log" | tail -12
+  grep -E "\| (NO|yes) \|$" "$OUT/model_check.md" 2>/dev/null | head -20
 fi
 if [ ! -f build/plugins/libmetrale_kernels.so ]; then
   (time make -C plugins -j16) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
