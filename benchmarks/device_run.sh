@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|attention|invariance|static|kernels5|w8a8wg|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|attention|invariance|static|kernels5|w8a8wg|gdnwhole|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -18,6 +18,19 @@
 # (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
 #  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
 # (static: the static-scale GPU tests and benchmarks/bench_static_scales.py, dynamic vs static at M = 1..16)
+# (gdnwhole: issue 19's whole-model call: builds the kernels, the plugin library and the conformance
+#  harness (make -C plugins -j16 all trt), then at once, three lanes on the one GPU: the plugin
+#  conformance driver (every plugin, the Gated DeltaNet ones included, bitwise against the torch CUDA
+#  op); benchmarks/diagnostics/gdn_state_ulps.py then tests/gpu/test_gdn_kernels.py,
+#  test_invariance_kernels.py and test_model_whole.py; and `model_check gpu MC_DIR` (the demo, MoE and
+#  hybrid models against ONNX Runtime and the whole-model invariance of all 12 model x format cases).
+#  MC_DIR (default mc) is what `python -m benchmarks.model_check prepare MC_DIR` wrote on the CPU at
+#  the same commit. Writes gpu.txt, build.log, conformance.log, tests.log, gdn_ulps.md,
+#  model_check.log and model_check.md: 7 files)
+# (gdnfix: the shorter follow-up of gdnwhole: the kernels only (make -C plugins -j16), then
+#  gdn_state_ulps.py, tests/gpu/test_gdn_kernels.py and test_invariance_kernels.py beside
+#  `model_check gpu MC_DIR $MC_CASES` (default the W8A8 models: demo:w8a8 moe:w8a8 hybrid:w8a8);
+#  writes gpu.txt, build.log, tests.log, gdn_ulps.md, model_check.log and model_check.md)
 # (all: tests, the fp8 accuracy table of benchmarks/fp8_accuracy.py, the kernel benchmark)
 # Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
 # records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
@@ -31,8 +44,53 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,no
 if [ "$what" = w8a8wg ] && [ ! -f build/plugins/libmetrale_kernels.so ]; then
   echo "w8a8wg builds nothing: carry build/plugins (make -C plugins -j2 here first)"; exit 2
 fi
+if [ "$what" = gdnwhole ] || [ "$what" = gdnfix ]; then
+  echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
+  (time make -C plugins -j16 all $( [ "$what" = gdnwhole ] && echo trt )) > "$OUT/build.log" 2>&1 \
+    || { tail -50 "$OUT/build.log"; exit 1; }
+  tail -4 "$OUT/build.log"
+fi
+if [ "$what" = gdnfix ]; then
+  ( echo "== benchmarks/diagnostics/gdn_state_ulps.py"
+    timeout 90 python3 -m benchmarks.diagnostics.gdn_state_ulps "$OUT" 2>&1 | tail -4
+    for f in tests/gpu/test_gdn_kernels.py tests/gpu/test_invariance_kernels.py; do
+      SECONDS=0; echo "== $f"
+      timeout 200 python3 -m pytest "$f" -m gpu -rs -q -s --confcutdir=tests/gpu -p no:cacheprovider \
+        ${kexpr:+-k "$kexpr"} 2>&1 | grep -vE "^\s*$"
+      echo "== $f: exit ${PIPESTATUS[0]} after ${SECONDS} s"
+    done > "$OUT/tests.log" 2>&1 ) &
+  SECONDS=0
+  timeout 300 python3 -m benchmarks.model_check gpu "${MC_DIR:-mc}" "$OUT" ${MC_CASES:-demo:w8a8 moe:w8a8 hybrid:w8a8} \
+    > "$OUT/model_check.log" 2>&1
+  echo "model_check gpu exit $? after ${SECONDS} s" | tee -a "$OUT/model_check.log"
+  wait
+  grep -E "^== |passed|failed|error" "$OUT/tests.log" | tail -12
+  grep -E "\| (NO|yes) \|$" "$OUT/model_check.md" 2>/dev/null | head -20
+fi
 if [ ! -f build/plugins/libmetrale_kernels.so ]; then
   (time make -C plugins -j16) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+fi
+if [ "$what" = gdnwhole ]; then
+  mc=${MC_DIR:-mc}
+  ( SECONDS=0; timeout 300 python3 tests/plugins/plugin_conformance_driver.py --build build/plugins-trt \
+      --out /tmp/conformance > "$OUT/conformance.log" 2>&1
+    echo "conformance driver exit $? after ${SECONDS} s" >> "$OUT/conformance.log" ) &
+  ( echo "== benchmarks/diagnostics/gdn_state_ulps.py"
+    timeout 90 python3 -m benchmarks.diagnostics.gdn_state_ulps "$OUT" 2>&1 | tail -4
+    for f in tests/gpu/test_gdn_kernels.py tests/gpu/test_invariance_kernels.py tests/gpu/test_model_whole.py; do
+      SECONDS=0; echo "== $f"
+      timeout 330 python3 -m pytest "$f" -m gpu -rs -q -s --confcutdir=tests/gpu -p no:cacheprovider \
+        ${kexpr:+-k "$kexpr"} 2>&1 | grep -vE "^\s*$"
+      echo "== $f: exit ${PIPESTATUS[0]} after ${SECONDS} s"
+    done > "$OUT/tests.log" 2>&1 ) &
+  SECONDS=0
+  timeout 480 python3 -m benchmarks.model_check gpu "$mc" "$OUT" > "$OUT/model_check.log" 2>&1
+  echo "model_check gpu exit $? after ${SECONDS} s" | tee -a "$OUT/model_check.log"
+  wait
+  grep -E "CONFORMANCE|exit|^SUMMARY" "$OUT/conformance.log" | tail -4
+  grep -E "^== |passed|failed|error" "$OUT/tests.log" | tail -12
+  grep -E "\| (NO|yes) \|$" "$OUT/model_check.md" 2>/dev/null | grep -c "| yes |"
+  grep -E "\| NO \|$" "$OUT/model_check.md" 2>/dev/null | head -8
 fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
   python3 -m pytest tests/gpu -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider ${kexpr:+-k "$kexpr"} \

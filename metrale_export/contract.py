@@ -592,7 +592,7 @@ GDN_STATE_PART = 64
 GDN_CONV_KERNELS = (2, 3, 4, 5, 6, 7, 8)  # kernel_size the CUDA conv runs
 
 CAUSAL_CONV1D = OpSpec(
-    "CausalConv1d", "causal_conv1d", 1, category="recurrence", torch_op="causal_conv1d", has_plugin=False,
+    "CausalConv1d", "causal_conv1d", 1, category="recurrence", torch_op="causal_conv1d",
     inputs=(Input("weight", "x", ("channels", "1", "kernel_size"), doc="the depthwise conv weight, x's dtype"),
             Input("conv_state", "x", ("x.0", "channels", "kernel_size-1"),
                   doc="the last kernel_size - 1 inputs before x (zeros: an empty prefix)")),
@@ -606,7 +606,7 @@ CAUSAL_CONV1D = OpSpec(
         "over u = cat(conv_state, x) along the tokens")
 
 GATED_DELTA_RULE = OpSpec(
-    "GatedDeltaRule", "gated_delta_rule", 1, category="recurrence", torch_op="gated_delta_rule", has_plugin=False,
+    "GatedDeltaRule", "gated_delta_rule", 1, category="recurrence", torch_op="gated_delta_rule",
     inputs=(Input("ba", "x", ("x.0", "x.1", "2*num_v_heads"), doc="[b | a]: beta = sigmoid(b), a the decay's input"),
             Input("A_log", "x", ("num_v_heads",), doc="the decay rate's log, a value head"),
             Input("dt_bias", "x", ("num_v_heads",), doc="added to a before softplus"),

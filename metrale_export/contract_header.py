@@ -204,6 +204,8 @@ def to_header() -> str:
         f"constexpr int32_t kGDN_HEAD_V_BLOCK{{{c.GDN_HEAD_V_BLOCK}}};  // GatedDeltaRule: dv a multiple of it on CUDA",
         f"constexpr int32_t kGDN_STATE_PART{{{c.GDN_STATE_PART}}};  // GatedDeltaRule: dk elements a part of the state sums",
         f"constexpr int32_t kGDN_MAX_CONV_KERNEL{{{max(c.GDN_CONV_KERNELS)}}};  // CausalConv1d: the most taps on CUDA",
+        f"constexpr int32_t kGDN_CONV_KERNELS[]{{{', '.join(map(str, c.GDN_CONV_KERNELS))}}};  // CausalConv1d: kernel_size on CUDA",
+        f"constexpr int32_t kGDN_HEAD_K_DIMS[]{{{', '.join(map(str, c.GDN_HEAD_K_DIMS))}}};  // GatedDeltaRule: head_k_dim on CUDA",
         "",
         "// What the CUDA kernels serve beyond the contract: K a multiple of this (KERNEL_K_MULTIPLE).",
         *(f"constexpr int32_t k{t.upper()}_KERNEL_K_MULTIPLE{{{v}}};" for t, v in c.KERNEL_K_MULTIPLE.items()),

@@ -41,13 +41,15 @@ def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
     assert [(e["kind"], e["op_type"]) for e in tail] == \
         [(kinds[t], t) for t in ("RMSNorm", "FloatProj") if not plugin[t]]
     assert all("no TensorRT plugin" in e["expanded"] for e in left if e["op_type"] in ("RMSNorm", "FloatProj"))
-    # The export's manifest says the same.
+    # The export's manifest says the same; inspect adds what the plugin lowering's engines promise.
     manifest = json.loads((out / "manifest.json").read_text())
     assert {k: v for k, v in manifest["row_invariance"].items() if k != "applies_to"} == \
-        {k: v for k, v in ri.items() if k != "applies_to"}
+        {k: v for k, v in ri.items() if k not in ("applies_to", "promised", "scope")}
+    assert ri["promised"] is (not left) and ri["scope"] == ("whole graph" if not left else PROJECTIONS_ONLY)
 
     text = CliRunner().invoke(cli, ["inspect", str(out)]).output
     assert f"covers the outputs of {len(ri['covers'])} metrale " in text
+    assert f"promised: {'true' if not left else 'false'}" in text
     assert plugin["Attention"] or f"{layers} attention (Attention)" in text
     assert plugin["RMSNorm"] or f"{4 * layers + 1} norm (RMSNorm)" in text
 
@@ -135,26 +137,28 @@ def test_audit_walks_scan_bodies_and_finds_routing():
         ("gdn_scan", "recurrence"), ("gdn_scan/state_update", "recurrence"), ("router_topk", "routing")]
 
 
-def test_hybrid_plugin_lowering_leaves_no_gdn_reduction_to_tensorrt(hybrid_w4a16_export, monkeypatch):
+def test_hybrid_plugin_lowering_leaves_no_gdn_reduction_to_tensorrt(hybrid_w4a16_export):
     """The hybrid demo's GDN layers (Qwen3-Next's linear attention): in_proj_ba a FloatProj, the conv
-    and the delta rule metrale ops; with their plugins (the contract's has_plugin, set here so the
-    test says what it needs) the plugin lowering keeps them and the audit finds nothing left
-    (before: a MatMul, a Conv, ReduceSums and a Scan per GDN layer)."""
-    import dataclasses
-
+    and the delta rule metrale ops with their plugins (the contract's has_plugin): the plugin
+    lowering keeps them and the audit finds nothing left (before: a MatMul, a Conv, ReduceSums and
+    a Scan per GDN layer), so inspect and the export's manifest list nothing left to TensorRT and
+    inspect says the plugin lowering's engines promise the whole graph."""
     import onnx
 
     from metrale_export import contract
     from metrale_export.engines import lowering
 
-    plugged = contract.op("CausalConv1d").has_plugin and contract.op("GatedDeltaRule").has_plugin
-    for t in ("CausalConv1d", "GatedDeltaRule"):
-        monkeypatch.setitem(contract.OPS, t, dataclasses.replace(contract.OPS[t], has_plugin=True))
+    assert contract.op("CausalConv1d").has_plugin and contract.op("GatedDeltaRule").has_plugin
     model = onnx.load(str(hybrid_w4a16_export / "model.onnx"), load_external_data=False)
     formats = {op.key: op.activation_format for op in lowering.metrale_ops(model)}
+    # Every metrale node keeps its plugin (projections with their format); none is expanded.
+    assert set(lowering.plugin_plan(model).values()) == {("format", "activation format"),
+                                                         ("plugin", "plugin as exported")}
     lowered = lowering.lower_plugins(model, formats)
     kept = [n.op_type for n in lowered.graph.node if n.domain == "metrale"]
     assert kept.count("CausalConv1d") == 2 and kept.count("GatedDeltaRule") == 2
+    assert not {"Conv", "Scan", "MatMul", "Gemm", "Softmax", "TopK"} & {n.op_type for n in lowered.graph.node}
+    assert not [n for n in lowered.graph.node if n.op_type.startswith("Reduce")]
     a = audit(lowered.graph)
     assert a["left_to_tensorrt"] == [], describe_left(a)
     gdn = [c["name"] for c in a["covers"] if ".linear_attn" in c["name"]]
@@ -162,8 +166,33 @@ def test_hybrid_plugin_lowering_leaves_no_gdn_reduction_to_tensorrt(hybrid_w4a16
             "model.layers.2.linear_attn.in_proj_ba"} <= set(gdn)
     r = CliRunner().invoke(cli, ["inspect", str(hybrid_w4a16_export), "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.stdout)["row_invariance"]["left_by_kind"] == {}  # inspect audits with the contract
-    # The export's manifest, written with the contract as it is: without the plugins, the two ops
-    # of each GDN layer are left (expanded by the plugin lowering).
+    ri = json.loads(r.stdout)["row_invariance"]
+    assert ri["left_to_tensorrt"] == [] and ri["left_by_kind"] == {}
+    assert ri["promised"] is True and ri["scope"] == "whole graph"
+    text = CliRunner().invoke(cli, ["inspect", str(hybrid_w4a16_export), "--no-ops"]).output
+    assert "promised: true (scope whole graph)" in text and "left to TensorRT with tactics chosen per profile: " \
+        "nothing" in text
     manifest = json.loads((hybrid_w4a16_export / "manifest.json").read_text())
-    assert manifest["row_invariance"]["left_by_kind"] == ({} if plugged else {"recurrence": 4})
+    assert manifest["row_invariance"]["left_by_kind"] == {} and manifest["row_invariance"]["left_to_tensorrt"] == []
+    assert {c["name"] for c in manifest["row_invariance"]["covers"]} == {c["name"] for c in ri["covers"]}
+
+
+def test_hybrid_engines_of_the_plugin_lowering_promise_the_whole_graph(hybrid_w4a16_export, tmp_path):
+    """The build plan (no TensorRT run) of the hybrid demo: the plugin lowering with TensorRT and a
+    fixed format promises row invariance for the whole graph; the qdq lowering promises nothing."""
+    from metrale_export.engines.plan import BuildOptions, plan_build
+    from metrale_export.engines.policy import parse_policy
+    from metrale_export.engines.profiles import parse_profiles
+    from metrale_export.engines.source import resolve_source
+
+    library = tmp_path / "libmetrale_plugins.so"
+    library.write_bytes(b"not loaded by the plan")
+    source = resolve_source(hybrid_w4a16_export)
+    plugin = plan_build(source, tmp_path / "engines", BuildOptions(parse_profiles("1,2-8"), parse_policy("declared"),
+                                                                  lowering="plugin", plugins=library),
+                        ("tensorrt", "10.9"))
+    assert plugin.lowering == "plugin" and plugin.promised is True
+    assert plugin.row_invariance["scope"] == "whole graph" and plugin.row_invariance["left_to_tensorrt"] == []
+    qdq = plan_build(source, tmp_path / "rtx", BuildOptions(parse_profiles("1,2-8"), parse_policy("declared")),
+                     ("tensorrt-rtx", "1.7.1.116"))
+    assert qdq.lowering == "qdq" and qdq.promised is False and qdq.row_invariance["scope"] == "none"

@@ -21,6 +21,10 @@ from ..errors import InputError
 from . import options as opt
 
 
+# The build the export's row-invariance summary is about (exporter/manifest.ROW_INVARIANCE_SCOPE).
+PLUGIN_LOWERING = "plugin lowering, fixed --activation-quantization"
+
+
 def is_export(path: Path) -> bool:
     return path.suffix == ".onnx" or (path.is_dir() and (path / "model.onnx").exists())
 
@@ -108,7 +112,7 @@ def _dims(v) -> list:
 
 def summarize(path: Path) -> dict:
     from ..exporter.manifest import ROW_INVARIANCE_SCOPE, metrale_ops
-    from ..invariance import audit
+    from ..invariance import audit, engine_promise
 
     onnx_path, model = _load_export_graph(path)
     sizes = _initializer_bytes(model)
@@ -129,7 +133,12 @@ def summarize(path: Path) -> dict:
         "inputs": {v.name: _dims(v) for v in model.graph.input},
         "outputs": {v.name: _dims(v) for v in model.graph.output},
     }
-    summary["row_invariance"] = {"applies_to": ROW_INVARIANCE_SCOPE, **audit(model.graph)}
+    found = audit(model.graph)
+    # What an engine of the plugin lowering with a fixed format would promise (the build's
+    # invariance.engine_promise): true only when nothing is left to TensorRT.
+    promise = engine_promise(found, True, PLUGIN_LOWERING)
+    summary["row_invariance"] = {"applies_to": ROW_INVARIANCE_SCOPE, "promised": promise["promised"],
+                                 "scope": promise["scope"], **found}
     manifest = (path / "manifest.json") if path.is_dir() else onnx_path.parent / "manifest.json"
     if manifest.exists():
         m = json.loads(manifest.read_text())
@@ -249,9 +258,9 @@ def _echo_export(s: dict, show_ops: bool) -> None:
 def _echo_row_invariance(ri: dict, show_ops: bool) -> None:
     from ..invariance import describe_left
 
-    click.echo(f"row invariance (plugin lowering, fixed --activation-quantization): covers the outputs of "
-               f"{len(ri['covers'])} metrale projections; not covered, left to TensorRT with tactics "
-               f"chosen per profile: {describe_left(ri)}")
+    click.echo(f"row invariance ({PLUGIN_LOWERING}): promised: {'true' if ri['promised'] else 'false'} "
+               f"(scope {ri['scope']}); covers the outputs of {len(ri['covers'])} metrale ops; not covered, "
+               f"left to TensorRT with tactics chosen per profile: {describe_left(ri)}")
     if show_ops:
         for e in ri["left_to_tensorrt"]:
             extra = f", weight {e['weight']}" if "weight" in e else ""

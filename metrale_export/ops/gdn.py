@@ -7,9 +7,10 @@ Invariants:
   (``plugins/gatedDeltaNet/gdnKernel.cuh``): products and sums separately rounded (the kernels use
   ``__fmul_rn`` / ``__fadd_rn``: no fused multiply-add), sums in ascending index order from +0.
 - The transcendentals (exp, log1p) are evaluated in float64 and rounded once to float32 on both
-  sides. The aim is the kernels' bits, but on the H200 the conv matches bit for bit while the
-  rule's float32 state differs in about 1% of its elements by a few ulps (relative 6-7e-9, cause
-  not found; benchmarks/results/gdn-20261202-1131-3c726bf.md), within the bound (docs/ops.md).
+  sides; the l2 norm's square root is correctly rounded (``numerics.sqrt_rn``, as ``__fsqrt_rn``:
+  torch's CPU float32 sqrt is not always, which made the rule's float32 state differ from the
+  kernel's in about 1% of its elements, benchmarks/results/gdn-20261202-1131-3c726bf.md). So the
+  kernels' bits are the reference's.
 - Tokens are processed one at a time in order (the recurrent form): a token's result depends only
   on its own sequence's earlier tokens and the state, so any split of a sequence into calls gives
   the same bits.
@@ -23,6 +24,7 @@ import torch
 from torch import Tensor
 
 from .. import contract
+from .numerics import sqrt_rn
 
 F32 = torch.float32
 
@@ -89,8 +91,9 @@ def _parted_dot(a: Tensor, b: Tensor, axis: int) -> Tensor:
 
 
 def l2_normalize(t: Tensor) -> Tensor:
-    """t * (1 / sqrt(sum_i t_i^2 + eps)) over the last axis, float32, the sum in ascending i."""
-    r = 1.0 / torch.sqrt(_ordered_dot(t, t, -1) + contract.GDN_L2NORM_EPS)
+    """t * (1 / sqrt(sum_i t_i^2 + eps)) over the last axis, float32, the sum in ascending i, the
+    square root correctly rounded (numerics.sqrt_rn: torch's CPU float32 sqrt is not always)."""
+    r = 1.0 / sqrt_rn(_ordered_dot(t, t, -1) + contract.GDN_L2NORM_EPS)
     return t * r[..., None]
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .numerics import sqrt_rn
+
 
 def silu(z: Tensor) -> Tensor:
     """z / (1 + exp(-z)) in float32."""
@@ -28,7 +30,7 @@ def rms_norm(x: Tensor, weight: Tensor, residual: Tensor | None, gate: Tensor | 
     s = x + residual.to(dtype) if residual is not None else x
     h = s.to(torch.float32)
     ms = (h * h).sum(-1, keepdim=True) / h.shape[-1]
-    r = 1.0 / torch.sqrt(ms + torch.tensor(epsilon, dtype=torch.float32))
+    r = 1.0 / sqrt_rn(ms + torch.tensor(epsilon, dtype=torch.float32))  # correctly rounded, as __fsqrt_rn
     t = h * r
     w = weight.to(torch.float32)
     if weight_offset:

@@ -18,6 +18,15 @@ _E2M1_BOUNDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 _E2M1_TIE_UP = (False, True, False, True, False, True, False)
 
 
+def sqrt_rn(x: torch.Tensor) -> torch.Tensor:
+    """The correctly rounded float32 square root of float32 ``x`` (the kernels' ``__fsqrt_rn``):
+    the float64 root rounded once. torch's own float32 ``sqrt`` on the CPU is not always correctly
+    rounded: its vectorized kernel (AVX512 here, 2026-12-02) gave 5.6876631 for sqrt(32.349514),
+    whose correctly rounded root is 5.6876636. The float64 root of a float32 rounds to the correct
+    float32 (53 >= 2 * 24 + 2 bits: no double-rounding error for a square root)."""
+    return torch.sqrt(x.to(torch.float32).to(torch.float64)).to(torch.float32)
+
+
 def bf16_round(x: torch.Tensor) -> torch.Tensor:
     """Round float32 values to bfloat16 (RNE) and return them as float32."""
     return x.to(torch.float32).to(torch.bfloat16).to(torch.float32)

@@ -28,6 +28,47 @@ constexpr float kNVFP4_GLOBAL_DIV = contract::kNVFP4_GLOBAL_DIVISOR;  // E2M1_MA
 constexpr int kNVFP4_BLOCK = contract::kNVFP4_BLOCK;
 constexpr int kFP8_BLOCK = contract::kFP8_BLOCK;
 
+/* An activation element (float32, float16 or bfloat16) as a float: exact. */
+__device__ __forceinline__ float elementToFloat(float v)
+{
+    return v;
+}
+__device__ __forceinline__ float elementToFloat(__half v)
+{
+    return __half2float(v);
+}
+__device__ __forceinline__ float elementToFloat(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+
+/* Element i of p as a float (exact): the typed load of the non-projection kernels (RMSNorm, the
+ * router, Gated DeltaNet). */
+template <typename T, typename Index>
+__device__ __forceinline__ float elementLoad(const T* p, Index i)
+{
+    return elementToFloat(p[i]);
+}
+
+/* v as an element of type T: float32 as it is, float16 and bfloat16 rounded to nearest even. */
+template <typename T>
+__device__ __forceinline__ T elementStore(float v);
+template <>
+__device__ __forceinline__ float elementStore<float>(float v)
+{
+    return v;
+}
+template <>
+__device__ __forceinline__ __half elementStore<__half>(float v)
+{
+    return __float2half_rn(v);
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 elementStore<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+
 /* bf16(v) as a float (RNE). */
 __device__ __forceinline__ float bf16Round(float v)
 {

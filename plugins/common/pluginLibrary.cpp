@@ -9,6 +9,7 @@
  */
 #include "../attention/AttentionPlugin.h"
 #include "../floatProj/FloatProjPlugin.h"
+#include "../gatedDeltaNet/GatedDeltaNetPlugin.h"
 #include "../moeProj/GroupedProjectionPlugin.h"
 #include "../rmsNorm/RMSNormPlugin.h"
 #include "../router/RouterPlugin.h"
@@ -45,9 +46,12 @@ METRALE_PLUGIN_API nvinfer1::IPluginCreatorInterface* const* getCreators(int32_t
     static ProjectionPluginCreator<OpPluginOf<RMSNormOp>> sRMSNormCreator;
     static ProjectionPluginCreator<OpPluginOf<RouterOp>> sRouterCreator;
     static ProjectionPluginCreator<OpPluginOf<AttentionOp>> sAttentionCreator;
+    static ProjectionPluginCreator<OpPluginOf<CausalConv1dOp>> sCausalConv1dCreator;
+    static ProjectionPluginCreator<OpPluginOf<GatedDeltaRuleOp>> sGatedDeltaRuleCreator;
     static nvinfer1::IPluginCreatorInterface* const kCREATORS[] = {&sW4A16Creator, &sW8A8Creator, &sW4A4Creator, &sFloatCreator,
         &sW4A16V1Creator, &sW8A8V1Creator, &sW8A8V2Creator, &sW4A16MoECreator, &sW8A8MoECreator, &sW4A4MoECreator,
-        &sW4A16MoEV1Creator, &sW8A8MoEV1Creator, &sRMSNormCreator, &sRouterCreator, &sAttentionCreator};
+        &sW4A16MoEV1Creator, &sW8A8MoEV1Creator, &sRMSNormCreator, &sRouterCreator, &sAttentionCreator,
+        &sCausalConv1dCreator, &sGatedDeltaRuleCreator};
     nbCreators = static_cast<int32_t>(sizeof(kCREATORS) / sizeof(kCREATORS[0]));
     return kCREATORS;
 }

@@ -23,6 +23,7 @@
 
 #include "metrale/contract.h"
 #include "metrale/kernels.h"
+#include "metraleNumerics.cuh"
 
 namespace metrale
 {
@@ -33,44 +34,6 @@ constexpr int kGDN_STATE_PART = contract::kGDN_STATE_PART;    // state elements 
 constexpr int kGDN_MAX_CONV_KERNEL = contract::kGDN_MAX_CONV_KERNEL;
 constexpr float kGDN_L2NORM_EPS = contract::kGDN_L2NORM_EPS;
 constexpr float kGDN_SOFTPLUS_THRESHOLD = contract::kGDN_SOFTPLUS_THRESHOLD;
-
-__device__ __forceinline__ float gdnToFloat(float v)
-{
-    return v;
-}
-__device__ __forceinline__ float gdnToFloat(__half v)
-{
-    return __half2float(v);
-}
-__device__ __forceinline__ float gdnToFloat(__nv_bfloat16 v)
-{
-    return __bfloat162float(v);
-}
-
-/* Element i of p as a float (exact). */
-template <typename T>
-__device__ __forceinline__ float gdnLoad(const T* p, int64_t i)
-{
-    return gdnToFloat(p[i]);
-}
-
-template <typename T>
-__device__ __forceinline__ T gdnStore(float v);
-template <>
-__device__ __forceinline__ float gdnStore<float>(float v)
-{
-    return v;
-}
-template <>
-__device__ __forceinline__ __half gdnStore<__half>(float v)
-{
-    return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 gdnStore<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
 
 /* float(exp(double(v))): one rounding of the double result (the reference's _exp). */
 __device__ __forceinline__ float gdnExp(float v)
@@ -101,7 +64,7 @@ __global__ void __launch_bounds__(kGDN_CONV_THREADS) causalConv1dKernel(const T*
 #pragma unroll
     for (int j = 0; j < K; ++j)
     {
-        w[j] = gdnLoad(weight, c * K + j);
+        w[j] = elementLoad(weight, c * K + j);
     }
     T win[K];  // win[0 .. K-2]: the last K - 1 inputs, oldest first; win[K-1]: this token's
     const T* st = state + (b * channels + c) * (K - 1);
@@ -124,9 +87,9 @@ __global__ void __launch_bounds__(kGDN_CONV_THREADS) causalConv1dKernel(const T*
 #pragma unroll
         for (int j = 0; j < K; ++j)
         {
-            acc = __fadd_rn(acc, __fmul_rn(w[j], gdnToFloat(win[j])));
+            acc = __fadd_rn(acc, __fmul_rn(w[j], elementToFloat(win[j])));
         }
-        ys[t * channels] = gdnStore<T>(gdnSilu(acc));
+        ys[t * channels] = elementStore<T>(gdnSilu(acc));
 #pragma unroll
         for (int j = 0; j < K - 1; ++j)
         {
@@ -198,8 +161,8 @@ __global__ void __launch_bounds__(32) gatedDeltaRuleKernel(const T* __restrict__
     const int64_t b = blockIdx.z;
     const int hk = h / (vHeads / kHeads);
     const int64_t width = 2LL * kHeads * DK + static_cast<int64_t>(vHeads) * dv;
-    const float aLog = gdnLoad(aLogIn, h);
-    const float dtBias = gdnLoad(dtBiasIn, h);
+    const float aLog = elementLoad(aLogIn, h);
+    const float dtBias = elementLoad(dtBiasIn, h);
 
     float s[kP];
     const int64_t sBase = ((b * vHeads + h) * DK + i0) * dv + j;
@@ -222,10 +185,10 @@ __global__ void __launch_bounds__(32) gatedDeltaRuleKernel(const T* __restrict__
 #pragma unroll
         for (int e = 0; e < DK / 32; ++e)
         {
-            sq[lane + 32 * e] = gdnLoad(xt, static_cast<int64_t>(hk) * DK + lane + 32 * e);
-            sk[lane + 32 * e] = gdnLoad(xt, static_cast<int64_t>(kHeads + hk) * DK + lane + 32 * e);
+            sq[lane + 32 * e] = elementLoad(xt, static_cast<int64_t>(hk) * DK + lane + 32 * e);
+            sk[lane + 32 * e] = elementLoad(xt, static_cast<int64_t>(kHeads + hk) * DK + lane + 32 * e);
         }
-        const float v = gdnLoad(xt, 2LL * kHeads * DK + static_cast<int64_t>(h) * dv + j);
+        const float v = elementLoad(xt, 2LL * kHeads * DK + static_cast<int64_t>(h) * dv + j);
         if ((t & 31) == 0)
         {
             // Lane l the gates of token t + l (whole tokens a lane: the same bits as one at a time),
@@ -235,7 +198,7 @@ __global__ void __launch_bounds__(32) gatedDeltaRuleKernel(const T* __restrict__
             const int64_t tl = t + lane;
             if (tl < seq)
             {
-                gdnGates(gdnLoad(bab, tl * 2 * vHeads + h), gdnLoad(bab, tl * 2 * vHeads + vHeads + h), aLog, dtBias,
+                gdnGates(elementLoad(bab, tl * 2 * vHeads + h), elementLoad(bab, tl * 2 * vHeads + vHeads + h), aLog, dtBias,
                     beta, gamma);
             }
             sBeta[lane] = beta;
@@ -274,7 +237,7 @@ __global__ void __launch_bounds__(32) gatedDeltaRuleKernel(const T* __restrict__
         }
         if (part == 0)
         {
-            yb[t * vHeads * dv] = gdnStore<T>(o);
+            yb[t * vHeads * dv] = elementStore<T>(o);
         }
     }
     float* p = stateOut + sBase;

@@ -23,6 +23,7 @@
 #include <cuda_fp16.h>
 
 #include "metrale/kernels.h"
+#include "metraleNumerics.cuh"
 
 namespace metrale
 {
@@ -45,56 +46,12 @@ struct RmsNormArgs
     int weightOffset;
 };
 
+/* The elements a thread loads at once (16 bytes). */
 template <typename T>
-struct NormIo;
-
-template <>
-struct NormIo<float>
+struct NormIo
 {
-    static constexpr int kV = 4;
-    __device__ static float load(const float* p, int i)
-    {
-        return p[i];
-    }
-    __device__ static float round(float v)
-    {
-        return v;
-    }
+    static constexpr int kV = 16 / sizeof(T);
 };
-
-template <>
-struct NormIo<__nv_bfloat16>
-{
-    static constexpr int kV = 8;
-    __device__ static float load(const __nv_bfloat16* p, int i)
-    {
-        return __bfloat162float(p[i]);
-    }
-    __device__ static __nv_bfloat16 round(float v)
-    {
-        return __float2bfloat16_rn(v);
-    }
-};
-
-template <>
-struct NormIo<__half>
-{
-    static constexpr int kV = 8;
-    __device__ static float load(const __half* p, int i)
-    {
-        return __half2float(p[i]);
-    }
-    __device__ static __half round(float v)
-    {
-        return __float2half_rn(v);
-    }
-};
-
-template <typename T>
-__device__ __forceinline__ float toFloat(T v)
-{
-    return NormIo<T>::load(&v, 0);
-}
 
 /* The sum over the kTPR threads of a row group, in the xor-butterfly order of the header. */
 template <int kTPR>
@@ -164,7 +121,7 @@ __global__ void __launch_bounds__(kNORM_THREADS) rmsNormKernel(RmsNormArgs a)
 #pragma unroll
                 for (int j = 0; j < kV; ++j)
                 {
-                    vs[j] = Io::round(__fadd_rn(toFloat(vs[j]), toFloat(rs[j])));
+                    vs[j] = elementStore<T>(__fadd_rn(elementToFloat(vs[j]), elementToFloat(rs[j])));
                 }
                 *reinterpret_cast<uint4*>(static_cast<T*>(a.residualOut) + base + chunk * kV) = v;
             }
@@ -173,7 +130,7 @@ __global__ void __launch_bounds__(kNORM_THREADS) rmsNormKernel(RmsNormArgs a)
 #pragma unroll
             for (int j = 0; j < kV; ++j)
             {
-                const float h = toFloat(vs[j]);
+                const float h = elementToFloat(vs[j]);
                 ss = __fadd_rn(ss, __fmul_rn(h, h));
             }
         }
@@ -203,16 +160,16 @@ __global__ void __launch_bounds__(kNORM_THREADS) rmsNormKernel(RmsNormArgs a)
 #pragma unroll
             for (int j = 0; j < kV; ++j)
             {
-                const float t = __fmul_rn(toFloat(vs[j]), r);
-                const float wf = toFloat(ws[j]);
-                float u = a.weightOffset ? toFloat(Io::round(__fmul_rn(t, __fadd_rn(1.0f, wf))))
-                                         : toFloat(Io::round(__fmul_rn(toFloat(Io::round(t)), wf)));
+                const float t = __fmul_rn(elementToFloat(vs[j]), r);
+                const float wf = elementToFloat(ws[j]);
+                float u = a.weightOffset ? elementToFloat(elementStore<T>(__fmul_rn(t, __fadd_rn(1.0f, wf))))
+                                         : elementToFloat(elementStore<T>(__fmul_rn(elementToFloat(elementStore<T>(t)), wf)));
                 if (g != nullptr)
                 {
-                    const float z = toFloat(gs[j]);
+                    const float z = elementToFloat(gs[j]);
                     u = __fmul_rn(u, __fdiv_rn(z, __fadd_rn(1.0f, expf(-z))));
                 }
-                os[j] = Io::round(u);
+                os[j] = elementStore<T>(u);
             }
             *reinterpret_cast<uint4*>(y + chunk * kV) = out;
         }

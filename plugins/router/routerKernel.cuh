@@ -20,6 +20,7 @@
 #include <cuda_fp16.h>
 
 #include "metrale/kernels.h"
+#include "metraleNumerics.cuh"
 
 namespace metrale
 {
@@ -27,42 +28,6 @@ namespace metrale
 constexpr int kROUTER_ROWS = 4;        // warps (rows) a CTA
 constexpr int kROUTER_MAX_EXPERTS = 1024;
 constexpr int kROUTER_MAX_TOP_K = 32;
-
-template <typename T>
-__device__ __forceinline__ float routerLoad(const T* p, int i);
-template <>
-__device__ __forceinline__ float routerLoad<float>(const float* p, int i)
-{
-    return p[i];
-}
-template <>
-__device__ __forceinline__ float routerLoad<__half>(const __half* p, int i)
-{
-    return __half2float(p[i]);
-}
-template <>
-__device__ __forceinline__ float routerLoad<__nv_bfloat16>(const __nv_bfloat16* p, int i)
-{
-    return __bfloat162float(p[i]);
-}
-
-template <typename T>
-__device__ __forceinline__ T routerStore(float v);
-template <>
-__device__ __forceinline__ float routerStore<float>(float v)
-{
-    return v;
-}
-template <>
-__device__ __forceinline__ __half routerStore<__half>(float v)
-{
-    return __float2half_rn(v);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 routerStore<__nv_bfloat16>(float v)
-{
-    return __float2bfloat16_rn(v);
-}
 
 /* (p, id) beats (q, jd): larger p, or equal p and the lower id. */
 __device__ __forceinline__ bool routerBetter(float p, int id, float q, int jd)
@@ -87,7 +52,7 @@ __global__ void __launch_bounds__(kROUTER_ROWS * 32) routerKernel(
     float mx = -INFINITY;
     for (int i = lane; i < e; i += 32)
     {
-        const float v = routerLoad(l, i);
+        const float v = elementLoad(l, i);
         p[i] = v;
         mx = fmaxf(mx, v);
     }
@@ -162,7 +127,7 @@ __global__ void __launch_bounds__(kROUTER_ROWS * 32) routerKernel(
     if (lane < topK)
     {
         ids[static_cast<size_t>(row) * topK + lane] = chosenId;
-        weights[static_cast<size_t>(row) * topK + lane] = routerStore<T>(chosen);
+        weights[static_cast<size_t>(row) * topK + lane] = elementStore<T>(chosen);
     }
 }
 

@@ -1375,6 +1375,17 @@ void checkRefusals(Library const& lib, Logger& logger)
         {"Attention", "q_heads not a multiple of kv_heads",
             {i("q_heads", 6), i("kv_heads", 4), i("head_dim", 64), f("scale", 0.125F)}},
         {"Attention", "missing scale", {i("q_heads", 8), i("kv_heads", 2), i("head_dim", 64)}},
+        {"CausalConv1d", "missing channels", {i("kernel_size", 4)}},
+        {"CausalConv1d", "kernel_size 9 (the kernel serves up to 8 taps)",
+            {i("channels", 64), i("kernel_size", 9)}},
+        {"CausalConv1d", "kernel_size 1", {i("channels", 64), i("kernel_size", 1)}},
+        {"GatedDeltaRule", "num_v_heads not a multiple of num_k_heads",
+            {i("num_k_heads", 2), i("num_v_heads", 3), i("head_k_dim", 64), i("head_v_dim", 64)}},
+        {"GatedDeltaRule", "head_k_dim 96 (the kernel serves 64 and 128)",
+            {i("num_k_heads", 1), i("num_v_heads", 2), i("head_k_dim", 96), i("head_v_dim", 64)}},
+        {"GatedDeltaRule", "head_v_dim 48 (not a multiple of 32)",
+            {i("num_k_heads", 1), i("num_v_heads", 2), i("head_k_dim", 64), i("head_v_dim", 48)}},
+        {"GatedDeltaRule", "missing head_v_dim", {i("num_k_heads", 1), i("num_v_heads", 2), i("head_k_dim", 64)}},
     };
     for (Bad const& b : bad)
     {

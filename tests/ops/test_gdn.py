@@ -144,3 +144,57 @@ def test_onnx_runtime_op_is_the_torch_op_bitwise(tmp_path):
     got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], (t.numpy() for t in ins))))
     for g, w in zip(got, m(*ins)):
         np.testing.assert_array_equal(g, w.numpy())
+
+
+def _rule_in_scalar_ieee(x, ba, a_log, dt_bias, state, hk, hv, dk, dv):
+    """The kernel's order of operations (plugins/gatedDeltaNet/gdnKernel.cuh) in numpy float32,
+    every operation one IEEE operation (numpy's float32 sqrt and division are correctly rounded):
+    an evaluation independent of torch's CPU kernels. The gates are the reference's."""
+    f32, part = np.float32, contract.GDN_STATE_PART
+    beta, gamma = (t.numpy() for t in G.gate_inputs(ba, a_log, dt_bias, hv))
+    xs, s = x.to(torch.float32).numpy(), state.numpy().astype(f32).copy()
+    b, seq = xs.shape[:2]
+    rep, sqrt_dk, eps = hv // hk, f32(np.sqrt(np.float64(dk))), f32(contract.GDN_L2NORM_EPS)
+
+    def l2(v, divide):
+        ss = np.zeros(v.shape[:2], f32)
+        for i in range(dk):
+            ss = ss + v[..., i] * v[..., i]
+        n = v * (f32(1) / np.sqrt(ss + eps))[..., None]
+        return n / sqrt_dk if divide else n
+
+    def parted_dot(a, w):
+        sums = []
+        for p0 in range(0, dk, part):
+            acc = np.zeros((b, hv, dv), f32)
+            for i in range(p0, p0 + part):
+                acc = acc + a[:, :, i] * w[:, :, i, None]
+            sums.append(acc)
+        return sums[0] if len(sums) == 1 else sums[0] + sums[1]
+
+    y = np.zeros((b, seq, hv, dv), f32)
+    for t in range(seq):
+        q = l2(np.repeat(xs[:, t, :hk * dk].reshape(b, hk, dk), rep, axis=1), True)
+        k = l2(np.repeat(xs[:, t, hk * dk:2 * hk * dk].reshape(b, hk, dk), rep, axis=1), False)
+        v = xs[:, t, 2 * hk * dk:].reshape(b, hv, dv)
+        s = s * gamma[:, t, :, None, None]
+        delta = (v - parted_dot(s, k)) * beta[:, t, :, None]
+        s = s + k[..., None] * delta[:, :, None, :]
+        y[:, t] = parted_dot(s, q)
+    return y, s
+
+
+@pytest.mark.parametrize("hk,hv,dk,dv", [(2, 4, 64, 64), (1, 2, 128, 32)])
+def test_reference_is_the_kernels_order_in_scalar_ieee(hk, hv, dk, dv):
+    """Bitwise against an evaluation in numpy float32 (the CUDA kernel's bits on the H200: same
+    counts of differing elements against the earlier reference). Fails with torch's CPU float32
+    sqrt in the l2 norm, which is not always correctly rounded (numerics.sqrt_rn)."""
+    g = torch.Generator().manual_seed(7)
+    x = torch.nn.functional.silu(torch.randn(3, 9, 2 * hk * dk + hv * dv, generator=g))
+    ba = torch.randn(3, 9, 2 * hv, generator=g) * 2
+    a_log, dt_bias = torch.randn(hv, generator=g), torch.randn(hv, generator=g)
+    state = torch.randn(3, hv, dk, dv, generator=g) * 0.5
+    y, s = G.gated_delta_rule(x, ba, a_log, dt_bias, state, hk, hv, dk, dv)
+    y_ieee, s_ieee = _rule_in_scalar_ieee(x, ba, a_log, dt_bias, state, hk, hv, dk, dv)
+    np.testing.assert_array_equal(y.numpy().view(np.int32), y_ieee.view(np.int32))
+    np.testing.assert_array_equal(s.numpy().view(np.int32), s_ieee.view(np.int32))

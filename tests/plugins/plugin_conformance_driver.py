@@ -6,9 +6,10 @@ Writes seeded inputs and a manifest for every plugin case, runs the compiled har
 (the rows of M=m equal the first m rows of the largest M) and the float64-free CPU reference within
 docs/ops.md's tolerance. Where the torch CUDA op is not importable it falls back to the kernel
 launchers of ``libmetrale_kernels.so`` through ctypes (the dense projections only) and says so.
-The non-projection ops (RMSNorm, Router, Attention) have their outputs, row inputs and shapes from
-the contract (``contract.Output``, torch_ops.output_shape); their "rows" are dimension 0 (a norm's
-rows, the router's, attention's batch), and a case may run fewer rows than the default profiles.
+The non-projection ops (RMSNorm, Router, Attention, CausalConv1d, GatedDeltaRule) have their outputs,
+row inputs and shapes from the contract (``contract.Output``, torch_ops.output_shape); their "rows"
+are dimension 0 (a norm's rows, the router's, attention's and the GDN ops' batch of sequences), and
+a case may run fewer rows than the default profiles.
 
 Usable from pytest (tests/plugins/test_plugin_conformance.py) and as a script on a GPU machine:
 
@@ -348,6 +349,43 @@ def _other_cases(gen: torch.Generator) -> list[Case]:
                   "name": f"layers.0.self_attn.{cid}"}
         cases.append(Case(cid, "Attention", fields, [("x", q), ("key", key), ("value", value)],
                           profiles=_ATTENTION_PROFILES, row_inputs=("key", "value")))
+    return cases + _gdn_cases(gen, batch)
+
+
+def _gdn_cases(gen: torch.Generator, batch: int) -> list[Case]:
+    """The Gated DeltaNet plugins: CausalConv1d (prefill, decode, a channel count that leaves a part
+    of a CTA, every tap count's ends) and GatedDeltaRule (head_k_dim 64 and 128, GQA-like value
+    heads, a prefill longer than the 32 tokens whose gates a warp computes at once, decode), over all
+    x dtypes; their rows are whole sequences, as attention's."""
+    cases = []
+    for cid, c, k, seq, dt in (
+        ("conv_k4_prefill_bf16", 384, 4, 37, "bf16"),
+        ("conv_k4_decode_f16", 1100, 4, 1, "f16"),
+        ("conv_k2_f32", 96, 2, 5, "f32"),
+        ("conv_k8_bf16", 160, 8, 11, "bf16"),
+    ):
+        x = (torch.randn(batch, seq, c, generator=gen) * 2.0).to(_DTYPES[dt])
+        weight = (torch.randn(c, 1, k, generator=gen) * 0.3).to(_DTYPES[dt])
+        conv_state = torch.randn(batch, c, k - 1, generator=gen).to(_DTYPES[dt])
+        fields = {"channels": c, "kernel_size": k, "family": "gdn", "name": f"layers.0.linear_attn.conv1d.{cid}"}
+        cases.append(Case(cid, "CausalConv1d", fields, [("x", x), ("weight", weight), ("conv_state", conv_state)],
+                          profiles=_ATTENTION_PROFILES, row_inputs=("conv_state",)))
+    for cid, hk, hv, dk, dv, seq, dt in (
+        ("rule_dk128_prefill_bf16", 2, 4, 128, 64, 40, "bf16"),
+        ("rule_dk64_decode_f16", 1, 2, 64, 96, 1, "f16"),
+        ("rule_dk64_f32", 2, 2, 64, 32, 7, "f32"),
+    ):
+        width = 2 * hk * dk + hv * dv
+        x = torch.nn.functional.silu(torch.randn(batch, seq, width, generator=gen) * 1.5).to(_DTYPES[dt])
+        ba = (torch.randn(batch, seq, 2 * hv, generator=gen) * 2.0).to(_DTYPES[dt])
+        a_log = torch.randn(hv, generator=gen).to(_DTYPES[dt])
+        dt_bias = torch.randn(hv, generator=gen).to(_DTYPES[dt])
+        state = (torch.randn(batch, hv, dk, dv, generator=gen) * 0.5).to(torch.float32)
+        fields = {"num_k_heads": hk, "num_v_heads": hv, "head_k_dim": dk, "head_v_dim": dv, "family": "gdn",
+                  "name": f"layers.0.linear_attn.{cid}"}
+        cases.append(Case(cid, "GatedDeltaRule", fields,
+                          [("x", x), ("ba", ba), ("A_log", a_log), ("dt_bias", dt_bias), ("state", state)],
+                          profiles=_ATTENTION_PROFILES, row_inputs=("ba", "state")))
     return cases
 
 
@@ -376,10 +414,14 @@ CASE_IDS = (
     "rmsnorm_bf16", "rmsnorm_residual_f16", "rmsnorm_offset_gate_f32", "rmsnorm_residual_gate_bf16",
     "router_e64_k8_norm_bf16", "router_e128_k2_f32", "router_e8_k1_f16",
     "attention_decode_gqa_bf16", "attention_prefill_past_f16", "attention_decode_d256_f32",
+    "conv_k4_prefill_bf16", "conv_k4_decode_f16", "conv_k2_f32", "conv_k8_bf16",
+    "rule_dk128_prefill_bf16", "rule_dk64_decode_f16", "rule_dk64_f32",
 )
+# The cases whose rows are whole sequences (a batch of at most 32): attention's and the GDN ops'.
+_SEQUENCE_CASES = ("attention", "conv_", "rule_")
 # The (case, M) pairs the harness runs.
 CASE_ROWS = tuple((cid, m) for cid in CASE_IDS
-                  for m in (sorted({m for p in _ATTENTION_PROFILES for m in p}) if cid.startswith("attention")
+                  for m in (sorted({m for p in _ATTENTION_PROFILES for m in p}) if cid.startswith(_SEQUENCE_CASES)
                             else ROWS))
 
 
@@ -404,8 +446,10 @@ def write_manifest(cases: list[Case], directory: Path) -> Path:
             flags = (" rows" if i > 0 and name in c.row_inputs else "") + (" likex" if like_x else "")
             lines.append(f"input {name} {_CODES[t.dtype]} {dims} {path}{flags}")
         if c.grouped or not (c.spec.is_projection or c.op == "FloatProj"):
-            for _, dtype, shape in c.outputs(c.max_rows):
-                code = "" if dtype == c.x.dtype else f" {_CODES[dtype]}"
+            for name, dtype, shape in c.outputs(c.max_rows):
+                # An output of the contract's own type (the router's topk_ids, the rule's float32
+                # state) names it, even when x has it too: the harness then holds it for every x.
+                code = "" if c.spec.output(name).dtype == "x" else f" {_CODES[dtype]}"
                 lines.append("output " + ",".join(str(d) for d in shape) + code)
         lines.append("profiles " + ",".join(f"{lo}-{hi}" for lo, hi in c.profiles))
         lines.append("end")

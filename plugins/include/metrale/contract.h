@@ -43,6 +43,8 @@ constexpr float kGDN_SOFTPLUS_THRESHOLD{20.0f};  // softplus(u) = u above it
 constexpr int32_t kGDN_HEAD_V_BLOCK{32};  // GatedDeltaRule: dv a multiple of it on CUDA
 constexpr int32_t kGDN_STATE_PART{64};  // GatedDeltaRule: dk elements a part of the state sums
 constexpr int32_t kGDN_MAX_CONV_KERNEL{8};  // CausalConv1d: the most taps on CUDA
+constexpr int32_t kGDN_CONV_KERNELS[]{2, 3, 4, 5, 6, 7, 8};  // CausalConv1d: kernel_size on CUDA
+constexpr int32_t kGDN_HEAD_K_DIMS[]{64, 128};  // GatedDeltaRule: head_k_dim on CUDA
 
 // What the CUDA kernels serve beyond the contract: K a multiple of this (KERNEL_K_MULTIPLE).
 constexpr int32_t kW4A16_KERNEL_K_MULTIPLE{32};
@@ -629,7 +631,7 @@ struct CausalConv1d
     static constexpr char const* kKIND{"causal_conv1d"};
     //! The name of the first input (x, the router's logits, attention's q), for messages.
     static constexpr char const* kX_NAME{"x"};
-    static constexpr bool kHAS_PLUGIN{false};
+    static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
     //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
@@ -673,7 +675,7 @@ struct GatedDeltaRule
     static constexpr char const* kKIND{"gated_delta_rule"};
     //! The name of the first input (x, the router's logits, attention's q), for messages.
     static constexpr char const* kX_NAME{"x"};
-    static constexpr bool kHAS_PLUGIN{false};
+    static constexpr bool kHAS_PLUGIN{true};
     //! The dense op each expert computes (grouped-expert ops), else nullptr.
     static constexpr char const* kGROUPED_OF{nullptr};
     //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED
