@@ -86,6 +86,21 @@ CASES = {"prefill": (2, 7, 0), "decode": (3, 1, 9)}
 SEEDS = {"prefill": 11, "decode": 12}
 
 
+def _model_bound(fmt: str, depth: int) -> float:
+    """The logits' bound against ONNX Runtime. W4A16: MODEL_OTHER_DEVICE_BF16. W8A8 (fp8 activations,
+    the exact path): compare's own end-to-end bound, depth x the per-layer 2^-8 (ops/tolerances.py):
+    the GPU's float32 last bits differ from the CPU's now and then, and each fp8 activation
+    quantization carries such a difference across an e4m3 step, which the next layers amplify: on the
+    H200 at a13ec1b the hybrid demo's decode measured 1.06e-2 at the lm_head with every op within its
+    own bound (benchmarks/diagnostics/first_divergence.py), where MODEL_QUANTIZED (1e-3) had held by
+    chance. The same cascade is what compare's end-to-end bound allows on the CPU."""
+    if fmt == "w4a16":
+        return tolerances.MODEL_OTHER_DEVICE_BF16
+    if fmt == "w8a8":
+        return tolerances.end_to_end_bound({"fp8"}, depth)
+    return tolerances.MODEL_QUANTIZED
+
+
 def build_model(ckpt_dir: Path, fmt: str, device: str, scale_search: bool = True):
     """The PyTorch model of the checkpoint quantized as ``fmt``, on ``device`` (also tests/gpu's);
     ``scale_search=False``: round to nearest (QuantRequest.scale_search), the same kernels."""
@@ -398,7 +413,7 @@ def gpu(root: Path, out: Path, cases: list[str] = ()) -> int:
                     noise, where = projection_noise(model, inputs)
                 ref = refs[f"{name}/{fmt}/{case}"]
                 err = float(np.linalg.norm(logits - ref) / np.linalg.norm(ref))
-                bound = tolerances.MODEL_OTHER_DEVICE_BF16 if fmt == "w4a16" else tolerances.MODEL_QUANTIZED
+                bound = _model_bound(fmt, len(model.layer_ids))
                 noise_bound = NOISE_UNITS if bounded else FP8_NOISE_UNITS
                 ok = (err < bound or not bounded) and noise <= noise_bound
                 failures += not ok
