@@ -14,6 +14,12 @@
 #  exact f16 path) on a carried build (it builds nothing): its SASS gates where cuobjdump is there,
 #  tests/gpu/test_w8a8_fp8_wgmma.py, the W8A8 channel projection tests,
 #  benchmarks/bench_w8a8_variants.py (exact vs wgmma vs FP8 cuBLASLt at M = 1..4096); under 8 minutes)
+# (w8a8v: the launch variants of W8A8Proj version 3's FP8 wgmma kernel (METRALE_W8A8_MMA = wg-base,
+#  wg-q, wg-q2t, wg-q2w, wg-q22: the fused pre-pass, clusters sharing operand tiles by multicast; the
+#  same bits), built here unless carried: the SASS gates of the FP8 kernels where cuobjdump is there,
+#  tests/gpu/test_w8a8_fp8_wgmma.py (the variants bitwise equal to the default), the W8A8 channel
+#  projection tests, benchmarks/bench_w8a8_variants.py over the variants with FP8 cuBLASLt, and
+#  benchmarks/bench_w8a8_stages.py (each kernel's device time); under 7 minutes with the build)
 # (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
 # (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
 #  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
@@ -33,6 +39,7 @@ if [ "$what" = w8a8wg ] && [ ! -f build/plugins/libmetrale_kernels.so ]; then
 fi
 if [ ! -f build/plugins/libmetrale_kernels.so ]; then
   (time make -C plugins -j16) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  tail -4 "$OUT/build.log"
 fi
 if [ "$what" = tests ] || [ "$what" = all ]; then
   python3 -m pytest tests/gpu -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider ${kexpr:+-k "$kexpr"} \
@@ -79,6 +86,42 @@ if [ "$what" = w8a8wg ]; then
   timeout 120 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
     -k "w8a8 and channel" 2>&1 | tee "$OUT/tests-w8a8-exact.log" | tail -6
   timeout 170 python3 -m benchmarks.bench_w8a8_variants --out "$OUT" 2>&1 | tee "$OUT/bench-w8a8wg.log" | tail -16
+fi
+if [ "$what" = w8a8v ]; then
+  { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel 'projWgmmaFp8|wgFp8Quant' \
+      --out "$OUT/gates-w8a8v.md"; } >> "$OUT/build.log" 2>&1; tail -3 "$OUT/build.log"
+  # A variant that hangs or fails its first launches stays out of the benchmark (each in its own process).
+  ok=wg-base
+  for v in wg-q wg-q2t wg-q2w wg-q22; do
+    if timeout 40 python3 - "$v" <<'PY'
+import os, sys, torch
+from metrale_export.ops import cuda as mcuda, w8a8
+dev = torch.device("cuda")
+for n, k, m in ((4096, 4096, 256), (1000, 1040, 129), (4096, 4096, 4096)):
+    g = torch.Generator().manual_seed(n + k + m)
+    q = w8a8.quantize(torch.randn(n, k, generator=g) * 0.05, "channel")
+    w, s = q.weight.to(dev), q.weight_scale.to(dev)
+    x = torch.randn(m, k, generator=g).to(dev)
+    ys = []
+    for var in ("wg-base", sys.argv[1]):
+        os.environ["METRALE_W8A8_MMA"] = var
+        y = torch.full((m, n), float("nan"), device=dev)
+        mcuda.launch_w8a8(x, w, s, None, y, n, k, "channel", "fp8", "row")
+        torch.cuda.synchronize()
+        ys.append(y.view(torch.int32))
+    assert torch.equal(ys[0], ys[1]), f"{sys.argv[1]} n={n} k={k} m={m}: bits differ from wg-base"
+print(sys.argv[1], "smoke ok")
+PY
+    then ok=$ok,$v; else echo "$v: smoke failed (left out of the benchmark)"; fi
+  done
+  timeout 200 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
+    --durations=5 ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-w8a8v.log" | tail -14
+  timeout 90 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
+    -k "w8a8 and channel" 2>&1 | tee "$OUT/tests-w8a8-proj.log" | tail -4
+  timeout 170 python3 -m benchmarks.bench_w8a8_variants --out "$OUT" --variants "$ok" \
+    2>&1 | tail -12
+  timeout 80 python3 -m benchmarks.bench_w8a8_stages --out "$OUT" --m 256,1024,4096 --variants "$ok" \
+    2>&1 | tail -48
 fi
 if [ "$what" = kernels5 ]; then
   { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel Wgmma; } >> "$OUT/build.log" 2>&1

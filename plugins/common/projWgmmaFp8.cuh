@@ -38,6 +38,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include "actQuant.cuh"
 #include "metraleNumerics.cuh"
 #include "projGemm.cuh"
 #include "projWgmma.cuh"
@@ -100,6 +101,117 @@ __global__ void __launch_bounds__(64) wgFp8OperandKernel(const uint16_t* __restr
     }
     *reinterpret_cast<uint4*>(out + static_cast<size_t>(blockIdx.x) * 1024 + c * 128 + r * 16)
         = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* Sixteen consecutive elements of x from element i (16-byte aligned: K % 16 == 0 and x 16-byte
+ * aligned), each as loadXBf16 gives it (bf16(x) as a float). */
+__device__ __forceinline__ void loadX16Bf16(const void* __restrict__ x, int32_t dtype, size_t i, float (&v)[16])
+{
+    if (dtype == kMETRALE_FLOAT32)
+    {
+        const float4* s = reinterpret_cast<const float4*>(static_cast<const float*>(x) + i);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+        {
+            const float4 f = s[q];
+            v[4 * q + 0] = bf16Round(f.x);
+            v[4 * q + 1] = bf16Round(f.y);
+            v[4 * q + 2] = bf16Round(f.z);
+            v[4 * q + 3] = bf16Round(f.w);
+        }
+        return;
+    }
+    const uint4* s = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i);
+    const uint4 a = s[0];
+    const uint4 b = s[1];
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int q = 0; q < 8; ++q)
+    {
+        if (dtype == kMETRALE_BFLOAT16)
+        {
+            v[2 * q] = __uint_as_float(w[q] << 16);  // exact: a bf16 is the high half of its float
+            v[2 * q + 1] = __uint_as_float(w[q] & 0xFFFF0000u);
+        }
+        else
+        {
+            __half_raw lo, hi;
+            lo.x = static_cast<unsigned short>(w[q] & 0xFFFFu);
+            hi.x = static_cast<unsigned short>(w[q] >> 16);
+            v[2 * q] = bf16Round(__half2float(__half(lo)));
+            v[2 * q + 1] = bf16Round(__half2float(__half(hi)));
+        }
+    }
+}
+
+/*
+ * The fp8 pre-pass fused with the operand layout (the fused variants of METRALE_W8A8_MMA): one CTA
+ * (kACT_THREADS threads) per row m of the 8 mg rows of the operand. Row m < M: sx[m] = amax / 448
+ * (1 where amax == 0), or the static *inputScale, and the e4m3 bytes e4m3(bf16(x) / sx) straight
+ * into the wgFp8OperandOffset layout, +0 past K up to the last block's end; rows M .. 8 mg - 1 all +0.
+ * The same values as quantFp8Kernel (or quantFp8StaticKernel) followed by wgFp8OperandKernel: the
+ * same roundings (__fdiv_rn, the saturating RNE e4m3 encoding, the amax a max, whose order changes
+ * nothing), the same e4m3 byte those two passes carry through an exact f16; one read of x (16-byte
+ * loads) and one write of the operand instead of a read of x, a write and a read of the f16 xq and
+ * a second launch. K a multiple of 16, x 16-byte aligned (the launcher checks).
+ */
+__global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantKernel(const void* __restrict__ x, int32_t dtype,
+    const float* __restrict__ inputScale, uint8_t* __restrict__ out, float* __restrict__ sx, int M, int K, int mg)
+{
+    const int m = blockIdx.x;
+    const int nch = ((K + 127) >> 7) * 8;  // 16-k chunks of the operand's row, whole blocks
+    const int kch = K >> 4;                // those inside K
+    const size_t rowOff = static_cast<size_t>(m >> 3) * 1024 + static_cast<size_t>(m & 7) * 16;
+    const size_t blockStride = static_cast<size_t>(mg) * 1024;
+    if (m >= M)
+    {
+        for (int c = threadIdx.x; c < nch; c += kACT_THREADS)
+        {
+            *reinterpret_cast<uint4*>(out + (c >> 3) * blockStride + rowOff + (c & 7) * 128) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
+    }
+    const size_t base = static_cast<size_t>(m) * K;
+    float s;
+    if (inputScale != nullptr)
+    {
+        s = __ldg(inputScale);
+    }
+    else
+    {
+        float amax = 0.0f;
+        for (int c = threadIdx.x; c < kch; c += kACT_THREADS)
+        {
+            float v[16];
+            loadX16Bf16(x, dtype, base + 16 * static_cast<size_t>(c), v);
+#pragma unroll
+            for (int e = 0; e < 16; ++e)
+            {
+                amax = fmaxf(amax, fabsf(v[e]));
+            }
+        }
+        amax = blockMax(amax);
+        s = amax > 0.0f ? __fdiv_rn(amax, kE4M3_MAX) : 1.0f;
+    }
+    if (threadIdx.x == 0)
+    {
+        sx[m] = s;
+    }
+    for (int c = threadIdx.x; c < nch; c += kACT_THREADS)
+    {
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+        if (c < kch)
+        {
+            float v[16];
+            loadX16Bf16(x, dtype, base + 16 * static_cast<size_t>(c), v);
+#pragma unroll
+            for (int e = 0; e < 16; ++e)
+            {
+                w[e >> 2] |= static_cast<uint32_t>(e4m3Encode(__fdiv_rn(v[e], s))) << (8 * (e & 3));
+            }
+        }
+        *reinterpret_cast<uint4*>(out + (c >> 3) * blockStride + rowOff + (c & 7) * 128) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
 }
 
 /* d = (scaleD ? d : 0) + A * B: wgmma m64nNk32 e4m3 x e4m3, both operands through shared-memory
@@ -199,6 +311,48 @@ __device__ __forceinline__ void tmaLoad2d(void* dst, const CUtensorMap* map, int
         : "memory");
 }
 
+/* The cluster's pieces (the cluster variants of METRALE_W8A8_MMA): this CTA's rank in its cluster,
+ * the cluster-wide barrier (every thread of every CTA), an arrival on the mbarrier at bar's offset in
+ * the CTA of rank `rank` (CUTLASS's ClusterBarrier::arrive form: the default .release.cta, since
+ * .release.cluster puts a MEMBAR.ALL.GPU before every arrival; what it orders, the wgmma reads of the
+ * stage, is complete at the wait_group before it), and the copies multicast to the CTAs of `mask` (the same offsets in each, completing on
+ * each one's mbarrier at bar's offset). */
+__device__ __forceinline__ uint32_t clusterRank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void clusterSync()
+{
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+__device__ __forceinline__ void mbarArriveCluster(uint64_t* bar, uint32_t rank)
+{
+    asm volatile(
+        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smemAddr(bar)),
+        "r"(rank)
+        : "memory");
+}
+__device__ __forceinline__ void tmaLoad2dMulticast(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
+    uint16_t mask)
+{
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(
+            smemAddr(dst)),
+        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smemAddr(bar)), "h"(mask)
+        : "memory");
+}
+__device__ __forceinline__ void bulkCopyMulticast(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint16_t mask)
+{
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;\n" ::"r"(
+            smemAddr(dst)),
+        "l"(src), "r"(bytes), "r"(smemAddr(bar)), "h"(mask)
+        : "memory");
+}
+
 /* Shared memory (bytes, from a 1024-byte aligned base): kST stages of [the weights' kWG_ROWS rows x
  * 128 k (swizzled) | kN token rows x 128 k], then the full / empty mbarriers. */
 template <int kN, int kST>
@@ -227,9 +381,10 @@ constexpr int wgFp8Stages()
  * the block's result; reading it while another group is in flight makes ptxas serialize the wgmmas,
  * C7514); the CTA's other consumer warpgroup issues meanwhile.
  */
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, int kCS = 1>
 __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, uint64_t* full,
-    uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb, int m0, int n0)
+    uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb, int m0, int n0,
+    uint32_t releaseMask = 1u)
 {
 #ifdef METRALE_SM90A
     using L = WgFp8Layout<kN, kST>;
@@ -281,7 +436,22 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
         fenceRegs(pt);
         if (lane == 0)
         {
-            mbarArrive(&empty[slot]);
+            if constexpr (kCS == 1)
+            {
+                mbarArrive(&empty[slot]);
+            }
+            else
+            {
+                // The cluster: every CTA whose producer writes into this stage (releaseMask) is told.
+#pragma unroll
+                for (int r = 0; r < kCS; ++r)
+                {
+                    if ((releaseMask >> r) & 1u)
+                    {
+                        mbarArriveCluster(&empty[slot], static_cast<uint32_t>(r));
+                    }
+                }
+            }
         }
 #pragma unroll
         for (int e = 0; e < kACC; ++e)
@@ -350,6 +520,133 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __gri
 #endif
 }
 
+/*
+ * The cluster variant of projWgmmaFp8Kernel: clusters of kCW x kCT CTAs (kCW weight tiles x kCT
+ * token tiles, rank = rw + kCW * rt), whose shared operand tiles are read from the L2 once per
+ * cluster and multicast: the kCT CTAs of one weight tile each copy kWG_ROWS / kCT of its rows (one
+ * 2-D tensor copy, box rows kWG_ROWS / kCT) into all of them, the kCW CTAs of one token tile each
+ * copy 1 / kCW of its bytes (one bulk copy) into all of them. Every CTA's stage holds exactly what
+ * projWgmmaFp8Kernel's holds (the same bytes at the same offsets), and the consumers are that
+ * kernel's (the same instructions, k order and promotion; only the stage's release differs: every
+ * CTA whose producer wrote into the stage is told), so a tile's bits are the same; a tile past the
+ * grid's edge (gw or gt not a multiple of the cluster's side) copies its share and stores nothing.
+ * Clusters in wgRasterTile's order over cluster tiles (kWG_RASTER / kCT token pairs a group).
+ * 1-D grid of gwc * gtc clusters (gw weight tiles, gt token tiles).
+ */
+template <class P, int kN, int kST, int kCW, int kCT>
+__global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8ClusterKernel(const __grid_constant__ CUtensorMap wmap,
+    const typename P::Params p, const uint8_t* __restrict__ Xw, void* __restrict__ Y, int M, int N, int K,
+    int32_t yDtype, int gw, int gt)
+{
+#ifdef METRALE_SM90A
+    constexpr int kCS = kCW * kCT;
+    constexpr int kRowsA = kWG_ROWS / kCT;        // weight rows this CTA copies
+    constexpr uint32_t kPieceB = kN * 128 / kCW;  // token-tile bytes this CTA copies
+    constexpr int kR = kWG_RASTER / kCT > 0 ? kWG_RASTER / kCT : 1;
+    static_assert(kCS >= 2 && kCS <= 4 && kPieceB % 16 == 0, "cluster shape");
+    using L = WgFp8Layout<kN, kST>;
+    extern __shared__ __align__(1024) uint8_t smemRaw[];
+    uint8_t* smem = smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u);
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
+    uint64_t* empty = full + kST;
+    const int tid = threadIdx.x;
+    const int nkb = (K + 127) >> 7;
+    const int mg = (M + 7) >> 3;
+    const int rank = static_cast<int>(clusterRank());
+    const int rw = rank % kCW;
+    const int rt = rank / kCW;
+    const int gwc = (gw + kCW - 1) / kCW;
+    const int gtc = (gt + kCT - 1) / kCT;
+    const int cid = static_cast<int>(blockIdx.x) / kCS;
+    const int group = cid / (kR * gwc);
+    const int inGroup = cid - group * kR * gwc;
+    const int span = min(kR, gtc - group * kR);
+    const int m0 = ((group * kR + inGroup % span) * kCT + rt) * kN;
+    const int n0 = ((inGroup / span) * kCW + rw) * kWG_ROWS;
+    uint32_t maskW = 0u;  // the CTAs of this CTA's weight tile (itself included)
+    uint32_t maskT = 0u;  // the CTAs of its token tile
+#pragma unroll
+    for (int i = 0; i < kCT; ++i)
+    {
+        maskW |= 1u << (i * kCW + rw);
+    }
+#pragma unroll
+    for (int i = 0; i < kCW; ++i)
+    {
+        maskT |= 1u << (rt * kCW + i);
+    }
+    if (tid == 0)
+    {
+        for (int s = 0; s < kST; ++s)
+        {
+            mbarInit(&full[s], 1);  // the producer's expect_tx arrival
+            mbarInit(&empty[s], 4 * kWG_CONSUMERS * (kCW + kCT - 1));  // the consumers of every CTA it writes into
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    clusterSync();  // the peers' barriers are initialized before any copy or arrival reaches them
+    if ((tid >> 5) >= 4 * kWG_CONSUMERS)
+    {
+        // 40 registers (24 spilled the multicast loop's state), the consumers 232: what the producer
+        // gives back (128 x (168 - 40)) is what the consumers take (256 x (232 - 168)).
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS));
+        if (tid == 128 * kWG_CONSUMERS)
+        {
+            asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
+            const int rowsB = max(0, min(kN, 8 * mg - m0));
+            const uint32_t bytesB = static_cast<uint32_t>(rowsB) * 128u;
+            const uint32_t b0 = static_cast<uint32_t>(rw) * kPieceB;
+            const uint32_t b1 = min(b0 + kPieceB, bytesB);
+            int slot = 0;
+            uint32_t phase = 0;
+            for (int kb = 0; kb < nkb; ++kb)
+            {
+                if (kb >= kST)
+                {
+                    mbarWait(&empty[slot], phase ^ 1u);  // .acquire.cta, as CUTLASS waits (.cluster: an L1 invalidation a block)
+                }
+                uint8_t* st = smem + slot * L::kStage;
+                mbarExpectTx(&full[slot], bytesB + static_cast<uint32_t>(L::kA));  // the box counts whole
+                if (b1 > b0)
+                {
+                    const uint8_t* src = Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024 + b0;
+                    if constexpr (kCW == 1)
+                    {
+                        bulkCopy(st + L::kA + b0, src, b1 - b0, &full[slot]);
+                    }
+                    else
+                    {
+                        bulkCopyMulticast(st + L::kA + b0, src, b1 - b0, &full[slot], static_cast<uint16_t>(maskT));
+                    }
+                }
+                if constexpr (kCT == 1)
+                {
+                    tmaLoad2d(st, &wmap, kb * 128, n0, &full[slot]);
+                }
+                else
+                {
+                    tmaLoad2dMulticast(st + rt * kRowsA * 128, &wmap, kb * 128, n0 + rt * kRowsA, &full[slot],
+                        static_cast<uint16_t>(maskW));
+                }
+                if (++slot == kST)
+                {
+                    slot = 0;
+                    phase ^= 1u;
+                }
+            }
+        }
+    }
+    else
+    {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
+        consumeWgmmaFp8<P, kN, kST, kCS>(p, smemAddr(smem), full, empty, Y, M, N, yDtype, nkb, m0, n0, maskW | maskT);
+    }
+    clusterSync();  // no CTA leaves while a peer may still arrive on its barriers
+#else
+    __trap();  // launched only where wgFp8Available() found sm_90a machine code
+#endif
+}
+
 /* Token tile: a function of m and the weight's shape only (never of the bits). */
 inline int wgFp8TokenTile(int64_t m, int64_t n)
 {
@@ -364,7 +661,7 @@ inline int wgFp8TokenTile(int64_t m, int64_t n)
 /* The weights [n, k] (e4m3 bytes, row-major, k a multiple of 16) as a TMA tensor map: boxes of
  * 128 k x kWG_ROWS rows, 128-byte swizzle, zero fill outside. The driver's encoder through the
  * runtime's entry point (no link against libcuda). */
-inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtensorMap* map)
+inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtensorMap* map, int boxRows = kWG_ROWS)
 {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;  // a race only repeats the lookup
     if (encode == nullptr)
@@ -380,7 +677,7 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     }
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
-    const cuuint32_t box[2] = {128, kWG_ROWS};
+    const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(boxRows)};
     const cuuint32_t elem[2] = {1, 1};
     const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(w), dims, strides, box, elem,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -405,18 +702,95 @@ inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P:
     return cudaGetLastError();
 }
 
-/* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes. */
+template <class P, int kN, int kCW, int kCT>
+inline cudaError_t launchProjWgmmaFp8ClusterN(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n,
+    int k, int32_t yDtype, cudaStream_t stream)
+{
+    constexpr int kST = wgFp8Stages<kN>();
+    using L = WgFp8Layout<kN, kST>;
+    CUtensorMap map;
+    cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map, kWG_ROWS / kCT);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    e = raiseSmemOnce<projWgmmaFp8ClusterKernel<P, kN, kST, kCW, kCT>>(L::kSmem);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    const int gw = (n + kWG_ROWS - 1) / kWG_ROWS;
+    const int gt = (m + kN - 1) / kN;
+    const int clusters = ((gw + kCW - 1) / kCW) * ((gt + kCT - 1) / kCT);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCW * kCT), 1, 1);
+    cfg.blockDim = dim3(kWG_THREADS, 1, 1);
+    cfg.dynamicSmemBytes = L::kSmem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = kCW * kCT;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, projWgmmaFp8ClusterKernel<P, kN, kST, kCW, kCT>, map, p, Xw, y, m, n, k, yDtype, gw, gt);
+    return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+/* Clusters of the FP8 wgmma kernel (METRALE_W8A8_MMA's cluster variants): cw weight tiles x ct token
+ * tiles of kN = 64 or 128 tokens; a side of 2 only where the grid has two tiles along it. */
+template <class P, int kN>
+inline cudaError_t launchProjWgmmaFp8Cluster(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n,
+    int k, int32_t yDtype, cudaStream_t stream, int cw, int ct, bool& launched)
+{
+    const int gw = (n + kWG_ROWS - 1) / kWG_ROWS;
+    const int gt = (m + kN - 1) / kN;
+    cw = gw >= 2 ? cw : 1;
+    ct = gt >= 2 ? ct : 1;
+    launched = cw * ct > 1;
+    if (cw == 2 && ct == 2)
+    {
+        return launchProjWgmmaFp8ClusterN<P, kN, 2, 2>(p, Xw, y, m, n, k, yDtype, stream);
+    }
+    if (cw == 2)
+    {
+        return launchProjWgmmaFp8ClusterN<P, kN, 2, 1>(p, Xw, y, m, n, k, yDtype, stream);
+    }
+    if (ct == 2)
+    {
+        return launchProjWgmmaFp8ClusterN<P, kN, 1, 2>(p, Xw, y, m, n, k, yDtype, stream);
+    }
+    return cudaSuccess;
+}
+
+/* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes.
+ * cw, ct (1 or 2): the cluster shape asked for (weight tiles x token tiles), used at token tiles of
+ * 64 and 128 (m > 32) where the grid has two tiles along a side of 2; 1 x 1 is the plain kernel.
+ * The bits are the same whatever the shape. */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n, int k,
-    int32_t yDtype, cudaStream_t stream)
+    int32_t yDtype, cudaStream_t stream, int cw = 1, int ct = 1)
 {
+    const int tile = wgFp8TokenTile(m, n);
+    if (cw * ct > 1 && tile >= 64)
+    {
+        bool launched = false;
+        const cudaError_t ec = tile == 64
+            ? launchProjWgmmaFp8Cluster<P, 64>(p, Xw, y, m, n, k, yDtype, stream, cw, ct, launched)
+            : launchProjWgmmaFp8Cluster<P, 128>(p, Xw, y, m, n, k, yDtype, stream, cw, ct, launched);
+        if (launched || ec != cudaSuccess)
+        {
+            return ec;
+        }
+    }
     CUtensorMap map;
     cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map);
     if (e != cudaSuccess)
     {
         return e;
     }
-    switch (wgFp8TokenTile(m, n))
+    switch (tile)
     {
     case 8: return launchProjWgmmaFp8N<P, 8>(map, p, Xw, y, m, n, k, yDtype, stream);
     case 16: return launchProjWgmmaFp8N<P, 16>(map, p, Xw, y, m, n, k, yDtype, stream);
@@ -431,6 +805,17 @@ template <class P>
 inline bool wgFp8Available()
 {
     return sm90aKernelLoaded<projWgmmaFp8Kernel<P, 8, wgFp8Stages<8>()>>();
+}
+
+/* The fused pre-pass (wgFp8QuantKernel): the operand and sx straight from x (inputScale: the static
+ * scale, or null for per-row amax scales). */
+inline cudaError_t wgFp8Quant(const void* x, int32_t dtype, const float* inputScale, int64_t m, int64_t k, void* dst,
+    float* sx, cudaStream_t stream)
+{
+    const int mg = static_cast<int>((m + 7) / 8);
+    wgFp8QuantKernel<<<8 * mg, kACT_THREADS, 0, stream>>>(x, dtype, inputScale, static_cast<uint8_t*>(dst), sx,
+        static_cast<int>(m), static_cast<int>(k), mg);
+    return cudaGetLastError();
 }
 
 /* The operand of the variant in the workspace, from the fp8 pre-pass's xq (exact f16, [m, k]). */

@@ -51,12 +51,60 @@ size_t fp8PartOffset(int64_t m, int64_t k, int32_t actScaleGranularity)
     return operandBytes(m, k) + scaleBytes(m, k, actScaleGranularity) + fp8OperandRegion(m, k);
 }
 
-/* Whether this call runs the FP8 wgmma kernel (version 3's default): the device has its sm_90a code
- * and METRALE_W8A8_MMA is not "exact" (benchmarks only; read at each call, so at each graph capture). */
-bool fp8WgmmaSelected()
+/* How a call runs the FP8 wgmma kernel: the pre-pass fused with the operand layout or not, and the
+ * cluster shape (weight tiles x token tiles sharing their operand tiles by multicast). Every variant
+ * gives the same bits (the same instructions, k order and promotion in every tile). */
+struct Fp8Variant
 {
+    bool wgmma;  // false: the exact f16 path
+    bool fused;  // wgFp8QuantKernel instead of quantFp8Kernel + wgFp8OperandKernel
+    int cw;
+    int ct;
+};
+
+/* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
+ * "exact" the exact f16 path; "wg-base" the split pre-pass and one CTA a tile (b94300f's kernel);
+ * "wg-q" the fused pre-pass; "wg-q2t", "wg-q2w", "wg-q22" the fused pre-pass and clusters of 2
+ * token tiles, 2 weight tiles, 2 x 2; unset or anything else: the default, kFP8_DEFAULT. No sm_90a
+ * code: the exact path whatever the variable says. */
+constexpr Fp8Variant kFP8_DEFAULT = {true, false, 1, 1};
+
+Fp8Variant fp8VariantSelected()
+{
+    if (!wgFp8Available<W8A8Fp8Policy<false>>())
+    {
+        return {false, false, 1, 1};
+    }
     const char* v = std::getenv("METRALE_W8A8_MMA");
-    return !(v != nullptr && std::strcmp(v, "exact") == 0) && wgFp8Available<W8A8Fp8Policy<false>>();
+    if (v == nullptr)
+    {
+        return kFP8_DEFAULT;
+    }
+    if (std::strcmp(v, "exact") == 0)
+    {
+        return {false, false, 1, 1};
+    }
+    if (std::strcmp(v, "wg-base") == 0)
+    {
+        return {true, false, 1, 1};
+    }
+    if (std::strcmp(v, "wg-q") == 0)
+    {
+        return {true, true, 1, 1};
+    }
+    if (std::strcmp(v, "wg-q2t") == 0)
+    {
+        return {true, true, 1, 2};
+    }
+    if (std::strcmp(v, "wg-q2w") == 0)
+    {
+        return {true, true, 2, 1};
+    }
+    if (std::strcmp(v, "wg-q22") == 0)
+    {
+        return {true, true, 2, 2};
+    }
+    return kFP8_DEFAULT;
 }
 
 } // namespace
@@ -132,6 +180,20 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     __half* xq = static_cast<__half*>(workspace);
     float* sx = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + operandBytes(m, k));
     p.sx = sx;
+    const bool rowChannel = p.blockScales == 0 && p.nbx == 1;  // the FP8 wgmma kernel's scales
+    const Fp8Variant var = rowChannel ? fp8VariantSelected() : Fp8Variant{false, false, 1, 1};
+    void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
+    if (var.wgmma && var.fused && aligned(x, 16))
+    {
+        // One pass from x to the e4m3 operand and sx (the same values as the two passes below).
+        cudaError_t e = wgFp8Quant(x, x_dtype, staticScale ? input_scale : nullptr, m, k, xw, sx, stream);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
+            stream, var.cw, var.ct);
+    }
     if (staticScale)
     {
         // No amax pre-pass: one elementwise pass, the static scale copied to every row's sx.
@@ -149,10 +211,9 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         return e;
     }
     const uint16_t* X = reinterpret_cast<const uint16_t*>(xq);
-    if (p.blockScales == 0 && p.nbx == 1)
+    if (rowChannel)
     {
-        void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
-        if (fp8WgmmaSelected())
+        if (var.wgmma)
         {
             // The FP8 wgmma kernel at every m, on the e4m3 bytes laid out for it.
             e = wgFp8Operand(xq, m, k, xw, stream);
@@ -161,7 +222,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
                 return e;
             }
             return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
-                stream);
+                stream, var.cw, var.ct);
         }
         // The exact path (METRALE_W8A8_MMA=exact, or no sm_90a code): the bf16-format wgmma tier
         // where it serves m, on the f16 values laid out for it.
