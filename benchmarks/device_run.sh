@@ -15,8 +15,7 @@
 #  tests/gpu/test_w8a8_fp8_wgmma.py, the W8A8 channel projection tests,
 #  benchmarks/bench_w8a8_variants.py (exact vs wgmma vs FP8 cuBLASLt at M = 1..4096); under 8 minutes)
 # (w8a8v: the launch variants of W8A8Proj version 3's FP8 wgmma kernel (METRALE_W8A8_MMA = wg-base,
-#  wg-q, wg-q2t, wg-q2w, wg-q22: the fused pre-pass, clusters sharing operand tiles by multicast; the
-#  same bits), built here unless carried: the SASS gates of the FP8 kernels where cuobjdump is there,
+#  wg-q, wg-qe: the fused pre-pass, the hoisted epilogue; the same bits), built here unless carried: the SASS gates of the FP8 kernels where cuobjdump is there,
 #  tests/gpu/test_w8a8_fp8_wgmma.py (the variants bitwise equal to the default), the W8A8 channel
 #  projection tests, benchmarks/bench_w8a8_variants.py over the variants with FP8 cuBLASLt, and
 #  benchmarks/bench_w8a8_stages.py (each kernel's device time); under 7 minutes with the build)
@@ -108,7 +107,7 @@ def run(var, n, k, m, w, s, x):
     torch.cuda.synchronize()
     return y.view(torch.int32)
 refs = [run("wg-base", *c) for c in cases]
-for v in ("wg-q", "wg-q2w", "wg-q2t", "wg-q22"):
+for v in ("wg-q", "wg-qe"):
     same = all(torch.equal(run(v, *c), r) for c, r in zip(cases, refs))
     print(f"SMOKE {v} {'ok' if same else 'bits differ from wg-base'}", flush=True)
 PY
@@ -117,12 +116,12 @@ PY
   echo "benchmarked: $ok"
   METRALE_W8A8_VARIANTS="$ok" timeout 200 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -m gpu -rs \
     --confcutdir=tests/gpu -p no:cacheprovider --durations=5 ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-w8a8v.log" | tail -14
+  timeout 100 python3 -m benchmarks.bench_w8a8_variants --out "$OUT" --variants "${W8A8V_BENCH:-$ok}" \
+    2>&1 | tail -12
   timeout 60 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
     -k "w8a8 and channel" 2>&1 | tee "$OUT/tests-w8a8-proj.log" | tail -4
-  timeout 170 python3 -m benchmarks.bench_w8a8_variants --out "$OUT" --variants "$ok" \
-    2>&1 | tail -12
-  timeout 80 python3 -m benchmarks.bench_w8a8_stages --out "$OUT" --m 256,4096 --variants "$ok" \
-    2>&1 | tail -48
+  timeout 60 python3 -m benchmarks.bench_w8a8_stages --out "$OUT" --m "${W8A8V_STAGES_M:-256,4096}" \
+    --variants "${W8A8V_STAGES:-$ok}" 2>&1 | tail -48
 fi
 if [ "$what" = kernels5 ]; then
   { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel Wgmma; } >> "$OUT/build.log" 2>&1

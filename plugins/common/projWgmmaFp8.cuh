@@ -311,48 +311,6 @@ __device__ __forceinline__ void tmaLoad2d(void* dst, const CUtensorMap* map, int
         : "memory");
 }
 
-/* The cluster's pieces (the cluster variants of METRALE_W8A8_MMA): this CTA's rank in its cluster,
- * the cluster-wide barrier (every thread of every CTA), an arrival on the mbarrier at bar's offset in
- * the CTA of rank `rank` (CUTLASS's ClusterBarrier::arrive form: the default .release.cta, since
- * .release.cluster puts a MEMBAR.ALL.GPU before every arrival; what it orders, the wgmma reads of the
- * stage, is complete at the wait_group before it), and the copies multicast to the CTAs of `mask` (the same offsets in each, completing on
- * each one's mbarrier at bar's offset). */
-__device__ __forceinline__ uint32_t clusterRank()
-{
-    uint32_t r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void clusterSync()
-{
-    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
-}
-__device__ __forceinline__ void mbarArriveCluster(uint64_t* bar, uint32_t rank)
-{
-    asm volatile(
-        "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-        "mbarrier.arrive.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smemAddr(bar)),
-        "r"(rank)
-        : "memory");
-}
-__device__ __forceinline__ void tmaLoad2dMulticast(void* dst, const CUtensorMap* map, int c0, int c1, uint64_t* bar,
-    uint16_t mask)
-{
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(
-            smemAddr(dst)),
-        "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(smemAddr(bar)), "h"(mask)
-        : "memory");
-}
-__device__ __forceinline__ void bulkCopyMulticast(void* dst, const void* src, uint32_t bytes, uint64_t* bar, uint16_t mask)
-{
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], %4;\n" ::"r"(
-            smemAddr(dst)),
-        "l"(src), "r"(bytes), "r"(smemAddr(bar)), "h"(mask)
-        : "memory");
-}
-
 /* Shared memory (bytes, from a 1024-byte aligned base): kST stages of [the weights' kWG_ROWS rows x
  * 128 k (swizzled) | kN token rows x 128 k], then the full / empty mbarriers. */
 template <int kN, int kST>
@@ -375,16 +333,78 @@ constexpr int wgFp8Stages()
 }
 
 /*
+ * The FP8 kernel's epilogue with the scales hoisted (the default; METRALE_W8A8_MMA=wg-base / wg-q
+ * keep wgEpilogue): W8A8Fp8Policy<false>::finish's arithmetic, y = (acc * sx[m]) * sw[n] (+ bias)
+ * with __fmul_rn / __fadd_rn in that order, so the bits are wgEpilogue's; but every sx[m], sw[n]
+ * and bias[n] this thread needs (kN / 4 + 4 values) is read before its first store. In wgEpilogue
+ * the policy reads them per element between the stores, which may alias them (Y is void *), so each
+ * element waited one L2 latency (SASS: LDG, LDG, STG per element, 64 times a thread at kN = 128; on
+ * the H200 about 9.5 us a CTA, fitted over the four M = 4096 shapes of
+ * benchmarks/results/w8a8-stages-20261202-1533-4a278e6.md). The scales were written by the
+ * pre-pass (sx) or are weights, read-only here (the non-coherent path).
+ */
+template <class P, int kN>
+__device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const float (&tot)[kN / 2],
+    void* __restrict__ Y, int M, int N, int32_t yDtype, int m0, const int (&nRow)[2], const bool (&nOk)[2], int t)
+{
+    float sxv[kN / 4];  // tokens m0 + 8 j + 2 t + e at 2 j + e
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+    {
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+        {
+            const int m = m0 + 8 * j + 2 * t + e;
+            sxv[2 * j + e] = m < M ? __ldg(p.sx + m) : 0.0f;
+        }
+    }
+    float swv[2];
+    float bv[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        swv[hr] = nOk[hr] ? __ldg(p.scale + nRow[hr]) : 0.0f;
+        bv[hr] = nOk[hr] && p.bias != nullptr ? __ldg(p.bias + nRow[hr]) : 0.0f;
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        if (!nOk[hr])
+        {
+            continue;
+        }
+        const int n = nRow[hr];
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+        {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+            {
+                const int m = m0 + 8 * j + 2 * t + e;
+                if (m < M)
+                {
+                    float v = __fmul_rn(__fmul_rn(tot[4 * j + 2 * hr + e], sxv[2 * j + e]), swv[hr]);
+                    if (p.bias != nullptr)
+                    {
+                        v = __fadd_rn(v, bv[hr]);
+                    }
+                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+                }
+            }
+        }
+    }
+}
+
+/*
  * The consumer warpgroups: per 128-k block in ascending order, wait for its stage, issue its four
  * wgmmas (the first from zero) as one group, wait for it, release the stage and promote,
  * final = final + partial. The wait drains this warpgroup's pipe once per block (the promotion reads
  * the block's result; reading it while another group is in flight makes ptxas serialize the wgmmas,
  * C7514); the CTA's other consumer warpgroup issues meanwhile.
  */
-template <class P, int kN, int kST, int kCS = 1>
+template <class P, int kN, int kST, bool kHoist = false>
 __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, uint64_t* full,
-    uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb, int m0, int n0,
-    uint32_t releaseMask = 1u)
+    uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb, int m0, int n0)
 {
 #ifdef METRALE_SM90A
     using L = WgFp8Layout<kN, kST>;
@@ -436,22 +456,7 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
         fenceRegs(pt);
         if (lane == 0)
         {
-            if constexpr (kCS == 1)
-            {
-                mbarArrive(&empty[slot]);
-            }
-            else
-            {
-                // The cluster: every CTA whose producer writes into this stage (releaseMask) is told.
-#pragma unroll
-                for (int r = 0; r < kCS; ++r)
-                {
-                    if ((releaseMask >> r) & 1u)
-                    {
-                        mbarArriveCluster(&empty[slot], static_cast<uint32_t>(r));
-                    }
-                }
-            }
+            mbarArrive(&empty[slot]);
         }
 #pragma unroll
         for (int e = 0; e < kACC; ++e)
@@ -464,11 +469,18 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
             phase ^= 1u;
         }
     }
-    wgEpilogue<P, kN>(p, fin, Y, nullptr, M, N, yDtype, m0, nRow, nOk, t);
+    if constexpr (kHoist)
+    {
+        wgFp8Epilogue<P, kN>(p, fin, Y, M, N, yDtype, m0, nRow, nOk, t);
+    }
+    else
+    {
+        wgEpilogue<P, kN>(p, fin, Y, nullptr, M, N, yDtype, m0, nRow, nOk, t);
+    }
 #endif
 }
 
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, bool kHoist = false>
 __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __grid_constant__ CUtensorMap wmap,
     const typename P::Params p, const uint8_t* __restrict__ Xw, void* __restrict__ Y, int M, int N, int K,
     int32_t yDtype)
@@ -513,135 +525,8 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __gri
     else
     {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
-        consumeWgmmaFp8<P, kN, kST>(p, smemAddr(smem), full, empty, Y, M, N, yDtype, nkb, m0, n0);
+        consumeWgmmaFp8<P, kN, kST, kHoist>(p, smemAddr(smem), full, empty, Y, M, N, yDtype, nkb, m0, n0);
     }
-#else
-    __trap();  // launched only where wgFp8Available() found sm_90a machine code
-#endif
-}
-
-/*
- * The cluster variant of projWgmmaFp8Kernel: clusters of kCW x kCT CTAs (kCW weight tiles x kCT
- * token tiles, rank = rw + kCW * rt), whose shared operand tiles are read from the L2 once per
- * cluster and multicast: the kCT CTAs of one weight tile each copy kWG_ROWS / kCT of its rows (one
- * 2-D tensor copy, box rows kWG_ROWS / kCT) into all of them, the kCW CTAs of one token tile each
- * copy 1 / kCW of its bytes (one bulk copy) into all of them. Every CTA's stage holds exactly what
- * projWgmmaFp8Kernel's holds (the same bytes at the same offsets), and the consumers are that
- * kernel's (the same instructions, k order and promotion; only the stage's release differs: every
- * CTA whose producer wrote into the stage is told), so a tile's bits are the same; a tile past the
- * grid's edge (gw or gt not a multiple of the cluster's side) copies its share and stores nothing.
- * Clusters in wgRasterTile's order over cluster tiles (kWG_RASTER / kCT token pairs a group).
- * 1-D grid of gwc * gtc clusters (gw weight tiles, gt token tiles).
- */
-template <class P, int kN, int kST, int kCW, int kCT>
-__global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8ClusterKernel(const __grid_constant__ CUtensorMap wmap,
-    const typename P::Params p, const uint8_t* __restrict__ Xw, void* __restrict__ Y, int M, int N, int K,
-    int32_t yDtype, int gw, int gt)
-{
-#ifdef METRALE_SM90A
-    constexpr int kCS = kCW * kCT;
-    constexpr int kRowsA = kWG_ROWS / kCT;        // weight rows this CTA copies
-    constexpr uint32_t kPieceB = kN * 128 / kCW;  // token-tile bytes this CTA copies
-    constexpr int kR = kWG_RASTER / kCT > 0 ? kWG_RASTER / kCT : 1;
-    static_assert(kCS >= 2 && kCS <= 4 && kPieceB % 16 == 0, "cluster shape");
-    using L = WgFp8Layout<kN, kST>;
-    extern __shared__ __align__(1024) uint8_t smemRaw[];
-    uint8_t* smem = smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u);
-    uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
-    uint64_t* empty = full + kST;
-    const int tid = threadIdx.x;
-    const int nkb = (K + 127) >> 7;
-    const int mg = (M + 7) >> 3;
-    const int rank = static_cast<int>(clusterRank());
-    const int rw = rank % kCW;
-    const int rt = rank / kCW;
-    const int gwc = (gw + kCW - 1) / kCW;
-    const int gtc = (gt + kCT - 1) / kCT;
-    const int cid = static_cast<int>(blockIdx.x) / kCS;
-    const int group = cid / (kR * gwc);
-    const int inGroup = cid - group * kR * gwc;
-    const int span = min(kR, gtc - group * kR);
-    const int m0 = ((group * kR + inGroup % span) * kCT + rt) * kN;
-    const int n0 = ((inGroup / span) * kCW + rw) * kWG_ROWS;
-    uint32_t maskW = 0u;  // the CTAs of this CTA's weight tile (itself included)
-    uint32_t maskT = 0u;  // the CTAs of its token tile
-#pragma unroll
-    for (int i = 0; i < kCT; ++i)
-    {
-        maskW |= 1u << (i * kCW + rw);
-    }
-#pragma unroll
-    for (int i = 0; i < kCW; ++i)
-    {
-        maskT |= 1u << (rt * kCW + i);
-    }
-    if (tid == 0)
-    {
-        for (int s = 0; s < kST; ++s)
-        {
-            mbarInit(&full[s], 1);  // the producer's expect_tx arrival
-            mbarInit(&empty[s], 4 * kWG_CONSUMERS * (kCW + kCT - 1));  // the consumers of every CTA it writes into
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    clusterSync();  // the peers' barriers are initialized before any copy or arrival reaches them
-    if ((tid >> 5) >= 4 * kWG_CONSUMERS)
-    {
-        // 40 registers (24 spilled the multicast loop's state), the consumers 232: what the producer
-        // gives back (128 x (168 - 40)) is what the consumers take (256 x (232 - 168)).
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS));
-        if (tid == 128 * kWG_CONSUMERS)
-        {
-            asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
-            const int rowsB = max(0, min(kN, 8 * mg - m0));
-            const uint32_t bytesB = static_cast<uint32_t>(rowsB) * 128u;
-            const uint32_t b0 = static_cast<uint32_t>(rw) * kPieceB;
-            const uint32_t b1 = min(b0 + kPieceB, bytesB);
-            int slot = 0;
-            uint32_t phase = 0;
-            for (int kb = 0; kb < nkb; ++kb)
-            {
-                if (kb >= kST)
-                {
-                    mbarWait(&empty[slot], phase ^ 1u);  // .acquire.cta, as CUTLASS waits (.cluster: an L1 invalidation a block)
-                }
-                uint8_t* st = smem + slot * L::kStage;
-                mbarExpectTx(&full[slot], bytesB + static_cast<uint32_t>(L::kA));  // the box counts whole
-                if (b1 > b0)
-                {
-                    const uint8_t* src = Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024 + b0;
-                    if constexpr (kCW == 1)
-                    {
-                        bulkCopy(st + L::kA + b0, src, b1 - b0, &full[slot]);
-                    }
-                    else
-                    {
-                        bulkCopyMulticast(st + L::kA + b0, src, b1 - b0, &full[slot], static_cast<uint16_t>(maskT));
-                    }
-                }
-                if constexpr (kCT == 1)
-                {
-                    tmaLoad2d(st, &wmap, kb * 128, n0, &full[slot]);
-                }
-                else
-                {
-                    tmaLoad2dMulticast(st + rt * kRowsA * 128, &wmap, kb * 128, n0 + rt * kRowsA, &full[slot],
-                        static_cast<uint16_t>(maskW));
-                }
-                if (++slot == kST)
-                {
-                    slot = 0;
-                    phase ^= 1u;
-                }
-            }
-        }
-    }
-    else
-    {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
-        consumeWgmmaFp8<P, kN, kST, kCS>(p, smemAddr(smem), full, empty, Y, M, N, yDtype, nkb, m0, n0, maskW | maskT);
-    }
-    clusterSync();  // no CTA leaves while a peer may still arrive on its barriers
 #else
     __trap();  // launched only where wgFp8Available() found sm_90a machine code
 #endif
@@ -661,7 +546,7 @@ inline int wgFp8TokenTile(int64_t m, int64_t n)
 /* The weights [n, k] (e4m3 bytes, row-major, k a multiple of 16) as a TMA tensor map: boxes of
  * 128 k x kWG_ROWS rows, 128-byte swizzle, zero fill outside. The driver's encoder through the
  * runtime's entry point (no link against libcuda). */
-inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtensorMap* map, int boxRows = kWG_ROWS)
+inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtensorMap* map)
 {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;  // a race only repeats the lookup
     if (encode == nullptr)
@@ -677,7 +562,7 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     }
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
-    const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(boxRows)};
+    const cuuint32_t box[2] = {128, kWG_ROWS};
     const cuuint32_t elem[2] = {1, 1};
     const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(w), dims, strides, box, elem,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -685,14 +570,14 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <class P, int kN>
+template <class P, int kN, bool kHoist = false>
 inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw, void* y,
     int m, int n, int k, int32_t yDtype, cudaStream_t stream)
 {
     constexpr int kST = wgFp8Stages<kN>();
     using L = WgFp8Layout<kN, kST>;
-    auto kern = projWgmmaFp8Kernel<P, kN, kST>;
-    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST>>(L::kSmem);
+    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist>;
+    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
@@ -702,93 +587,29 @@ inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P:
     return cudaGetLastError();
 }
 
-template <class P, int kN, int kCW, int kCT>
-inline cudaError_t launchProjWgmmaFp8ClusterN(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n,
-    int k, int32_t yDtype, cudaStream_t stream)
-{
-    constexpr int kST = wgFp8Stages<kN>();
-    using L = WgFp8Layout<kN, kST>;
-    CUtensorMap map;
-    cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map, kWG_ROWS / kCT);
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
-    e = raiseSmemOnce<projWgmmaFp8ClusterKernel<P, kN, kST, kCW, kCT>>(L::kSmem);
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
-    const int gw = (n + kWG_ROWS - 1) / kWG_ROWS;
-    const int gt = (m + kN - 1) / kN;
-    const int clusters = ((gw + kCW - 1) / kCW) * ((gt + kCT - 1) / kCT);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(clusters * kCW * kCT), 1, 1);
-    cfg.blockDim = dim3(kWG_THREADS, 1, 1);
-    cfg.dynamicSmemBytes = L::kSmem;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = kCW * kCT;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, projWgmmaFp8ClusterKernel<P, kN, kST, kCW, kCT>, map, p, Xw, y, m, n, k, yDtype, gw, gt);
-    return e != cudaSuccess ? e : cudaGetLastError();
-}
-
-/* Clusters of the FP8 wgmma kernel (METRALE_W8A8_MMA's cluster variants): cw weight tiles x ct token
- * tiles of kN = 64 or 128 tokens; a side of 2 only where the grid has two tiles along it. */
-template <class P, int kN>
-inline cudaError_t launchProjWgmmaFp8Cluster(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n,
-    int k, int32_t yDtype, cudaStream_t stream, int cw, int ct, bool& launched)
-{
-    const int gw = (n + kWG_ROWS - 1) / kWG_ROWS;
-    const int gt = (m + kN - 1) / kN;
-    cw = gw >= 2 ? cw : 1;
-    ct = gt >= 2 ? ct : 1;
-    launched = cw * ct > 1;
-    if (cw == 2 && ct == 2)
-    {
-        return launchProjWgmmaFp8ClusterN<P, kN, 2, 2>(p, Xw, y, m, n, k, yDtype, stream);
-    }
-    if (cw == 2)
-    {
-        return launchProjWgmmaFp8ClusterN<P, kN, 2, 1>(p, Xw, y, m, n, k, yDtype, stream);
-    }
-    if (ct == 2)
-    {
-        return launchProjWgmmaFp8ClusterN<P, kN, 1, 2>(p, Xw, y, m, n, k, yDtype, stream);
-    }
-    return cudaSuccess;
-}
-
-/* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes.
- * cw, ct (1 or 2): the cluster shape asked for (weight tiles x token tiles), used at token tiles of
- * 64 and 128 (m > 32) where the grid has two tiles along a side of 2; 1 x 1 is the plain kernel.
- * The bits are the same whatever the shape. */
+/* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes;
+ * hoist: wgFp8Epilogue (the scales read before the first store) instead of wgEpilogue, the same bits. */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n, int k,
-    int32_t yDtype, cudaStream_t stream, int cw = 1, int ct = 1)
+    int32_t yDtype, cudaStream_t stream, bool hoist = false)
 {
-    const int tile = wgFp8TokenTile(m, n);
-    if (cw * ct > 1 && tile >= 64)
-    {
-        bool launched = false;
-        const cudaError_t ec = tile == 64
-            ? launchProjWgmmaFp8Cluster<P, 64>(p, Xw, y, m, n, k, yDtype, stream, cw, ct, launched)
-            : launchProjWgmmaFp8Cluster<P, 128>(p, Xw, y, m, n, k, yDtype, stream, cw, ct, launched);
-        if (launched || ec != cudaSuccess)
-        {
-            return ec;
-        }
-    }
     CUtensorMap map;
     cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map);
     if (e != cudaSuccess)
     {
         return e;
+    }
+    const int tile = wgFp8TokenTile(m, n);
+    if (hoist)
+    {
+        switch (tile)
+        {
+        case 8: return launchProjWgmmaFp8N<P, 8, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        case 16: return launchProjWgmmaFp8N<P, 16, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        case 32: return launchProjWgmmaFp8N<P, 32, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        case 64: return launchProjWgmmaFp8N<P, 64, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        default: return launchProjWgmmaFp8N<P, 128, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        }
     }
     switch (tile)
     {

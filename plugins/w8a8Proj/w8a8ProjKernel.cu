@@ -51,29 +51,30 @@ size_t fp8PartOffset(int64_t m, int64_t k, int32_t actScaleGranularity)
     return operandBytes(m, k) + scaleBytes(m, k, actScaleGranularity) + fp8OperandRegion(m, k);
 }
 
-/* How a call runs the FP8 wgmma kernel: the pre-pass fused with the operand layout or not, and the
- * cluster shape (weight tiles x token tiles sharing their operand tiles by multicast). Every variant
- * gives the same bits (the same instructions, k order and promotion in every tile). */
+/* How a call runs the FP8 wgmma kernel: the pre-pass fused with the operand layout or not, the
+ * epilogue with its scales hoisted or not. Every variant gives the same bits (the same values in the
+ * operand, the same instructions, k order, promotion and epilogue arithmetic in every tile). */
 struct Fp8Variant
 {
     bool wgmma;  // false: the exact f16 path
     bool fused;  // wgFp8QuantKernel instead of quantFp8Kernel + wgFp8OperandKernel
-    int cw;
-    int ct;
+    bool hoist;  // wgFp8Epilogue instead of wgEpilogue
 };
 
 /* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
- * "exact" the exact f16 path; "wg-base" the split pre-pass and one CTA a tile (b94300f's kernel);
- * "wg-q" the fused pre-pass; "wg-q2t", "wg-q2w", "wg-q22" the fused pre-pass and clusters of 2
- * token tiles, 2 weight tiles, 2 x 2; unset or anything else: the default, kFP8_DEFAULT. No sm_90a
- * code: the exact path whatever the variable says. */
-constexpr Fp8Variant kFP8_DEFAULT = {true, false, 1, 1};
+ * "exact" the exact f16 path; "wg-base" the split pre-pass and wgEpilogue (b94300f's kernel);
+ * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue; unset or anything
+ * else: the default, kFP8_DEFAULT (wg-qe). No sm_90a code: the exact path whatever it says. Clusters
+ * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
+ * measured slower at every shape and M >= 64 (4a278e6, benchmarks/results/
+ * kernels-20261202-1533-4a278e6-w8a8-variants.md) and removed. */
+constexpr Fp8Variant kFP8_DEFAULT = {true, true, true};
 
 Fp8Variant fp8VariantSelected()
 {
     if (!wgFp8Available<W8A8Fp8Policy<false>>())
     {
-        return {false, false, 1, 1};
+        return {false, false, false};
     }
     const char* v = std::getenv("METRALE_W8A8_MMA");
     if (v == nullptr)
@@ -82,27 +83,19 @@ Fp8Variant fp8VariantSelected()
     }
     if (std::strcmp(v, "exact") == 0)
     {
-        return {false, false, 1, 1};
+        return {false, false, false};
     }
     if (std::strcmp(v, "wg-base") == 0)
     {
-        return {true, false, 1, 1};
+        return {true, false, false};
     }
     if (std::strcmp(v, "wg-q") == 0)
     {
-        return {true, true, 1, 1};
+        return {true, true, false};
     }
-    if (std::strcmp(v, "wg-q2t") == 0)
+    if (std::strcmp(v, "wg-qe") == 0)
     {
-        return {true, true, 1, 2};
-    }
-    if (std::strcmp(v, "wg-q2w") == 0)
-    {
-        return {true, true, 2, 1};
-    }
-    if (std::strcmp(v, "wg-q22") == 0)
-    {
-        return {true, true, 2, 2};
+        return {true, true, true};
     }
     return kFP8_DEFAULT;
 }
@@ -181,7 +174,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     float* sx = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + operandBytes(m, k));
     p.sx = sx;
     const bool rowChannel = p.blockScales == 0 && p.nbx == 1;  // the FP8 wgmma kernel's scales
-    const Fp8Variant var = rowChannel ? fp8VariantSelected() : Fp8Variant{false, false, 1, 1};
+    const Fp8Variant var = rowChannel ? fp8VariantSelected() : Fp8Variant{false, false, false};
     void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
     if (var.wgmma && var.fused && aligned(x, 16))
     {
@@ -192,7 +185,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
             return e;
         }
         return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
-            stream, var.cw, var.ct);
+            stream, var.hoist);
     }
     if (staticScale)
     {
@@ -222,7 +215,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
                 return e;
             }
             return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
-                stream, var.cw, var.ct);
+                stream, var.hoist);
         }
         // The exact path (METRALE_W8A8_MMA=exact, or no sm_90a code): the bf16-format wgmma tier
         // where it serves m, on the f16 values laid out for it.
