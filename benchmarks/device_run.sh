@@ -18,7 +18,8 @@
 #  wg-q, wg-qe: the fused pre-pass, the hoisted epilogue; the same bits), built here unless carried: the SASS gates of the FP8 kernels where cuobjdump is there,
 #  tests/gpu/test_w8a8_fp8_wgmma.py (the variants bitwise equal to the default), the W8A8 channel
 #  projection tests, benchmarks/bench_w8a8_variants.py over the variants with FP8 cuBLASLt, and
-#  benchmarks/bench_w8a8_stages.py (each kernel's device time); under 7 minutes with the build)
+#  benchmarks/bench_w8a8_stages.py (each kernel's device time); under 7 minutes with the build;
+#  W8A8V_BENCH, W8A8V_STAGES, W8A8V_STAGES_M narrow the benchmarks, W8A8V_PROJ=0 skips the projection tests)
 # (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
 # (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
 #  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
@@ -118,8 +119,8 @@ PY
     --confcutdir=tests/gpu -p no:cacheprovider --durations=5 ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-w8a8v.log" | tail -14
   timeout 100 python3 -m benchmarks.bench_w8a8_variants --out "$OUT" --variants "${W8A8V_BENCH:-$ok}" \
     2>&1 | tail -12
-  timeout 60 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
-    -k "w8a8 and channel" 2>&1 | tee "$OUT/tests-w8a8-proj.log" | tail -4
+  [ "${W8A8V_PROJ:-1}" = 1 ] && timeout 60 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs \
+    --confcutdir=tests/gpu -p no:cacheprovider -k "w8a8 and channel" 2>&1 | tee "$OUT/tests-w8a8-proj.log" | tail -4
   timeout 60 python3 -m benchmarks.bench_w8a8_stages --out "$OUT" --m "${W8A8V_STAGES_M:-256,4096}" \
     --variants "${W8A8V_STAGES:-$ok}" 2>&1 | tail -48
 fi
