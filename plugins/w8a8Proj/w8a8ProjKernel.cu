@@ -10,7 +10,9 @@
  * (projWgmmaFp8.cuh) at every m. The exact f16 path (mma.sync, exact products) serves them only
  * where that kernel cannot run (a device without its sm_90a code) and under METRALE_W8A8_MMA=exact
  * (read at each call), kept for benchmarks/bench_w8a8_variants.py alone; either way a launch uses
- * one of the two at every m, so rows stay bitwise invariant. The block-scaled variants (block128
+ * one of the two at every m, so rows stay bitwise invariant. The FP8 kernel's default launch fuses
+ * the quantization with its operand layout (wgFp8QuantKernel) and hoists the epilogue's scale reads
+ * (wgFp8Epilogue); METRALE_W8A8_MMA=wg-base / wg-q keep the earlier launches, with the same bits. The block-scaled variants (block128
  * weights, row_block128 activations) have no wgmma tier yet: the exact path (per-block scales) at
  * every m, within the same bound.
  * K must be a multiple of 16 (16-byte weight rows); other K return cudaErrorNotSupported.
@@ -66,7 +68,7 @@ struct Fp8Variant
  * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue; unset or anything
  * else: the default, kFP8_DEFAULT (wg-qe). No sm_90a code: the exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
- * measured slower at every shape and M >= 64 (4a278e6, benchmarks/results/
+ * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
  * kernels-20261202-1533-4a278e6-w8a8-variants.md) and removed. */
 constexpr Fp8Variant kFP8_DEFAULT = {true, true, true};
 
