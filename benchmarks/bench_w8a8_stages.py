@@ -71,7 +71,8 @@ def main(argv=None) -> int:
     lines = [f"# W8A8 FP8 wgmma stages ({ENV}), {stamp:%Y-%m-%d %H:%M} UTC, commit {_commit()}", "",
              f"{torch.cuda.get_device_properties(0).name}; torch {torch.__version__}; mean device time per call of "
              f"each kernel (torch.profiler, {ITERS} calls, weights rotated past the L2, no graph), us.", "",
-             "| shape | M | variant | " + " | ".join(cols) + " | sum | gemm TF/s | gemm share | cuBLASLt | sum / cuBLASLt |",
+             "| shape | M | variant | " + " | ".join(cols)
+             + " | sum | gemm TF/s | gemm share | cuBLASLt | sum / cuBLASLt |",
              "|---|---|---|" + "---|" * (len(cols) + 5)]
     print("\n".join(lines), flush=True)
     try:
