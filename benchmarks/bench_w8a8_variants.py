@@ -9,8 +9,11 @@ W8A8Proj version 3's default, the FP8 wgmma kernel; "exact": the retired version
 kept behind the variable for this comparison), and ``torch._scaled_mm`` FP8 with per-row scales
 (cuBLASLt, the GEMM only), timed as bench_kernels times them (CUDA graphs, weights rotated past the
 L2); each variant's TFLOP/s, TB/s on the weight bytes and ratio to the anchor, and whether its bits
-equal the first variant's (the two never share bits: a "True" between them would mean the variant did
-not run). Writes w8a8-variants-YYYYMMDD-HHMM-<commit>.md into --out (default $OUT).
+equal the first variant's (exact and wgmma never share bits: a "True" between them would mean the
+variant did not run). The launch variants of the FP8 kernel, named as METRALE_W8A8_MMA takes them
+(wg-base: b94300f's; wg-q: the pre-pass fused with the operand layout; wg-qe, the default: that and
+the epilogue's scales read before its stores), give the same bits: among them "same bits" must be
+True. Writes w8a8-variants-YYYYMMDD-HHMM-<commit>.md into --out (default $OUT).
 """
 
 from __future__ import annotations

@@ -14,6 +14,12 @@
 #  exact f16 path) on a carried build (it builds nothing): its SASS gates where cuobjdump is there,
 #  tests/gpu/test_w8a8_fp8_wgmma.py, the W8A8 channel projection tests,
 #  benchmarks/bench_w8a8_variants.py (exact vs wgmma vs FP8 cuBLASLt at M = 1..4096); under 8 minutes)
+# (w8a8v: the launch variants of W8A8Proj version 3's FP8 wgmma kernel (METRALE_W8A8_MMA = wg-base,
+#  wg-q, wg-qe: the fused pre-pass, the hoisted epilogue; the same bits), built here unless carried: the SASS gates of the FP8 kernels where cuobjdump is there,
+#  tests/gpu/test_w8a8_fp8_wgmma.py (the variants bitwise equal to the default), the W8A8 channel
+#  projection tests, benchmarks/bench_w8a8_variants.py over the variants with FP8 cuBLASLt, and
+#  benchmarks/bench_w8a8_stages.py (each kernel's device time); under 7 minutes with the build;
+#  W8A8V_BENCH, W8A8V_STAGES, W8A8V_STAGES_M narrow the benchmarks, W8A8V_PROJ=0 skips the projection tests)
 # (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
 # (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
 #  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
@@ -69,6 +75,7 @@ if [ "$what" = gdnfix ]; then
 fi
 if [ ! -f build/plugins/libmetrale_kernels.so ]; then
   (time make -C plugins -j16) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  tail -4 "$OUT/build.log"
 fi
 if [ "$what" = gdnwhole ]; then
   mc=${MC_DIR:-mc}
@@ -137,6 +144,43 @@ if [ "$what" = w8a8wg ]; then
   timeout 120 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
     -k "w8a8 and channel" 2>&1 | tee "$OUT/tests-w8a8-exact.log" | tail -6
   timeout 170 python3 -m benchmarks.bench_w8a8_variants --out "$OUT" 2>&1 | tee "$OUT/bench-w8a8wg.log" | tail -16
+fi
+if [ "$what" = w8a8v ]; then
+  { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel 'projWgmmaFp8|wgFp8Quant' \
+      --out "$OUT/gates-w8a8v.md"; } >> "$OUT/build.log" 2>&1; tail -3 "$OUT/build.log"
+  # A variant that hangs or fails its first launches stays out of the benchmark: one process tries
+  # them in turn, each against wg-base's bits, and prints a line per variant that passed.
+  timeout 45 python3 - > "$OUT/smoke.txt" 2>&1 <<'PY'
+import os, torch
+from metrale_export.ops import cuda as mcuda, w8a8
+dev = torch.device("cuda")
+cases = []
+for n, k, m in ((4096, 4096, 256), (1000, 1040, 129), (4096, 4096, 4096)):
+    g = torch.Generator().manual_seed(n + k + m)
+    q = w8a8.quantize(torch.randn(n, k, generator=g) * 0.05, "channel")
+    cases.append((n, k, m, q.weight.to(dev), q.weight_scale.to(dev), torch.randn(m, k, generator=g).to(dev)))
+def run(var, n, k, m, w, s, x):
+    os.environ["METRALE_W8A8_MMA"] = var
+    y = torch.full((m, n), float("nan"), device=dev)
+    mcuda.launch_w8a8(x, w, s, None, y, n, k, "channel", "fp8", "row")
+    torch.cuda.synchronize()
+    return y.view(torch.int32)
+refs = [run("wg-base", *c) for c in cases]
+for v in ("wg-q", "wg-qe"):
+    same = all(torch.equal(run(v, *c), r) for c, r in zip(cases, refs))
+    print(f"SMOKE {v} {'ok' if same else 'bits differ from wg-base'}", flush=True)
+PY
+  tail -6 "$OUT/smoke.txt"
+  ok=wg-base$(awk '$1 == "SMOKE" && $3 == "ok" {printf ",%s", $2}' "$OUT/smoke.txt")
+  echo "benchmarked: $ok"
+  METRALE_W8A8_VARIANTS="$ok" timeout 200 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -m gpu -rs \
+    --confcutdir=tests/gpu -p no:cacheprovider --durations=5 ${kexpr:+-k "$kexpr"} 2>&1 | tee "$OUT/tests-w8a8v.log" | tail -14
+  timeout 100 python3 -m benchmarks.bench_w8a8_variants --out "$OUT" --variants "${W8A8V_BENCH:-$ok}" \
+    2>&1 | tail -12
+  [ "${W8A8V_PROJ:-1}" = 1 ] && timeout 60 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs \
+    --confcutdir=tests/gpu -p no:cacheprovider -k "w8a8 and channel" 2>&1 | tee "$OUT/tests-w8a8-proj.log" | tail -4
+  timeout 60 python3 -m benchmarks.bench_w8a8_stages --out "$OUT" --m "${W8A8V_STAGES_M:-256,4096}" \
+    --variants "${W8A8V_STAGES:-$ok}" 2>&1 | tail -48
 fi
 if [ "$what" = kernels5 ]; then
   { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel Wgmma; } >> "$OUT/build.log" 2>&1

@@ -38,6 +38,7 @@
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
 
+#include "actQuant.cuh"
 #include "metraleNumerics.cuh"
 #include "projGemm.cuh"
 #include "projWgmma.cuh"
@@ -100,6 +101,117 @@ __global__ void __launch_bounds__(64) wgFp8OperandKernel(const uint16_t* __restr
     }
     *reinterpret_cast<uint4*>(out + static_cast<size_t>(blockIdx.x) * 1024 + c * 128 + r * 16)
         = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+/* Sixteen consecutive elements of x from element i (16-byte aligned: K % 16 == 0 and x 16-byte
+ * aligned), each as loadXBf16 gives it (bf16(x) as a float). */
+__device__ __forceinline__ void loadX16Bf16(const void* __restrict__ x, int32_t dtype, size_t i, float (&v)[16])
+{
+    if (dtype == kMETRALE_FLOAT32)
+    {
+        const float4* s = reinterpret_cast<const float4*>(static_cast<const float*>(x) + i);
+#pragma unroll
+        for (int q = 0; q < 4; ++q)
+        {
+            const float4 f = s[q];
+            v[4 * q + 0] = bf16Round(f.x);
+            v[4 * q + 1] = bf16Round(f.y);
+            v[4 * q + 2] = bf16Round(f.z);
+            v[4 * q + 3] = bf16Round(f.w);
+        }
+        return;
+    }
+    const uint4* s = reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(x) + i);
+    const uint4 a = s[0];
+    const uint4 b = s[1];
+    const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+    for (int q = 0; q < 8; ++q)
+    {
+        if (dtype == kMETRALE_BFLOAT16)
+        {
+            v[2 * q] = __uint_as_float(w[q] << 16);  // exact: a bf16 is the high half of its float
+            v[2 * q + 1] = __uint_as_float(w[q] & 0xFFFF0000u);
+        }
+        else
+        {
+            __half_raw lo, hi;
+            lo.x = static_cast<unsigned short>(w[q] & 0xFFFFu);
+            hi.x = static_cast<unsigned short>(w[q] >> 16);
+            v[2 * q] = bf16Round(__half2float(__half(lo)));
+            v[2 * q + 1] = bf16Round(__half2float(__half(hi)));
+        }
+    }
+}
+
+/*
+ * The fp8 pre-pass fused with the operand layout (the fused variants of METRALE_W8A8_MMA): one CTA
+ * (kACT_THREADS threads) per row m of the 8 mg rows of the operand. Row m < M: sx[m] = amax / 448
+ * (1 where amax == 0), or the static *inputScale, and the e4m3 bytes e4m3(bf16(x) / sx) straight
+ * into the wgFp8OperandOffset layout, +0 past K up to the last block's end; rows M .. 8 mg - 1 all +0.
+ * The same values as quantFp8Kernel (or quantFp8StaticKernel) followed by wgFp8OperandKernel: the
+ * same roundings (__fdiv_rn, the saturating RNE e4m3 encoding, the amax a max, whose order changes
+ * nothing), the same e4m3 byte those two passes carry through an exact f16; one read of x (16-byte
+ * loads) and one write of the operand instead of a read of x, a write and a read of the f16 xq and
+ * a second launch. K a multiple of 16, x 16-byte aligned (the launcher checks).
+ */
+__global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantKernel(const void* __restrict__ x, int32_t dtype,
+    const float* __restrict__ inputScale, uint8_t* __restrict__ out, float* __restrict__ sx, int M, int K, int mg)
+{
+    const int m = blockIdx.x;
+    const int nch = ((K + 127) >> 7) * 8;  // 16-k chunks of the operand's row, whole blocks
+    const int kch = K >> 4;                // those inside K
+    const size_t rowOff = static_cast<size_t>(m >> 3) * 1024 + static_cast<size_t>(m & 7) * 16;
+    const size_t blockStride = static_cast<size_t>(mg) * 1024;
+    if (m >= M)
+    {
+        for (int c = threadIdx.x; c < nch; c += kACT_THREADS)
+        {
+            *reinterpret_cast<uint4*>(out + (c >> 3) * blockStride + rowOff + (c & 7) * 128) = make_uint4(0u, 0u, 0u, 0u);
+        }
+        return;
+    }
+    const size_t base = static_cast<size_t>(m) * K;
+    float s;
+    if (inputScale != nullptr)
+    {
+        s = __ldg(inputScale);
+    }
+    else
+    {
+        float amax = 0.0f;
+        for (int c = threadIdx.x; c < kch; c += kACT_THREADS)
+        {
+            float v[16];
+            loadX16Bf16(x, dtype, base + 16 * static_cast<size_t>(c), v);
+#pragma unroll
+            for (int e = 0; e < 16; ++e)
+            {
+                amax = fmaxf(amax, fabsf(v[e]));
+            }
+        }
+        amax = blockMax(amax);
+        s = amax > 0.0f ? __fdiv_rn(amax, kE4M3_MAX) : 1.0f;
+    }
+    if (threadIdx.x == 0)
+    {
+        sx[m] = s;
+    }
+    for (int c = threadIdx.x; c < nch; c += kACT_THREADS)
+    {
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+        if (c < kch)
+        {
+            float v[16];
+            loadX16Bf16(x, dtype, base + 16 * static_cast<size_t>(c), v);
+#pragma unroll
+            for (int e = 0; e < 16; ++e)
+            {
+                w[e >> 2] |= static_cast<uint32_t>(e4m3Encode(__fdiv_rn(v[e], s))) << (8 * (e & 3));
+            }
+        }
+        *reinterpret_cast<uint4*>(out + (c >> 3) * blockStride + rowOff + (c & 7) * 128) = make_uint4(w[0], w[1], w[2], w[3]);
+    }
 }
 
 /* d = (scaleD ? d : 0) + A * B: wgmma m64nNk32 e4m3 x e4m3, both operands through shared-memory
@@ -221,13 +333,76 @@ constexpr int wgFp8Stages()
 }
 
 /*
+ * The FP8 kernel's epilogue with the scales hoisted (the default; METRALE_W8A8_MMA=wg-base / wg-q
+ * keep wgEpilogue): W8A8Fp8Policy<false>::finish's arithmetic, y = (acc * sx[m]) * sw[n] (+ bias)
+ * with __fmul_rn / __fadd_rn in that order, so the bits are wgEpilogue's; but every sx[m], sw[n]
+ * and bias[n] this thread needs (kN / 4 + 4 values) is read before its first store. In wgEpilogue
+ * the policy reads them per element between the stores, which may alias them (Y is void *), so each
+ * element waited one L2 latency (SASS: LDG, LDG, STG per element, 64 times a thread at kN = 128; on
+ * the H200 about 9.5 us a CTA, fitted over the four M = 4096 shapes of
+ * benchmarks/results/w8a8-stages-20261202-1533-4a278e6.md). The scales were written by the
+ * pre-pass (sx) or are weights, read-only here (the non-coherent path).
+ */
+template <class P, int kN>
+__device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const float (&tot)[kN / 2],
+    void* __restrict__ Y, int M, int N, int32_t yDtype, int m0, const int (&nRow)[2], const bool (&nOk)[2], int t)
+{
+    float sxv[kN / 4];  // tokens m0 + 8 j + 2 t + e at 2 j + e
+#pragma unroll
+    for (int j = 0; j < kN / 8; ++j)
+    {
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+        {
+            const int m = m0 + 8 * j + 2 * t + e;
+            sxv[2 * j + e] = m < M ? __ldg(p.sx + m) : 0.0f;
+        }
+    }
+    float swv[2];
+    float bv[2];
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        swv[hr] = nOk[hr] ? __ldg(p.scale + nRow[hr]) : 0.0f;
+        bv[hr] = nOk[hr] && p.bias != nullptr ? __ldg(p.bias + nRow[hr]) : 0.0f;
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        if (!nOk[hr])
+        {
+            continue;
+        }
+        const int n = nRow[hr];
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+        {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+            {
+                const int m = m0 + 8 * j + 2 * t + e;
+                if (m < M)
+                {
+                    float v = __fmul_rn(__fmul_rn(tot[4 * j + 2 * hr + e], sxv[2 * j + e]), swv[hr]);
+                    if (p.bias != nullptr)
+                    {
+                        v = __fadd_rn(v, bv[hr]);
+                    }
+                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+                }
+            }
+        }
+    }
+}
+
+/*
  * The consumer warpgroups: per 128-k block in ascending order, wait for its stage, issue its four
  * wgmmas (the first from zero) as one group, wait for it, release the stage and promote,
  * final = final + partial. The wait drains this warpgroup's pipe once per block (the promotion reads
  * the block's result; reading it while another group is in flight makes ptxas serialize the wgmmas,
  * C7514); the CTA's other consumer warpgroup issues meanwhile.
  */
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, bool kHoist = false>
 __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, uint64_t* full,
     uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb, int m0, int n0)
 {
@@ -294,11 +469,18 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
             phase ^= 1u;
         }
     }
-    wgEpilogue<P, kN>(p, fin, Y, nullptr, M, N, yDtype, m0, nRow, nOk, t);
+    if constexpr (kHoist)
+    {
+        wgFp8Epilogue<P, kN>(p, fin, Y, M, N, yDtype, m0, nRow, nOk, t);
+    }
+    else
+    {
+        wgEpilogue<P, kN>(p, fin, Y, nullptr, M, N, yDtype, m0, nRow, nOk, t);
+    }
 #endif
 }
 
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, bool kHoist = false>
 __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __grid_constant__ CUtensorMap wmap,
     const typename P::Params p, const uint8_t* __restrict__ Xw, void* __restrict__ Y, int M, int N, int K,
     int32_t yDtype)
@@ -343,7 +525,7 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __gri
     else
     {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
-        consumeWgmmaFp8<P, kN, kST>(p, smemAddr(smem), full, empty, Y, M, N, yDtype, nkb, m0, n0);
+        consumeWgmmaFp8<P, kN, kST, kHoist>(p, smemAddr(smem), full, empty, Y, M, N, yDtype, nkb, m0, n0);
     }
 #else
     __trap();  // launched only where wgFp8Available() found sm_90a machine code
@@ -388,14 +570,14 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <class P, int kN>
+template <class P, int kN, bool kHoist = false>
 inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw, void* y,
     int m, int n, int k, int32_t yDtype, cudaStream_t stream)
 {
     constexpr int kST = wgFp8Stages<kN>();
     using L = WgFp8Layout<kN, kST>;
-    auto kern = projWgmmaFp8Kernel<P, kN, kST>;
-    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST>>(L::kSmem);
+    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist>;
+    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
@@ -405,10 +587,11 @@ inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P:
     return cudaGetLastError();
 }
 
-/* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes. */
+/* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes;
+ * hoist: wgFp8Epilogue (the scales read before the first store) instead of wgEpilogue, the same bits. */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n, int k,
-    int32_t yDtype, cudaStream_t stream)
+    int32_t yDtype, cudaStream_t stream, bool hoist = false)
 {
     CUtensorMap map;
     cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map);
@@ -416,7 +599,19 @@ inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t
     {
         return e;
     }
-    switch (wgFp8TokenTile(m, n))
+    const int tile = wgFp8TokenTile(m, n);
+    if (hoist)
+    {
+        switch (tile)
+        {
+        case 8: return launchProjWgmmaFp8N<P, 8, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        case 16: return launchProjWgmmaFp8N<P, 16, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        case 32: return launchProjWgmmaFp8N<P, 32, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        case 64: return launchProjWgmmaFp8N<P, 64, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        default: return launchProjWgmmaFp8N<P, 128, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        }
+    }
+    switch (tile)
     {
     case 8: return launchProjWgmmaFp8N<P, 8>(map, p, Xw, y, m, n, k, yDtype, stream);
     case 16: return launchProjWgmmaFp8N<P, 16>(map, p, Xw, y, m, n, k, yDtype, stream);
@@ -431,6 +626,17 @@ template <class P>
 inline bool wgFp8Available()
 {
     return sm90aKernelLoaded<projWgmmaFp8Kernel<P, 8, wgFp8Stages<8>()>>();
+}
+
+/* The fused pre-pass (wgFp8QuantKernel): the operand and sx straight from x (inputScale: the static
+ * scale, or null for per-row amax scales). */
+inline cudaError_t wgFp8Quant(const void* x, int32_t dtype, const float* inputScale, int64_t m, int64_t k, void* dst,
+    float* sx, cudaStream_t stream)
+{
+    const int mg = static_cast<int>((m + 7) / 8);
+    wgFp8QuantKernel<<<8 * mg, kACT_THREADS, 0, stream>>>(x, dtype, inputScale, static_cast<uint8_t*>(dst), sx,
+        static_cast<int>(m), static_cast<int>(k), mg);
+    return cudaGetLastError();
 }
 
 /* The operand of the variant in the workspace, from the fp8 pre-pass's xq (exact f16, [m, k]). */

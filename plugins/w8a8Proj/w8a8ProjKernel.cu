@@ -10,7 +10,9 @@
  * (projWgmmaFp8.cuh) at every m. The exact f16 path (mma.sync, exact products) serves them only
  * where that kernel cannot run (a device without its sm_90a code) and under METRALE_W8A8_MMA=exact
  * (read at each call), kept for benchmarks/bench_w8a8_variants.py alone; either way a launch uses
- * one of the two at every m, so rows stay bitwise invariant. The block-scaled variants (block128
+ * one of the two at every m, so rows stay bitwise invariant. The FP8 kernel's default launch fuses
+ * the quantization with its operand layout (wgFp8QuantKernel) and hoists the epilogue's scale reads
+ * (wgFp8Epilogue); METRALE_W8A8_MMA=wg-base / wg-q keep the earlier launches, with the same bits. The block-scaled variants (block128
  * weights, row_block128 activations) have no wgmma tier yet: the exact path (per-block scales) at
  * every m, within the same bound.
  * K must be a multiple of 16 (16-byte weight rows); other K return cudaErrorNotSupported.
@@ -51,12 +53,53 @@ size_t fp8PartOffset(int64_t m, int64_t k, int32_t actScaleGranularity)
     return operandBytes(m, k) + scaleBytes(m, k, actScaleGranularity) + fp8OperandRegion(m, k);
 }
 
-/* Whether this call runs the FP8 wgmma kernel (version 3's default): the device has its sm_90a code
- * and METRALE_W8A8_MMA is not "exact" (benchmarks only; read at each call, so at each graph capture). */
-bool fp8WgmmaSelected()
+/* How a call runs the FP8 wgmma kernel: the pre-pass fused with the operand layout or not, the
+ * epilogue with its scales hoisted or not. Every variant gives the same bits (the same values in the
+ * operand, the same instructions, k order, promotion and epilogue arithmetic in every tile). */
+struct Fp8Variant
 {
+    bool wgmma;  // false: the exact f16 path
+    bool fused;  // wgFp8QuantKernel instead of quantFp8Kernel + wgFp8OperandKernel
+    bool hoist;  // wgFp8Epilogue instead of wgEpilogue
+};
+
+/* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
+ * "exact" the exact f16 path; "wg-base" the split pre-pass and wgEpilogue (b94300f's kernel);
+ * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue; unset or anything
+ * else: the default, kFP8_DEFAULT (wg-qe). No sm_90a code: the exact path whatever it says. Clusters
+ * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
+ * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
+ * kernels-20261202-1533-4a278e6-w8a8-variants.md) and removed. */
+constexpr Fp8Variant kFP8_DEFAULT = {true, true, true};
+
+Fp8Variant fp8VariantSelected()
+{
+    if (!wgFp8Available<W8A8Fp8Policy<false>>())
+    {
+        return {false, false, false};
+    }
     const char* v = std::getenv("METRALE_W8A8_MMA");
-    return !(v != nullptr && std::strcmp(v, "exact") == 0) && wgFp8Available<W8A8Fp8Policy<false>>();
+    if (v == nullptr)
+    {
+        return kFP8_DEFAULT;
+    }
+    if (std::strcmp(v, "exact") == 0)
+    {
+        return {false, false, false};
+    }
+    if (std::strcmp(v, "wg-base") == 0)
+    {
+        return {true, false, false};
+    }
+    if (std::strcmp(v, "wg-q") == 0)
+    {
+        return {true, true, false};
+    }
+    if (std::strcmp(v, "wg-qe") == 0)
+    {
+        return {true, true, true};
+    }
+    return kFP8_DEFAULT;
 }
 
 } // namespace
@@ -132,6 +175,20 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     __half* xq = static_cast<__half*>(workspace);
     float* sx = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + operandBytes(m, k));
     p.sx = sx;
+    const bool rowChannel = p.blockScales == 0 && p.nbx == 1;  // the FP8 wgmma kernel's scales
+    const Fp8Variant var = rowChannel ? fp8VariantSelected() : Fp8Variant{false, false, false};
+    void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
+    if (var.wgmma && var.fused && aligned(x, 16))
+    {
+        // One pass from x to the e4m3 operand and sx (the same values as the two passes below).
+        cudaError_t e = wgFp8Quant(x, x_dtype, staticScale ? input_scale : nullptr, m, k, xw, sx, stream);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
+            stream, var.hoist);
+    }
     if (staticScale)
     {
         // No amax pre-pass: one elementwise pass, the static scale copied to every row's sx.
@@ -149,10 +206,9 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         return e;
     }
     const uint16_t* X = reinterpret_cast<const uint16_t*>(xq);
-    if (p.blockScales == 0 && p.nbx == 1)
+    if (rowChannel)
     {
-        void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
-        if (fp8WgmmaSelected())
+        if (var.wgmma)
         {
             // The FP8 wgmma kernel at every m, on the e4m3 bytes laid out for it.
             e = wgFp8Operand(xq, m, k, xw, stream);
@@ -161,7 +217,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
                 return e;
             }
             return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
-                stream);
+                stream, var.hoist);
         }
         // The exact path (METRALE_W8A8_MMA=exact, or no sm_90a code): the bf16-format wgmma tier
         // where it serves m, on the f16 values laid out for it.

@@ -13,11 +13,17 @@ products), so it is checked against itself and against the stated bound:
   tolerances.OP_FP8_ELEMENT of its sum of |terms| (a wrong fragment layout gives errors of order 1);
 - the FP8 kernel really runs by default: its bits differ from the exact path's, which the launcher
   keeps behind METRALE_W8A8_MMA=exact for benchmarks (and runs on a device without sm_90a code).
+- the variants of the launch (METRALE_W8A8_MMA = wg-base, wg-q, wg-qe: the pre-pass fused with the
+  operand layout or not, the epilogue's scales hoisted or not) give bitwise the same output at every
+  M tested, for float32, float16 and bfloat16 x, each the same as the default's (they change the
+  data movement only);
 Skipped, with the reason, without a CUDA GPU or on a GPU that is not sm_90 (the kernel is sm_90a
 machine code only; elsewhere the launcher runs the exact path).
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
@@ -167,3 +173,32 @@ def test_run_to_run_identical_and_within_the_fp8_bound(case, default_kernel, mon
             if torch.equal(y_exact.view(torch.int32), y1.view(torch.int32)):
                 bad.append(f"m={m}: the same bits as the exact f16 path (did the FP8 kernel run by default?)")
     assert not bad, f"{_case_id(case)}:\n" + "\n".join(bad)
+
+
+# The launch variants of the FP8 wgmma kernel (w8a8ProjKernel.cu, fp8VariantSelected): the same bits.
+# METRALE_W8A8_VARIANTS narrows them (benchmarks/device_run.sh w8a8v: those that passed its smoke run,
+# so that a variant which hangs costs one timeout, not two).
+VARIANTS = tuple(os.environ.get("METRALE_W8A8_VARIANTS", "wg-base,wg-q,wg-qe").split(","))
+VARIANT_M = (1, 17, 33, 64, 65, 127, 128, 129, 256, 1000, 4096)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+def test_launch_variants_give_the_same_bits(case, monkeypatch):
+    n, k, agran, bias = case
+    layer = Fp8Layer(n, k, agran, bias, seed=13)
+    bad = []
+    for m in VARIANT_M:
+        for dtype in ((torch.float32, torch.float16, torch.bfloat16) if m in (65, 1000) else (torch.float32,)):
+            x = _inputs(m, k, dtype, seed=17 + m).to(DEV)
+            layer.set_input_scale(x.cpu())
+            monkeypatch.delenv(ENV, raising=False)
+            ref = layer.run(x)
+            assert torch.isfinite(ref).all(), f"m={m} {dtype}: the default left an element unwritten"
+            for v in VARIANTS:
+                monkeypatch.setenv(ENV, v)
+                y = layer.run(x)
+                if not torch.equal(y.view(torch.int16), ref.view(torch.int16)):
+                    nd = (y.view(torch.int16) != ref.view(torch.int16)).sum().item()
+                    bad.append(f"m={m} {dtype} {v}: {nd} elements differ from the default's bits")
+            monkeypatch.delenv(ENV, raising=False)
+    assert not bad, f"{_case_id(case)}:\n" + "\n".join(bad[:20])
