@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|attention|invariance|static|kernels5|w8a8wg|gdnwhole|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -55,6 +55,23 @@ if [ "$what" = gdnwhole ] || [ "$what" = gdnfix ]; then
   (time make -C plugins -j16 all $( [ "$what" = gdnwhole ] && echo trt )) > "$OUT/build.log" 2>&1 \
     || { tail -50 "$OUT/build.log"; exit 1; }
   tail -4 "$OUT/build.log"
+fi
+if [ "$what" = merged ]; then
+  # A merged tree in one call: build the kernels and the plugin library, the conformance driver beside
+  # tests/gpu (every GPU test), each with its exit code.
+  echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
+  (time make -C plugins -j16 all trt) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  tail -4 "$OUT/build.log"
+  ( SECONDS=0; timeout 240 python3 tests/plugins/plugin_conformance_driver.py --build build/plugins-trt \
+      --out /tmp/conformance > "$OUT/conformance.log" 2>&1
+    echo "conformance driver exit $? after ${SECONDS} s" >> "$OUT/conformance.log" ) &
+  SECONDS=0
+  timeout 330 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
+    ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
+  echo "tests/gpu exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  wait
+  grep -E "CONFORMANCE|exit|^SUMMARY" "$OUT/conformance.log" | tail -4
+  grep -E "passed|failed|error" "$OUT/tests.log" | tail -15
 fi
 if [ "$what" = gdnfix ]; then
   ( echo "== benchmarks/diagnostics/gdn_state_ulps.py"
