@@ -134,14 +134,14 @@ def main() -> None:
         return
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for name in args.cases.split(","):
-        record = run_case(name, args.work)
+        result = run_case(name, args.work)
         with open(args.out, "a") as f:
-            f.write(json.dumps(record) + "\n")
-        total = sum(e["seconds"] for e in record["engines"])
-        expected = [e["expected"] for e in record["engines"]]
+            f.write(json.dumps(result) + "\n")
+        total = sum(e["seconds"] for e in result["engines"])
+        expected = [e["expected"] for e in result["engines"]]
         est = f", estimate {sum(expected):.0f} s" if None not in expected else ""
-        print(f"{name}: {len(record['engines'])} engines in {total:.0f} s{est} "
-              f"(load {record['load_before'][0]:.1f} -> {record['load_after'][0]:.1f})", flush=True)
+        print(f"{name}: {len(result['engines'])} engines in {total:.0f} s{est} "
+              f"(load {result['load_before'][0]:.1f} -> {result['load_after'][0]:.1f})", flush=True)
 
 
 if __name__ == "__main__":
