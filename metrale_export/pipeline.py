@@ -291,4 +291,4 @@ def _engines(out, options: JobOptions, events: Events):
     events.say(f"      {describe_size(manifest)}")
     return {"count": len(manifest["engines"]), "backend": manifest["backend"], "dir": str(engine_dir),
             "max_context": manifest["max_context"], "float_weights": manifest["float_weights"],
-            "size": manifest["size"]}
+            "size": manifest["size"], "build_time": manifest["build_time"]}

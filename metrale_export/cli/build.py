@@ -18,27 +18,44 @@ from .streams import library_output_to_stderr
 LOWERINGS = ("plugin", "qdq")
 
 
-def expected_time(seconds: list[float]) -> str:
-    """What the next engine is expected to take: the mean build time of the engines built so far in
-    this run (no estimate before the first; the main job's step 3 and ``build`` both print it)."""
-    if not seconds:
-        return ""
-    mean = sum(seconds) / len(seconds)
-    shown = f"{mean:.0f} s" if mean < 120 else f"{mean / 60:.0f} min"
-    return f" (expected about {shown}: the mean of the {len(seconds)} engine(s) built so far)"
+def _time(seconds: float) -> str:
+    from ..engines.resources import describe_seconds  # torch- and onnx-free
+
+    return describe_seconds(seconds)
+
+
+def plan_line(details: dict) -> str:
+    """The line before the first engine: each engine's expected build time and the total."""
+    each = ", ".join(f"{e['rows'].label} {_time(e['expected_seconds'])}" for e in details["engines"])
+    reused = f"; {details['reused']} unchanged" if details.get("reused") else ""
+    return (f"expected build time: {_time(details['expected_seconds'])} for {len(details['engines'])} "
+            f"engine(s) (rows {each}){reused}; an estimate from the lowered graph (docs/engines.md, "
+            f"\"How long a build takes\")")
+
+
+def built_line(details: dict) -> str:
+    """The line after an engine: what it took against its estimate, and what remains."""
+    line = (f"  built {details['file']} ({details['bytes'] / 1e6:.1f} MB, {_time(details['seconds'])}, "
+            f"expected {_time(details['expected_seconds'])})")
+    if details.get("left"):
+        line += f"; {details['left']} engine(s) left, about {_time(details['remaining_seconds'])}"
+    return line
 
 
 def engine_progress(say):
-    """The build's progress events (engines.build.Progress) as lines for ``say``; each engine's
-    line says how long it is expected to take once one engine has been built."""
-    built: list[float] = []
+    """The build's progress events (engines.build.Progress) as lines for ``say``: the expected time
+    of every engine before the first, and after each what it took against its estimate and what
+    remains (``build`` and the main job's step 3 both print them)."""
 
     def progress(event, rows, details):
-        if event == "build":
-            say(f"building {rows} ...{expected_time(built)}")
+        if event == "lower":
+            say(f"lowering {details['file']} (the graph the engines are built from) ...")
+        elif event == "plan":
+            say(plan_line(details))
+        elif event == "build":
+            say(f"building {rows} ... (expected about {_time(details['expected_seconds'])})")
         elif event == "built":
-            built.append(details["seconds"])
-            say(f"  built {details['file']} ({details['bytes'] / 1e6:.1f} MB, {details['seconds']:.1f} s)")
+            say(built_line(details))
         elif event == "skip":
             say(f"unchanged {rows}: {details['file']}")
         elif event == "remove":

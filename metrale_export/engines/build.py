@@ -36,8 +36,12 @@ from .plan import (  # noqa: F401 - the build's public names
 from .source import Source, resolve_source  # noqa: F401 - the build's public names
 from .profiles import ProfileShapes, RowRange
 
-# (event, rows, details): "skip", "build", "built" per engine (rows: its range), "remove" per engine
-# of the previous build that is deleted (rows: None, details: {"file": path}).
+# (event, rows, details): "lower" per lowered graph written (rows: None, details: {"file": path}),
+# then "plan" once before the first engine (rows: None, details: "engines", each {"rows", "file",
+# "expected_seconds"}, "expected_seconds" in all, "reused": how many are kept), "skip", "build",
+# "built" per engine (rows: its range; "built" adds "seconds", "bytes", "expected_seconds", "left"
+# and "remaining_seconds"), "remove" per engine of the previous build that is deleted (rows: None,
+# details: {"file": path}).
 Progress = Callable[[str, RowRange | None, dict], None]
 
 _loaded_libraries: dict[str, object] = {}
@@ -105,7 +109,8 @@ class LoweredGraphFromOnnx(BaseLoader):
                 raise OSError(e.errno, e.strerror, str(self.path)) from e
             raise
         rel = self.path.parent.name + "/" + data["file"]
-        return {**numbers, "weights_file": {**data, "file": rel}, "weight_inputs": len(inputs)}
+        return {**numbers, "weights_file": {**data, "file": rel}, "weight_inputs": len(inputs),
+                "nodes": len(rewritten.graph.node)}
 
 
 def shared_graph(path: Path) -> Path:
@@ -217,31 +222,50 @@ def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, p
                                         out / rel, shared=plan.engine_weights == "shared")
               for rel, formats in plan.graphs.items()}
     written: dict[str, dict] = {}  # lowered graph -> its numbers
+    for rel in plan.graphs:  # every graph before the first engine: each engine's estimate needs its graph
+        progress("lower", None, {"file": str(out / rel)})
+        written[rel] = graphs[rel]()
+    expected = {s.file: expected_seconds(plan, s, written[s.graph]) for s in plan.to_build}
+    if plan.to_build:
+        progress("plan", None, {
+            "engines": [{"rows": s.rows, "file": str(out / s.file), "expected_seconds": expected[s.file]}
+                        for s in plan.to_build],
+            "expected_seconds": sum(expected.values()), "reused": len(plan.steps) - len(plan.to_build)})
     previous = {s.reuse["file"]: s.reuse for s in plan.steps if s.reuse}
     pending = [e for e in _manifest.previous_engines(out) if e.get("file") not in previous]
     entries: list[dict] = []
+    seconds_done = expected_done = 0.0
     for step in plan.steps:
         details = {"file": str(out / step.file), "formats": step.formats}
         if step.reuse is not None:
             progress("skip", step.rows, details)
             entries.append(step.reuse)
             continue
-        progress("build", step.rows, details)
-        if step.graph not in written:
-            written[step.graph] = graphs[step.graph]()
+        progress("build", step.rows, {**details, "expected_seconds": expected[step.file]})
         started = time.perf_counter()
         data = memoryview(_build(backend, plan, step, options))
         seconds = time.perf_counter() - started
         _manifest.write_atomic(out / step.file, data)
-        entries.append(_manifest.engine_entry(plan, step, data, seconds, written[step.graph]))
-        progress("built", step.rows, {**details, "seconds": seconds, "bytes": data.nbytes})
+        entries.append(_manifest.engine_entry(plan, step, data, seconds, written[step.graph], expected[step.file]))
+        seconds_done, expected_done = seconds_done + seconds, expected_done + expected[step.file]
+        done = {e["file"] for e in entries}
+        left = [s for s in plan.to_build if s.file not in done]
+        remaining = resources.remaining_seconds(sum(expected[s.file] for s in left), seconds_done, expected_done)
+        progress("built", step.rows, {**details, "seconds": seconds, "bytes": data.nbytes,
+                                      "expected_seconds": expected[step.file], "left": len(left),
+                                      "remaining_seconds": remaining})
         # Keep what is done if a later profile fails, and what the old manifest listed that is
         # still to be checked, so that it can still be reused.
-        done = {e["file"] for e in entries}
         _manifest.write(out, _manifest.document(
             plan, entries + [e for e in pending if e.get("file") not in done], complete=False))
     _remove_listed(plan, progress)
     return _manifest.write(out, _manifest.document(plan, entries, complete=True))
+
+
+def expected_seconds(plan: BuildPlan, step: EngineStep, numbers: dict) -> float:
+    """The estimate of how long ``step``'s engine takes to build (``resources.estimate_engine_seconds``
+    over its lowered graph's ``numbers``)."""
+    return resources.estimate_engine_seconds(plan.backend, numbers["nodes"], len(step.shapes))
 
 
 def _remove_listed(plan: BuildPlan, progress: Progress) -> None:

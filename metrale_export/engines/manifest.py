@@ -105,15 +105,18 @@ def load(engine_dir: Path) -> dict:
     return manifest
 
 
-def engine_entry(plan, step, data: memoryview, seconds: float, numbers: dict) -> dict:
-    """The manifest entry of an engine just built from ``step`` of ``plan``; ``numbers`` are its
-    lowered graph's (``weights.numbers``: weight bytes, decode bytes per token, state bytes)."""
+def engine_entry(plan, step, data: memoryview, seconds: float, numbers: dict, expected: float | None = None) -> dict:
+    """The manifest entry of an engine just built from ``step`` of ``plan`` in ``seconds`` (``expected``:
+    what the estimate said before); ``numbers`` are its lowered graph's (``weights.numbers``: weight
+    bytes, decode bytes per token, state bytes; ``nodes``)."""
     return {
         "rows": {"lo": step.rows.lo, "hi": step.rows.hi}, "label": step.rows.label, "file": step.file,
         "bytes": data.nbytes, "sha256": hashlib.sha256(data).hexdigest(), "onnx": step.graph,
         "optimization_profiles": [s.as_json() for s in step.shapes], "formats": step.formats,
         "backend": _backend(plan), "lowering": plan.lowering, "plugin_sha256": plan.plugin_sha,
         "build_seconds": round(seconds, 3),
+        "expected_build_seconds": None if expected is None else round(expected, 1),
+        "lowered_nodes": numbers.get("nodes"),
         "built_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "key": step.key,
         "weights": numbers["weights"], "decode_bytes_per_token": numbers["decode_bytes_per_token"],
         "kv_cache_bytes_per_position": numbers["kv_cache_bytes_per_position"],
@@ -152,6 +155,17 @@ def summary(entries: list[dict]) -> dict:
         "kv_cache_bytes_per_position": max((e["kv_cache_bytes_per_position"] for e in sized), default=None),
         "fixed_state_bytes": max((e["fixed_state_bytes"] for e in sized), default=None),
     }
+
+
+def build_time(entries: list[dict]) -> dict:
+    """The seconds the listed engines took to build and what the estimate said before each (an
+    entry keeps both when a rerun reuses it, so a rerun that reuses every engine writes the same
+    manifest); ``estimated`` counts the engines that carry an estimate."""
+    timed = [e for e in entries if isinstance(e.get("build_seconds"), (int, float))]
+    with_estimate = [e for e in timed if isinstance(e.get("expected_build_seconds"), (int, float))]
+    return {"seconds": round(sum(e["build_seconds"] for e in timed), 3),
+            "expected_seconds": round(sum(e["expected_build_seconds"] for e in with_estimate), 1),
+            "estimated": len(with_estimate)}
 
 
 def _backend(plan) -> dict:
@@ -202,6 +216,7 @@ def document(plan, entries: list[dict], complete: bool) -> dict:
         "engine_weights": plan.engine_weights,
         "weights_files": weights_files(entries),
         "size": summary(entries),
+        "build_time": build_time(entries),
         "engines": entries,
     }
 

@@ -1,4 +1,4 @@
-"""What a build needs of the machine (peak memory, disk), and the refusal when the machine has less.
+"""What a build needs of the machine (peak memory, disk, time), and the refusal when the machine has less.
 
 ``estimate_build`` is a pure function of the plan's facts (engine weights mode, source weight
 bytes, the largest projection, how many engines and lowered graphs); its coefficients are measured
@@ -8,6 +8,11 @@ psutil, free disk under the engine directory, each overridable by an environment
 (``METRALE_AVAILABLE_MEMORY``, ``METRALE_AVAILABLE_DISK``: bytes, or with a K/M/G/T suffix), and
 raises ``ResourceError`` (exit 2) before anything is written. Where nothing says what is available,
 nothing is refused.
+
+``estimate_engine_seconds`` is how long one engine is expected to take, a pure function of its
+lowered graph's node count, its optimization profiles and the backend; its coefficients are fitted
+to measured builds (docs/engines.md, "How long a build takes"; benchmarks/bench_build_time.py).
+``remaining_seconds`` scales what is left by how the engines built so far compared with theirs.
 
 Invariants: one line per refusal, naming the estimate, its parts and what is available; no
 TensorRT import.
@@ -139,3 +144,43 @@ def check(estimate: Estimate | None, out_dir: Path) -> None:
     why = refusal(estimate, available_memory(), available_disk(out_dir), out_dir)
     if why:
         raise ResourceError(why)
+
+
+# How long an engine takes to build (docs/engines.md, "How long a build takes"): a fixed part, and
+# per optimization profile (TensorRT-RTX compiles the whole graph for each) a part that grows as
+# the lowered graph's node count to the power 1.5. Fitted to TensorRT-RTX 1.7 building 14
+# demo-shaped checkpoints of 2 to 30 layers (410 to 5,534 nodes; dense, MoE, hybrid; every weight
+# format) on a 2-core machine at load 4-8 (benchmarks/bench_build_time.py;
+# benchmarks/results/build-time-*.json): every build's total within 2.1x of its estimate.
+# TensorRT's builder on a GPU was not measured here and gets the same coefficients.
+ENGINE_SECONDS = {"tensorrt-rtx": 0.45, "tensorrt": 0.45}
+PROFILE_SECONDS_AT_1000_NODES = {"tensorrt-rtx": 2.33, "tensorrt": 2.33}
+NODE_EXPONENT = 1.5
+TIME_ESTIMATE_FACTOR = 2.1  # every calibration build's measured/estimated total lies within 1/2.1..2.1
+
+
+def estimate_engine_seconds(backend: str, nodes: int, profiles: int) -> float:
+    """The seconds one engine of ``profiles`` optimization profiles over a lowered graph of
+    ``nodes`` nodes is expected to take to build with ``backend``."""
+    per_profile = PROFILE_SECONDS_AT_1000_NODES.get(backend, PROFILE_SECONDS_AT_1000_NODES["tensorrt-rtx"])
+    return ENGINE_SECONDS.get(backend, ENGINE_SECONDS["tensorrt-rtx"]) + \
+        profiles * per_profile * (nodes / 1000) ** NODE_EXPONENT
+
+
+def remaining_seconds(expected_left: float, seconds_done: float, expected_done: float) -> float:
+    """What the engines still to build should take: their estimate, scaled by how the engines built
+    so far compared with theirs (a loaded or a faster machine moves both alike)."""
+    if expected_done <= 0 or seconds_done <= 0:
+        return expected_left
+    return expected_left * seconds_done / expected_done
+
+
+def describe_seconds(seconds: float) -> str:
+    """``7 s``, ``95 s``, ``18 min``, ``1.5 h``: how a time is shown in the build's lines."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"

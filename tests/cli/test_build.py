@@ -44,18 +44,61 @@ def test_builds_writes_and_skips(graph, tmp_path):
     assert first.exit_code == 0, first.output
     assert "building rows 2-8" in first.output and "row invariance not promised" in first.output
     assert sorted(p.name for p in out.glob("*.engine")) == ["rows-1.engine", "rows-2-8.engine"]
-    manifest = json.loads((out / "manifest.json").read_text())
+    written = (out / "manifest.json").read_bytes()
+    manifest = json.loads(written)
     assert [e["label"] for e in manifest["engines"]] == ["1", "2-8"]
 
     again = _run(*args, "--json")
     assert again.exit_code == 0, again.output
     assert "unchanged rows 1" in again.output and "building" not in again.output
+    assert "expected build time" not in again.output  # nothing to build, nothing to expect
     start = again.output.index("{")
     printed = json.JSONDecoder().raw_decode(again.output[start:])[0]
     assert printed == manifest
+    # Every engine reused: each keeps its build time and its estimate, so the manifest is unchanged.
+    assert (out / "manifest.json").read_bytes() == written
 
     quiet = _run(*args, "--quiet")
     assert quiet.exit_code == 0 and quiet.output == ""
+
+
+@needs_cli
+@needs_rtx
+def test_build_states_each_engines_expected_time_up_front_and_as_it_goes(graph, tmp_path):
+    """Issue 24.9: before the first engine one line gives each engine's expected time and the total
+    (engines/resources.py, from the lowered graph); after each, its time against its estimate and
+    what remains. The manifest (and --json) keeps both per engine, and their sums."""
+    from metrale_export.engines import resources
+
+    out = tmp_path / "engines"
+    r = _run(graph, "-o", out, "--backend", "tensorrt-rtx", "--lowering", "qdq", "--profiles", "1,2-8", "--json")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    (up_front,) = [i for i, line in enumerate(lines) if line.startswith("expected build time: ")]
+    assert up_front < min(i for i, line in enumerate(lines) if line.startswith("building rows"))
+    printed = json.JSONDecoder().raw_decode(r.output[r.output.index("{"):])[0]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert printed == manifest
+    (lowered,) = [p for p in (out / "onnx").glob("*.onnx") if not p.name.endswith(".shared.onnx")]
+    nodes = len(onnx.load(str(lowered), load_external_data=False).graph.node)
+    expected = []
+    for e in manifest["engines"]:  # a graph without input_ids: one "rows" profile each
+        assert e["lowered_nodes"] == nodes
+        estimate = resources.estimate_engine_seconds("tensorrt-rtx", nodes, len(e["optimization_profiles"]))
+        assert e["expected_build_seconds"] == round(estimate, 1) > 0
+        expected.append(estimate)
+    assert lines[up_front].startswith(
+        f"expected build time: {resources.describe_seconds(sum(expected))} for 2 engine(s) "
+        f"(rows 1 {resources.describe_seconds(expected[0])}, 2-8 {resources.describe_seconds(expected[1])})")
+    first, second = (e for e in manifest["engines"])
+    built = [line for line in lines if line.startswith("  built ")]
+    assert len(built) == 2
+    assert f"expected {resources.describe_seconds(expected[0])}); 1 engine(s) left, about " in built[0]
+    assert built[1].endswith(f"expected {resources.describe_seconds(expected[1])})")
+    assert manifest["build_time"] == {
+        "seconds": round(first["build_seconds"] + second["build_seconds"], 3),
+        "expected_seconds": round(first["expected_build_seconds"] + second["expected_build_seconds"], 1),
+        "estimated": 2}
 
 
 @needs_cli

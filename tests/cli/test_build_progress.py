@@ -1,5 +1,6 @@
-"""The build's progress lines (cli/build.py engine_progress): each engine after the first states
-the time it is expected to take, the mean of the engines built so far in this run."""
+"""The build's progress lines (cli/build.py engine_progress): before the first engine, one line with
+each engine's expected build time and the total; after each engine, what it took against its
+estimate and what remains (engines/resources.py's estimate, scaled by how the built ones ran)."""
 
 from __future__ import annotations
 
@@ -7,25 +8,33 @@ from metrale_export.cli.build import engine_progress
 from metrale_export.engines.profiles import parse_profiles
 
 
-def test_each_engine_after_the_first_states_its_expected_time():
+def _plan(ranges, seconds, reused=0):
+    return {"engines": [{"rows": r, "file": f"e/rows-{r.label}.engine", "expected_seconds": s}
+                        for r, s in zip(ranges, seconds)],
+            "expected_seconds": sum(seconds), "reused": reused}
+
+
+def test_the_expected_time_of_every_engine_and_the_total_come_before_the_first_engine():
     lines: list[str] = []
     progress = engine_progress(lines.append)
     first, second, third = parse_profiles("1,2-8,9-32")
-    progress("build", first, {"file": "e/rows-1.engine"})
-    progress("built", first, {"file": "e/rows-1.engine", "bytes": 2_000_000, "seconds": 40.0})
-    progress("build", second, {"file": "e/rows-2-8.engine"})
-    progress("built", second, {"file": "e/rows-2-8.engine", "bytes": 2_000_000, "seconds": 20.0})
-    progress("skip", third, {"file": "e/rows-9-32.engine"})
-    progress("build", third, {"file": "e/rows-9-32.engine"})
-    assert lines[0] == "building rows 1 ..."  # nothing to go on yet
-    assert lines[2] == "building rows 2-8 ... (expected about 40 s: the mean of the 1 engine(s) built so far)"
-    assert lines[-1] == "building rows 9-32 ... (expected about 30 s: the mean of the 2 engine(s) built so far)"
+    progress("lower", None, {"file": "e/onnx/qdq-0.onnx"})
+    progress("plan", None, _plan((first, second, third), (4.0, 30.0, 200.0), reused=1))
+    progress("build", first, {"file": "e/rows-1.engine", "expected_seconds": 4.0})
+    assert lines[0] == "lowering e/onnx/qdq-0.onnx (the graph the engines are built from) ..."
+    assert lines[1] == ("expected build time: 4 min for 3 engine(s) (rows 1 4.0 s, 2-8 30 s, 9-32 3 min); "
+                        "1 unchanged; an estimate from the lowered graph (docs/engines.md, \"How long a "
+                        "build takes\")")
+    assert lines[2] == "building rows 1 ... (expected about 4.0 s)"
 
 
-def test_long_builds_are_stated_in_minutes():
+def test_each_engine_states_its_time_against_its_estimate_and_what_remains():
     lines: list[str] = []
     progress = engine_progress(lines.append)
-    (rows,) = parse_profiles("1")
-    progress("built", rows, {"file": "e/rows-1.engine", "bytes": 1, "seconds": 1050.0})
-    progress("build", rows, {"file": "e/rows-1.engine"})
-    assert lines[-1].endswith("(expected about 18 min: the mean of the 1 engine(s) built so far)")
+    first, second, third = parse_profiles("1,2-8,9-32")
+    progress("built", first, {"file": "e/rows-1.engine", "bytes": 2_000_000, "seconds": 8.0,
+                              "expected_seconds": 4.0, "left": 2, "remaining_seconds": 460.0})
+    progress("built", third, {"file": "e/rows-9-32.engine", "bytes": 2_000_000, "seconds": 1050.0,
+                              "expected_seconds": 900.0, "left": 0, "remaining_seconds": 0.0})
+    assert lines[0] == "  built e/rows-1.engine (2.0 MB, 8.0 s, expected 4.0 s); 2 engine(s) left, about 8 min"
+    assert lines[1] == "  built e/rows-9-32.engine (2.0 MB, 18 min, expected 15 min)"

@@ -571,6 +571,10 @@ def test_main_job_shows_progress_ends_naming_everything_and_a_rebuild_names_what
     for line in ("[2/3] comparing the export", "[3/3] building 2 engine(s)", "building rows 1 ...",
                  "building rows 2-4 ...", "row invariance NOT promised"):
         assert line in text, text
+    # Issue 24.9: step 3 states each engine's expected time before the first, and each one's against it.
+    assert text.index("[3/3] building") < text.index("expected build time: ") < text.index("building rows 1 ...")
+    assert "for 2 engine(s) (rows 1 " in text and "; 1 engine(s) left, about " in text, text
+    assert sum(line.startswith("  built ") and ", expected " in line for line in text.splitlines()) == 2, text
     last = text.strip().splitlines()[-1]
     assert last == (f"done: {out}/ holds model.onnx, manifest.json, and {out / 'engines'}/ with 2 engine(s) "
                     "and their manifest.json"), last

@@ -85,6 +85,7 @@ def test_main_job_builds_engines_for_hybrid_and_moe(demos, tmp_path, kind, weigh
     assert summary["steps"]["compare"]["ok"] is True
     engines = summary["steps"]["engines"]
     assert engines["count"] == 2 and engines["max_context"] == 256
+    assert engines["build_time"]["estimated"] == 2 and engines["build_time"]["expected_seconds"] > 0  # issue 24.9
     assert engines["backend"]["targets"] == ["12.0"]
     manifest = json.loads((out / "engines" / "manifest.json").read_text())
     assert [e["label"] for e in manifest["engines"]] == ["1", "2-8"]
