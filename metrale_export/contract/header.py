@@ -24,9 +24,9 @@ import json
 import re
 from pathlib import Path
 
-from . import contract as c
+from .. import contract as c
 
-HEADER_PATH = Path(__file__).resolve().parents[1] / "plugins" / "include" / "metrale" / "contract.h"
+HEADER_PATH = Path(__file__).resolve().parents[2] / "plugins" / "include" / "metrale" / "contract.h"
 
 # contract attribute type -> the header's FieldType (TensorRT: kINT32, kCHAR, kFLOAT32).
 _FIELD_TYPES = {"int": "kINT", "string": "kSTRING", "float": "kFLOAT"}
@@ -65,7 +65,7 @@ def _field(spec: c.OpSpec, a: c.Attribute) -> str:
     kind = _FIELD_TYPES.get(a.type)
     if kind is None:
         raise ValueError(f"{spec.op_type}.{a.name}: attribute type {a.type!r} has no C++ spelling in "
-                         f"contract_header._FIELD_TYPES (known: {', '.join(_FIELD_TYPES)})")
+                         f"contract/header.py's _FIELD_TYPES (known: {', '.join(_FIELD_TYPES)})")
     required = "true" if a.default is None else "false"
     d = a.default
     int_default = str(int(d)) if a.type == "int" and d is not None else "0"
@@ -87,7 +87,7 @@ def _input(spec: c.OpSpec, i: c.Input) -> str:
     kind = _TENSOR_TYPES.get(i.dtype)
     if kind is None:
         raise ValueError(f"{spec.op_type}: input {i.name!r} has dtype {i.dtype!r}, which has no C++ spelling in "
-                         f"contract_header._TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
+                         f"contract/header.py's _TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
     shape = "[" + ", ".join(i.shape) + "]"
     gate_value = None if i.gate_value == 1 else str(i.gate_value)
     return f"        {{{_str(i.name)}, TensorType::{kind}, {_str(i.gate)}, {_str(gate_value)}, {_str(shape)}}},"
@@ -97,7 +97,7 @@ def _output(spec: c.OpSpec, o: c.Output) -> str:
     kind = _TENSOR_TYPES.get(o.dtype)
     if kind is None:
         raise ValueError(f"{spec.op_type}: output {o.name!r} has dtype {o.dtype!r}, which has no C++ spelling in "
-                         f"contract_header._TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
+                         f"contract/header.py's _TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
     shape = "[" + ", ".join(o.shape) + "]"
     return f"        {{{_str(o.name)}, TensorType::{kind}, {_str(o.gate)}, {_str(shape)}}},"
 
