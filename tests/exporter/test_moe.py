@@ -26,7 +26,7 @@ from metrale_export.ops.ort import reference_session
 transformers = pytest.importorskip("transformers")
 
 TRANSFORMERS = tolerances.TRANSFORMERS  # docs/ops.md: unquantized export vs transformers
-QUANTIZED = 1e-3  # docs/ops.md: ONNX Runtime vs the PyTorch reference of the quantized model
+QUANTIZED = tolerances.MODEL_QUANTIZED  # docs/ops.md: ONNX Runtime vs the PyTorch reference of the quantized model
 CHUNKS = [5, 1, 1, 2]
 
 
