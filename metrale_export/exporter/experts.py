@@ -24,6 +24,7 @@ from ..errors import ExportError
 from ..ops import torch_ops  # noqa: F401  (registers torch.ops.metrale.*)
 from ..ops.moe import PER_EXPERT_SCALARS
 from .projection import ProjSpec
+from .projection_source import ProjectionSource
 
 MOE_OP_TYPES = {kind: spec.op_type for kind, spec in contract.grouped_by_kind().items()}
 LAYOUTS = contract.MOE_LAYOUTS  # --moe-experts
@@ -97,7 +98,7 @@ class GroupedProjection(nn.Module):
         for key, (shape, tdtype) in spec.tensors.items():
             self.register_buffer(key, torch.empty(shape, dtype=tdtype))
 
-    def load(self, source) -> dict[str, torch.Tensor]:
+    def load(self, source: ProjectionSource) -> dict[str, torch.Tensor]:
         """Every expert's tensors from ``source``, stacked (one projection of one layer in memory)."""
         per = [source.load(s) for s in self.spec.experts]
         out = {}

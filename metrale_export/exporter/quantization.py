@@ -64,6 +64,13 @@ class FloatSource:
             return "none"
         return self.request.weight
 
+    def describe(self) -> None:
+        """Float weights declare no format."""
+        return None
+
+    def activation_scales(self) -> None:
+        return None
+
     def spec(self, name: str, n: int, k: int, family: str, bias: bool = False,
              weight_name: str | None = None) -> ProjSpec:
         """Check the checkpoint's header for ``name``.weight and return the projection's spec."""

@@ -21,6 +21,7 @@ from ..errors import InputError
 from .checkpoint import Checkpoint
 from .config import ModelConfig, parse_config
 from .manifest import FORMAT_VERSION, MANIFEST_NAME
+from .projection_source import ProjectionSource
 from .quantization import FloatSource, QuantRequest
 
 AUTO = "auto"
@@ -34,7 +35,7 @@ class ModelSession:
     checkpoint: Checkpoint
     config: ModelConfig
     request: QuantRequest
-    source: object  # FloatSource or a declared-format source (exporter/formats/)
+    source: ProjectionSource  # FloatSource, a declared format's (exporter/formats/), or StaticScales
 
     def model(self, dtype, layers: list[int] | None = None):
         """A ``CausalLM`` of the session on the current default device (``meta`` to trace); with the

@@ -139,6 +139,10 @@ class DeclaredSource:
     def declared_activation(self) -> str:
         return "bf16"
 
+    def activation_scales(self) -> None:
+        """The declared formats' activation scales are dynamic or stored (no calibration entry)."""
+        return None
+
     def spec(self, name: str, n: int, k: int, family: str, bias: bool = False,
              weight_name: str | None = None) -> ProjSpec:
         weight_name = weight_name or f"{name}.weight"
