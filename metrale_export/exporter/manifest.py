@@ -18,6 +18,7 @@ import onnx
 from ..invariance import audit
 from ..ops.onnx_translation import DOMAIN
 from .projection_source import ProjectionSource
+from .quant_options import manifest_entry
 from .writer import sha256_file
 
 MANIFEST_NAME = "manifest.json"
@@ -55,22 +56,10 @@ def _value_info(v: onnx.ValueInfoProto) -> dict:
 
 
 def weight_quantization(req, source: ProjectionSource | None = None) -> dict:
-    """The manifest's ``weight_quantization``: the request (the fields that apply to its format) and
-    the checkpoint's declared format. ``session.request_from_manifest`` inverts it."""
-    return {
-        "format": req.weight,
-        "group_size": req.group_size if req.weight == "w4a16" else None,
-        "asymmetric": (not req.symmetric) if req.weight == "w4a16" else None,
-        "w8a8_weight_scales": req.w8a8_weight_scales if req.weight == "w8a8" else None,
-        "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
-        "lm_head": req.quantize_lm_head,
-        "declared": source.describe() if source is not None else None,
-        # Always written (tests/support/export_hashes.json records it), read back by
-        # session.request_from_manifest (absent in older manifests: grouped).
-        "moe_experts": req.moe_experts,
-        # W4A16 / W4A4 only (other formats' manifests keep their bytes); absent: the search ran.
-        **({"scale_search": req.scale_search} if req.weight in ("w4a16", "w4a4") else {}),
-    }
+    """The manifest's ``weight_quantization``: the request (quant_options.manifest_entry: the fields
+    that apply to its format) and the checkpoint's declared format. ``session.request_from_manifest``
+    inverts it."""
+    return {**manifest_entry(req), "declared": source.describe() if source is not None else None}
 
 
 def mtp_entry(proto: onnx.ModelProto) -> dict:
