@@ -83,21 +83,24 @@ def _values(spec: c.OpSpec, a: c.Attribute) -> str:
     return f"    static constexpr float {_const(a.name)}_VALUES[]{{{', '.join(_float(v) for v in a.values)}}};"
 
 
-def _input(spec: c.OpSpec, i: c.Input) -> str:
-    kind = _TENSOR_TYPES.get(i.dtype)
+def _tensor_type(spec: c.OpSpec, what: str, t: c.Input | c.Output) -> str:
+    """The TensorType of an input's or output's dtype; a dtype with no C++ spelling is refused."""
+    kind = _TENSOR_TYPES.get(t.dtype)
     if kind is None:
-        raise ValueError(f"{spec.op_type}: input {i.name!r} has dtype {i.dtype!r}, which has no C++ spelling in "
+        raise ValueError(f"{spec.op_type}: {what} {t.name!r} has dtype {t.dtype!r}, which has no C++ spelling in "
                          f"contract/header.py's _TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
+    return kind
+
+
+def _input(spec: c.OpSpec, i: c.Input) -> str:
+    kind = _tensor_type(spec, "input", i)
     shape = "[" + ", ".join(i.shape) + "]"
     gate_value = None if i.gate_value == 1 else str(i.gate_value)
     return f"        {{{_str(i.name)}, TensorType::{kind}, {_str(i.gate)}, {_str(gate_value)}, {_str(shape)}}},"
 
 
 def _output(spec: c.OpSpec, o: c.Output) -> str:
-    kind = _TENSOR_TYPES.get(o.dtype)
-    if kind is None:
-        raise ValueError(f"{spec.op_type}: output {o.name!r} has dtype {o.dtype!r}, which has no C++ spelling in "
-                         f"contract/header.py's _TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
+    kind = _tensor_type(spec, "output", o)
     shape = "[" + ", ".join(o.shape) + "]"
     return f"        {{{_str(o.name)}, TensorType::{kind}, {_str(o.gate)}, {_str(shape)}}},"
 

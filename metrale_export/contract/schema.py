@@ -83,6 +83,14 @@ class Output:
 _Y = (Output("y", "x", ("m", "n")),)
 
 
+def _named(op_type: str, what: str, items: tuple, name: str):
+    """The input, attribute or output ``name`` of an op; KeyError naming the ones it has."""
+    for item in items:
+        if item.name == name:
+            return item
+    raise KeyError(f"{op_type}: no {what} {name!r}; it has {', '.join(i.name for i in items) or 'none'}")
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """One op of the domain: its type, the weight format it names, inputs, attributes, formats,
@@ -111,10 +119,7 @@ class OpSpec:
         return self.category == "projection"
 
     def output(self, name: str) -> Output:
-        for o in self.outputs:
-            if o.name == name:
-                return o
-        raise KeyError(f"{self.op_type}: no output {name!r}")
+        return _named(self.op_type, "output", self.outputs, name)
 
     def present_outputs(self, attrs: dict) -> tuple[str, ...]:
         """The outputs a node with ``attrs`` has, in order (gates absent count as 0)."""
@@ -131,10 +136,7 @@ class OpSpec:
         return self.torch_input_order or tuple(i.name for i in self.inputs)
 
     def attribute(self, name: str) -> Attribute:
-        for a in self.attributes:
-            if a.name == name:
-                return a
-        raise KeyError(f"{self.op_type}: no attribute {name!r}; it has {', '.join(self.attribute_names)}")
+        return _named(self.op_type, "attribute", self.attributes, name)
 
     @property
     def attribute_names(self) -> tuple[str, ...]:
@@ -182,10 +184,7 @@ class OpSpec:
         return tuple(i.name for i in self.inputs if i.encoding == "e4m3fn")
 
     def input(self, name: str) -> Input:
-        for i in self.inputs:
-            if i.name == name:
-                return i
-        raise KeyError(f"{self.op_type}: no input {name!r}")
+        return _named(self.op_type, "input", self.inputs, name)
 
     def present_inputs(self, attrs: dict) -> tuple[str, ...]:
         """The inputs after x a node with ``attrs`` has, in order (has_* gates absent count as 0,

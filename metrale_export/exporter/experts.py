@@ -51,25 +51,12 @@ class GroupedSpec:
                     "a grouped-expert node needs one format for all experts (export with --moe-experts dense)"
                 )
 
-    @property
-    def kind(self) -> str:
-        return self.experts[0].kind
-
-    @property
-    def n(self) -> int:
-        return self.experts[0].n
-
-    @property
-    def k(self) -> int:
-        return self.experts[0].k
-
-    @property
-    def family(self) -> str:
-        return self.experts[0].family
-
-    @property
-    def attrs(self) -> dict:
-        return self.experts[0].attrs
+    # what every expert shares (checked above): expert 0's
+    kind = property(lambda self: self.experts[0].kind)
+    n = property(lambda self: self.experts[0].n)
+    k = property(lambda self: self.experts[0].k)
+    family = property(lambda self: self.experts[0].family)
+    attrs = property(lambda self: self.experts[0].attrs)
 
     @property
     def num_experts(self) -> int:

@@ -11,7 +11,8 @@ import torch
 
 from metrale_export.engines import lowering
 from metrale_export.ops import attention as A
-from metrale_export.ops import onnx_translation, torch_ops  # noqa: F401
+from metrale_export.ops import torch_ops  # noqa: F401
+from support.graphs import traced_graph
 
 
 class _Attn(torch.nn.Module):
@@ -22,12 +23,8 @@ class _Attn(torch.nn.Module):
 @pytest.fixture(scope="module")
 def graph():
     q, k, v = torch.randn(1, 8, 3, 64), torch.randn(1, 2, 5, 64), torch.randn(1, 2, 5, 64)
-    ep = torch.onnx.export(_Attn().eval(), (q, k, v), dynamo=True, verbose=False,
-                           custom_translation_table=onnx_translation.translation_table(),
-                           dynamic_shapes={"q": {0: "batch", 2: "seq"}, "k": {0: "batch", 2: "total"},
-                                           "v": {0: "batch", 2: "total"}})
-    model = ep.model_proto
-    onnx_translation.compact_inputs(model.graph)
+    model = traced_graph(_Attn().eval(), (q, k, v), {"q": {0: "batch", 2: "seq"}, "k": {0: "batch", 2: "total"},
+                                                      "v": {0: "batch", 2: "total"}})
     assert [n.op_type for n in model.graph.node if n.domain == "metrale"] == ["Attention"]
     return model
 

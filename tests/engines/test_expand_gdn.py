@@ -15,7 +15,8 @@ import torch
 from metrale_export import contract
 from metrale_export.engines import lowering
 from metrale_export.ops import gdn as G
-from metrale_export.ops import onnx_translation, torch_ops  # noqa: F401
+from metrale_export.ops import torch_ops  # noqa: F401
+from support.graphs import GDN_DYNAMIC_SHAPES, traced_graph
 
 HK, HV, DK, DV, C, K = 2, 4, 16, 8, 2 * 2 * 16 + 4 * 8, 4
 
@@ -44,12 +45,7 @@ def _inputs(b, s, seed):
 @pytest.fixture(scope="module")
 def graph():
     m = _Gdn().eval()
-    ep = torch.onnx.export(m, _inputs(2, 3, 0), dynamo=True, verbose=False,
-                           custom_translation_table=onnx_translation.translation_table(),
-                           dynamic_shapes={"x": {0: "batch", 1: "seq"}, "conv_state": {0: "batch"},
-                                           "ba": {0: "batch", 1: "seq"}, "state": {0: "batch"}})
-    model = ep.model_proto
-    onnx_translation.compact_inputs(model.graph)
+    model = traced_graph(m, _inputs(2, 3, 0), GDN_DYNAMIC_SHAPES)
     assert [n.op_type for n in model.graph.node if n.domain == "metrale"] == ["CausalConv1d", "GatedDeltaRule"]
     return m, model
 

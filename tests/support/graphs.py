@@ -254,3 +254,21 @@ def head_graph(vocab: int, hidden: int, seed: int = 5) -> onnx.ModelProto:
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
     model.ir_version = 10
     return model
+
+
+# A Gated DeltaNet layer's (x, conv_state, ba, state): x and ba by batch and token, the states by batch.
+GDN_DYNAMIC_SHAPES = {"x": {0: "batch", 1: "seq"}, "conv_state": {0: "batch"},
+                      "ba": {0: "batch", 1: "seq"}, "state": {0: "batch"}}
+
+
+def traced_graph(module: torch.nn.Module, inputs: tuple, dynamic_shapes: dict) -> onnx.ModelProto:
+    """``module`` (calling torch.ops.metrale.*) exported by torch.onnx's dynamo exporter with the
+    metrale translation table, its unused inputs removed, as the exporter writes its graphs."""
+    from metrale_export.ops import onnx_translation, torch_ops  # noqa: F401  (torch_ops registers the ops)
+
+    ep = torch.onnx.export(module, inputs, dynamo=True, verbose=False,
+                           custom_translation_table=onnx_translation.translation_table(),
+                           dynamic_shapes=dynamic_shapes)
+    model = ep.model_proto
+    onnx_translation.compact_inputs(model.graph)
+    return model

@@ -98,6 +98,17 @@ class DeclaredSource:
     def read_qconfig(cls, ckpt: Checkpoint) -> dict:
         return dict(ckpt.config.get("quantization_config") or {})
 
+    @staticmethod
+    def declares(ckpt: Checkpoint, method: str) -> bool:
+        """Whether config.json's quantization_config declares quant_method ``method``."""
+        q = ckpt.config.get("quantization_config")
+        return isinstance(q, dict) and q.get("quant_method") == method
+
+    @staticmethod
+    def qconfig_where(ckpt: Checkpoint) -> str:
+        """Where config.json's quantization_config is, for messages."""
+        return f"{ckpt.root / 'config.json'}: quantization_config"
+
     def is_quantized(self, name: str, weight_name: str) -> bool:
         raise NotImplementedError
 

@@ -35,13 +35,12 @@ class CompressedTensorsSource(DeclaredSource):
 
     @classmethod
     def detect(cls, ckpt) -> bool:
-        q = ckpt.config.get("quantization_config")
-        return isinstance(q, dict) and q.get("quant_method") == "compressed-tensors"
+        return cls.declares(ckpt, "compressed-tensors")
 
     def __init__(self, checkpoint, request):
         self.checkpoint = checkpoint
         q = dict(checkpoint.config.get("quantization_config") or {})
-        where = f"{checkpoint.root / 'config.json'}: quantization_config"
+        where = self.qconfig_where(checkpoint)
         groups = q.get("config_groups") or {}
         if not isinstance(groups, dict) or not groups:
             raise InputError(f"{where}: expected a non-empty 'config_groups' object")
