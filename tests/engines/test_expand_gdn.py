@@ -46,7 +46,7 @@ def _inputs(b, s, seed):
 def graph():
     m = _Gdn().eval()
     model = traced_graph(m, _inputs(2, 3, 0), GDN_DYNAMIC_SHAPES)
-    assert [n.op_type for n in model.graph.node if n.domain == "metrale"] == ["CausalConv1d", "GatedDeltaRule"]
+    assert [n.op_type for n in model.graph.node if n.domain == contract.DOMAIN] == ["CausalConv1d", "GatedDeltaRule"]
     return m, model
 
 
@@ -57,7 +57,7 @@ def test_expanded_gdn_ops_are_the_reference_within_reassociation(graph, path, b,
     for t in ("CausalConv1d", "GatedDeltaRule"):
         monkeypatch.setitem(contract.OPS, t, dataclasses.replace(contract.OPS[t], has_plugin=False))
     lowered = lowering.lower_qdq(model) if path == "qdq" else lowering.lower_plugins(model, {})
-    assert not [n for n in lowered.graph.node if n.domain == "metrale"]
+    assert not [n for n in lowered.graph.node if n.domain == contract.DOMAIN]
     assert {"Conv", "Scan"} <= {n.op_type for n in lowered.graph.node}
     sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
     ins = _inputs(b, s, 100 * b + s)
@@ -76,7 +76,7 @@ def test_with_their_plugins_the_plugin_lowering_keeps_them(graph, monkeypatch):
     for t in ("CausalConv1d", "GatedDeltaRule"):
         monkeypatch.setitem(contract.OPS, t, dataclasses.replace(contract.OPS[t], has_plugin=True))
     lowered = lowering.lower_plugins(model, {})
-    assert [n.op_type for n in lowered.graph.node if n.domain == "metrale"] == ["CausalConv1d", "GatedDeltaRule"]
+    assert [n.op_type for n in lowered.graph.node if n.domain == contract.DOMAIN] == ["CausalConv1d", "GatedDeltaRule"]
     assert not {"Conv", "Scan"} & {n.op_type for n in lowered.graph.node}
 
 

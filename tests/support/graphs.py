@@ -123,7 +123,7 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
             add("bias", bias.numpy())
         weights["bias"] = bias
         out = "y" if i == len(projs) - 1 else f"h{i}"
-        node = helper.make_node(p.op_type, names, [out], name=key, domain="metrale")
+        node = helper.make_node(p.op_type, names, [out], name=key, domain=contract.DOMAIN)
         # ``name`` is also make_node's own keyword: add the attributes afterwards.
         node.attribute.extend(helper.make_attribute(a, v) for a, v in attrs.items())
         nodes.append(node)
@@ -136,7 +136,7 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
         inits,
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", contract.domain_version())],
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid(contract.DOMAIN, contract.domain_version())],
         producer_name="metrale-export-tests",
     )
     model.ir_version = 10
@@ -231,7 +231,7 @@ def model_graph(hidden: int = 64, vocab: int = 96, kv_heads: int = 2, head_dim: 
     outs += [helper.make_tensor_value_info(o, TensorProto.FLOAT, present) for o in outputs]
     graph = helper.make_graph(nodes, "metrale_toy_model", inputs, outs, inits)
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", contract.domain_version())],
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid(contract.DOMAIN, contract.domain_version())],
         producer_name="metrale-export-tests",
     )
     model.ir_version = 10
