@@ -16,18 +16,16 @@ whose total exceeds twice the L2 (nothing timed from cache), median of the graph
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import math
-import os
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from benchmarks.bench_kernels import L2_BYTES, _commit, copy_bandwidth, time_graph
+from benchmarks.bench_kernels import L2_BYTES, _commit, bench_parser, copy_bandwidth, require_cuda, time_graph
 from metrale_export.ops import attention as A
 from metrale_export.ops import cuda as mcuda
 
@@ -138,13 +136,11 @@ def prefill_line(r: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap = bench_parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="a few cells of each table")
     ap.add_argument("--decode-only", action="store_true", help="the decode table alone")
     args = ap.parse_args(argv)
-    if not mcuda.available():
-        raise SystemExit("bench_attention: needs a CUDA GPU and the kernel library ('make plugins')")
+    require_cuda("bench_attention")
     props = torch.cuda.get_device_properties(0)
     copy_tbs = copy_bandwidth()
     print(f"{props.name}, {props.multi_processor_count} SMs; device-to-device copy {copy_tbs:.2f} TB/s "

@@ -257,17 +257,29 @@ def _commit() -> str:
         return "unknown"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def bench_parser(doc: str) -> argparse.ArgumentParser:
+    """A GPU benchmark's command line: its description (the docstring's first line) and --out, where
+    its results go (default $OUT or benchmarks/results)."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    return ap
+
+
+def require_cuda(name: str) -> None:
+    """Exit with a message naming ``name`` unless a CUDA GPU and the kernel library are there."""
+    if not mcuda.available():
+        raise SystemExit(f"{name}: needs a CUDA GPU and the kernel library ('make plugins')")
+
+
+def main(argv=None) -> int:
+    ap = bench_parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="two shapes, M in {1, 16, 4096}")
     ap.add_argument("--render", metavar="JSON", help="print the Markdown tables of a results JSON and exit")
     args = ap.parse_args(argv)
     if args.render:
         print(render(json.loads(Path(args.render).read_text())), end="")
         return 0
-    if not mcuda.available():
-        raise SystemExit("bench_kernels: needs a CUDA GPU and the kernel library ('make plugins')")
+    require_cuda("bench_kernels")
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
     props = torch.cuda.get_device_properties(0)
     copy_tbs = copy_bandwidth()

@@ -13,13 +13,13 @@ kept, plugins/KERNELS.md).
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import os
 from pathlib import Path
 
 import torch
 
+from benchmarks.bench_kernels import bench_parser, require_cuda
 from metrale_export.ops import cuda as mcuda
 from metrale_export.ops import w8a8
 from metrale_export.ops.numerics import FP8_BLOCK, e4m3_from_bits
@@ -42,11 +42,9 @@ def float64_reference(x, q, gran, agran, n, k):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap = bench_parser(__doc__)
     args = ap.parse_args(argv)
-    if not mcuda.available():
-        raise SystemExit("fp8_accuracy: needs a CUDA GPU and the kernel library ('make plugins')")
+    require_cuda("fp8_accuracy")
     lines = ["| K | weight scales | activation scales | rel. error vs float64 (float32 output) |", "|---|---|---|---|"]
     for k in KS:
         g = torch.Generator().manual_seed(k)

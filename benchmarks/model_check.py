@@ -243,6 +243,8 @@ def torch_reductions(model, inputs) -> tuple[dict, dict]:
 
     from torch.utils._python_dispatch import TorchDispatchMode
 
+    from metrale_export import contract
+
     stack = ["(model)"]
     hooks = []
     def enter(m, a, n):
@@ -270,7 +272,7 @@ def torch_reductions(model, inputs) -> tuple[dict, dict]:
                     args = (audited, *args[1:])
                 return func(*args, **(kwargs or {}))
             op = func.overloadpacket.__name__
-            if func.namespace == "metrale":
+            if func.namespace == contract.DOMAIN:
                 metrale_ops[op] += 1
             elif op in ORDER_SENSITIVE or op in ORDER_FREE:
                 torch_ops[(op, stack[-1])] += 1

@@ -6,7 +6,6 @@ Markdown file; each benchmark brings its own ``bench(shapes, m_values, variants)
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import math
 import os
@@ -14,9 +13,7 @@ from pathlib import Path
 
 import torch
 
-from metrale_export.ops import cuda as mcuda
-
-from .bench_kernels import SHAPES, _commit, copy_bandwidth
+from .bench_kernels import SHAPES, _commit, bench_parser, copy_bandwidth, require_cuda
 
 
 def geomean_lines(ratios: dict, anchor: str) -> list[str]:
@@ -33,14 +30,12 @@ def geomean_lines(ratios: dict, anchor: str) -> list[str]:
 def main(argv, *, doc: str, title: str, stem: str, env: str, variants: str, bench, note: str = "") -> int:
     """The command line of a variants benchmark: --out, --m, --variants, --shapes; prints the tables and
     writes <stem>-YYYYMMDD-HHMM-<commit>.md into --out (default $OUT or benchmarks/results)."""
-    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--out", default=os.environ.get("OUT") or str(Path(__file__).parent / "results"))
+    ap = bench_parser(doc)
     ap.add_argument("--m", default="1,16,64,256,1024,4096")
     ap.add_argument("--variants", default=variants)
     ap.add_argument("--shapes", default=",".join(SHAPES))
     args = ap.parse_args(argv)
-    if not mcuda.available():
-        raise SystemExit(f"bench_{stem.replace('-', '_')}: needs a CUDA GPU and the kernel library ('make plugins')")
+    require_cuda(f"bench_{stem.replace('-', '_')}")
     torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = True
     props = torch.cuda.get_device_properties(0)
     copy_tbs = copy_bandwidth()

@@ -3,6 +3,16 @@
 Invariants: every message names where (file, tensor, option, layer), what was expected and what
 was found; ``InputError`` subclasses mean the user's input was wrong (exit code 2), the others a
 failed step or check (exit code 1).
+
+Refusals, one convention across the package:
+- a check ("can this be done? if not, why") returns ``str | None``: the reason it cannot, or None
+  when it can (``contract.kernel_k_problem``, ``contract.outdated``, ``engines.plan.lowering_conflict``,
+  ``pipeline.plugins_conflict``, ``QuantOption.problem``); a check of several things returns every
+  reason, ``list[str]`` (``quant_options.problems``), never a bare bool its caller must explain;
+- the step that refuses raises one of these errors with the check's reason (``resolve_lowering``
+  raises ``UsageConflict``), so the reason is worded once, where it is found;
+- a decision returns what it chose with why (``policy.Choice``, ``policy.row_invariance``,
+  ``profiles.profile_for``): there the reason explains the answer, either way.
 """
 
 from __future__ import annotations

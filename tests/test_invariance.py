@@ -6,6 +6,7 @@ import json
 from click.testing import CliRunner
 from onnx import TensorProto, helper
 
+from metrale_export import contract
 from metrale_export.cli.main import cli
 from support.graphs import Proj, projection_graph
 from metrale_export.exporter.demo import DEMO_CONFIG
@@ -18,7 +19,6 @@ def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
     """Qwen3 per layer: 7 projections covered; the metrale Attention and the input, q, k and
     post-attention metrale RMSNorms, then the final norm and the lm_head FloatProj: covered when the
     contract gives the op a plugin, else left (the plugin lowering expands them)."""
-    from metrale_export import contract
 
     out = demo_exports["w4a16"]
     r = CliRunner().invoke(cli, ["inspect", str(out), "--json"])
@@ -62,7 +62,6 @@ def test_with_their_plugins_nothing_row_sensitive_is_left(demo_exports, monkeypa
 
     import onnx
 
-    from metrale_export import contract
     from metrale_export.engines import lowering
 
     for t in ("RMSNorm", "FloatProj", "Router", "Attention"):
@@ -70,7 +69,7 @@ def test_with_their_plugins_nothing_row_sensitive_is_left(demo_exports, monkeypa
     model = onnx.load(str(demo_exports["w4a16"] / "model.onnx"), load_external_data=False)
     formats = {op.key: op.activation_format for op in lowering.metrale_ops(model)}
     lowered = lowering.lower_plugins(model, formats)
-    assert {n.op_type for n in lowered.graph.node if n.domain == "metrale"} == \
+    assert {n.op_type for n in lowered.graph.node if n.domain == contract.DOMAIN} == \
         {"W4A16Proj", "RMSNorm", "FloatProj", "Attention"}
     a = audit(lowered.graph)
     assert a["left_by_kind"] == {} and a["left_to_tensorrt"] == []
@@ -84,7 +83,6 @@ def test_without_their_plugins_the_plugin_lowering_expands_them(demo_exports, mo
 
     import onnx
 
-    from metrale_export import contract
     from metrale_export.engines import lowering
 
     for t in ("RMSNorm", "FloatProj", "Router", "Attention"):
@@ -95,7 +93,7 @@ def test_without_their_plugins_the_plugin_lowering_expands_them(demo_exports, mo
                                           ("standard", "standard ONNX (no plugin yet)")}
     formats = {op.key: op.activation_format for op in lowering.metrale_ops(model)}
     lowered = lowering.lower_plugins(model, formats)
-    assert {n.op_type for n in lowered.graph.node if n.domain == "metrale"} == {"W4A16Proj"}
+    assert {n.op_type for n in lowered.graph.node if n.domain == contract.DOMAIN} == {"W4A16Proj"}
     a = audit(lowered.graph)
     assert a["left_by_kind"]["norm"] == 4 * DEMO_CONFIG["num_hidden_layers"] + 1
     assert not [n for n in lowered.graph.node if n.op_type == "Attention"]
@@ -145,7 +143,6 @@ def test_hybrid_plugin_lowering_leaves_no_gdn_reduction_to_tensorrt(hybrid_w4a16
     inspect says the plugin lowering's engines promise the whole graph."""
     import onnx
 
-    from metrale_export import contract
     from metrale_export.engines import lowering
 
     assert contract.op("CausalConv1d").has_plugin and contract.op("GatedDeltaRule").has_plugin
@@ -155,7 +152,7 @@ def test_hybrid_plugin_lowering_leaves_no_gdn_reduction_to_tensorrt(hybrid_w4a16
     assert set(lowering.plugin_plan(model).values()) == {("format", "activation format"),
                                                          ("plugin", "plugin as exported")}
     lowered = lowering.lower_plugins(model, formats)
-    kept = [n.op_type for n in lowered.graph.node if n.domain == "metrale"]
+    kept = [n.op_type for n in lowered.graph.node if n.domain == contract.DOMAIN]
     assert kept.count("CausalConv1d") == 2 and kept.count("GatedDeltaRule") == 2
     assert not {"Conv", "Scan", "MatMul", "Gemm", "Softmax", "TopK"} & {n.op_type for n in lowered.graph.node}
     assert not [n for n in lowered.graph.node if n.op_type.startswith("Reduce")]

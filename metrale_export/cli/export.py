@@ -26,14 +26,10 @@ def export_options(ctx_params: dict, force: bool, headers: dict | None = None):
     model); ``export`` takes the session, and ``headers`` are the up-front checks' (check_job), so
     each safetensors header is read once."""
     from ..exporter.export import ExportOptions, parse_layers
+    from ..exporter.quant_options import request_fields_from_cli
     from ..exporter.session import open_model
 
-    session = open_model(ctx_params["model"], dict(
-        weight=ctx_params["weight"], group_size=int(ctx_params["group_size"]),
-        symmetric=not ctx_params["asymmetric"], w8a8_weight_scales=ctx_params["w8a8_weight_scales"],
-        w8a8_activation_scales=ctx_params["w8a8_activation_scales"],
-        quantize_lm_head=ctx_params["quantize_lm_head"], moe_experts=ctx_params.get("moe_experts", "grouped"),
-        scale_search=not ctx_params.get("no_scale_search", False)), headers)
+    session = open_model(ctx_params["model"], request_fields_from_cli(ctx_params), headers)
     layers = parse_layers(ctx_params["layers"], session.config.num_hidden_layers)
     options = ExportOptions(request=session.request, layers=layers, dtype=ctx_params["dtype"], force=force,
                             activation_scales=ctx_params.get("activation_scales", "dynamic"),

@@ -141,13 +141,17 @@ def summarize(path: Path) -> dict:
                                  "scope": promise["scope"], **found}
     manifest = (path / "manifest.json") if path.is_dir() else onnx_path.parent / "manifest.json"
     if manifest.exists():
-        m = json.loads(manifest.read_text())
-        summary["model"] = m.get("model", {}).get("architecture")
-        summary["weight_quantization"] = m.get("weight_quantization")
-        if "mtp" in m:  # the MTP head's graph beside model.onnx (exporter/layers/mtp.py)
-            summary["mtp"] = {k: m["mtp"][k] for k in ("onnx", "op_counts")}
-            summary["mtp"]["inputs"] = {v["name"]: v["shape"] for v in m["mtp"]["inputs"]}
-            summary["mtp"]["outputs"] = {v["name"]: v["shape"] for v in m["mtp"]["outputs"]}
+        summary.update(_manifest_summary(json.loads(manifest.read_text())))
+    return summary
+
+
+def _manifest_summary(m: dict) -> dict:
+    """What inspect shows of an export's manifest: the model, its weight quantization, the MTP head."""
+    summary = {"model": m.get("model", {}).get("architecture"), "weight_quantization": m.get("weight_quantization")}
+    if "mtp" in m:  # the MTP head's graph beside model.onnx (exporter/layers/mtp.py)
+        summary["mtp"] = {k: m["mtp"][k] for k in ("onnx", "op_counts")}
+        summary["mtp"]["inputs"] = {v["name"]: v["shape"] for v in m["mtp"]["inputs"]}
+        summary["mtp"]["outputs"] = {v["name"]: v["shape"] for v in m["mtp"]["outputs"]}
     return summary
 
 
@@ -222,19 +226,9 @@ def per_layer_summary(values: dict[str, list]) -> str:
 
 
 def _echo_export(s: dict, show_ops: bool) -> None:
-    from ..exporter.formats import describe_text
-
     click.echo(f"{s['file']}: {s['nodes']} nodes, {s['weights_bytes'] / 2**20:.2f} MiB of weights")
     if "model" in s:
-        wq = dict(s["weight_quantization"] or {})
-        declared = wq.pop("declared", "absent")
-        fmt = wq.pop("format", None)
-        if not any(o["family"] == "moe" for o in s["ops"]):
-            wq.pop("moe_experts", None)  # the manifest always records it; it means something only with experts
-        extra = ", ".join(f"{k}={v}" for k, v in sorted(wq.items()) if v is not None)
-        click.echo(f"model: {s['model']}, weights: {fmt}" + (f" ({extra})" if extra else ""))
-        if declared != "absent":  # manifests written before the declared format was recorded lack it
-            click.echo(f"declared format: {describe_text(declared)}")
+        _echo_model(s)
     click.echo("inputs:  " + per_layer_summary(s["inputs"]))
     click.echo("outputs: " + per_layer_summary(s["outputs"]))
     click.echo("metrale ops (type family activation_format: count):")
@@ -247,12 +241,29 @@ def _echo_export(s: dict, show_ops: bool) -> None:
             attrs = " ".join(f"{k}={v}" for k, v in o.items() if k not in ("op_type", "name"))
             click.echo(f"  {o['name']}: {o['op_type']} {attrs}")
     if "mtp" in s:
-        h = s["mtp"]
-        click.echo(f"MTP head: {h['onnx']} (inspect it for its ops and weights)")
-        click.echo("  inputs:  " + per_layer_summary(h["inputs"]))
-        click.echo("  outputs: " + per_layer_summary(h["outputs"]))
-        click.echo("  metrale ops: " + ", ".join(f"{k}: {n}" for k, n in h["op_counts"].items()))
+        _echo_mtp(s["mtp"])
     _echo_row_invariance(s["row_invariance"], show_ops)
+
+
+def _echo_model(s: dict) -> None:
+    from ..exporter.formats import describe_text
+
+    wq = dict(s["weight_quantization"] or {})
+    declared = wq.pop("declared", "absent")
+    fmt = wq.pop("format", None)
+    if not any(o["family"] == "moe" for o in s["ops"]):
+        wq.pop("moe_experts", None)  # the manifest always records it; it means something only with experts
+    extra = ", ".join(f"{k}={v}" for k, v in sorted(wq.items()) if v is not None)
+    click.echo(f"model: {s['model']}, weights: {fmt}" + (f" ({extra})" if extra else ""))
+    if declared != "absent":  # manifests written before the declared format was recorded lack it
+        click.echo(f"declared format: {describe_text(declared)}")
+
+
+def _echo_mtp(h: dict) -> None:
+    click.echo(f"MTP head: {h['onnx']} (inspect it for its ops and weights)")
+    click.echo("  inputs:  " + per_layer_summary(h["inputs"]))
+    click.echo("  outputs: " + per_layer_summary(h["outputs"]))
+    click.echo("  metrale ops: " + ", ".join(f"{k}: {n}" for k, n in h["op_counts"].items()))
 
 
 def _echo_row_invariance(ri: dict, show_ops: bool) -> None:

@@ -10,17 +10,12 @@ from pathlib import Path
 
 import click
 
-from ..contract import MOE_LAYOUTS, STATIC_ACTIVATION_SCALE, W8A8
 from ..engines import backends
 from ..engines.policy import PolicyError, parse_policy
 from ..engines.profiles import DEFAULT_MAX_CONTEXT, DEFAULT_PROFILES, ProfileError, parse_profiles
 from ..engines.policy import ENGINE_WEIGHTS, FLOAT_WEIGHTS
-from ..exporter.names import ACTIVATION_SCALE_MODES, DTYPE_NAMES, W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
-
-W8A8_SCALES = W8A8.attribute("weight_scale_granularity")
-W8A8_ACT_SCALES = W8A8.attribute("activation_scale_granularity")
-# The dynamic ones (the static per-tensor scale is --activation-scales static's).
-W8A8_DYNAMIC_ACT_SCALES = tuple(v for v in W8A8_ACT_SCALES.values if v != STATIC_ACTIVATION_SCALE)
+from ..exporter.names import ACTIVATION_SCALE_MODES, DTYPE_NAMES
+from ..exporter.quant_options import BY_FIELD as QUANT_OPTIONS
 
 
 def _compose(*decorators):
@@ -46,23 +41,25 @@ model_argument = click.argument(
     "model", metavar="MODEL", type=click.Path(path_type=Path), callback=_existing_model,
 )
 
+
+def _request_option(field: str):
+    """The Click option of one QuantRequest field, from the table (exporter/quant_options.py)."""
+    o = QUANT_OPTIONS[field]
+    if o.choices is None and "/" not in o.flag:  # a lone flag: the non-default value
+        return click.option(o.flag, o.param, is_flag=True, help=o.help)
+    if o.choices is None:  # an on/off pair
+        return click.option(o.flag, o.param, default=(not o.default) if o.negated else o.default,
+                            show_default=True, help=o.help)
+    default = o.cli_default if o.cli_default is not None else o.default
+    if o.cli_choices is not None and o.cli_default is None:
+        default = str(default)  # the CLI's choices are the values' strings (--group-size)
+    return click.option(o.flag, o.param, type=click.Choice(o.cli_choices or o.choices), default=default,
+                        show_default=True, help=o.help)
+
+
 quantization_options = _compose(
-    click.option("--weight-quantization", "weight", type=click.Choice(("auto", *WEIGHT_FORMATS)), default="auto",
-                  show_default=True,
-                  help="Format of every quantized linear projection. auto: what a quantized checkpoint "
-                       "declares, else w4a16; declared: only what the checkpoint declares; none: keep float."),
-    click.option("--group-size", type=click.Choice(["32", "64", "128"]), default="128", show_default=True,
-                 help="W4A16 group size along K."),
-    click.option("--asymmetric/--symmetric", default=not W4A16_SYMMETRIC_DEFAULT, show_default=True,
-                 help="W4A16 from float weights: a zero point per group (one byte each) or symmetric groups "
-                      "(zero point 8, the full [-8, 7] grid)."),
-    click.option("--no-scale-search", is_flag=True,
-                 help="Plain round-to-nearest W4A16 group scales (clipping ranges) and NVFP4 block scales "
-                      "(default: search each for the lowest squared error)."),
-    click.option("--w8a8-weight-scales", type=click.Choice(W8A8_SCALES.values), default=W8A8_SCALES.default,
-                 show_default=True, help="W8A8 weight scales: per output channel or 128x128 blocks."),
-    click.option("--w8a8-activation-scales", type=click.Choice(W8A8_DYNAMIC_ACT_SCALES), default=W8A8_ACT_SCALES.default,
-                 show_default=True, help="W8A8 dynamic activation scales: per row or per (row, 128)."),
+    *(_request_option(f) for f in ("weight", "group_size", "symmetric", "scale_search", "w8a8_weight_scales",
+                                   "w8a8_activation_scales")),
     click.option("--activation-scales", type=click.Choice(ACTIVATION_SCALE_MODES), default=ACTIVATION_SCALE_MODES[0],
                  show_default=True,
                  help="W8A8 / W4A4 activation scales: computed per row at run time, or static per projection "
@@ -70,10 +67,8 @@ quantization_options = _compose(
     click.option("--calibration-data", default=None, metavar="DATA",
                  help="With --activation-scales static: a text file (tokenized with the checkpoint's "
                       "tokenizer.json), a .ids file of token ids (one sequence a line), or random:N."),
-    click.option("--quantize-lm-head", is_flag=True, help="Quantize lm_head too (default: keep it float)."),
-    click.option("--moe-experts", type=click.Choice(MOE_LAYOUTS), default=MOE_LAYOUTS[0], show_default=True,
-                 help="Quantized MoE experts: grouped-expert ops reading only the routed experts, or one "
-                      "projection per expert run on every row (what the qdq lowering can express)."),
+    _request_option("quantize_lm_head"),
+    _request_option("moe_experts"),
     click.option("--layers", default=None, metavar="SPEC",
                  help="Export only these decoder layers, e.g. '0' or '0,2' or '1-3' (debugging)."),
     click.option("--dtype", type=click.Choice(sorted(DTYPE_NAMES)), default="float32", show_default=True,

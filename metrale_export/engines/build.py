@@ -165,9 +165,7 @@ def make_plan(source_path: Path, out_dir: Path | None, options: BuildOptions) ->
     _manifest.check_engine_dir(out_dir)
     name = choose_backend(options.backend, backends.available() if options.backend is None else {})
     # Usage conflicts need no backend: refuse them before importing one.
-    chosen, conflict = resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))
-    if chosen is None:
-        raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
+    resolve_lowering(name, options.lowering, options.plugins, bool(source.ops))
     backend = backends.activate(name)
 
     def engine_sha(rel: str) -> str | None:

@@ -70,26 +70,31 @@ def choose_backend(requested: str | None, found: dict[str, str | None]) -> str:
     return name
 
 
-def resolve_lowering(backend: str, lowering: str | None, plugins: Path | None, has_ops: bool):
-    """The lowering to use, or ``(None, reason)`` for a usage conflict."""
+def lowering_conflict(backend: str, lowering: str | None, plugins: Path | None, has_ops: bool) -> str | None:
+    """Why ``--lowering`` and ``--plugins`` cannot go together with ``backend`` for a graph with
+    (``has_ops``) or without metrale nodes, or None when they can."""
     if lowering is not None and lowering not in LOWERINGS:
-        return None, f"--lowering {lowering!r}: expected one of {', '.join(LOWERINGS)}"
+        return f"--lowering {lowering!r}: expected one of {', '.join(LOWERINGS)}"
     chosen = lowering or ("plugin" if plugins else "qdq")
-    if chosen == "plugin":
-        if backend == "tensorrt-rtx" and has_ops:
-            return None, (
-                "--lowering plugin with --backend tensorrt-rtx: TensorRT-RTX builds here without a "
+    if chosen != "plugin":
+        return PLUGINS_NEED_PLUGIN_LOWERING if plugins is not None else None
+    if backend == "tensorrt-rtx" and has_ops:
+        return ("--lowering plugin with --backend tensorrt-rtx: TensorRT-RTX builds here without a "
                 "GPU and its Python API has no IPluginV3 layers, so the metrale plugins cannot take "
-                "part; use --lowering qdq, or --backend tensorrt on a GPU machine"
-            )
-        if plugins is None and has_ops:
-            return None, (
-                "--lowering plugin needs --plugins LIB (the metrale plugin library, "
-                "libmetrale_plugins.so) for the graph's metrale nodes; or use --lowering qdq"
-            )
-    elif plugins is not None:
-        return None, PLUGINS_NEED_PLUGIN_LOWERING
-    return chosen, ""
+                "part; use --lowering qdq, or --backend tensorrt on a GPU machine")
+    if plugins is None and has_ops:
+        return ("--lowering plugin needs --plugins LIB (the metrale plugin library, "
+                "libmetrale_plugins.so) for the graph's metrale nodes; or use --lowering qdq")
+    return None
+
+
+def resolve_lowering(backend: str, lowering: str | None, plugins: Path | None, has_ops: bool) -> str:
+    """The lowering to use: the one asked for, else plugin when --plugins is given, else qdq;
+    ``UsageConflict`` naming the option to blame for a ``lowering_conflict``."""
+    conflict = lowering_conflict(backend, lowering, plugins, has_ops)
+    if conflict is not None:
+        raise UsageConflict(conflict, "--lowering" if lowering else "--plugins")
+    return lowering or ("plugin" if plugins else "qdq")
 
 
 def check_kernel_limits(ops) -> None:
@@ -307,9 +312,7 @@ def check_options(source: Source, options: BuildOptions, backend: str, cuda_driv
         raise UsageConflict(f"--float-weights {options.float_weights!r}: expected one of "
                             f"{', '.join(FLOAT_WEIGHTS)}", "--float-weights")
     check_engine_weights(options.engine_weights, backend, cuda_driver)
-    chosen, conflict = resolve_lowering(backend, options.lowering, options.plugins, bool(source.ops))
-    if chosen is None:
-        raise UsageConflict(conflict, "--lowering" if options.lowering else "--plugins")
+    chosen = resolve_lowering(backend, options.lowering, options.plugins, bool(source.ops))
     check_rtx_targets(backend, chosen, options.rtx_targets, source.ops)
     if chosen == "plugin":
         check_kernel_limits(source.ops)

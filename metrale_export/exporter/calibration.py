@@ -32,6 +32,7 @@ from ..ops import w8a8
 from ..ops.numerics import bf16_round
 from .names import ACTIVATION_SCALE_MODES
 from .projection import Projection, ProjSpec
+from .projection_source import ProjectionSource
 
 MODES = ACTIVATION_SCALE_MODES
 STATIC_KINDS = ("w8a8", "w4a4")  # the weight formats whose activations have a static scale
@@ -83,12 +84,7 @@ def read_data(spec: str, checkpoint_root: Path, vocab_size: int) -> CalibrationD
     """The calibration sequences of ``--calibration-data spec`` (see the module docstring)."""
     where = f"--calibration-data {spec}"
     if spec.startswith("random:"):
-        count = spec.removeprefix("random:")
-        if not count.isdigit() or int(count) < 1:
-            raise InputError(f"{where}: expected random:N with N a positive number of tokens")
-        gen = torch.Generator().manual_seed(RANDOM_SEED)
-        ids = torch.randint(0, vocab_size, (int(count),), generator=gen).tolist()
-        return CalibrationData(spec, tuple(_chunks(ids)))
+        return _random_data(spec, vocab_size, where)
     path = Path(spec)
     if not path.is_file():
         raise InputError(f"{where}: no such file (expected a text file, a {IDS_SUFFIX} token-id file or random:N)")
@@ -97,14 +93,7 @@ def read_data(spec: str, checkpoint_root: Path, vocab_size: int) -> CalibrationD
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{where}: cannot read it as UTF-8 text ({e})") from e
     if path.suffix == IDS_SUFFIX:
-        sequences = []
-        for lineno, line in enumerate(text.splitlines(), start=1):
-            try:
-                ids = [int(t) for t in line.split()]
-            except ValueError:
-                raise InputError(f"{where}: line {lineno}: expected whitespace-separated token ids, "
-                                 f"found {line.strip()[:40]!r}") from None
-            sequences += _chunks(ids)
+        sequences = _id_sequences(text, where)
     elif text.strip():
         sequences = _chunks(_tokenize(text, checkpoint_root, where))
     else:
@@ -118,6 +107,29 @@ def read_data(spec: str, checkpoint_root: Path, vocab_size: int) -> CalibrationD
             raise InputError(f"{where}: token id {bad} (sequence {i}) is outside the vocabulary [0, {vocab_size}) "
                              f"of the checkpoint; use ids of its own tokenizer")
     return data
+
+
+def _random_data(spec: str, vocab_size: int, where: str) -> CalibrationData:
+    """random:N: N seeded random token ids of the vocabulary."""
+    count = spec.removeprefix("random:")
+    if not count.isdigit() or int(count) < 1:
+        raise InputError(f"{where}: expected random:N with N a positive number of tokens")
+    gen = torch.Generator().manual_seed(RANDOM_SEED)
+    ids = torch.randint(0, vocab_size, (int(count),), generator=gen).tolist()
+    return CalibrationData(spec, tuple(_chunks(ids)))
+
+
+def _id_sequences(text: str, where: str) -> list[tuple[int, ...]]:
+    """The chunks of a token-id file: one sequence a line of whitespace-separated ids."""
+    sequences = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        try:
+            ids = [int(t) for t in line.split()]
+        except ValueError:
+            raise InputError(f"{where}: line {lineno}: expected whitespace-separated token ids, "
+                             f"found {line.strip()[:40]!r}") from None
+        sequences += _chunks(ids)
+    return sequences
 
 
 def _tokenize(text: str, root: Path, where: str) -> list[int]:
@@ -212,7 +224,7 @@ class StaticScales:
     named in ``scales`` carry that static activation scale (an ``input_scale`` input; W8A8 with
     activation_scale_granularity ``tensor``); every other projection is the wrapped source's."""
 
-    def __init__(self, source, scales: dict[str, float], calibration: dict | None = None):
+    def __init__(self, source: ProjectionSource, scales: dict[str, float], calibration: dict | None = None):
         self.source = source
         self.scales = dict(scales)
         self.calibration = calibration or {}
@@ -258,7 +270,7 @@ class StaticScales:
         spec.check(out)
         return out
 
-    def manifest(self) -> dict:
+    def activation_scales(self) -> dict:
         """The manifest's ``activation_scales``: the calibration and every static scale."""
         return {"mode": "static", "calibration": self.calibration,
                 "scales": {name: self.scales[name] for name in sorted(self.scales)}}

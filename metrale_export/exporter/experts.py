@@ -24,6 +24,7 @@ from ..errors import ExportError
 from ..ops import torch_ops  # noqa: F401  (registers torch.ops.metrale.*)
 from ..ops.moe import PER_EXPERT_SCALARS
 from .projection import ProjSpec
+from .projection_source import ProjectionSource
 
 MOE_OP_TYPES = {kind: spec.op_type for kind, spec in contract.grouped_by_kind().items()}
 LAYOUTS = contract.MOE_LAYOUTS  # --moe-experts
@@ -50,25 +51,12 @@ class GroupedSpec:
                     "a grouped-expert node needs one format for all experts (export with --moe-experts dense)"
                 )
 
-    @property
-    def kind(self) -> str:
-        return self.experts[0].kind
-
-    @property
-    def n(self) -> int:
-        return self.experts[0].n
-
-    @property
-    def k(self) -> int:
-        return self.experts[0].k
-
-    @property
-    def family(self) -> str:
-        return self.experts[0].family
-
-    @property
-    def attrs(self) -> dict:
-        return self.experts[0].attrs
+    # what every expert shares (checked above): expert 0's
+    kind = property(lambda self: self.experts[0].kind)
+    n = property(lambda self: self.experts[0].n)
+    k = property(lambda self: self.experts[0].k)
+    family = property(lambda self: self.experts[0].family)
+    attrs = property(lambda self: self.experts[0].attrs)
 
     @property
     def num_experts(self) -> int:
@@ -97,7 +85,7 @@ class GroupedProjection(nn.Module):
         for key, (shape, tdtype) in spec.tensors.items():
             self.register_buffer(key, torch.empty(shape, dtype=tdtype))
 
-    def load(self, source) -> dict[str, torch.Tensor]:
+    def load(self, source: ProjectionSource) -> dict[str, torch.Tensor]:
         """Every expert's tensors from ``source``, stacked (one projection of one layer in memory)."""
         per = [source.load(s) for s in self.spec.experts]
         out = {}

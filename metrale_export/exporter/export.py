@@ -36,6 +36,7 @@ from .layers import mtp
 from .layers.model import CausalLM
 from .manifest import MANIFEST_NAME, build_manifest
 from .names import DTYPE_NAMES, parse_layers  # noqa: F401  (parse_layers: re-exported)
+from .projection_source import ProjectionSource
 from .quantization import QuantRequest
 from .session import ModelSession, open_model, select_source  # noqa: F401  (select_source: re-exported)
 from .writer import (DATA_NAME, INLINE_LIMIT, ONNX_NAME, DataWriter, atomic_directory, check_location,
@@ -210,7 +211,7 @@ def _version() -> str:
     return __version__
 
 
-def _write_graph(traced: ir.Model, model: CausalLM, source, tmp: Path, onnx_name: str, data_name: str,
+def _write_graph(traced: ir.Model, model: CausalLM, source: ProjectionSource, tmp: Path, onnx_name: str, data_name: str,
                  progress) -> onnx.ModelProto:
     """Stream ``model``'s weights into ``data_name``, attach them to ``traced``, optimize and clean
     it up, and write it as ``onnx_name`` (the weights inline when small); checked by onnx.checker."""
@@ -248,6 +249,32 @@ def _write_graph(traced: ir.Model, model: CausalLM, source, tmp: Path, onnx_name
     return proto
 
 
+def _calibrated(session: ModelSession, dtype: torch.dtype, options: ExportOptions, progress) -> ModelSession:
+    """``session`` with static activation scales when ``options`` ask for them (calibrated before
+    any tracing, so the data is checked first), else as it is."""
+    calibration.check_options(options.activation_scales, options.calibration_data)
+    if options.activation_scales != "static":
+        return session
+    if progress is not None:
+        progress.note(f"calibrating static activation scales on {options.calibration_data} ...")
+    return calibration.calibrated(session, dtype, options.layers, options.calibration_data,
+                                  show_progress=getattr(progress, "enabled", progress is not None))
+
+
+def _trace_model(session: ModelSession, model: CausalLM, dtype: torch.dtype, replicate_layers: bool) -> ir.Model:
+    """The traced graph of ``model``: one trace per layer kind replicated to every layer when asked
+    and possible (a warning says why not), else a trace of every layer."""
+    if replicate_layers:
+        def make_model(layer_ids):
+            with torch.device("meta"):
+                return session.model(dtype, layer_ids)
+        try:
+            return replicate.trace_replicated(model, make_model, trace)
+        except replicate.NotReplicable as e:
+            log.warning("tracing every layer: the per-kind trace could not be replicated (%s)", e)
+    return trace(model)
+
+
 def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: ExportOptions | None = None,
            progress=None) -> ExportResult:
     """Export ``model_path`` (a path, or a session ``open_model`` made with ``options.request``)
@@ -263,12 +290,7 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
     dtype = DTYPES[options.dtype]
     session = model_path if isinstance(model_path, ModelSession) else open_model(model_path, options.request)
     options.request = session.request  # the session's request is what the manifest records
-    calibration.check_options(options.activation_scales, options.calibration_data)
-    if options.activation_scales == "static":  # before any tracing: the data is checked first
-        if progress is not None:
-            progress.note(f"calibrating static activation scales on {options.calibration_data} ...")
-        session = calibration.calibrated(session, dtype, options.layers, options.calibration_data,
-                                         show_progress=getattr(progress, "enabled", progress is not None))
+    session = _calibrated(session, dtype, options, progress)
     options.model_path = str(session.path)
     ckpt, cfg, source = session.checkpoint, session.config, session.source
     with torch.device("meta"):
@@ -282,17 +304,7 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
         n_proj = len(model.projections())
         progress.note(f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "
                       f"{model.weight_nbytes() / 2**20:.1f} MiB of weights to write; tracing ...")
-    traced = None
-    if options.replicate_layers:
-        def make_model(layer_ids):
-            with torch.device("meta"):
-                return session.model(dtype, layer_ids)
-        try:
-            traced = replicate.trace_replicated(model, make_model, trace)
-        except replicate.NotReplicable as e:
-            log.warning("tracing every layer: the per-kind trace could not be replicated (%s)", e)
-    if traced is None:
-        traced = trace(model)
+    traced = _trace_model(session, model, dtype, options.replicate_layers)
     traced_head = trace(head) if head is not None else None
     if progress is not None:
         progress.start(weight_bytes)

@@ -17,6 +17,8 @@ import onnx
 
 from ..invariance import audit
 from ..ops.onnx_translation import DOMAIN
+from .projection_source import ProjectionSource
+from .quant_options import manifest_entry
 from .writer import sha256_file
 
 MANIFEST_NAME = "manifest.json"
@@ -53,23 +55,11 @@ def _value_info(v: onnx.ValueInfoProto) -> dict:
     return {"name": v.name, "dtype": onnx.helper.tensor_dtype_to_np_dtype(t.elem_type).name, "shape": dims}
 
 
-def weight_quantization(req, source=None) -> dict:
-    """The manifest's ``weight_quantization``: the request (the fields that apply to its format) and
-    the checkpoint's declared format. ``session.request_from_manifest`` inverts it."""
-    return {
-        "format": req.weight,
-        "group_size": req.group_size if req.weight == "w4a16" else None,
-        "asymmetric": (not req.symmetric) if req.weight == "w4a16" else None,
-        "w8a8_weight_scales": req.w8a8_weight_scales if req.weight == "w8a8" else None,
-        "w8a8_activation_scales": req.w8a8_activation_scales if req.weight == "w8a8" else None,
-        "lm_head": req.quantize_lm_head,
-        "declared": source.describe() if hasattr(source, "describe") else None,
-        # Always written (tests/support/export_hashes.json records it), read back by
-        # session.request_from_manifest (absent in older manifests: grouped).
-        "moe_experts": req.moe_experts,
-        # W4A16 / W4A4 only (other formats' manifests keep their bytes); absent: the search ran.
-        **({"scale_search": req.scale_search} if req.weight in ("w4a16", "w4a4") else {}),
-    }
+def weight_quantization(req, source: ProjectionSource | None = None) -> dict:
+    """The manifest's ``weight_quantization``: the request (quant_options.manifest_entry: the fields
+    that apply to its format) and the checkpoint's declared format. ``session.request_from_manifest``
+    inverts it."""
+    return {**manifest_entry(req), "declared": source.describe() if source is not None else None}
 
 
 def mtp_entry(proto: onnx.ModelProto) -> dict:
@@ -87,7 +77,14 @@ def mtp_entry(proto: onnx.ModelProto) -> dict:
     }
 
 
-def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto, source=None,
+def _activation_scales(source: ProjectionSource | None) -> dict:
+    """The manifest's ``activation_scales`` entry, or nothing (dynamic scales)."""
+    scales = source.activation_scales() if source is not None else None
+    return {} if scales is None else {"activation_scales": scales}
+
+
+def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto,
+                   source: ProjectionSource | None = None,
                    mtp_proto: onnx.ModelProto | None = None) -> dict:
     """``source``: the projection source the export read; a declared-format source's ``describe()``
     goes under ``weight_quantization.declared`` (None for a float checkpoint). ``mtp_proto``: the
@@ -114,7 +111,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
         },
         "weight_quantization": weight_quantization(req, source),
         # Only with --activation-scales static (dynamic-scale manifests keep their bytes).
-        **({"activation_scales": source.manifest()} if hasattr(source, "scales") else {}),
+        **_activation_scales(source),
         "dtype": options.dtype,
         "layers": model.layer_ids,
         "op_counts": op_counts(ops),

@@ -12,44 +12,39 @@ from dataclasses import dataclass
 
 import torch
 
-from ..contract import MOE_LAYOUTS, ceil_div, kernel_k_problem
+from ..contract import ceil_div, kernel_k_problem
 from ..errors import CheckpointError, InputError
 from ..ops import w4a4, w4a16, w8a8
 from ..ops.numerics import FP8_BLOCK, NVFP4_BLOCK
+from . import quant_options
 from .checkpoint import Checkpoint, all_finite
-from .names import W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
 from .projection import DEFAULT_ACTIVATION, ProjSpec
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+_DEFAULT = {o.field: o.default for o in quant_options.OPTIONS}
 
 
 @dataclass(frozen=True)
 class QuantRequest:
-    """The --weight-quantization family of options."""
+    """The --weight-quantization family of options: one field a row of quant_options.OPTIONS, which
+    gives each its default, its choices, its flag and its manifest key."""
 
-    weight: str = "none"
-    group_size: int = 128
-    symmetric: bool = W4A16_SYMMETRIC_DEFAULT  # W4A16 from float weights: False, zero points
-    w8a8_weight_scales: str = "channel"
-    w8a8_activation_scales: str = "row"
-    quantize_lm_head: bool = False
+    weight: str = _DEFAULT["weight"]
+    group_size: int = _DEFAULT["group_size"]
+    symmetric: bool = _DEFAULT["symmetric"]  # W4A16 from float weights: False, zero points
+    w8a8_weight_scales: str = _DEFAULT["w8a8_weight_scales"]
+    w8a8_activation_scales: str = _DEFAULT["w8a8_activation_scales"]
+    quantize_lm_head: bool = _DEFAULT["quantize_lm_head"]
     # Search each W4A16 group's scale (clipping range) and each NVFP4 block's e4m3 scale (ops/); False:
     # round to nearest.
-    scale_search: bool = True
+    scale_search: bool = _DEFAULT["scale_search"]
     # Quantized MoE experts: "grouped" (the grouped-expert ops) or "dense" (one W*Proj per expert).
-    moe_experts: str = "grouped"
+    moe_experts: str = _DEFAULT["moe_experts"]
 
     def __post_init__(self):
-        if self.weight not in WEIGHT_FORMATS:
-            raise InputError(f"--weight-quantization: expected one of {', '.join(WEIGHT_FORMATS)}, found {self.weight!r}")
-        if self.group_size not in w4a16.GROUP_SIZES:
-            raise InputError(f"--group-size: expected one of {w4a16.GROUP_SIZES}, found {self.group_size}")
-        if self.w8a8_weight_scales not in w8a8.WEIGHT_SCALE_GRANULARITIES:
-            raise InputError(f"--w8a8-weight-scales: expected channel or block128, found {self.w8a8_weight_scales!r}")
-        if self.w8a8_activation_scales not in w8a8.ACT_SCALE_GRANULARITIES:
-            raise InputError(f"--w8a8-activation-scales: expected row or row_block128, found {self.w8a8_activation_scales!r}")
-        if self.moe_experts not in MOE_LAYOUTS:
-            raise InputError(f"--moe-experts: expected {' or '.join(MOE_LAYOUTS)}, found {self.moe_experts!r}")
+        problems = quant_options.problems(self)
+        if problems:
+            raise InputError("; ".join(problems))
 
 
 class FloatSource:
@@ -63,6 +58,13 @@ class FloatSource:
         if family == "head" and not self.request.quantize_lm_head:
             return "none"
         return self.request.weight
+
+    def describe(self) -> None:
+        """Float weights declare no format."""
+        return None
+
+    def activation_scales(self) -> None:
+        return None
 
     def spec(self, name: str, n: int, k: int, family: str, bias: bool = False,
              weight_name: str | None = None) -> ProjSpec:

@@ -115,7 +115,12 @@ def layer_nodes(graph: ir.Graph, rep_ids: list[int]) -> dict[int, list[ir.Node]]
             nodes_of[layer].append(node)
     if any(not ns for ns in nodes_of.values()):
         raise NotReplicable("a traced layer has no nodes attributed to it")
-    layer_node_ids = {id(n) for ns in nodes_of.values() for n in ns}
+    _check_no_node_between_layers(graph, {id(n) for ns in nodes_of.values() for n in ns})
+    _check_subgraphs_stay_in_their_layer(graph)
+    return nodes_of
+
+
+def _check_no_node_between_layers(graph: ir.Graph, layer_node_ids: set[int]) -> None:
     for node in graph:  # a node between layers without a layer scope would not be cloned
         if id(node) in layer_node_ids:
             continue
@@ -125,12 +130,14 @@ def layer_nodes(graph: ir.Graph, rep_ids: list[int]) -> dict[int, list[ir.Node]]
         if reads_layer and feeds_layer:
             raise NotReplicable(f"node {node.name} reads a layer's value and feeds a layer, "
                                 "but belongs to no layer")
+
+
+def _check_subgraphs_stay_in_their_layer(graph: ir.Graph) -> None:
     for node in graph:
         for sub in _subgraphs(node):
             for inner in ir.traversal.RecursiveGraphIterator(sub):
                 if _layer_of(inner) not in (None, _layer_of(node)):
                     raise NotReplicable(f"subgraph of {node.name} holds nodes of another layer")
-    return nodes_of
 
 
 @dataclass
@@ -148,27 +155,15 @@ def residual_stream(graph: ir.Graph, nodes_of: dict[int, list[ir.Node]]) -> Resi
     """Phase 2: find the residual stream, checked to run embedding -> layer -> layer -> tail."""
     rep_ids = sorted(nodes_of)
     outputs = {v.name for v in graph.outputs}
-    embed = next((n for n in graph if n.op_type == "Gather"
-                  and any(v is not None and v.name == "model.embed_tokens.weight" for v in n.inputs)), None)
-    if embed is None:
-        raise NotReplicable("no Gather reading model.embed_tokens.weight (the residual's start)")
-    x0 = embed.outputs[0]
+    x0 = _embedding_output(graph)
     hidden_shape, dtype = str(x0.shape), x0.dtype
 
     # The residual stream of each traced layer: the value it reads from before it and the one it
     # hands on (the graph outputs are its states).
     x_in, x_out = {}, {}
     for r in rep_ids:
-        own = {id(n) for n in _with_subgraph_nodes(nodes_of[r])}
-        produced = [o for n in nodes_of[r] for o in n.outputs]
-        external = []
-        for n in nodes_of[r]:
-            for v in n.inputs:
-                if v is not None and v.producer() is not None and id(v.producer()) not in own and v not in external:
-                    external.append(v)
+        external, handed = _layer_boundary(nodes_of[r], outputs)
         x_in[r] = _residual(external, hidden_shape, dtype, f"layer {r} input")
-        handed = [v for v in produced if v.name not in outputs
-                  and any(id(u.node) not in own for u in v.uses())]
         x_out[r] = _residual(handed, hidden_shape, dtype, f"layer {r} output")
     for a, b in zip(rep_ids, rep_ids[1:]):
         if x_in[b] is not x_out[a]:
@@ -179,6 +174,29 @@ def residual_stream(graph: ir.Graph, nodes_of: dict[int, list[ir.Node]]) -> Resi
     last_own = {id(n) for n in _with_subgraph_nodes(nodes_of[rep_ids[-1]])}
     tail_uses = [(u.node, u.idx) for u in last.uses() if id(u.node) not in last_own]
     return Residual(x0, x_in, x_out, tail_uses)
+
+
+def _embedding_output(graph: ir.Graph) -> ir.Value:
+    """The output of the Gather reading model.embed_tokens.weight: where the residual starts."""
+    embed = next((n for n in graph if n.op_type == "Gather"
+                  and any(v is not None and v.name == "model.embed_tokens.weight" for v in n.inputs)), None)
+    if embed is None:
+        raise NotReplicable("no Gather reading model.embed_tokens.weight (the residual's start)")
+    return embed.outputs[0]
+
+
+def _layer_boundary(nodes: list[ir.Node], outputs: set[str]) -> tuple[list[ir.Value], list[ir.Value]]:
+    """(the values a layer's ``nodes`` read from nodes outside it, in first-read order; the values
+    they produce that nodes outside it read, graph outputs (its states) excluded)."""
+    own = {id(n) for n in _with_subgraph_nodes(nodes)}
+    external = []
+    for n in nodes:
+        for v in n.inputs:
+            if v is not None and v.producer() is not None and id(v.producer()) not in own and v not in external:
+                external.append(v)
+    produced = [o for n in nodes for o in n.outputs]
+    handed = [v for v in produced if v.name not in outputs and any(id(u.node) not in own for u in v.uses())]
+    return external, handed
 
 
 def clone_layer(graph: ir.Graph, nodes: list[ir.Node], r: int, i: int, states, prev: ir.Value,

@@ -47,6 +47,23 @@ def read_header(path: Path) -> tuple[dict, int]:
 
     Returns the header and the absolute offset of the data section.
     """
+    header, n, size = _parse_header(path)
+    data_len = size - 8 - n
+    spans = []
+    for name, entry in header.items():
+        if name != "__metadata__":
+            start, end = _check_entry(f"{path}: tensor {name!r}", entry, data_len)
+            spans.append((start, end, name))
+    spans.sort()
+    for (s0, e0, n0), (s1, e1, n1) in zip(spans, spans[1:]):
+        if s1 < e0:
+            raise CheckpointError(f"{path}: tensors {n0!r} and {n1!r} overlap in the file")
+    return header, 8 + n
+
+
+def _parse_header(path: Path) -> tuple[dict, int, int]:
+    """(the header JSON object, its byte length, the file's size), the length checked against the
+    size before the header is read."""
     try:
         size = path.stat().st_size
         with path.open("rb") as f:
@@ -66,51 +83,47 @@ def read_header(path: Path) -> tuple[dict, int]:
         raise CheckpointError(f"{path}: not a readable safetensors file ({type(e).__name__}: {e})"[:2000]) from e
     if not isinstance(header, dict):
         raise CheckpointError(f"{path}: corrupt safetensors header: expected a JSON object")
-    meta = header.get("__metadata__", {})
-    if not isinstance(meta, dict):
+    if not isinstance(header.get("__metadata__", {}), dict):
         raise CheckpointError(f"{path}: corrupt safetensors header: '__metadata__' is not an object")
-    data_len = size - 8 - n
-    spans = []
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        where = f"{path}: tensor {name!r}"
-        if not isinstance(entry, dict) or set(entry) - {"dtype", "shape", "data_offsets"}:
-            raise CheckpointError(f"{where}: malformed header entry (expected dtype, shape, data_offsets): {entry!r}"[:500])
-        dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if not isinstance(dtype, str) or dtype not in ITEMSIZE:
-            raise CheckpointError(
-                f"{where}: unsupported dtype {dtype!r}"[:300] + f"; expected one of {', '.join(ITEMSIZE)}"
-            )
-        if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d) for d in shape):
-            raise CheckpointError(f"{where}: malformed shape {shape!r}: expected a list of at most {MAX_NDIM} integers"[:400])
-        if any(d < 0 for d in shape):
-            raise CheckpointError(f"{where}: negative dimension in shape {shape}")
-        if any(d > MAX_DIM for d in shape):
-            raise CheckpointError(f"{where}: absurd shape {shape}: a dimension exceeds 2^48")
-        if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
-            raise CheckpointError(f"{where}: malformed data_offsets {offsets!r}: expected [start, end] integers"[:400])
-        numel = 1
-        for d in shape:
-            numel *= d
-        nbytes = numel * ITEMSIZE[dtype]
-        start, end = offsets
-        if not 0 <= start <= end <= data_len or end - start != nbytes:
-            truncated = 0 <= start <= end and end - start == nbytes and end > data_len
-            raise CheckpointError(
-                f"{where}: data offsets [{start}, {end}) do not hold a {dtype} tensor of "
-                f"shape {shape} ({nbytes} bytes) inside the {data_len} data bytes"
-                + ("; the file ends early (truncated: an interrupted download or copy?), fetch it again"
-                   if truncated else "")
-            )
-        spans.append((start, end, name))
-    spans.sort()
-    for (s0, e0, n0), (s1, e1, n1) in zip(spans, spans[1:]):
-        if s1 < e0:
-            raise CheckpointError(f"{path}: tensors {n0!r} and {n1!r} overlap in the file")
-    return header, 8 + n
+    return header, n, size
 
 
+def _check_shape(where: str, dtype, shape) -> None:
+    if not isinstance(dtype, str) or dtype not in ITEMSIZE:
+        raise CheckpointError(
+            f"{where}: unsupported dtype {dtype!r}"[:300] + f"; expected one of {', '.join(ITEMSIZE)}"
+        )
+    if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d) for d in shape):
+        raise CheckpointError(f"{where}: malformed shape {shape!r}: expected a list of at most {MAX_NDIM} integers"[:400])
+    if any(d < 0 for d in shape):
+        raise CheckpointError(f"{where}: negative dimension in shape {shape}")
+    if any(d > MAX_DIM for d in shape):
+        raise CheckpointError(f"{where}: absurd shape {shape}: a dimension exceeds 2^48")
+
+
+def _check_entry(where: str, entry, data_len: int) -> tuple[int, int]:
+    """The [start, end) data span of one tensor's header entry, after checking its dtype, shape and
+    offsets against the ``data_len`` bytes of the data section."""
+    if not isinstance(entry, dict) or set(entry) - {"dtype", "shape", "data_offsets"}:
+        raise CheckpointError(f"{where}: malformed header entry (expected dtype, shape, data_offsets): {entry!r}"[:500])
+    dtype, shape, offsets = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+    _check_shape(where, dtype, shape)
+    if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
+        raise CheckpointError(f"{where}: malformed data_offsets {offsets!r}: expected [start, end] integers"[:400])
+    numel = 1
+    for d in shape:
+        numel *= d
+    nbytes = numel * ITEMSIZE[dtype]
+    start, end = offsets
+    if not 0 <= start <= end <= data_len or end - start != nbytes:
+        truncated = 0 <= start <= end and end - start == nbytes and end > data_len
+        raise CheckpointError(
+            f"{where}: data offsets [{start}, {end}) do not hold a {dtype} tensor of "
+            f"shape {shape} ({nbytes} bytes) inside the {data_len} data bytes"
+            + ("; the file ends early (truncated: an interrupted download or copy?), fetch it again"
+               if truncated else "")
+        )
+    return start, end
 
 
 def checkpoint_files(path: Path) -> tuple[Path, list[Path], Path | None]:

@@ -21,9 +21,9 @@ from ..errors import InputError
 from .checkpoint import Checkpoint
 from .config import ModelConfig, parse_config
 from .manifest import FORMAT_VERSION, MANIFEST_NAME
+from .projection_source import ProjectionSource
+from .quant_options import AUTO, request_fields_from_manifest
 from .quantization import FloatSource, QuantRequest
-
-AUTO = "auto"
 
 
 @dataclass
@@ -34,7 +34,7 @@ class ModelSession:
     checkpoint: Checkpoint
     config: ModelConfig
     request: QuantRequest
-    source: object  # FloatSource or a declared-format source (exporter/formats/)
+    source: ProjectionSource  # FloatSource, a declared format's (exporter/formats/), or StaticScales
 
     def model(self, dtype, layers: list[int] | None = None):
         """A ``CausalLM`` of the session on the current default device (``meta`` to trace); with the
@@ -106,21 +106,9 @@ def open_model(path: str | Path, request: QuantRequest | Mapping | None = None,
 
 
 def request_from_manifest(manifest: Mapping) -> QuantRequest:
-    """The request an export was made with, from its manifest's ``weight_quantization``."""
-    wq = manifest["weight_quantization"]
-    default = QuantRequest()
-    return QuantRequest(
-        weight=wq["format"],
-        group_size=wq.get("group_size") or default.group_size,
-        # None outside w4a16 (and the field means nothing there); a manifest from before the default
-        # turned asymmetric says False explicitly.
-        symmetric=default.symmetric if wq.get("asymmetric") is None else not wq["asymmetric"],
-        w8a8_weight_scales=wq.get("w8a8_weight_scales") or default.w8a8_weight_scales,
-        w8a8_activation_scales=wq.get("w8a8_activation_scales") or default.w8a8_activation_scales,
-        quantize_lm_head=bool(wq.get("lm_head")),
-        moe_experts=wq.get("moe_experts") or default.moe_experts,
-        scale_search=wq.get("scale_search", default.scale_search),
-    )
+    """The request an export was made with, from its manifest's ``weight_quantization`` (the
+    inverse of manifest.weight_quantization, both made from quant_options.OPTIONS)."""
+    return QuantRequest(**request_fields_from_manifest(manifest["weight_quantization"]))
 
 
 def read_manifest(export_dir: str | Path) -> dict:

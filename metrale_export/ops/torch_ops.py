@@ -127,16 +127,4 @@ def _define(spec: contract.OpSpec):
     return op
 
 
-OPS = {spec.op_type: _define(spec) for spec in contract.OPS.values()}
-w4a16_proj = OPS["W4A16Proj"]
-w8a8_proj = OPS["W8A8Proj"]
-w4a4_proj = OPS["W4A4Proj"]
-w4a16_moe_proj = OPS["W4A16MoEProj"]
-w8a8_moe_proj = OPS["W8A8MoEProj"]
-w4a4_moe_proj = OPS["W4A4MoEProj"]
-rms_norm = OPS["RMSNorm"]
-float_proj = OPS["FloatProj"]
-router = OPS["Router"]
-attention = OPS["Attention"]
-causal_conv1d = OPS["CausalConv1d"]
-gated_delta_rule = OPS["GatedDeltaRule"]
+OPS = {spec.op_type: _define(spec) for spec in contract.OPS.values()}  # op type -> torch.ops.metrale.<torch_name>

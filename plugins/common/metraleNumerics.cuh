@@ -21,7 +21,7 @@
 namespace metrale
 {
 
-// The op contract's constants (metrale/contract.h, generated from metrale_export/contract.py).
+// The op contract's constants (metrale/contract.h, generated from metrale_export/contract/numerics.py).
 constexpr float kE4M3_MAX = contract::kE4M3_MAX;
 constexpr float kE2M1_MAX = contract::kE2M1_MAX;
 constexpr float kNVFP4_GLOBAL_DIV = contract::kNVFP4_GLOBAL_DIVISOR;  // E2M1_MAX * E4M3_MAX

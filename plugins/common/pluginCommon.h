@@ -30,7 +30,7 @@ namespace plugin
 {
 
 //! The namespace every metrale plugin registers under: the contract's domain (metrale/contract.h,
-//! generated from metrale_export/contract.py, like every op's type, version and fields).
+//! generated from metrale_export/contract/, like every op's type, version and fields).
 constexpr char const* kPLUGIN_NAMESPACE{contract::kDOMAIN};
 
 //! Whether two C strings are equal, at compile time (static_assert on the contract's names).

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
+from metrale_export import contract
 from metrale_export.cli.main import cli
 from metrale_export.exporter.demo import write_demo
 
@@ -175,7 +176,7 @@ def test_export_of_an_older_op_contract_is_refused(demo_exports, tmp_path, fmt, 
     shutil.copytree(demo_exports[fmt], old)
     model = onnx.load(str(old / "model.onnx"))
     for o in model.opset_import:
-        if o.domain == "metrale":
+        if o.domain == contract.DOMAIN:
             o.version = version
     onnx.save(model, str(old / "model.onnx"))
     for args in (["inspect", old], ["compare", old], ["build", old, "-o", tmp_path / "e"]):

@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from click.testing import CliRunner
 
+from metrale_export import contract
 from metrale_export.cli.main import cli
 
 LAYER = "model.layers.1.self_attn"
@@ -17,7 +18,7 @@ LAYER = "model.layers.1.self_attn"
 
 def _swap_kv_heads(onnx_path):
     model = onnx.load(str(onnx_path), load_external_data=False)
-    node = next(n for n in model.graph.node if n.domain == "metrale" and n.op_type == "Attention"
+    node = next(n for n in model.graph.node if n.domain == contract.DOMAIN and n.op_type == "Attention"
                 and any(a.name == "name" and a.s.decode() == LAYER for a in n.attribute))
     perm = onnx.numpy_helper.from_array(np.array([1, 0], dtype=np.int64), "fault_kv_perm")
     model.graph.initializer.append(perm)

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from safetensors.torch import save_file
 
+from metrale_export import contract
 from metrale_export.cli.main import cli
 from metrale_export.compare.accuracy import Case, compare_export
 from metrale_export.compare.segments import plan_segments
@@ -130,7 +131,7 @@ def test_a_layer_boundary_at_a_fused_norm_is_followed():
     inits = [w("model.embed_tokens.weight", 10, 4), w("model.layers.0.a.weight", 4, 4),
              w("model.layers.1.input_layernorm.weight", 4), w("model.layers.1.b.weight", 4, 4),
              w("model.norm.weight", 4)]
-    norm = dict(domain="metrale", k=4, epsilon=1e-6)
+    norm = dict(domain=contract.DOMAIN, k=4, epsilon=1e-6)
     nodes = [
         helper.make_node("Gather", ["model.embed_tokens.weight", "ids"], ["h0"], name="embed"),
         helper.make_node("MatMul", ["h0", "model.layers.0.a.weight"], ["b0"], name="a"),

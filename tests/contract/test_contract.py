@@ -14,7 +14,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from metrale_export import contract, contract_header
+from metrale_export import contract
+from metrale_export.contract import header as contract_header
 from support.plugin_contract import drift
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,9 +1,12 @@
 """Backend discovery and the messages that say what to install; lowering/option conflicts."""
 
+import re
+
 import pytest
 
 from metrale_export.engines import backends
 from metrale_export.engines.build import resolve_lowering, resolve_source
+from metrale_export.engines.plan import UsageConflict, lowering_conflict
 from metrale_export.errors import BuildError, InputError
 
 
@@ -36,7 +39,8 @@ def test_unknown_backend():
     ],
 )
 def test_resolve_lowering(backend, lowering, plugins, has_ops, expected):
-    assert resolve_lowering(backend, lowering, plugins, has_ops) == (expected, "")
+    assert lowering_conflict(backend, lowering, plugins, has_ops) is None
+    assert resolve_lowering(backend, lowering, plugins, has_ops) == expected
 
 
 @pytest.mark.parametrize(
@@ -49,8 +53,10 @@ def test_resolve_lowering(backend, lowering, plugins, has_ops, expected):
     ],
 )
 def test_lowering_conflicts_say_why(backend, lowering, plugins, words):
-    chosen, reason = resolve_lowering(backend, lowering, plugins, True)
-    assert chosen is None and words in reason
+    assert words in lowering_conflict(backend, lowering, plugins, True)
+    with pytest.raises(UsageConflict, match=re.escape(words)) as e:
+        resolve_lowering(backend, lowering, plugins, True)
+    assert e.value.param == ("--lowering" if lowering else "--plugins")
 
 
 def test_resolve_source_errors(tmp_path):

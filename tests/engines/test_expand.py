@@ -9,9 +9,11 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from metrale_export import contract
 from metrale_export.engines import lowering
 from metrale_export.ops import attention as A
-from metrale_export.ops import onnx_translation, torch_ops  # noqa: F401
+from metrale_export.ops import torch_ops  # noqa: F401
+from support.graphs import traced_graph
 
 
 class _Attn(torch.nn.Module):
@@ -22,13 +24,9 @@ class _Attn(torch.nn.Module):
 @pytest.fixture(scope="module")
 def graph():
     q, k, v = torch.randn(1, 8, 3, 64), torch.randn(1, 2, 5, 64), torch.randn(1, 2, 5, 64)
-    ep = torch.onnx.export(_Attn().eval(), (q, k, v), dynamo=True, verbose=False,
-                           custom_translation_table=onnx_translation.translation_table(),
-                           dynamic_shapes={"q": {0: "batch", 2: "seq"}, "k": {0: "batch", 2: "total"},
-                                           "v": {0: "batch", 2: "total"}})
-    model = ep.model_proto
-    onnx_translation.compact_inputs(model.graph)
-    assert [n.op_type for n in model.graph.node if n.domain == "metrale"] == ["Attention"]
+    model = traced_graph(_Attn().eval(), (q, k, v), {"q": {0: "batch", 2: "seq"}, "k": {0: "batch", 2: "total"},
+                                                      "v": {0: "batch", 2: "total"}})
+    assert [n.op_type for n in model.graph.node if n.domain == contract.DOMAIN] == ["Attention"]
     return model
 
 
@@ -37,11 +35,9 @@ def graph():
 def test_expanded_attention_is_within_the_op_bound(graph, path, b, s, t, monkeypatch):
     import dataclasses
 
-    from metrale_export import contract
-
     monkeypatch.setitem(contract.OPS, "Attention", dataclasses.replace(contract.OPS["Attention"], has_plugin=False))
     lowered = lowering.lower_qdq(graph) if path == "qdq" else lowering.lower_plugins(graph, {})
-    assert not [n for n in lowered.graph.node if n.domain == "metrale"]
+    assert not [n for n in lowered.graph.node if n.domain == contract.DOMAIN]
     sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
     g = torch.Generator().manual_seed(b * 1000 + t)
     q = torch.randn(b, 8, s, 64, generator=g)
@@ -61,8 +57,6 @@ def test_expanded_attention_is_within_the_op_bound(graph, path, b, s, t, monkeyp
 
 
 def test_with_its_plugin_the_plugin_lowering_keeps_attention(graph):
-    from metrale_export import contract
-
     assert contract.op("Attention").has_plugin
     lowered = lowering.lower_plugins(graph, {})
-    assert [n.op_type for n in lowered.graph.node if n.domain == "metrale"] == ["Attention"]
+    assert [n.op_type for n in lowered.graph.node if n.domain == contract.DOMAIN] == ["Attention"]

@@ -15,7 +15,8 @@ import torch
 from metrale_export import contract
 from metrale_export.engines import lowering
 from metrale_export.ops import gdn as G
-from metrale_export.ops import onnx_translation, torch_ops  # noqa: F401
+from metrale_export.ops import torch_ops  # noqa: F401
+from support.graphs import GDN_DYNAMIC_SHAPES, traced_graph
 
 HK, HV, DK, DV, C, K = 2, 4, 16, 8, 2 * 2 * 16 + 4 * 8, 4
 
@@ -44,13 +45,8 @@ def _inputs(b, s, seed):
 @pytest.fixture(scope="module")
 def graph():
     m = _Gdn().eval()
-    ep = torch.onnx.export(m, _inputs(2, 3, 0), dynamo=True, verbose=False,
-                           custom_translation_table=onnx_translation.translation_table(),
-                           dynamic_shapes={"x": {0: "batch", 1: "seq"}, "conv_state": {0: "batch"},
-                                           "ba": {0: "batch", 1: "seq"}, "state": {0: "batch"}})
-    model = ep.model_proto
-    onnx_translation.compact_inputs(model.graph)
-    assert [n.op_type for n in model.graph.node if n.domain == "metrale"] == ["CausalConv1d", "GatedDeltaRule"]
+    model = traced_graph(m, _inputs(2, 3, 0), GDN_DYNAMIC_SHAPES)
+    assert [n.op_type for n in model.graph.node if n.domain == contract.DOMAIN] == ["CausalConv1d", "GatedDeltaRule"]
     return m, model
 
 
@@ -61,7 +57,7 @@ def test_expanded_gdn_ops_are_the_reference_within_reassociation(graph, path, b,
     for t in ("CausalConv1d", "GatedDeltaRule"):
         monkeypatch.setitem(contract.OPS, t, dataclasses.replace(contract.OPS[t], has_plugin=False))
     lowered = lowering.lower_qdq(model) if path == "qdq" else lowering.lower_plugins(model, {})
-    assert not [n for n in lowered.graph.node if n.domain == "metrale"]
+    assert not [n for n in lowered.graph.node if n.domain == contract.DOMAIN]
     assert {"Conv", "Scan"} <= {n.op_type for n in lowered.graph.node}
     sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
     ins = _inputs(b, s, 100 * b + s)
@@ -80,7 +76,7 @@ def test_with_their_plugins_the_plugin_lowering_keeps_them(graph, monkeypatch):
     for t in ("CausalConv1d", "GatedDeltaRule"):
         monkeypatch.setitem(contract.OPS, t, dataclasses.replace(contract.OPS[t], has_plugin=True))
     lowered = lowering.lower_plugins(model, {})
-    assert [n.op_type for n in lowered.graph.node if n.domain == "metrale"] == ["CausalConv1d", "GatedDeltaRule"]
+    assert [n.op_type for n in lowered.graph.node if n.domain == contract.DOMAIN] == ["CausalConv1d", "GatedDeltaRule"]
     assert not {"Conv", "Scan"} & {n.op_type for n in lowered.graph.node}
 
 

@@ -158,7 +158,7 @@ def test_static_w8a8_export_has_tensor_scales_and_version_3_nodes(static_w8a8):
     inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
     manifest = json.loads((out / "manifest.json").read_text())
     scales = manifest["activation_scales"]["scales"]
-    nodes = [n for n in model.graph.node if n.domain == "metrale" and n.op_type in contract.projections()]
+    nodes = [n for n in model.graph.node if n.domain == contract.DOMAIN and n.op_type in contract.projections()]
     assert nodes and len(scales) == len(nodes)  # lm_head stays float (a FloatProj)
     for n in nodes:
         a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
@@ -193,7 +193,7 @@ def test_compare_passes_and_reports_the_error_against_dynamic_scales(static_w8a8
 def test_static_w4a4_export_gives_every_projection_an_input_scale(demo_checkpoint, tmp_path):
     done = _static(demo_checkpoint, tmp_path / "w4a4", weight="w4a4", quantize_lm_head=True)
     model = onnx.load(str(done.out_dir / "model.onnx"))
-    nodes = [n for n in model.graph.node if n.domain == "metrale" and n.op_type in contract.projections()]
+    nodes = [n for n in model.graph.node if n.domain == contract.DOMAIN and n.op_type in contract.projections()]
     assert len(nodes) == 15  # 14 projections and the head
     for n in nodes:
         a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
@@ -212,7 +212,7 @@ def test_dynamic_w8a8_nodes_are_version_3(demo_exports):
         a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
         assert a["plugin_version"] == b"3" and a["activation_scale_granularity"] == b"row"
         assert contract.op("W8A8Proj").node_version(a) == 3
-    assert {o.domain: o.version for o in model.opset_import}["metrale"] == 3
+    assert {o.domain: o.version for o in model.opset_import}[contract.DOMAIN] == 3
 
 
 # --- the command line ------------------------------------------------------------------------------

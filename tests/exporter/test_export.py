@@ -28,7 +28,7 @@ def test_graph_is_valid_and_every_op_carries_the_contract(demo_exports):
     for fmt, d in demo_exports.items():
         model = onnx.load(str(d / "model.onnx"))
         onnx.checker.check_model(model)
-        ops = [n for n in model.graph.node if n.domain == "metrale"]
+        ops = [n for n in model.graph.node if n.domain == contract.DOMAIN]
         projections = [n for n in ops if n.op_type in contract.projections()]
         assert len(projections) == (0 if fmt == "none" else 14), fmt
         assert sum(n.op_type == "Attention" for n in ops) == 2, fmt  # every format: one per layer

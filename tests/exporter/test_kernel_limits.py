@@ -28,9 +28,9 @@ K = 400  # even (the contract's only condition), 400 = 16 mod 32
 
 def test_the_limit_is_the_generated_headers():
     step = contract.KERNEL_K_MULTIPLE["w4a16"]
-    header = (Path(contract.__file__).resolve().parents[1] / "plugins/include/metrale/contract.h").read_text()
+    header = (contract.JSON_PATH.parent / "include/metrale/contract.h").read_text()
     assert f"constexpr int32_t kW4A16_KERNEL_K_MULTIPLE{{{step}}};" in header
-    kernel = (Path(contract.__file__).resolve().parents[1] / "plugins/w4a16Proj/w4a16ProjKernel.cuh").read_text()
+    kernel = (contract.JSON_PATH.parent / "w4a16Proj/w4a16ProjKernel.cuh").read_text()
     assert "k % contract::kW4A16_KERNEL_K_MULTIPLE != 0" in kernel
     assert contract.kernel_k_problem("w4a16", K) is not None
     assert contract.kernel_k_problem("w4a16", K + 16) is None

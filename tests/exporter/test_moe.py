@@ -26,7 +26,7 @@ from metrale_export.ops.ort import reference_session
 transformers = pytest.importorskip("transformers")
 
 TRANSFORMERS = tolerances.TRANSFORMERS  # docs/ops.md: unquantized export vs transformers
-QUANTIZED = 1e-3  # docs/ops.md: ONNX Runtime vs the PyTorch reference of the quantized model
+QUANTIZED = tolerances.MODEL_QUANTIZED  # docs/ops.md: ONNX Runtime vs the PyTorch reference of the quantized model
 CHUNKS = [5, 1, 1, 2]
 
 
@@ -132,7 +132,7 @@ def _projection_nodes(out, attention_layers, sparse_layers):
     """The metrale projection nodes; the other metrale nodes are the norms, the float lm_head and
     router gates, one Attention per attention layer and one Router per sparse layer."""
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
-    nodes = [n for n in graph.node if n.domain == "metrale"]
+    nodes = [n for n in graph.node if n.domain == contract.DOMAIN]
     assert sorted({n.op_type for n in nodes} - set(contract.projections())) == ["Attention", "FloatProj", "RMSNorm",
                                                                                  "Router"]
     assert sum(n.op_type == "Attention" for n in nodes) == attention_layers

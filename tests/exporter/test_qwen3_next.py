@@ -146,7 +146,7 @@ def _quantized_case(path, ids, tmp_path, fmt):
     request = QuantRequest(weight=fmt, group_size=32)
     out = export(path, tmp_path / fmt, ExportOptions(request=request)).out_dir
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
-    nodes = [n for n in graph.node if n.domain == "metrale"]
+    nodes = [n for n in graph.node if n.domain == contract.DOMAIN]
     family = {n.name: next(a.s.decode() for a in n.attribute if a.name == "family") for n in nodes}
     assert {family[n.name] for n in nodes if n.op_type in contract.projections()} == {"attn", "ffn", "gdn", "moe"}
     # the reductions: one Attention for the full-attention layer (1), one Router for the sparse
@@ -159,7 +159,7 @@ def _quantized_case(path, ids, tmp_path, fmt):
     assert [family[n.name] for n in nodes if n.op_type == "FloatProj"
             and next(a.s.decode() for a in n.attribute if a.name == "name") == "lm_head"] == ["head"]
     names = {next(a.s.decode() for a in n.attribute if a.name == "name"): n.op_type
-             for n in graph.node if n.domain == "metrale"}
+             for n in graph.node if n.domain == contract.DOMAIN}
     # the routed experts: three grouped nodes; the shared expert stays a dense projection
     assert sorted(t for t in names.values() if t.endswith("MoEProj")) == [names["model.layers.0.mlp.experts.up_proj"]] * 3
     assert names["model.layers.0.mlp.shared_expert.down_proj"].endswith("Proj") and \
@@ -270,9 +270,9 @@ def test_tensorrt_rtx_parses_the_hybrid_export(unquantized_export, tmp_path):
     from metrale_export.engines.lowering import lower_qdq
 
     model = onnx.load(str(unquantized_export / "model.onnx"))
-    assert any(n.domain == "metrale" for n in model.graph.node)
+    assert any(n.domain == contract.DOMAIN for n in model.graph.node)
     lowered = lower_qdq(model)
-    assert not any(n.domain == "metrale" for n in lowered.graph.node)
+    assert not any(n.domain == contract.DOMAIN for n in lowered.graph.node)
     onnx.save(lowered, str(tmp_path / "lowered.onnx"))
     logger = trt.Logger(trt.Logger.ERROR)
     builder = trt.Builder(logger)
@@ -319,7 +319,7 @@ def test_hybrid_demo_grouped_export_against_transformers(tmp_path, fmt):
         full = hf(torch.from_numpy(ids)).logits.numpy()
     out = export(ck, tmp_path / fmt, ExportOptions(request=QuantRequest(weight=fmt))).out_dir
     graph = onnx.load(str(out / "model.onnx"), load_external_data=False).graph
-    grouped = [n for n in graph.node if n.domain == "metrale" and n.op_type.endswith("MoEProj")]
+    grouped = [n for n in graph.node if n.domain == contract.DOMAIN and n.op_type.endswith("MoEProj")]
     assert len(grouped) == (0 if fmt == "none" else 3 * 3)  # three sparse layers, three ops each
     got = np.concatenate(ort_steps(reference_session(out / "model.onnx"), ids, [6, 1, 1]), axis=1)
     bound = tolerances.TRANSFORMERS if fmt == "none" else tolerances.QUANTIZED_VS_FLOAT[fmt]

@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 from support.checkpoints import add_mtp_head
 from support.stateful import ort_steps
 
+from metrale_export import contract
 from metrale_export.exporter import demo, demo_hybrid, replicate
 from metrale_export.exporter.checkpoint import Checkpoint
 from metrale_export.exporter.config import parse_config
@@ -110,9 +111,9 @@ def _check_replicated(path, tmp_path, fmt):
     assert _weights(b) == _weights(a)
     assert sorted(n.op_type for n in b.graph.node) == sorted(n.op_type for n in a.graph.node)
     metrale = sorted(onnx.helper.get_attribute_value(at).decode() for n in b.graph.node
-                     if n.domain == "metrale" for at in n.attribute if at.name == "name")
+                     if n.domain == contract.DOMAIN for at in n.attribute if at.name == "name")
     assert metrale == sorted(onnx.helper.get_attribute_value(at).decode() for n in a.graph.node
-                             if n.domain == "metrale" for at in n.attribute if at.name == "name")
+                             if n.domain == contract.DOMAIN for at in n.attribute if at.name == "name")
 
     sa, sb = reference_session(a), reference_session(b)
     vocab = json.loads((path.parent / "config.json").read_text())["vocab_size"]

@@ -11,7 +11,8 @@ import torch
 
 from metrale_export import contract
 from metrale_export.ops import gdn as G
-from metrale_export.ops import onnx_translation, tolerances, torch_ops  # noqa: F401
+from metrale_export.ops import tolerances, torch_ops  # noqa: F401
+from support.graphs import GDN_DYNAMIC_SHAPES, traced_graph
 
 HK, HV, DK, DV, K = 2, 4, 32, 16, 4
 C = 2 * HK * DK + HV * DV
@@ -133,12 +134,7 @@ def test_onnx_runtime_op_is_the_torch_op_bitwise(tmp_path):
     from metrale_export.ops.ort import reference_session
 
     m = _Both().eval()
-    ep = torch.onnx.export(m, _inputs(1, 2, 0), dynamo=True, verbose=False,
-                           custom_translation_table=onnx_translation.translation_table(),
-                           dynamic_shapes={"x": {0: "batch", 1: "seq"}, "conv_state": {0: "batch"},
-                                           "ba": {0: "batch", 1: "seq"}, "state": {0: "batch"}})
-    model = ep.model_proto
-    onnx_translation.compact_inputs(model.graph)
+    model = traced_graph(m, _inputs(1, 2, 0), GDN_DYNAMIC_SHAPES)
     sess = reference_session(model)
     ins = _inputs(3, 5, 9)
     got = sess.run(None, dict(zip([i.name for i in sess.get_inputs()], (t.numpy() for t in ins))))

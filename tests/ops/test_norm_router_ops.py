@@ -10,6 +10,7 @@ import onnxruntime as ort
 import pytest
 import torch
 
+from metrale_export import contract
 from metrale_export.engines.lowering import lower_qdq
 from metrale_export.ops import norms, onnx_translation, router, tolerances
 from metrale_export.ops import ort as mort
@@ -100,7 +101,7 @@ def block_graph():
 
 def test_export_writes_the_contract_nodes(block_graph):
     _, proto = block_graph
-    nodes = {(n.op_type, len(n.input), len(n.output)) for n in proto.graph.node if n.domain == "metrale"}
+    nodes = {(n.op_type, len(n.input), len(n.output)) for n in proto.graph.node if n.domain == contract.DOMAIN}
     # the absent residual_out is dropped from the node; the gated norm has 3 inputs (x, weight, gate)
     assert nodes == {("RMSNorm", 3, 2), ("RMSNorm", 3, 1), ("RMSNorm", 2, 1), ("FloatProj", 3, 1), ("Router", 1, 2)}
     attrs = {a.name for n in proto.graph.node if n.op_type == "RMSNorm" for a in n.attribute}
@@ -116,7 +117,7 @@ def test_onnx_runtime_and_the_qdq_expansion_match_the_torch_ops(block_graph, row
     for g, w in zip(got, want):
         assert np.array_equal(g, w.numpy())  # the same reference on the same operands
     lowered = lower_qdq(proto)
-    assert not [n for n in lowered.graph.node if n.domain == "metrale"]
+    assert not [n for n in lowered.graph.node if n.domain == contract.DOMAIN]
     assert {"ReduceMean", "MatMul", "Softmax", "TopK"} <= {n.op_type for n in lowered.graph.node}
     sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
     std = sess.run(None, {"x": x.numpy(), "r": r.numpy()})

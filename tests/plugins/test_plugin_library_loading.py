@@ -84,7 +84,7 @@ def _fields(trt, values: dict):
 @pytest.mark.parametrize("op", sorted(FIELDS))
 def test_creator_is_registered_and_creates_plugins(trt, registry, op):
     version = str(contract.op(op).version)  # W4A16Proj: "2" (op version 2)
-    creator = registry.get_creator(op, version, "metrale")
+    creator = registry.get_creator(op, version, contract.DOMAIN)
     assert creator is not None, f"{op}: no creator registered under namespace 'metrale', version {version!r}"
     advertised = {f.name: f.type for f in creator.field_names}
     expected = {name: trt.PluginFieldType.INT32 if isinstance(v, int) else trt.PluginFieldType.CHAR
@@ -95,16 +95,16 @@ def test_creator_is_registered_and_creates_plugins(trt, registry, op):
 
 
 def test_bad_fields_are_refused_not_fatal(trt, registry):
-    creator = registry.get_creator("W4A16Proj", "2", "metrale")
+    creator = registry.get_creator("W4A16Proj", "2", contract.DOMAIN)
     bad = dict(FIELDS["W4A16Proj"], group_size=96)
     assert creator.create_plugin("layer", _fields(trt, bad), trt.TensorRTPhase.BUILD) is None
     # A graph of a retired version (W4A16: float32 scales; W8A8Proj 1 and 2: exact f16 products)
     # finds its retired creator, which refuses every plugin.
     for op, version in (("W4A16Proj", "1"), ("W4A16MoEProj", "1"), ("W8A8Proj", "1"), ("W8A8Proj", "2")):
-        old = registry.get_creator(op, version, "metrale")
+        old = registry.get_creator(op, version, contract.DOMAIN)
         assert old is not None, (op, version)
         assert old.create_plugin("layer", _fields(trt, FIELDS[op]), trt.TensorRTPhase.BUILD) is None, (op, version)
     # A grouped op with top_k above num_experts (docs/ops.md: exit 2 at export; refused here too).
-    creator = registry.get_creator("W8A8MoEProj", "1", "metrale")
+    creator = registry.get_creator("W8A8MoEProj", "1", contract.DOMAIN)
     bad = dict(FIELDS["W8A8MoEProj"], top_k=9)
     assert creator.create_plugin("layer", _fields(trt, bad), trt.TensorRTPhase.BUILD) is None

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from metrale_export.ops import w8a8
+from metrale_export.ops import tolerances, w8a8
 
 TINY = dict(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
             num_attention_heads=4, num_key_value_heads=2, head_dim=64, max_position_embeddings=4096,
@@ -300,7 +300,7 @@ def write_awq(out: str | Path, group_size: int = 128, seed: int = 0) -> Path:
 
 def export_and_compare(ckpt_dir: str | Path, out_dir: str | Path, layers: list[int] | None = None):
     """Export ``ckpt_dir`` with ``--weight-quantization declared`` and compare ONNX Runtime (reference
-    ops) with the PyTorch model built from the same checkpoint (docs/ops.md: 1e-3 relative).
+    ops) with the PyTorch model built from the same checkpoint (docs/ops.md: tolerances.MODEL_QUANTIZED relative).
 
     Returns (ExportResult, compare Report)."""
     from metrale_export.compare.accuracy import Case, compare_export
@@ -309,7 +309,7 @@ def export_and_compare(ckpt_dir: str | Path, out_dir: str | Path, layers: list[i
 
     result = export(ckpt_dir, out_dir, ExportOptions(request=QuantRequest(weight="declared"), layers=layers))
     report = compare_export(result.out_dir, Path(ckpt_dir), cases=(Case("prefill", 2, 5, 0), Case("decode", 2, 1, 6)),
-                            tolerance=1e-3)
+                            tolerance=tolerances.MODEL_QUANTIZED)
     return result, report
 
 

@@ -123,7 +123,7 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
             add("bias", bias.numpy())
         weights["bias"] = bias
         out = "y" if i == len(projs) - 1 else f"h{i}"
-        node = helper.make_node(p.op_type, names, [out], name=key, domain="metrale")
+        node = helper.make_node(p.op_type, names, [out], name=key, domain=contract.DOMAIN)
         # ``name`` is also make_node's own keyword: add the attributes afterwards.
         node.attribute.extend(helper.make_attribute(a, v) for a, v in attrs.items())
         nodes.append(node)
@@ -136,7 +136,7 @@ def projection_graph(k: int, projs: list[Proj], seed: int = 0, input_name: str =
         inits,
     )
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", contract.domain_version())],
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid(contract.DOMAIN, contract.domain_version())],
         producer_name="metrale-export-tests",
     )
     model.ir_version = 10
@@ -231,7 +231,7 @@ def model_graph(hidden: int = 64, vocab: int = 96, kv_heads: int = 2, head_dim: 
     outs += [helper.make_tensor_value_info(o, TensorProto.FLOAT, present) for o in outputs]
     graph = helper.make_graph(nodes, "metrale_toy_model", inputs, outs, inits)
     model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid("metrale", contract.domain_version())],
+        graph, opset_imports=[helper.make_opsetid("", MODEL_OPSET), helper.make_opsetid(contract.DOMAIN, contract.domain_version())],
         producer_name="metrale-export-tests",
     )
     model.ir_version = 10
@@ -253,4 +253,22 @@ def head_graph(vocab: int, hidden: int, seed: int = 5) -> onnx.ModelProto:
         [onnx.numpy_helper.from_array(emb, "embed.weight"), onnx.numpy_helper.from_array(head, "lm_head.weight")])
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
     model.ir_version = 10
+    return model
+
+
+# A Gated DeltaNet layer's (x, conv_state, ba, state): x and ba by batch and token, the states by batch.
+GDN_DYNAMIC_SHAPES = {"x": {0: "batch", 1: "seq"}, "conv_state": {0: "batch"},
+                      "ba": {0: "batch", 1: "seq"}, "state": {0: "batch"}}
+
+
+def traced_graph(module: torch.nn.Module, inputs: tuple, dynamic_shapes: dict) -> onnx.ModelProto:
+    """``module`` (calling torch.ops.metrale.*) exported by torch.onnx's dynamo exporter with the
+    metrale translation table, its unused inputs removed, as the exporter writes its graphs."""
+    from metrale_export.ops import onnx_translation, torch_ops  # noqa: F401  (torch_ops registers the ops)
+
+    ep = torch.onnx.export(module, inputs, dynamo=True, verbose=False,
+                           custom_translation_table=onnx_translation.translation_table(),
+                           dynamic_shapes=dynamic_shapes)
+    model = ep.model_proto
+    onnx_translation.compact_inputs(model.graph)
     return model

@@ -35,7 +35,7 @@ def detect(ckpt: Checkpoint) -> type[DeclaredSource] | None:
     if isinstance(q, dict) and q:
         method = q.get("quant_method", "?")
         raise InputError(
-            f"{ckpt.root / 'config.json'}: quantization_config declares quant_method {method!r}, which has "
+            f"{DeclaredSource.qconfig_where(ckpt)} declares quant_method {method!r}, which has "
             f"no reader; supported: compressed-tensors, modelopt, fp8 (block, weight_scale_inv), gptq, awq"
         )
     return None

@@ -98,6 +98,17 @@ class DeclaredSource:
     def read_qconfig(cls, ckpt: Checkpoint) -> dict:
         return dict(ckpt.config.get("quantization_config") or {})
 
+    @staticmethod
+    def declares(ckpt: Checkpoint, method: str) -> bool:
+        """Whether config.json's quantization_config declares quant_method ``method``."""
+        q = ckpt.config.get("quantization_config")
+        return isinstance(q, dict) and q.get("quant_method") == method
+
+    @staticmethod
+    def qconfig_where(ckpt: Checkpoint) -> str:
+        """Where config.json's quantization_config is, for messages."""
+        return f"{ckpt.root / 'config.json'}: quantization_config"
+
     def is_quantized(self, name: str, weight_name: str) -> bool:
         raise NotImplementedError
 
@@ -138,6 +149,10 @@ class DeclaredSource:
 
     def declared_activation(self) -> str:
         return "bf16"
+
+    def activation_scales(self) -> None:
+        """The declared formats' activation scales are dynamic or stored (no calibration entry)."""
+        return None
 
     def spec(self, name: str, n: int, k: int, family: str, bias: bool = False,
              weight_name: str | None = None) -> ProjSpec:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import torch
 
+from ...contract import GROUP_SIZES
 from ...errors import CheckpointError, InputError
 from ...ops import w4a16
 from ...ops.numerics import FP8_BLOCK, NVFP4_BLOCK
@@ -34,13 +35,12 @@ class CompressedTensorsSource(DeclaredSource):
 
     @classmethod
     def detect(cls, ckpt) -> bool:
-        q = ckpt.config.get("quantization_config")
-        return isinstance(q, dict) and q.get("quant_method") == "compressed-tensors"
+        return cls.declares(ckpt, "compressed-tensors")
 
     def __init__(self, checkpoint, request):
         self.checkpoint = checkpoint
         q = dict(checkpoint.config.get("quantization_config") or {})
-        where = f"{checkpoint.root / 'config.json'}: quantization_config"
+        where = self.qconfig_where(checkpoint)
         groups = q.get("config_groups") or {}
         if not isinstance(groups, dict) or not groups:
             raise InputError(f"{where}: expected a non-empty 'config_groups' object")
@@ -67,53 +67,62 @@ class CompressedTensorsSource(DeclaredSource):
 
     # --- the scheme -------------------------------------------------------------------------
     def _check_scheme(self, where: str) -> None:
+        self.w_strategy = self.w.get("strategy")
+        {"w4a16": self._check_int4, "w8a8": self._check_fp8}.get(self.kind, self._check_nvfp4)(where)
+
+    def _check_int4(self, where: str) -> None:
         w, a = self.w, self.a
         bits, wtype, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
-        self.w_strategy = strategy
-        if self.kind == "w4a16":
-            if bits != 4 or wtype != "int":
-                raise InputError(f"{where}: pack-quantized with {bits}-bit {wtype} weights; only 4-bit int is supported")
-            if strategy != "group" or w.get("group_size") not in (32, 64, 128):
-                raise InputError(
-                    f"{where}: int4 weights with strategy {strategy!r} and group size {w.get('group_size')}; "
-                    "W4A16Proj needs group quantization with group size 32, 64 or 128"
-                )
-            if w.get("actorder") not in (None, "static", False):
-                raise InputError(
-                    f"{where}: act-order {w.get('actorder')!r} stores a g_idx permutation; W4A16Proj needs "
-                    "contiguous groups (re-quantize with actorder 'static' or none)"
-                )
-            if a is not None:
-                raise InputError(
-                    f"{where}: int4 weights with {a.get('num_bits')}-bit {a.get('type')} activations (W4A8); "
-                    "the metrale contract runs int4 weights with bf16 activations only"
-                )
-            self.group_size = int(w["group_size"])
-            self.symmetric = bool(w.get("symmetric", True))
-        elif self.kind == "w8a8":
-            if bits != 8 or wtype != "float":
-                raise InputError(f"{where}: {bits}-bit {wtype} weights; only FP8 (8-bit float) is supported")
-            if strategy == "block":
-                if list(w.get("block_structure") or []) != [FP8_BLOCK, FP8_BLOCK]:
-                    raise InputError(f"{where}: FP8 block structure {w.get('block_structure')}; only [128, 128] is supported")
-                self.granularity = "block128"
-            elif strategy in ("channel", "tensor"):
-                self.granularity = "channel"
-            else:
-                raise InputError(f"{where}: FP8 weight strategy {strategy!r}; supported: tensor, channel, block")
-            self.act = self._fp8_activation(where)
+        if bits != 4 or wtype != "int":
+            raise InputError(f"{where}: pack-quantized with {bits}-bit {wtype} weights; only 4-bit int is supported")
+        if strategy != "group" or w.get("group_size") not in GROUP_SIZES:
+            sizes = ", ".join(map(str, GROUP_SIZES[:-1])) + f" or {GROUP_SIZES[-1]}"
+            raise InputError(
+                f"{where}: int4 weights with strategy {strategy!r} and group size {w.get('group_size')}; "
+                f"W4A16Proj needs group quantization with group size {sizes}"
+            )
+        if w.get("actorder") not in (None, "static", False):
+            raise InputError(
+                f"{where}: act-order {w.get('actorder')!r} stores a g_idx permutation; W4A16Proj needs "
+                "contiguous groups (re-quantize with actorder 'static' or none)"
+            )
+        if a is not None:
+            raise InputError(
+                f"{where}: int4 weights with {a.get('num_bits')}-bit {a.get('type')} activations (W4A8); "
+                "the metrale contract runs int4 weights with bf16 activations only"
+            )
+        self.group_size = int(w["group_size"])
+        self.symmetric = bool(w.get("symmetric", True))
+
+    def _check_fp8(self, where: str) -> None:
+        w = self.w
+        bits, wtype, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
+        if bits != 8 or wtype != "float":
+            raise InputError(f"{where}: {bits}-bit {wtype} weights; only FP8 (8-bit float) is supported")
+        if strategy == "block":
+            if list(w.get("block_structure") or []) != [FP8_BLOCK, FP8_BLOCK]:
+                raise InputError(f"{where}: FP8 block structure {w.get('block_structure')}; only [128, 128] is supported")
+            self.granularity = "block128"
+        elif strategy in ("channel", "tensor"):
+            self.granularity = "channel"
         else:
-            if bits != 4 or wtype != "float" or w.get("group_size") != NVFP4_BLOCK:
-                raise InputError(f"{where}: nvfp4-pack-quantized with {bits}-bit {wtype} group {w.get('group_size')}; expected NVFP4 (4-bit float, group 16)")
-            if a is None:
-                self.act_nvfp4, self.static_input = False, False
-            elif a.get("num_bits") == 4 and a.get("type") == "float":
-                self.act_nvfp4 = True
-                self.static_input = a.get("dynamic") in (False, "local")
-                if not self.static_input:
-                    raise InputError(f"{where}: fully dynamic NVFP4 activations (per-tensor global scale at run time) have no row-invariant equivalent; expected dynamic 'local' with a stored input_global_scale")
-            else:
-                raise InputError(f"{where}: NVFP4 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
+            raise InputError(f"{where}: FP8 weight strategy {strategy!r}; supported: tensor, channel, block")
+        self.act = self._fp8_activation(where)
+
+    def _check_nvfp4(self, where: str) -> None:
+        w, a = self.w, self.a
+        bits, wtype = w.get("num_bits"), w.get("type")
+        if bits != 4 or wtype != "float" or w.get("group_size") != NVFP4_BLOCK:
+            raise InputError(f"{where}: nvfp4-pack-quantized with {bits}-bit {wtype} group {w.get('group_size')}; expected NVFP4 (4-bit float, group 16)")
+        if a is None:
+            self.act_nvfp4, self.static_input = False, False
+        elif a.get("num_bits") == 4 and a.get("type") == "float":
+            self.act_nvfp4 = True
+            self.static_input = a.get("dynamic") in (False, "local")
+            if not self.static_input:
+                raise InputError(f"{where}: fully dynamic NVFP4 activations (per-tensor global scale at run time) have no row-invariant equivalent; expected dynamic 'local' with a stored input_global_scale")
+        else:
+            raise InputError(f"{where}: NVFP4 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
 
     def _fp8_activation(self, where: str) -> dict:
         a = self.a

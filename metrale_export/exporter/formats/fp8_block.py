@@ -25,12 +25,11 @@ class Fp8BlockSource(DeclaredSource):
 
     @classmethod
     def detect(cls, ckpt) -> bool:
-        q = ckpt.config.get("quantization_config")
-        return isinstance(q, dict) and q.get("quant_method") == "fp8"
+        return cls.declares(ckpt, "fp8")
 
     def __init__(self, checkpoint, request):
         q = dict(checkpoint.config.get("quantization_config") or {})
-        where = f"{checkpoint.root / 'config.json'}: quantization_config"
+        where = self.qconfig_where(checkpoint)
         if q.get("fmt", "e4m3") != "e4m3":
             raise InputError(f"{where}: fmt {q.get('fmt')!r}; only e4m3 is supported")
         if list(q.get("weight_block_size") or []) != [FP8_BLOCK, FP8_BLOCK]:

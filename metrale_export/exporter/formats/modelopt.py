@@ -33,10 +33,7 @@ class ModelOptSource(DeclaredSource):
 
     @classmethod
     def detect(cls, ckpt) -> bool:
-        q = ckpt.config.get("quantization_config")
-        if isinstance(q, dict) and q.get("quant_method") == "modelopt":
-            return True
-        return (ckpt.root / HF_QUANT_CONFIG).is_file()
+        return cls.declares(ckpt, "modelopt") or (ckpt.root / HF_QUANT_CONFIG).is_file()
 
     @classmethod
     def read_qconfig(cls, ckpt) -> dict:

@@ -15,9 +15,10 @@ from ...ops import torch_ops  # noqa: F401  (defines metrale::attention)
 from ..projection import Projection
 from .norm import RMSNorm
 from .rope import apply_rotary
+from ..projection_source import ProjectionSource
 
 
-def attention_plan(cfg, source, prefix: str) -> dict:
+def attention_plan(cfg, source: ProjectionSource, prefix: str) -> dict:
     """The q/k/v/o projection specs of one attention layer (headers checked, nothing read)."""
     h, hd = cfg.hidden_size, cfg.head_dim
     qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd

@@ -41,6 +41,7 @@ from ..projection import Projection
 from .moe import Linear
 from .norm import RMSNorm
 from .views import Part, RowRecipe
+from ..projection_source import ProjectionSource
 
 
 @dataclass(frozen=True)
@@ -152,7 +153,7 @@ def gdn_recipes(g: GdnConfig, ckpt, prefix: str) -> dict[str, RowRecipe]:
         f"{', '.join(repr(m) for m in missing)})")
 
 
-def gdn_plan(g: GdnConfig, source, prefix: str) -> dict:
+def gdn_plan(g: GdnConfig, source: ProjectionSource, prefix: str) -> dict:
     return {
         "in_proj_qkvz": source.spec(f"{prefix}.in_proj_qkvz", g.qkvz_dim, g.hidden_size, "gdn"),
         "out_proj": source.spec(f"{prefix}.out_proj", g.hidden_size, g.value_dim, "gdn"),

@@ -33,6 +33,7 @@ from .registry import layer_builder
 from .rope import Rotary, inv_freq
 from .state import StateSpec  # noqa: F401  (re-exported)
 from .views import with_recipes
+from ..projection_source import ProjectionSource
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -54,7 +55,7 @@ class CausalLM(nn.Module):
     attention layers). ``hidden_output``: one more output last, ``hidden_states`` [B,S,H] (the
     final norm's output, which lm_head reads), for the MTP head (``mtp.py``)."""
 
-    def __init__(self, cfg, source, dtype: torch.dtype = torch.float32, layers: list[int] | None = None,
+    def __init__(self, cfg, source: ProjectionSource, dtype: torch.dtype = torch.float32, layers: list[int] | None = None,
                  hidden_output: bool = False):
         super().__init__()
         self.cfg = cfg
@@ -117,7 +118,7 @@ class CausalLM(nn.Module):
     def weight_nbytes(self) -> int:
         return sum(b.numel() * b.element_size() for b in self.buffers())
 
-    def iter_weights(self, source, prefix: str = "", cast: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
+    def iter_weights(self, source: ProjectionSource, prefix: str = "", cast: bool = True) -> Iterator[tuple[str, torch.Tensor]]:
         """(buffer path, tensor) for every buffer whose path starts with ``prefix``, reading the
         checkpoint one tensor at a time; ``cast=False`` leaves float tensors in their stored dtype
         (a buffer's ``copy_`` converts them, with no second full-size copy)."""
@@ -143,14 +144,14 @@ class CausalLM(nn.Module):
                     t = t.to(buffers[f"{path}.{key}"].dtype)
                 yield f"{path}.{key}", t
 
-    def load_weights(self, source) -> "CausalLM":
+    def load_weights(self, source: ProjectionSource) -> "CausalLM":
         """Fill every buffer from the checkpoint (for the in-memory PyTorch reference)."""
         buffers = dict(self.named_buffers())
         for fqn, t in self.iter_weights(source):
             buffers[fqn].copy_(t)
         return self
 
-    def load_part(self, source, path: str) -> nn.Module:
+    def load_part(self, source: ProjectionSource, path: str) -> nn.Module:
         """Materialize the submodule at ``path`` ("model.layers.3", "lm_head") on the CPU and fill
         its buffers from the checkpoint, the rest of the model left as it is (on ``meta`` for a
         model streamed part by part: ``compare`` holds one layer at a time)."""

@@ -33,6 +33,7 @@ from .attention import Attention, attention_plan
 from .ffn import SwiGLU
 from .qwen3 import DecoderLayer
 from .norm import RMSNorm
+from ..projection_source import ProjectionSource
 from .views import Part, RowRecipe
 
 
@@ -115,7 +116,7 @@ def expert_recipes(cfg, moe: MoeConfig, ckpt, prefix: str) -> dict[str, RowRecip
     return out
 
 
-def swiglu_specs(source, prefix: str, hidden: int, inter: int, family: str) -> dict:
+def swiglu_specs(source: ProjectionSource, prefix: str, hidden: int, inter: int, family: str) -> dict:
     return {
         "gate_proj": source.spec(f"{prefix}.gate_proj", inter, hidden, family),
         "up_proj": source.spec(f"{prefix}.up_proj", inter, hidden, family),
@@ -123,7 +124,7 @@ def swiglu_specs(source, prefix: str, hidden: int, inter: int, family: str) -> d
     }
 
 
-def mlp_plan(cfg, moe: MoeConfig, source, prefix: str) -> dict:
+def mlp_plan(cfg, moe: MoeConfig, source: ProjectionSource, prefix: str) -> dict:
     """The FFN of layer ``prefix``: a dense SwiGLU (family ``ffn``) or the sparse MoE block."""
     h = cfg.hidden_size
     if not moe.is_sparse(layer_index(prefix)):
@@ -140,9 +141,9 @@ def mlp_plan(cfg, moe: MoeConfig, source, prefix: str) -> dict:
     return {"kind": "moe", "experts": experts, "grouped": grouped, "shared_expert": shared}
 
 
-def experts_layout(source) -> str:
+def experts_layout(source: ProjectionSource) -> str:
     """``--moe-experts`` (grouped unless the request says dense)."""
-    layout = getattr(getattr(source, "request", None), "moe_experts", "grouped")
+    layout = source.request.moe_experts
     if layout not in LAYOUTS:
         raise ConfigError(f"--moe-experts: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
     return layout
@@ -308,7 +309,7 @@ class Qwen3MoeDecoderLayer(DecoderLayer):
         self.mlp = build_mlp(cfg, moe_config(cfg), specs["mlp"], dtype)
 
     @staticmethod
-    def plan(cfg, source, prefix: str) -> dict:
+    def plan(cfg, source: ProjectionSource, prefix: str) -> dict:
         return {"self_attn": attention_plan(cfg, source, prefix), "mlp": mlp_plan(cfg, moe_config(cfg), source, prefix)}
 
     @staticmethod

@@ -38,6 +38,7 @@ from .qwen3_next import (OffsetRMSNorm, Qwen3NextDecoderLayer, next_moe, gated_a
                          gated_attention_plan)
 from .rope import Rotary
 from .views import with_recipes
+from ..projection_source import ProjectionSource
 
 PREFIX = "mtp"
 LAYER = f"{PREFIX}.layers.0"
@@ -69,7 +70,7 @@ class MtpHead(CausalLM):
     whose hidden states are given (position ``p``'s hidden state with the token at ``p + 1``), at the
     positions of the hidden states, as vLLM's drafter feeds them."""
 
-    def __init__(self, cfg, source, dtype: torch.dtype = torch.float32):
+    def __init__(self, cfg, source: ProjectionSource, dtype: torch.dtype = torch.float32):
         nn.Module.__init__(self)
         self.cfg, self.dtype = cfg, dtype
         self.layer_ids = [0]

@@ -13,6 +13,7 @@ from .attention import Attention, attention_plan
 from .ffn import SwiGLU
 from .norm import RMSNorm
 from .state import StateSpec
+from ..projection_source import ProjectionSource
 
 
 class DecoderLayer(nn.Module):
@@ -37,7 +38,7 @@ class DecoderLayer(nn.Module):
         return (StateSpec("past_key", "present_key", shape), StateSpec("past_value", "present_value", shape))
 
     @staticmethod
-    def plan(cfg, source, prefix: str) -> dict:
+    def plan(cfg, source: ProjectionSource, prefix: str) -> dict:
         """The projection specs of one layer (headers checked, nothing read)."""
         h = cfg.hidden_size
         attn = attention_plan(cfg, source, prefix)

@@ -26,6 +26,7 @@ from .state import StateSpec
 from .moe import build_mlp, expert_recipes, layer_index, mlp_plain_tensors, mlp_plan, moe_config
 from .norm import RMSNorm
 from .rope import apply_rotary
+from ..projection_source import ProjectionSource
 
 LAYER_KINDS = ("linear_attention", "full_attention")
 
@@ -91,7 +92,7 @@ class GatedAttention(Attention):
         return self.o_proj(out), k_all, v_all
 
 
-def gated_attention_plan(cfg, source, prefix: str) -> dict:
+def gated_attention_plan(cfg, source: ProjectionSource, prefix: str) -> dict:
     """The projections of a gated full-attention block at ``prefix`` (``...self_attn``)."""
     h, hd = cfg.hidden_size, cfg.head_dim
     qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
@@ -150,7 +151,7 @@ class Qwen3NextDecoderLayer(nn.Module):
         return int(cfg.head_dim * partial_rotary_factor(cfg))
 
     @staticmethod
-    def plan(cfg, source, prefix: str) -> dict:
+    def plan(cfg, source: ProjectionSource, prefix: str) -> dict:
         kind = layer_types(cfg)[layer_index(prefix)]
         out = {"kind": kind, "mlp": mlp_plan(cfg, next_moe(cfg), source, prefix)}
         if kind == "linear_attention":

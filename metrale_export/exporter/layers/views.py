@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ...errors import CheckpointError
+from ..projection_source import ProjectionSource
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,22 @@ class CheckpointView:
         if name not in self.recipes:
             return self._ckpt.expect(name, shape, dtypes, hint)
         recipe = self.recipes[name]
+        found, dtype = self._assembled(name, recipe)
+        parts = ", ".join(p.name for p in recipe.parts)
+        if found != tuple(shape) or tuple(recipe.shape) != tuple(shape):
+            raise CheckpointError(
+                f"{self._ckpt.root}: {name!r} ({recipe.what or 'assembled'} from {parts}): expected shape "
+                f"{list(shape)}{hint}, found {list(found)}")
+        if dtypes is not None and dtype not in dtypes:
+            want = ", ".join(str(d).replace("torch.", "") for d in dtypes)
+            raise CheckpointError(
+                f"{self._ckpt.root}: {name!r} (from {parts}): expected dtype {want}, "
+                f"found {str(dtype).replace('torch.', '')}")
+        return self.info(name)
+
+    def _assembled(self, name: str, recipe) -> tuple[tuple, object]:
+        """(the shape, the dtype) of ``recipe``'s parts stacked along their rows, checked to share
+        their row shape and dtype."""
         rows, tail, dtype = 0, None, None
         for part in recipe.parts:
             pshape = _part_shape(self._ckpt, part)
@@ -101,18 +118,7 @@ class CheckpointView:
                     f"{self._ckpt.root}: tensor {part.name!r} ({recipe.what or name}): expected dtype "
                     f"{dtype}, found {pinfo.dtype} (the parts of one tensor share a dtype)")
             rows, tail, dtype = rows + pshape[0], pshape[1:], pinfo.dtype
-        found = (rows, *tail)
-        parts = ", ".join(p.name for p in recipe.parts)
-        if found != tuple(shape) or tuple(recipe.shape) != tuple(shape):
-            raise CheckpointError(
-                f"{self._ckpt.root}: {name!r} ({recipe.what or 'assembled'} from {parts}): expected shape "
-                f"{list(shape)}{hint}, found {list(found)}")
-        if dtypes is not None and dtype not in dtypes:
-            want = ", ".join(str(d).replace("torch.", "") for d in dtypes)
-            raise CheckpointError(
-                f"{self._ckpt.root}: {name!r} (from {parts}): expected dtype {want}, "
-                f"found {str(dtype).replace('torch.', '')}")
-        return self.info(name)
+        return (rows, *tail), dtype
 
     def _read(self, part: Part) -> torch.Tensor:
         if part.index is None:
@@ -152,7 +158,7 @@ class CheckpointView:
         return t.contiguous()
 
 
-def with_recipes(source, recipes: dict[str, RowRecipe]):
+def with_recipes(source: ProjectionSource, recipes: dict[str, RowRecipe]):
     """``source`` reading through a ``CheckpointView`` with ``recipes`` (itself when there are none)."""
     if not recipes:
         return source

@@ -1,5 +1,7 @@
 /*
- * GENERATED from metrale_export/contract.py by `python -m metrale_export.contract --write`:
+ * GENERATED from the package metrale_export/contract/ (the ops in contract/ops.py, the scalar
+ * formats and blocks in contract/numerics.py, the retired versions in contract/versions.py) by
+ * `python -m metrale_export.contract --write`:
  * do not edit (tests/contract fails when this file differs from what the contract generates).
  *
  * The metrale op contract (docs/ops.md) for the C++ side: the kernels' argument codes (C), and in

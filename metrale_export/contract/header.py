@@ -24,9 +24,9 @@ import json
 import re
 from pathlib import Path
 
-from . import contract as c
+from .. import contract as c
 
-HEADER_PATH = Path(__file__).resolve().parents[1] / "plugins" / "include" / "metrale" / "contract.h"
+HEADER_PATH = Path(__file__).resolve().parents[2] / "plugins" / "include" / "metrale" / "contract.h"
 
 # contract attribute type -> the header's FieldType (TensorRT: kINT32, kCHAR, kFLOAT32).
 _FIELD_TYPES = {"int": "kINT", "string": "kSTRING", "float": "kFLOAT"}
@@ -65,7 +65,7 @@ def _field(spec: c.OpSpec, a: c.Attribute) -> str:
     kind = _FIELD_TYPES.get(a.type)
     if kind is None:
         raise ValueError(f"{spec.op_type}.{a.name}: attribute type {a.type!r} has no C++ spelling in "
-                         f"contract_header._FIELD_TYPES (known: {', '.join(_FIELD_TYPES)})")
+                         f"contract/header.py's _FIELD_TYPES (known: {', '.join(_FIELD_TYPES)})")
     required = "true" if a.default is None else "false"
     d = a.default
     int_default = str(int(d)) if a.type == "int" and d is not None else "0"
@@ -83,21 +83,24 @@ def _values(spec: c.OpSpec, a: c.Attribute) -> str:
     return f"    static constexpr float {_const(a.name)}_VALUES[]{{{', '.join(_float(v) for v in a.values)}}};"
 
 
-def _input(spec: c.OpSpec, i: c.Input) -> str:
-    kind = _TENSOR_TYPES.get(i.dtype)
+def _tensor_type(spec: c.OpSpec, what: str, t: c.Input | c.Output) -> str:
+    """The TensorType of an input's or output's dtype; a dtype with no C++ spelling is refused."""
+    kind = _TENSOR_TYPES.get(t.dtype)
     if kind is None:
-        raise ValueError(f"{spec.op_type}: input {i.name!r} has dtype {i.dtype!r}, which has no C++ spelling in "
-                         f"contract_header._TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
+        raise ValueError(f"{spec.op_type}: {what} {t.name!r} has dtype {t.dtype!r}, which has no C++ spelling in "
+                         f"contract/header.py's _TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
+    return kind
+
+
+def _input(spec: c.OpSpec, i: c.Input) -> str:
+    kind = _tensor_type(spec, "input", i)
     shape = "[" + ", ".join(i.shape) + "]"
     gate_value = None if i.gate_value == 1 else str(i.gate_value)
     return f"        {{{_str(i.name)}, TensorType::{kind}, {_str(i.gate)}, {_str(gate_value)}, {_str(shape)}}},"
 
 
 def _output(spec: c.OpSpec, o: c.Output) -> str:
-    kind = _TENSOR_TYPES.get(o.dtype)
-    if kind is None:
-        raise ValueError(f"{spec.op_type}: output {o.name!r} has dtype {o.dtype!r}, which has no C++ spelling in "
-                         f"contract_header._TENSOR_TYPES (known: {', '.join(_TENSOR_TYPES)})")
+    kind = _tensor_type(spec, "output", o)
     shape = "[" + ", ".join(o.shape) + "]"
     return f"        {{{_str(o.name)}, TensorType::{kind}, {_str(o.gate)}, {_str(shape)}}},"
 
@@ -163,7 +166,9 @@ def to_header() -> str:
     ops = list(c.OPS.values())
     head = [
         "/*",
-        " * GENERATED from metrale_export/contract.py by `python -m metrale_export.contract --write`:",
+        " * GENERATED from the package metrale_export/contract/ (the ops in contract/ops.py, the scalar",
+        " * formats and blocks in contract/numerics.py, the retired versions in contract/versions.py) by",
+        " * `python -m metrale_export.contract --write`:",
         " * do not edit (tests/contract fails when this file differs from what the contract generates).",
         " *",
         " * The metrale op contract (docs/ops.md) for the C++ side: the kernels' argument codes (C), and in",
