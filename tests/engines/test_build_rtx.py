@@ -33,7 +33,9 @@ def _options(spec="1,2-8,9-32,33-128", policy="declared", **kw):
 
 
 def _events(log):
-    return lambda event, rows, details: log.append(
+    """The per-engine events (skip, build, built, remove); the build-wide ones (lower: a lowered
+    graph written, plan: the expected times) are tests/cli/test_build_progress.py's."""
+    return lambda event, rows, details: event in ("lower", "plan") or log.append(
         (event, rows.label if rows else Path(details["file"]).name))
 
 
