@@ -22,9 +22,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from metrale_export.ops import cuda as mcuda
-from metrale_export.ops import w8a8
 
-from .bench_kernels import SHAPES, _commit, _copies
+from .bench_kernels import SHAPES, _commit
+from .bench_w8a8_variants import channel_weight_copies
 
 ENV = "METRALE_W8A8_MMA"
 ITERS = 12
@@ -78,13 +78,7 @@ def main(argv=None) -> int:
     try:
         for sname in args.shapes.split(","):
             n, k = SHAPES[sname]
-            g = torch.Generator().manual_seed(n * 31 + k)
-            w = (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16).float()
-            q8 = w8a8.quantize(w, "channel")
-            nbytes = q8.weight.numel() + q8.weight_scale.numel() * 4
-            c_w8 = [(q8.weight.to(dev).clone(), q8.weight_scale.to(dev).clone()) for _ in range(_copies(nbytes))]
-            c_fp8 = [cw.view(torch.float8_e4m3fn) for cw, _ in c_w8]
-            sw_row = q8.weight_scale.to(dev).reshape(1, n)
+            c_w8, c_fp8, sw_row = channel_weight_copies(n, k, dev)
             for m in [int(v) for v in args.m.split(",")]:
                 x = (torch.randn(m, k, device=dev) * 0.5).to(torch.bfloat16)
                 y = torch.empty(m, n, dtype=torch.bfloat16, device=dev)

@@ -29,6 +29,17 @@ from .bench_kernels import _copies, time_graph
 from .variants import geomean_lines
 from .variants import main as variants_main
 
+
+def channel_weight_copies(n: int, k: int, dev):
+    """bench_kernels._weights' [n, k] weight as a W8A8 channel weight, in enough device copies to
+    rotate L2 (``_copies``): (codes, scales) pairs, the codes viewed as e4m3, the scales as a row."""
+    g = torch.Generator().manual_seed(n * 31 + k)
+    w = (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16).float()
+    q8 = w8a8.quantize(w, "channel")
+    nbytes = q8.weight.numel() + q8.weight_scale.numel() * 4
+    c_w8 = [(q8.weight.to(dev).clone(), q8.weight_scale.to(dev).clone()) for _ in range(_copies(nbytes))]
+    return c_w8, [cw.view(torch.float8_e4m3fn) for cw, _ in c_w8], q8.weight_scale.to(dev).reshape(1, n)
+
 ENV = "METRALE_W8A8_MMA"
 
 
@@ -46,13 +57,7 @@ def bench(shapes, m_values, variants) -> list[str]:
             "|---|---|---|" + "---|---|---|---|" * len(variants) + "---|"]
     rows, ratios = [], {v: {} for v in variants}
     for name, (n, k) in shapes.items():
-        g = torch.Generator().manual_seed(n * 31 + k)  # bench_kernels._weights' weight
-        w = (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16).float()
-        q8 = w8a8.quantize(w, "channel")
-        nbytes = q8.weight.numel() + q8.weight_scale.numel() * 4
-        c_w8 = [(q8.weight.to(dev).clone(), q8.weight_scale.to(dev).clone()) for _ in range(_copies(nbytes))]
-        c_fp8 = [cw.view(torch.float8_e4m3fn) for cw, _ in c_w8]
-        sw_row = q8.weight_scale.to(dev).reshape(1, n)
+        c_w8, c_fp8, sw_row = channel_weight_copies(n, k, dev)
         for m in m_values:
             x = (torch.randn(m, k, device=dev) * 0.5).to(torch.bfloat16)
             y = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
