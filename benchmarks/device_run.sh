@@ -56,15 +56,18 @@ if [ "$what" = gdnwhole ] || [ "$what" = gdnfix ]; then
     || { tail -50 "$OUT/build.log"; exit 1; }
   tail -4 "$OUT/build.log"
 fi
+conformance_in_background() {  # the plugin conformance driver beside the tests, its log and exit code in $OUT
+  ( SECONDS=0; timeout "$1" python3 tests/plugins/plugin_conformance_driver.py --build build/plugins-trt \
+      --out /tmp/conformance > "$OUT/conformance.log" 2>&1
+    echo "conformance driver exit $? after ${SECONDS} s" >> "$OUT/conformance.log" ) &
+}
 if [ "$what" = merged ]; then
   # A merged tree in one call: build the kernels and the plugin library, the conformance driver beside
   # tests/gpu (every GPU test), each with its exit code.
   echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
   (time make -C plugins -j16 all trt) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
   tail -4 "$OUT/build.log"
-  ( SECONDS=0; timeout 240 python3 tests/plugins/plugin_conformance_driver.py --build build/plugins-trt \
-      --out /tmp/conformance > "$OUT/conformance.log" 2>&1
-    echo "conformance driver exit $? after ${SECONDS} s" >> "$OUT/conformance.log" ) &
+  conformance_in_background 240
   SECONDS=0
   timeout 330 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
     ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
@@ -96,9 +99,7 @@ if [ ! -f build/plugins/libmetrale_kernels.so ]; then
 fi
 if [ "$what" = gdnwhole ]; then
   mc=${MC_DIR:-mc}
-  ( SECONDS=0; timeout 300 python3 tests/plugins/plugin_conformance_driver.py --build build/plugins-trt \
-      --out /tmp/conformance > "$OUT/conformance.log" 2>&1
-    echo "conformance driver exit $? after ${SECONDS} s" >> "$OUT/conformance.log" ) &
+  conformance_in_background 300
   ( echo "== benchmarks/diagnostics/gdn_state_ulps.py"
     timeout 90 python3 -m benchmarks.diagnostics.gdn_state_ulps "$OUT" 2>&1 | tail -4
     for f in tests/gpu/test_gdn_kernels.py tests/gpu/test_invariance_kernels.py tests/gpu/test_model_whole.py; do

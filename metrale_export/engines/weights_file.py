@@ -159,12 +159,7 @@ class WeightsFile:
         return self.offset
 
     def _point(self, tensor: onnx.TensorProto, start: int) -> None:
-        tensor.ClearField("raw_data")
-        del tensor.external_data[:]
-        for key, value in (("location", self.location), ("offset", str(start)),
-                           ("length", str(self.offset - start))):
-            tensor.external_data.append(onnx.StringStringEntryProto(key=key, value=value))
-        tensor.data_location = onnx.TensorProto.EXTERNAL
+        _point_at(tensor, self.location, start, self.offset - start)
         self.count += 1
 
     def write_tensor(self, tensor: onnx.TensorProto) -> onnx.TensorProto:
@@ -193,13 +188,9 @@ class WeightsFile:
         if full.data_type == onnx.TensorProto.FLOAT:
             if self._scratch is None:
                 self._scratch = open(self.scratch_path, "wb")
-            start = self._scratch_offset
+            _point_at(proto, self.scratch_path.name, self._scratch_offset, len(full.raw_data))
             self._scratch.write(full.raw_data)
             self._scratch_offset += len(full.raw_data)
-            for key, value in (("location", self.scratch_path.name), ("offset", str(start)),
-                               ("length", str(len(full.raw_data)))):
-                proto.external_data.append(onnx.StringStringEntryProto(key=key, value=value))
-            proto.data_location = onnx.TensorProto.EXTERNAL
         else:
             start = self._begin(proto)
             self._write(full.raw_data)
@@ -241,6 +232,15 @@ class WeightsFile:
         if self._scratch is not None and not self._scratch.closed:
             self._scratch.close()
         self.scratch_path.unlink(missing_ok=True)
+
+
+def _point_at(tensor: onnx.TensorProto, location: str, offset: int, length: int) -> None:
+    """Make ``tensor`` external data at ``offset`` (``length`` bytes) of ``location``, its raw data dropped."""
+    tensor.ClearField("raw_data")
+    del tensor.external_data[:]
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(length))):
+        tensor.external_data.append(onnx.StringStringEntryProto(key=key, value=value))
+    tensor.data_location = onnx.TensorProto.EXTERNAL
 
 
 def _typed_bytes(t: onnx.TensorProto) -> int:
