@@ -216,19 +216,10 @@ def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, p
     out = plan.out_dir
     if plan.to_build:
         resources.check(plan.estimate, out)  # refuse up front what this machine cannot hold
-    graphs = {rel: LoweredGraphFromOnnx(plan.source.onnx_path, plan.lowering, formats, plan.float_weights,
-                                        out / rel, shared=plan.engine_weights == "shared")
-              for rel, formats in plan.graphs.items()}
-    written: dict[str, dict] = {}  # lowered graph -> its numbers
-    for rel in plan.graphs:  # every graph before the first engine: each engine's estimate needs its graph
-        progress("lower", None, {"file": str(out / rel)})
-        written[rel] = graphs[rel]()
+    written = _lower_graphs(plan, progress)
     expected = {s.file: expected_seconds(plan, s, written[s.graph]) for s in plan.to_build}
     if plan.to_build:
-        progress("plan", None, {
-            "engines": [{"rows": s.rows, "file": str(out / s.file), "expected_seconds": expected[s.file]}
-                        for s in plan.to_build],
-            "expected_seconds": sum(expected.values()), "reused": len(plan.steps) - len(plan.to_build)})
+        _announce(plan, expected, progress)
     previous = {s.reuse["file"]: s.reuse for s in plan.steps if s.reuse}
     pending = [e for e in _manifest.previous_engines(out) if e.get("file") not in previous]
     entries: list[dict] = []
@@ -247,17 +238,36 @@ def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, p
         entries.append(_manifest.engine_entry(plan, step, data, seconds, written[step.graph], expected[step.file]))
         seconds_done, expected_done = seconds_done + seconds, expected_done + expected[step.file]
         done = {e["file"] for e in entries}
-        left = [s for s in plan.to_build if s.file not in done]
-        remaining = resources.remaining_seconds(sum(expected[s.file] for s in left), seconds_done, expected_done)
+        left = [expected[s.file] for s in plan.to_build if s.file not in done]
         progress("built", step.rows, {**details, "seconds": seconds, "bytes": data.nbytes,
                                       "expected_seconds": expected[step.file], "left": len(left),
-                                      "remaining_seconds": remaining})
+                                      "remaining_seconds": resources.remaining_seconds(
+                                          sum(left), seconds_done, expected_done)})
         # Keep what is done if a later profile fails, and what the old manifest listed that is
         # still to be checked, so that it can still be reused.
         _manifest.write(out, _manifest.document(
             plan, entries + [e for e in pending if e.get("file") not in done], complete=False))
     _remove_listed(plan, progress)
     return _manifest.write(out, _manifest.document(plan, entries, complete=True))
+
+
+def _lower_graphs(plan: BuildPlan, progress: Progress) -> dict[str, dict]:
+    """Write every lowered graph before the first engine (each engine's estimate needs its graph):
+    lowered graph -> its numbers."""
+    written: dict[str, dict] = {}
+    for rel, formats in plan.graphs.items():
+        progress("lower", None, {"file": str(plan.out_dir / rel)})
+        written[rel] = LoweredGraphFromOnnx(plan.source.onnx_path, plan.lowering, formats, plan.float_weights,
+                                            plan.out_dir / rel, shared=plan.engine_weights == "shared")()
+    return written
+
+
+def _announce(plan: BuildPlan, expected: dict[str, float], progress: Progress) -> None:
+    """The build-wide plan event: the engines to build, each one's estimate, and how many are reused."""
+    progress("plan", None, {
+        "engines": [{"rows": s.rows, "file": str(plan.out_dir / s.file), "expected_seconds": expected[s.file]}
+                    for s in plan.to_build],
+        "expected_seconds": sum(expected.values()), "reused": len(plan.steps) - len(plan.to_build)})
 
 
 def expected_seconds(plan: BuildPlan, step: EngineStep, numbers: dict) -> float:
