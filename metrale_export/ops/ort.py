@@ -165,7 +165,8 @@ def _reference_node(node: onnx.NodeProto, x_type: int) -> list[onnx.NodeProto]:
     Casts that widen its inputs the extensions cannot take as stored."""
     attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
     spec = contract.op(node.op_type)
-    flags = _flags(spec, {i.name: i.present(attrs, spec.defaults()) for i in spec.inputs if i.optional})
+    present_names = spec.present_inputs(attrs)
+    flags = _flags(spec, {name: name in present_names for name in spec.optional_inputs})
     present = [i for i in spec.inputs if not i.optional or flags[i.name]]
     casts = []
     for pos, i in enumerate(present, start=1):
