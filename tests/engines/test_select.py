@@ -34,7 +34,9 @@ def test_refusals_say_why():
     (entry, _), reason = engine_for(_manifest(), 2, 4)
     assert entry is None and "decode (seq 1) or one sequence's prefill" in reason
     (entry, _), reason = engine_for(_manifest(), 1, 33)
-    assert entry is None and "no engine covers it" in reason
+    assert entry is None and "more than the largest profile (32)" in reason
+    (entry, _), reason = engine_for(_manifest("1,9-32"), 4)  # profiles.profile_for's reason: the gap
+    assert entry is None and "no profile covers them (between 1 and 9-32)" in reason
 
 
 def test_rows_graphs_take_any_m_in_range():
