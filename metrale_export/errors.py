@@ -4,18 +4,49 @@ Invariants: every message names where (file, tensor, option, layer), what was ex
 was found; ``InputError`` subclasses mean the user's input was wrong (exit code 2), the others a
 failed step or check (exit code 1).
 
-Refusals, one convention across the package:
-- a check ("can this be done? if not, why") returns ``str | None``: the reason it cannot, or None
-  when it can (``contract.kernel_k_problem``, ``contract.outdated``, ``engines.plan.lowering_conflict``,
-  ``pipeline.plugins_conflict``, ``QuantOption.problem``); a check of several things returns every
-  reason, ``list[str]`` (``quant_options.problems``), never a bare bool its caller must explain;
-- the step that refuses raises one of these errors with the check's reason (``resolve_lowering``
-  raises ``UsageConflict``), so the reason is worded once, where it is found;
+Refusals, one shape across the package (vLLM's ``can_implement(config) -> (ok, reason)``):
+- a check ("can this be done? if not, why") returns a ``Check``, ``(ok, reasons)``, holding EVERY
+  reason it finds, not the first: ``contract.kernel_k_check``, ``contract.version_check``,
+  ``w4a16.shape_check``, ``QuantOption.check`` and ``quant_options.check``, the format readers'
+  declaration checks (``formats.base.refuse_declaration`` raises with them), ``engines.plan.lowering_check``,
+  ``plan.rtx_targets_check``, ``plan.kernel_limits_check``, ``backends.activation_check``, and the
+  pipeline's conflicts (``pipeline.plugins_check``, ``pipeline.moe_experts_check``,
+  ``pipeline.engine_targets_check``); ``Check.of`` makes one from reasons, ``all_of`` joins several;
+- the step that refuses raises one of these errors with ``check.message``, the reasons on one line
+  joined by "; ", so each reason is worded once, where it is found;
 - a decision returns what it chose with why (``policy.Choice``, ``policy.row_invariance``,
   ``profiles.profile_for``): there the reason explains the answer, either way.
 """
 
 from __future__ import annotations
+
+from typing import Iterable, NamedTuple
+
+
+class Check(NamedTuple):
+    """A check's answer: ``ok``, and every reason it is not (none when ok)."""
+
+    ok: bool
+    reasons: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, reasons: Iterable[str | None]) -> "Check":
+        """The check refused for each reason given (None and empty reasons are no reason)."""
+        found = tuple(r for r in reasons if r)
+        return cls(not found, found)
+
+    @property
+    def message(self) -> str:
+        """The reasons on one line (a user-facing message), "" when ok."""
+        return "; ".join(self.reasons)
+
+
+OK = Check(True)
+
+
+def all_of(checks: Iterable[Check]) -> Check:
+    """Every reason of ``checks``, in order."""
+    return Check.of(r for c in checks for r in c.reasons)
 
 
 class MetraleError(Exception):

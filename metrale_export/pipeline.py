@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import contract
 from .engines.plan import BuildOptions
-from .errors import CheckFailed, Interrupted, MetraleError, OutputLocationError
+from .errors import OK, Check, CheckFailed, Interrupted, MetraleError, OutputLocationError
 from .meter import StepMeter
 
 STEPS = ("export", "compare", "engines")
@@ -109,46 +110,53 @@ def engine_count(options: JobOptions, model_max: int | None) -> int:
     return len(resolve_profiles(options.build.profiles, context))
 
 
-def check_engine_targets(options: JobOptions, weight_kind: str) -> None:
-    """The build's own target check (``engines.plan.check_rtx_targets``: TensorRT-RTX compiles FP8
-    weights for SM 8.9 and later only) on the ops the export will write, before the export."""
-    from types import SimpleNamespace
-
-    from .engines.plan import check_rtx_targets
+def engine_targets_check(options: JobOptions, weight_kind: str) -> Check:
+    """The build's own target check (``engines.plan.rtx_targets_check``: TensorRT-RTX compiles FP8
+    weights for SM 8.9 and later only) on the op the export will write for ``weight_kind``."""
+    from .engines.plan import rtx_targets_check
 
     backend = _engine_backend(options)
     if backend is None:
-        return
-    op = {"w8a8": "W8A8Proj", "w4a4": "W4A4Proj"}.get(weight_kind)
-    check_rtx_targets(backend, "plugin" if options.build.plugins else "qdq",
-                      options.build.rtx_targets, [SimpleNamespace(op_type=op)] if op else [])
+        return OK
+    op_type = contract.op_type_of(weight_kind)
+    return rtx_targets_check(backend, "plugin" if options.build.plugins else "qdq",
+                             options.build.rtx_targets, [op_type] if op_type else [])
 
 
-def plugins_conflict(options: JobOptions) -> str | None:
-    """Why ``--plugins`` cannot build this job's engines (TensorRT-RTX has no IPluginV3 layers in
-    Python), or None; refused before the export rather than after it."""
+def plugins_check(options: JobOptions) -> Check:
+    """Whether ``--plugins`` can build this job's engines (TensorRT-RTX has no IPluginV3 layers in
+    Python); refused before the export rather than after it."""
     if options.build.plugins is None or _engine_backend(options) != "tensorrt-rtx":
-        return None
-    return ("the plugin lowering needs TensorRT: the engines would be built with TensorRT-RTX ("
-            + ("--backend tensorrt-rtx" if options.build.backend else "the only backend installed here")
-            + "), whose Python API has no IPluginV3 layers; drop --plugins (qdq engines, no row-invariance "
-            "promise), add --skip-engines to export only, or run on a GPU machine with TensorRT")
+        return OK
+    return Check.of([
+        "the plugin lowering needs TensorRT: the engines would be built with TensorRT-RTX ("
+        + ("--backend tensorrt-rtx" if options.build.backend else "the only backend installed here")
+        + "), whose Python API has no IPluginV3 layers; drop --plugins (qdq engines, no row-invariance "
+        "promise), add --skip-engines to export only, or run on a GPU machine with TensorRT"])
 
 
-def moe_experts_conflict(options: JobOptions, family: str) -> str | None:
-    """Why the MoE expert form the user asked for cannot build this job's engines, or None.
+def moe_experts_check(options: JobOptions, family: str) -> Check:
+    """Whether the MoE expert form the user asked for can build this job's engines.
 
     ``--moe-experts grouped`` without ``--plugins`` would export, verify, and then fail in the qdq
     build (it cannot express the grouped-expert ops): refused before the export instead."""
     from .exporter.layers.registry import has_routed_experts
 
     if options.moe_experts_default or options.export.request.moe_experts != "grouped":
-        return None
+        return OK
     if options.build.plugins is not None or not has_routed_experts(family) or _engine_backend(options) is None:
-        return None
-    return ("grouped keeps the grouped-expert ops, which the qdq lowering that builds this job's engines "
-            "cannot express; add --plugins LIB (the plugin lowering) or --skip-engines, or leave "
-            "--moe-experts out (the job then exports the experts dense)")
+        return OK
+    return Check.of([
+        "grouped keeps the grouped-expert ops, which the qdq lowering that builds this job's engines "
+        "cannot express; add --plugins LIB (the plugin lowering) or --skip-engines, or leave "
+        "--moe-experts out (the job then exports the experts dense)"])
+
+
+def job_conflicts(options: JobOptions, family: str, weight_kind: str) -> dict[str, Check]:
+    """The option to blame -> its check, for every conflict of the job's options refused before the
+    export (the CLI reports every refusal at once)."""
+    return {"--moe-experts": moe_experts_check(options, family), "--plugins": plugins_check(options),
+            "--rtx-target": engine_targets_check(options, weight_kind)}
 
 
 def run_job(model: Path, out: Path, options: JobOptions, events: Events | None = None) -> JobResult:

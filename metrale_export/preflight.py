@@ -31,7 +31,7 @@ _ELF_MACHINE = {"x86_64": 62, "aarch64": 183, "arm64": 183}
 _ET_DYN = 3
 
 
-# The one wording of --plugins given to another lowering (engines.plan.lowering_conflict, and the
+# The one wording of --plugins given to another lowering (engines.plan.lowering_check, and the
 # --plugins option before it reads the file: an option conflict is named before a file is checked).
 PLUGINS_NEED_PLUGIN_LOWERING = "--plugins is only used by --lowering plugin; drop it or choose that lowering"
 

@@ -10,7 +10,7 @@ import json
 import click
 from click.core import ParameterSource
 
-from ..errors import MetraleError
+from ..errors import MetraleError, all_of
 from . import options as opt
 from .build import engine_progress
 from .export import export_options
@@ -60,8 +60,7 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
 def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_targets, float_weights,
          engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose, headers=None):
     from ..engines.plan import BuildOptions
-    from ..pipeline import (Events, JobOptions, check_engine_targets, engine_count, moe_experts_conflict,
-                            plugins_conflict, run_job)
+    from ..pipeline import Events, JobOptions, engine_count, job_conflicts, run_job
     from .compare import print_report
     from .progress import ByteProgress, StepProgress
 
@@ -73,13 +72,11 @@ def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_t
     experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
     job = JobOptions(export, build, compare=not skip_compare, engines=not skip_engines,
                      moe_experts_default=experts_default, session=session)
-    conflict = moe_experts_conflict(job, session.config.family)
-    if conflict:
-        raise click.BadParameter(conflict, param_hint="--moe-experts")
-    conflict = plugins_conflict(job)
-    if conflict:
-        raise click.BadParameter(conflict, param_hint="--plugins")
-    check_engine_targets(job, session.source.kind_for("ffn"))  # every family but the head has this kind
+    # every family but the head has the ffn's weight kind
+    refused = {hint: c for hint, c in job_conflicts(job, session.config.family, session.source.kind_for("ffn")).items()
+               if not c.ok}
+    if refused:
+        raise click.BadParameter(all_of(refused.values()).message, param_hint=" / ".join(refused))
     model_max = session.checkpoint.config.get("max_position_embeddings")
     export.engines = engine_count(job, int(model_max) if model_max else None)  # the space check counts them
     export.engine_weights = build.engine_weights

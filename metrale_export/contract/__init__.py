@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from .numerics import (ACTIVATION_FORMATS, DOMAIN, E2M1_MAX, E2M1_VALUES, E4M3_MAX, FAMILIES, FP8_BLOCK,
                        GROUP_SIZES, KERNEL_K_MULTIPLE, NVFP4_BLOCK, NVFP4_GLOBAL_DIVISOR, X_DTYPES, ceil_div,
-                       kernel_k_problem)
+                       kernel_k_check)
 from .schema import Attribute, Input, OpSpec, Output
 from .versions import (OLDER_VERSIONS, STATIC_ACTIVATION_SCALE, VALUE_SINCE, compatible_version,
                        names_plugin_version)
@@ -38,13 +38,13 @@ from .ops import (ATTENTION, ATTENTION_BLOCK_KEYS, ATTENTION_CHUNK_BLOCKS, ATTEN
                   GDN_HEAD_V_BLOCK, GDN_L2NORM_EPS, GDN_SOFTPLUS_THRESHOLD, GDN_STATE_PART, LOG2E, MOE_LAYOUTS,
                   NON_PROJECTION_CATEGORIES, OPS, RMSNORM, RMSNORM_BLOCK, ROUTER, W4A4, W4A16, W4A16_SCALE_DTYPE, W8A8,
                   W8A8_FP8_ARITHMETIC, W8A8_MOE_VERSION, W8A8_VERSION, attention_scale_log2, grouped)
-from .registry import (by_kind, check_model, domain_version, grouped_by_kind, op, op_type_of, op_types, outdated,
+from .registry import (by_kind, check_model, domain_version, grouped_by_kind, op, op_type_of, op_types, version_check,
                        projections)
 from .generate import JSON_PATH, generated, main, stale, to_dict, to_json
 
 __all__ = [
     "ACTIVATION_FORMATS", "DOMAIN", "E2M1_MAX", "E2M1_VALUES", "E4M3_MAX", "FAMILIES", "FP8_BLOCK", "GROUP_SIZES",
-    "KERNEL_K_MULTIPLE", "NVFP4_BLOCK", "NVFP4_GLOBAL_DIVISOR", "X_DTYPES", "ceil_div", "kernel_k_problem",
+    "KERNEL_K_MULTIPLE", "NVFP4_BLOCK", "NVFP4_GLOBAL_DIVISOR", "X_DTYPES", "ceil_div", "kernel_k_check",
     "Attribute", "Input", "OpSpec", "Output",
     "OLDER_VERSIONS", "STATIC_ACTIVATION_SCALE", "VALUE_SINCE", "compatible_version", "names_plugin_version",
     "ATTENTION", "ATTENTION_BLOCK_KEYS", "ATTENTION_CHUNK_BLOCKS", "ATTENTION_DTYPES", "ATTENTION_HEAD_DIMS",
@@ -52,7 +52,7 @@ __all__ = [
     "GDN_HEAD_V_BLOCK", "GDN_L2NORM_EPS", "GDN_SOFTPLUS_THRESHOLD", "GDN_STATE_PART", "LOG2E", "MOE_LAYOUTS",
     "NON_PROJECTION_CATEGORIES", "OPS", "RMSNORM", "RMSNORM_BLOCK", "ROUTER", "W4A4", "W4A16", "W4A16_SCALE_DTYPE",
     "W8A8", "W8A8_FP8_ARITHMETIC", "W8A8_MOE_VERSION", "W8A8_VERSION", "attention_scale_log2", "grouped",
-    "by_kind", "check_model", "domain_version", "grouped_by_kind", "op", "op_type_of", "op_types", "outdated",
+    "by_kind", "check_model", "domain_version", "grouped_by_kind", "op", "op_type_of", "op_types", "version_check",
     "projections",
     "JSON_PATH", "generated", "main", "stale", "to_dict", "to_json",
 ]

@@ -1,6 +1,6 @@
 """The contract's vocabulary and scalar formats: the domain, the projection families, the
 activation formats and x dtypes (in the kernels' enum order), the e4m3 / e2m1 constants and blocks,
-and what the CUDA kernels serve beyond the contract (``kernel_k_problem``).
+and what the CUDA kernels serve beyond the contract (``kernel_k_check``).
 
 Invariants:
 - plain constants and pure functions of them: no op spec is defined here (contract/ops.py);
@@ -8,6 +8,8 @@ Invariants:
 """
 
 from __future__ import annotations
+
+from ..errors import Check
 
 DOMAIN = "metrale"
 
@@ -27,16 +29,15 @@ GROUP_SIZES = (32, 64, 128)  # W4A16Proj group_size
 # What the CUDA kernels (the TensorRT plugins, the torch CUDA ops) serve beyond the contract, per
 # weight format (its dense and grouped-expert ops alike): K a multiple of this (16-byte weight rows
 # for the copies; plugins/KERNELS.md, Limits). The contract and its CPU references take any even K;
-# export and the plugin lowering's build refuse other K (kernel_k_problem).
+# export and the plugin lowering's build refuse other K (kernel_k_check).
 KERNEL_K_MULTIPLE = {"w4a16": 32}
 
 
-def kernel_k_problem(kind: str, k: int) -> str | None:
-    """Why the CUDA kernels of weight format ``kind`` cannot serve ``k`` (one clause), or None."""
+def kernel_k_check(kind: str, k: int) -> Check:
+    """Whether the CUDA kernels of weight format ``kind`` serve ``k`` (a refusal: one clause)."""
     step = KERNEL_K_MULTIPLE.get(kind)
-    if step is None or k % step == 0:
-        return None
-    return f"K={k} is not a multiple of {step}, which its CUDA kernel needs (plugins/KERNELS.md, Limits)"
+    return Check.of([None if step is None or k % step == 0 else
+                     f"K={k} is not a multiple of {step}, which its CUDA kernel needs (plugins/KERNELS.md, Limits)"])
 
 
 def ceil_div(a: int, b: int) -> int:

@@ -48,7 +48,7 @@ _X_DOC = "x: [M, K], float32, float16 or bfloat16; y: [M, N], the dtype of x"
 
 # W4A16Proj version 2: bfloat16 group scales (rounded once from whatever precision they come in,
 # ops/w4a16.store_scale) and a partial last group when group_size does not divide k (k even).
-# Version 1 had float32 scales and group_size dividing k; its graphs are refused (``outdated``).
+# Version 1 had float32 scales and group_size dividing k; its graphs are refused (``version_check``).
 W4A16_SCALE_DTYPE = "bfloat16"
 W4A16 = OpSpec(
     "W4A16Proj", "w4a16", 2, "int4",
@@ -68,7 +68,7 @@ W4A16 = OpSpec(
 # "fp8 activation format"): e4m3 x e4m3 products summed within each 128-k block by the tensor
 # core's FP8 accumulator (not float32: W8A8_FP8_ARITHMETIC, bounded by ops/tolerances.OP_FP32["fp8"]),
 # promoted to float32 once per block, per-row x per-channel scales in the epilogue. Its bits differ
-# from version 2's (exact f16 products in float32), so version 1 and 2 graphs are refused (``outdated``,
+# from version 2's (exact f16 products in float32), so version 1 and 2 graphs are refused (``version_check``,
 # OLDER_VERSIONS). Version 2 added the static per-tensor activation scale (activation_scale_granularity
 # "tensor", its input_scale from calibration); version 1 is the dynamic scales alone.
 W8A8_VERSION = 3

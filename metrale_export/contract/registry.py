@@ -1,5 +1,5 @@
 """Looking ops up: by type, the projections, by weight-format kind (dense and grouped), the
-domain's version, and whether a graph's metrale ops are older than this contract (``outdated``,
+domain's version, and whether a graph's metrale ops are older than this contract (``version_check``,
 ``check_model``).
 
 Invariants:
@@ -9,6 +9,7 @@ Invariants:
 
 from __future__ import annotations
 
+from ..errors import OK, Check, all_of
 from .numerics import DOMAIN
 from .ops import OPS
 from .schema import OpSpec
@@ -52,27 +53,26 @@ def domain_version() -> int:
     return max(o.version for o in OPS.values())
 
 
-def outdated(op_type: str, imported: int | None) -> str | None:
-    """Why a node of ``op_type`` in a graph importing metrale opset ``imported`` cannot be read, or
-    None: a graph older than the op's version follows an older layout and must be re-exported."""
+def version_check(op_type: str, imported: int | None) -> Check:
+    """Whether a node of ``op_type`` in a graph importing metrale opset ``imported`` can be read: a
+    graph older than the op's version follows an older layout and must be re-exported."""
     spec = OPS.get(op_type)
     if spec is None or imported is None or imported >= spec.version:
-        return None
+        return OK
     if all((op_type, v) in VALUE_SINCE for v in range(imported + 1, spec.version + 1)):
-        return None  # only new attribute values since: the older graph reads as it is
+        return OK  # only new attribute values since: the older graph reads as it is
     change = OLDER_VERSIONS.get((op_type, imported), "an older layout")
-    return (f"{op_type} of metrale op contract version {imported} ({change}); this metrale-export reads "
-            f"{op_type} version {spec.version}: re-export the model with this metrale-export")
+    return Check.of([f"{op_type} of metrale op contract version {imported} ({change}); this metrale-export "
+                     f"reads {op_type} version {spec.version}: re-export the model with this metrale-export"])
 
 
 def check_model(model, where: str) -> None:
-    """Raise ``InputError`` when ``model`` (an onnx ModelProto, read duck-typed) holds a metrale op
-    older than this contract's version of it (docs/ops.md, Older exports)."""
+    """Raise ``InputError`` when ``model`` (an onnx ModelProto, read duck-typed) holds metrale ops
+    older than this contract's version of them (docs/ops.md, Older exports): every op type at once."""
     from ..errors import InputError
 
     imported = next((int(o.version) for o in model.opset_import if o.domain == DOMAIN), None)
-    for node in model.graph.node:
-        if node.domain == DOMAIN:
-            why = outdated(node.op_type, imported)
-            if why:
-                raise InputError(f"{where}: {why}")
+    op_types = dict.fromkeys(node.op_type for node in model.graph.node if node.domain == DOMAIN)
+    check = all_of(version_check(t, imported) for t in op_types)
+    if not check.ok:
+        raise InputError(f"{where}: {check.message}")

@@ -1,7 +1,7 @@
 """The ops' version history: what changed since each retired version (``OLDER_VERSIONS``), the
 versions whose only change is a new attribute value (``VALUE_SINCE``), and what follows from them
 for a spec (``compatible_version``, ``names_plugin_version``). The refusal of an older graph
-(``outdated``) is contract/registry.py's, which knows the ops.
+(``version_check``) is contract/registry.py's, which knows the ops.
 
 Invariants:
 - keyed by (op type, version): a retired version is refused by the readers and by a plugin creator

@@ -18,7 +18,7 @@ import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from ..errors import BuildError
+from ..errors import BuildError, Check
 
 BACKENDS = ("tensorrt", "tensorrt-rtx")
 RTX_WHEELS = "tensorrt-rtx-cu13-libs==1.7.1.116 tensorrt-rtx-cu13-bindings==1.7.1.116"
@@ -117,23 +117,30 @@ def activate(name: str | None = None) -> Backend:
         module = _IMPORTERS[name]()
     except Exception as e:  # noqa: BLE001
         raise BackendMissing(missing_message(name, e)) from e
-    if _active is not None:
-        raise BuildError(
-            f"backend {name}: this process already builds with {_active.name} (Polygraphy binds one "
-            f"TensorRT module per process); run the other backend in its own process"
-        )
     from polygraphy import config
 
     wants_rtx = name == "tensorrt-rtx"
-    if "polygraphy.backend.trt.loader" in sys.modules and config.USE_TENSORRT_RTX != wants_rtx:
-        raise BuildError(
-            f"backend {name}: Polygraphy's TensorRT loaders were already imported for the other "
-            f"backend in this process (set POLYGRAPHY_USE_TENSORRT_RTX={int(wants_rtx)} before "
-            f"anything imports polygraphy.backend.trt)"
-        )
+    check = activation_check(name, _active.name if _active else None,
+                             config.USE_TENSORRT_RTX if "polygraphy.backend.trt.loader" in sys.modules else None)
+    if not check.ok:
+        raise BuildError(f"backend {name}: {check.message}")
     config.USE_TENSORRT_RTX = wants_rtx
     _active = Backend(name, module, str(module.__version__))
     return _active
+
+
+def activation_check(name: str, active: str | None, loaders_rtx: bool | None) -> Check:
+    """Whether backend ``name`` can be activated in a process where ``active`` is (None: no backend
+    yet) and Polygraphy's TensorRT loaders were imported for TensorRT-RTX or not (``loaders_rtx``;
+    None: not imported yet): every reason it cannot."""
+    wants_rtx = name == "tensorrt-rtx"
+    return Check.of([
+        f"this process already builds with {active} (Polygraphy binds one TensorRT module per process); "
+        f"run the other backend in its own process" if active is not None and active != name else None,
+        f"Polygraphy's TensorRT loaders were already imported for the other backend in this process (set "
+        f"POLYGRAPHY_USE_TENSORRT_RTX={int(wants_rtx)} before anything imports polygraphy.backend.trt)"
+        if loaders_rtx is not None and loaders_rtx != wants_rtx else None,
+    ])
 
 
 @contextmanager

@@ -26,7 +26,7 @@ from typing import Callable
 
 from .. import contract
 from ..hashing import sha256_file
-from ..errors import InputError
+from ..errors import OK, Check, InputError
 from ..invariance import engine_promise
 from ..preflight import PLUGINS_NEED_PLUGIN_LOWERING
 from . import backends, lowering as _lowering, policy as _policy, resources as _resources
@@ -70,41 +70,47 @@ def choose_backend(requested: str | None, found: dict[str, str | None]) -> str:
     return name
 
 
-def lowering_conflict(backend: str, lowering: str | None, plugins: Path | None, has_ops: bool) -> str | None:
-    """Why ``--lowering`` and ``--plugins`` cannot go together with ``backend`` for a graph with
-    (``has_ops``) or without metrale nodes, or None when they can."""
-    if lowering is not None and lowering not in LOWERINGS:
-        return f"--lowering {lowering!r}: expected one of {', '.join(LOWERINGS)}"
+def lowering_check(backend: str, lowering: str | None, plugins: Path | None, has_ops: bool) -> Check:
+    """Whether ``--lowering`` and ``--plugins`` can go together with ``backend`` for a graph with
+    (``has_ops``) or without metrale nodes: every reason they cannot."""
+    if lowering is not None and lowering not in LOWERINGS:  # nothing else can be judged
+        return Check.of([f"--lowering {lowering!r}: expected one of {', '.join(LOWERINGS)}"])
     chosen = lowering or ("plugin" if plugins else "qdq")
     if chosen != "plugin":
-        return PLUGINS_NEED_PLUGIN_LOWERING if plugins is not None else None
-    if backend == "tensorrt-rtx" and has_ops:
-        return ("--lowering plugin with --backend tensorrt-rtx: TensorRT-RTX builds here without a "
-                "GPU and its Python API has no IPluginV3 layers, so the metrale plugins cannot take "
-                "part; use --lowering qdq, or --backend tensorrt on a GPU machine")
-    if plugins is None and has_ops:
-        return ("--lowering plugin needs --plugins LIB (the metrale plugin library, "
-                "libmetrale_plugins.so) for the graph's metrale nodes; or use --lowering qdq")
-    return None
+        return Check.of([PLUGINS_NEED_PLUGIN_LOWERING if plugins is not None else None])
+    return Check.of([
+        ("--lowering plugin with --backend tensorrt-rtx: TensorRT-RTX builds here without a "
+         "GPU and its Python API has no IPluginV3 layers, so the metrale plugins cannot take "
+         "part; use --lowering qdq, or --backend tensorrt on a GPU machine")
+        if backend == "tensorrt-rtx" and has_ops else None,
+        ("--lowering plugin needs --plugins LIB (the metrale plugin library, "
+         "libmetrale_plugins.so) for the graph's metrale nodes; or use --lowering qdq")
+        if plugins is None and has_ops else None,
+    ])
 
 
 def resolve_lowering(backend: str, lowering: str | None, plugins: Path | None, has_ops: bool) -> str:
     """The lowering to use: the one asked for, else plugin when --plugins is given, else qdq;
-    ``UsageConflict`` naming the option to blame for a ``lowering_conflict``."""
-    conflict = lowering_conflict(backend, lowering, plugins, has_ops)
-    if conflict is not None:
-        raise UsageConflict(conflict, "--lowering" if lowering else "--plugins")
+    ``UsageConflict`` naming the option to blame for a ``lowering_check``'s refusal."""
+    check = lowering_check(backend, lowering, plugins, has_ops)
+    if not check.ok:
+        raise UsageConflict(check.message, "--lowering" if lowering else "--plugins")
     return lowering or ("plugin" if plugins else "qdq")
 
 
+def kernel_limits_check(ops) -> Check:
+    """Whether the CUDA kernels behind the plugins serve every metrale node's shape
+    (``contract.kernel_k_check``): a reason for each node they do not."""
+    return Check.of(f"node {op.key} ({op.op_type}): {why}" for op in ops
+                    for why in contract.kernel_k_check(contract.op(op.op_type).kind, op.k).reasons)
+
+
 def check_kernel_limits(ops) -> None:
-    """Raise ``InputError`` for the first metrale node whose shape the CUDA kernel behind its plugin
-    does not serve (``contract.kernel_k_problem``): refused here, never only in the engine."""
-    for op in ops:
-        why = contract.kernel_k_problem(contract.op(op.op_type).kind, op.k)
-        if why:
-            raise InputError(f"node {op.key} ({op.op_type}): {why}; build it with --lowering qdq, "
-                             f"or export it with another weight format")
+    """Raise ``InputError`` naming every metrale node whose shape the CUDA kernel behind its plugin
+    does not serve (``kernel_limits_check``): refused here, never only in the engine."""
+    check = kernel_limits_check(ops)
+    if not check.ok:
+        raise InputError(f"{check.message}; build it with --lowering qdq, or export it with another weight format")
 
 
 def resolve_profiles(profiles: tuple[RowRange, ...] | None, max_context: int) -> tuple[RowRange, ...]:
@@ -120,17 +126,24 @@ _FP8_STORED = tuple(t for t, s in contract.OPS.items() if s.fp8_inputs and s.gro
 _FP8_MIN_TARGET = (8, 9)  # TensorRT-RTX: "Cannot compile for target(s) sm86 ... fp8_e4m3"
 
 
-def check_rtx_targets(backend: str, lowering: str, targets, ops) -> None:
-    """Refuse, before any build, TensorRT-RTX targets that cannot hold the qdq graph's FP8 weights."""
+def rtx_targets_check(backend: str, lowering: str, targets, op_types) -> Check:
+    """Whether the TensorRT-RTX targets can hold the qdq graph's FP8 weights, for a graph of
+    ``op_types``: one reason naming every target too old and every op type it concerns."""
     if backend != "tensorrt-rtx" or lowering != "qdq":
-        return
-    fp8 = sorted({op.op_type for op in ops if op.op_type in _FP8_STORED})
+        return OK
+    fp8 = sorted({t for t in op_types if t in _FP8_STORED})
     old = [f"{a}.{b}" for a, b in targets if (a, b) < _FP8_MIN_TARGET]
-    if fp8 and old:
-        raise UsageConflict(
-            f"--rtx-target {', '.join(old)}: the qdq lowering stores {' and '.join(fp8)} weights as FP8 "
-            f"(e4m3), which TensorRT-RTX compiles for SM 8.9 and later only; use --rtx-target 8.9 or 12.0",
-            "--rtx-target")
+    return Check.of([
+        f"--rtx-target {', '.join(old)}: the qdq lowering stores {' and '.join(fp8)} weights as FP8 "
+        f"(e4m3), which TensorRT-RTX compiles for SM 8.9 and later only; use --rtx-target 8.9 or 12.0"
+        if fp8 and old else None])
+
+
+def check_rtx_targets(backend: str, lowering: str, targets, op_types) -> None:
+    """Refuse, before any build, TensorRT-RTX targets that cannot hold the qdq graph's FP8 weights."""
+    check = rtx_targets_check(backend, lowering, targets, op_types)
+    if not check.ok:
+        raise UsageConflict(check.message, "--rtx-target")
 
 
 def profile_formats(policy: _policy.Policy, ops, profiles) -> list[dict[str, str]]:
@@ -313,7 +326,7 @@ def check_options(source: Source, options: BuildOptions, backend: str, cuda_driv
                             f"{', '.join(FLOAT_WEIGHTS)}", "--float-weights")
     check_engine_weights(options.engine_weights, backend, cuda_driver)
     chosen = resolve_lowering(backend, options.lowering, options.plugins, bool(source.ops))
-    check_rtx_targets(backend, chosen, options.rtx_targets, source.ops)
+    check_rtx_targets(backend, chosen, options.rtx_targets, [op.op_type for op in source.ops])
     if chosen == "plugin":
         check_kernel_limits(source.ops)
     return chosen

@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..contract import GROUP_SIZES, MOE_LAYOUTS, STATIC_ACTIVATION_SCALE, W8A8
+from ..errors import OK, Check, all_of
 from .names import W4A16_SYMMETRIC_DEFAULT, WEIGHT_FORMATS
 
 W8A8_SCALES = W8A8.attribute("weight_scale_granularity")
@@ -59,11 +60,11 @@ class QuantOption:
         """The flag as messages name it (the first of an on/off pair)."""
         return self.flag.split("/")[0]
 
-    def problem(self, value) -> str | None:
-        """Why ``value`` is not one of the option's choices (one line), or None."""
+    def check(self, value) -> Check:
+        """Whether ``value`` is one of the option's choices (a refusal: one line)."""
         if self.choices is None or value in self.choices:
-            return None
-        return f"{self.flag_name}: expected one of {', '.join(map(str, self.choices))}, found {value!r}"
+            return OK
+        return Check.of([f"{self.flag_name}: expected one of {', '.join(map(str, self.choices))}, found {value!r}"])
 
     def from_cli(self, params: dict):
         """The request field's value from Click's ``params`` (absent: the request's default)."""
@@ -150,6 +151,6 @@ def request_fields_from_manifest(wq: dict) -> dict:
     return fields
 
 
-def problems(request) -> list[str]:
-    """Every field of ``request`` outside its option's choices, one line each (empty: none)."""
-    return [p for o in OPTIONS if (p := o.problem(getattr(request, o.field))) is not None]
+def check(request) -> Check:
+    """Every field of ``request`` outside its option's choices, a reason each."""
+    return all_of(o.check(getattr(request, o.field)) for o in OPTIONS)

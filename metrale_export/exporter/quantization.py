@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..contract import ceil_div, kernel_k_problem
-from ..errors import CheckpointError, InputError
+from ..contract import ceil_div, kernel_k_check
+from ..errors import Check, CheckpointError, InputError, all_of
 from ..ops import w4a4, w4a16, w8a8
 from ..ops.numerics import FP8_BLOCK, NVFP4_BLOCK
 from . import quant_options
@@ -42,9 +42,17 @@ class QuantRequest:
     moe_experts: str = _DEFAULT["moe_experts"]
 
     def __post_init__(self):
-        problems = quant_options.problems(self)
-        if problems:
-            raise InputError("; ".join(problems))
+        check = quant_options.check(self)
+        if not check.ok:
+            raise InputError(check.message)
+
+
+def w4a16_check(k: int, group_size: int) -> Check:
+    """Whether a float [N, K] weight can be exported as W4A16Proj at ``group_size``: the contract's
+    reasons (``w4a16.shape_check``) and its CUDA kernel's (``contract.kernel_k_check``), all of them."""
+    kernel = kernel_k_check("w4a16", k)
+    return all_of([w4a16.shape_check(k, group_size),
+                   Check.of(f"{r}; export it with another weight format" for r in kernel.reasons)])
 
 
 class FloatSource:
@@ -82,12 +90,9 @@ class FloatSource:
         if kind == "none":
             tensors = {"weight": ((n, k), f32)}
         elif kind == "w4a16":
-            why = w4a16.check_shape(k, req.group_size)
-            if why:
-                raise InputError(f"{weight_name}: W4A16Proj: {why}")
-            why = kernel_k_problem("w4a16", k)
-            if why:
-                raise InputError(f"{weight_name}: W4A16Proj: {why}; export it with another weight format")
+            check = w4a16_check(k, req.group_size)
+            if not check.ok:
+                raise InputError(f"{weight_name}: W4A16Proj: {check.message}")
             g = w4a16.num_groups(k, req.group_size)  # the last group may be partial (op version 2)
             tensors = {"weight": ((n, k // 2), i8), "weight_scale": ((n, g), w4a16.SCALE_DTYPE)}
             if not req.symmetric:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import contract
+from ..errors import Check
 from . import weight_cache
 from .numerics import bf16_round, pack_nibbles, unpack_nibbles
 
@@ -63,13 +64,12 @@ def num_groups(k: int, group_size: int) -> int:
     return -(-k // group_size)
 
 
-def check_shape(k: int, group_size: int) -> str | None:
-    """Why an [N, K] weight cannot be W4A16Proj at ``group_size``, or None."""
-    if group_size not in GROUP_SIZES:
-        return f"group size must be one of {GROUP_SIZES}, found {group_size}"
-    if k % 2:
-        return f"K={k} is odd; two 4-bit codes a byte need an even K"
-    return None
+def shape_check(k: int, group_size: int) -> Check:
+    """Whether an [N, K] weight can be W4A16Proj at ``group_size``: every reason it cannot."""
+    return Check.of([
+        f"group size must be one of {GROUP_SIZES}, found {group_size}" if group_size not in GROUP_SIZES else None,
+        f"K={k} is odd; two 4-bit codes a byte need an even K" if k % 2 else None,
+    ])
 
 
 def store_scale(s: torch.Tensor) -> torch.Tensor:
@@ -113,9 +113,9 @@ def quantize(w: torch.Tensor, group_size: int = 128, symmetric: bool = True,
     real values alone, and the padding's codes are dropped.
     """
     n, k = w.shape
-    why = check_shape(k, group_size)
-    if why:
-        raise ValueError(why)
+    check = shape_check(k, group_size)
+    if not check.ok:
+        raise ValueError(check.message)
     with one_thread():
         return _quantize(w, group_size, symmetric, search)
 

@@ -304,11 +304,12 @@ def test_an_rtx_target_that_cannot_hold_fp8_weights_is_refused_before_export(sma
     # W4A16 and float weights store no FP8 weight: SM 8.6 can hold them.
     from metrale_export.engines.plan import BuildOptions
     from metrale_export.engines.policy import parse_policy
-    from metrale_export.pipeline import JobOptions, check_engine_targets
+    from metrale_export.pipeline import JobOptions, engine_targets_check
 
     job = JobOptions(None, BuildOptions(None, parse_policy("declared"), backend="tensorrt-rtx", rtx_targets=((8, 6),)))
     for kind in ("w4a16", "none"):
-        check_engine_targets(job, kind)
+        assert engine_targets_check(job, kind).ok, kind
+    assert not engine_targets_check(job, "w4a4").ok  # its block scales are FP8
 
 
 def test_a_build_refusal_after_the_export_says_the_export_is_kept(small_checkpoint, tmp_path):

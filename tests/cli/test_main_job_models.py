@@ -19,7 +19,7 @@ from metrale_export.engines.policy import parse_policy
 from metrale_export.engines.profiles import parse_profiles
 from metrale_export.exporter.export import ExportOptions
 from metrale_export.exporter.quantization import QuantRequest
-from metrale_export.pipeline import JobOptions, moe_experts_conflict, moe_experts_for
+from metrale_export.pipeline import JobOptions, job_conflicts, moe_experts_check, moe_experts_for
 
 needs_rtx = pytest.mark.skipif(backends.available()["tensorrt-rtx"] is None,
                                reason=f"the TensorRT-RTX wheels do not import: {backends.INSTALL['tensorrt-rtx']}")
@@ -43,15 +43,26 @@ def test_moe_experts_follow_the_lowering():
     assert moe_experts_for(_job(default=False)) == ("grouped", "")  # the user's choice stands
 
 
+def test_the_job_reports_every_conflict_at_once():
+    """Grouped experts without --plugins and an RTX target too old for W4A4's FP8 block scales: both."""
+    build = BuildOptions(parse_profiles("1"), parse_policy("declared"), backend="tensorrt-rtx", rtx_targets=((8, 6),))
+    job = JobOptions(ExportOptions(request=QuantRequest(weight="w4a4", moe_experts="grouped")), build,
+                     moe_experts_default=False)
+    refused = {hint: c for hint, c in job_conflicts(job, "qwen3_moe", "w4a4").items() if not c.ok}
+    assert list(refused) == ["--moe-experts", "--rtx-target"]
+    assert "grouped-expert ops" in refused["--moe-experts"].message
+    assert "--rtx-target 8.6" in refused["--rtx-target"].message
+
+
 @needs_rtx
 def test_grouped_experts_without_plugins_are_refused_before_the_export():
     """Asked for by name, grouped experts would export and verify, then fail in the qdq build."""
-    assert "--plugins" in moe_experts_conflict(_job(default=False), "qwen3_moe")
-    assert moe_experts_conflict(_job(default=False), "qwen3") is None  # no experts to keep
-    assert moe_experts_conflict(_job(default=False, plugins=Path("lib.so")), "qwen3_next") is None
-    assert moe_experts_conflict(_job(default=False, engines=False), "qwen3_moe") is None
-    assert moe_experts_conflict(_job(default=False, asked="dense"), "qwen3_moe") is None
-    assert moe_experts_conflict(_job(), "qwen3_moe") is None  # the default: the job picks dense
+    assert "--plugins" in moe_experts_check(_job(default=False), "qwen3_moe").message
+    assert moe_experts_check(_job(default=False), "qwen3").ok  # no experts to keep
+    assert moe_experts_check(_job(default=False, plugins=Path("lib.so")), "qwen3_next").ok
+    assert moe_experts_check(_job(default=False, engines=False), "qwen3_moe").ok
+    assert moe_experts_check(_job(default=False, asked="dense"), "qwen3_moe").ok
+    assert moe_experts_check(_job(), "qwen3_moe").ok  # the default: the job picks dense
 
 
 @needs_rtx

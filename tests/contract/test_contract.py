@@ -157,12 +157,12 @@ def test_node_versions_of_value_only_changes():
     assert spec.node_version({"activation_scale_granularity": b"tensor"}) == 2
     assert not contract.names_plugin_version(spec, {"activation_scale_granularity": "row_block128"})
     assert contract.names_plugin_version(spec, {"activation_scale_granularity": "tensor"})
-    assert contract.outdated("W8A8MoEProj", 1) is None
+    assert contract.version_check("W8A8MoEProj", 1).ok
     assert "input_scale" in spec.present_inputs({"activation_scale_granularity": "tensor"})
     assert "input_scale" not in spec.present_inputs({"activation_scale_granularity": "row"})
     assert contract.compatible_version(spec) == 1  # the plugins' second creator
     assert contract.op("W4A16Proj").node_version({}) == 2  # a layout change: every node
-    assert contract.outdated("W4A16Proj", 1) is not None
+    assert not contract.version_check("W4A16Proj", 1).ok
     assert contract.compatible_version(contract.op("W4A16Proj")) is None
 
 
@@ -178,11 +178,12 @@ def test_w8a8proj_version_3_retires_versions_1_and_2():
         assert contract.names_plugin_version(spec, attrs), attrs
     assert contract.compatible_version(spec) is None  # no creator builds old nodes as they are
     for old in (1, 2):
-        why = contract.outdated("W8A8Proj", old)
-        assert why is not None and "\n" not in why, old
+        ok, reasons = contract.version_check("W8A8Proj", old)
+        assert not ok and len(reasons) == 1 and "\n" not in reasons[0], old
+        why = reasons[0]
         assert f"version {old}" in why and "exact f16 products" in why and "re-export" in why, why
-    assert contract.outdated("W8A8Proj", 3) is None
-    assert contract.outdated("W8A8MoEProj", 2) is None and contract.op("W8A8MoEProj").version == 2
+    assert contract.version_check("W8A8Proj", 3).ok
+    assert contract.version_check("W8A8MoEProj", 2).ok and contract.op("W8A8MoEProj").version == 2
     assert "FP8 tensor core" in contract.W8A8_FP8_ARITHMETIC and contract.W8A8_FP8_ARITHMETIC in spec.doc
 
 
@@ -278,3 +279,20 @@ def test_a_non_projection_op_has_its_own_outputs_and_float_attributes():
     assert all(s.outputs == (contract.Output("y", "x", ("m", "n")),) for s in contract.projections().values())
     assert set(contract.projections()) == {t for t, s in contract.OPS.items() if "Proj" in t and t != "FloatProj"}
     assert "float" not in contract.by_kind()
+
+
+def test_a_graph_with_two_outdated_op_types_names_both():
+    """check_model names every outdated op type at once (each once however many nodes it has)."""
+    import onnx
+
+    from metrale_export.errors import InputError
+
+    nodes = [onnx.helper.make_node(t, [], [f"y{i}"], domain=contract.DOMAIN, name=f"n{i}")
+             for i, t in enumerate(("W4A16Proj", "W8A8Proj", "W4A16Proj"))]
+    model = onnx.helper.make_model(onnx.helper.make_graph(nodes, "g", [], []),
+                                   opset_imports=[onnx.helper.make_opsetid(contract.DOMAIN, 1)])
+    with pytest.raises(InputError) as e:
+        contract.check_model(model, "model.onnx")
+    message = str(e.value)
+    assert message.startswith("model.onnx: W4A16Proj of metrale op contract version 1") and "\n" not in message
+    assert message.count("W8A8Proj of metrale op contract version 1") == 1 and message.count("W4A16Proj of") == 1

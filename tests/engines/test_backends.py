@@ -6,7 +6,7 @@ import pytest
 
 from metrale_export.engines import backends
 from metrale_export.engines.build import resolve_lowering, resolve_source
-from metrale_export.engines.plan import UsageConflict, lowering_conflict
+from metrale_export.engines.plan import UsageConflict, lowering_check
 from metrale_export.errors import BuildError, InputError
 
 
@@ -39,7 +39,7 @@ def test_unknown_backend():
     ],
 )
 def test_resolve_lowering(backend, lowering, plugins, has_ops, expected):
-    assert lowering_conflict(backend, lowering, plugins, has_ops) is None
+    assert lowering_check(backend, lowering, plugins, has_ops) == (True, ())
     assert resolve_lowering(backend, lowering, plugins, has_ops) == expected
 
 
@@ -53,10 +53,21 @@ def test_resolve_lowering(backend, lowering, plugins, has_ops, expected):
     ],
 )
 def test_lowering_conflicts_say_why(backend, lowering, plugins, words):
-    assert words in lowering_conflict(backend, lowering, plugins, True)
+    ok, reasons = lowering_check(backend, lowering, plugins, True)
+    assert not ok and any(words in r for r in reasons)
     with pytest.raises(UsageConflict, match=re.escape(words)) as e:
         resolve_lowering(backend, lowering, plugins, True)
     assert e.value.param == ("--lowering" if lowering else "--plugins")
+
+
+def test_a_lowering_with_two_faults_reports_both():
+    """--lowering plugin for TensorRT-RTX without --plugins: both reasons, on one line, blaming --lowering."""
+    ok, reasons = lowering_check("tensorrt-rtx", "plugin", None, True)
+    assert not ok and len(reasons) == 2
+    assert "no IPluginV3 layers" in reasons[0] and "needs --plugins LIB" in reasons[1]
+    with pytest.raises(UsageConflict) as e:
+        resolve_lowering("tensorrt-rtx", "plugin", None, True)
+    assert str(e.value) == "; ".join(reasons) and "\n" not in str(e.value) and e.value.param == "--lowering"
 
 
 def test_resolve_source_errors(tmp_path):
@@ -68,3 +79,12 @@ def test_resolve_source_errors(tmp_path):
     bad.write_bytes(b"not onnx")
     with pytest.raises(InputError, match="not a readable ONNX model"):
         resolve_source(bad)
+
+
+def test_an_activation_with_two_faults_reports_both():
+    """Another backend already active and Polygraphy's loaders bound to it: both reasons."""
+    ok, reasons = backends.activation_check("tensorrt", "tensorrt-rtx", True)
+    assert not ok and len(reasons) == 2
+    assert "already builds with tensorrt-rtx" in reasons[0] and "POLYGRAPHY_USE_TENSORRT_RTX=0" in reasons[1]
+    assert backends.activation_check("tensorrt", None, None).ok
+    assert backends.activation_check("tensorrt", "tensorrt", False).ok

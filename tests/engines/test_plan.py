@@ -190,3 +190,16 @@ def test_manifest_document_round_trips_through_the_reader(tmp_path):
     assert manifest.previous_engines(tmp_path) == []
     with pytest.raises(InputError, match="expected manifest_version 1, found 0"):
         manifest.load(tmp_path)
+
+
+def test_kernel_limits_name_every_node_at_once():
+    from types import SimpleNamespace
+
+    from metrale_export.engines.plan import check_kernel_limits, kernel_limits_check
+
+    ops = [SimpleNamespace(key=key, op_type="W4A16Proj", k=k) for key, k in (("a", 400), ("b", 416), ("c", 80))]
+    ok, reasons = kernel_limits_check(ops)
+    assert not ok and [r.split(" ")[1] for r in reasons] == ["a", "c"]
+    with pytest.raises(InputError) as e:
+        check_kernel_limits(ops)
+    assert "\n" not in str(e.value) and str(e.value).endswith("export it with another weight format")

@@ -47,3 +47,26 @@ def test_a_gptq_quantize_config_that_is_not_a_json_object_is_refused(tmp_path, c
     assert GptqSource.detect(ckpt)
     with pytest.raises(InputError, match=rf"^{d / 'quantize_config.json'}: {message}"):
         GptqSource.read_qconfig(ckpt)
+
+
+def _set_qconfig(ckpt_dir, **fields) -> None:
+    cfg_path = ckpt_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["quantization_config"].update(fields)
+    cfg_path.write_text(json.dumps(cfg))
+
+
+@pytest.mark.parametrize("fmt, fields, words", [
+    ("fp8_block", {"fmt": "e5m2", "activation_scheme": "static"},
+     ("fmt 'e5m2'; only e4m3 is supported", "activation_scheme 'static'; only 'dynamic' is supported")),
+    ("gptq", {"bits": 8, "checkpoint_format": "marlin"},
+     ("8-bit weights; only 4-bit is supported", "checkpoint_format 'marlin'")),
+])
+def test_a_declaration_with_two_faults_reports_both_on_one_line(tmp_path, fmt, fields, words):
+    d = {"fp8_block": T.write_fp8_block, "gptq": T.write_gptq}[fmt](tmp_path / fmt)
+    _set_qconfig(d, **fields)
+    with pytest.raises(InputError) as e:
+        T.source_for(d)
+    message = str(e.value)
+    assert "\n" not in message and all(w in message for w in words), message
+    assert message.count(": ") >= 2 and "; " in message

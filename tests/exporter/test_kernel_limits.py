@@ -32,16 +32,16 @@ def test_the_limit_is_the_generated_headers():
     assert f"constexpr int32_t kW4A16_KERNEL_K_MULTIPLE{{{step}}};" in header
     kernel = (contract.JSON_PATH.parent / "w4a16Proj/w4a16ProjKernel.cuh").read_text()
     assert "k % contract::kW4A16_KERNEL_K_MULTIPLE != 0" in kernel
-    assert contract.kernel_k_problem("w4a16", K) is not None
-    assert contract.kernel_k_problem("w4a16", K + 16) is None
-    assert contract.kernel_k_problem("w8a8", K) is None  # no limit recorded for it
+    assert not contract.kernel_k_check("w4a16", K).ok
+    assert contract.kernel_k_check("w4a16", K + 16).ok
+    assert contract.kernel_k_check("w8a8", K).ok  # no limit recorded for it
 
 
 def test_the_cpu_reference_still_serves_k400():
     torch.manual_seed(0)
     q = w4a16.quantize(torch.randn(8, K), 128, symmetric=False)
     assert q.weight.shape == (8, K // 2) and q.weight_scale.shape == (8, 4)  # a partial last group
-    assert w4a16.check_shape(K, 128) is None
+    assert w4a16.shape_check(K, 128).ok
 
 
 def test_a_held_out_model_with_k400_is_refused_at_export(tmp_path):
@@ -74,3 +74,14 @@ def test_the_plugin_build_refuses_a_node_the_kernel_cannot_serve():
     assert msg.startswith("node layers.0.ffn.up (W4A16Proj): K=400 is not a multiple of 32")
     assert "--lowering qdq" in msg
     assert _plan("qdq", ("tensorrt", "10.9")).lowering == "qdq"
+
+
+def test_a_weight_with_three_faults_reports_all_three():
+    """A group size outside the contract, an odd K, and a K the CUDA kernel does not serve."""
+    from metrale_export.exporter.quantization import w4a16_check
+
+    ok, reasons = w4a16_check(401, 48)
+    assert not ok and len(reasons) == 3, reasons
+    assert "group size must be one of" in reasons[0] and "is odd" in reasons[1]
+    assert "not a multiple of 32" in reasons[2] and reasons[2].endswith("export it with another weight format")
+    assert w4a16_check(K + 16, 128).ok

@@ -21,7 +21,7 @@ def test_one_row_per_request_field_with_its_default():
     assert sorted(o.field for o in quant_options.OPTIONS) == sorted(fields)  # the table: in --help order
     for o in quant_options.OPTIONS:
         assert o.default == fields[o.field], o.field
-        assert o.problem(o.default) is None, o.field
+        assert o.check(o.default).ok, o.field
 
 
 def test_the_choices_are_the_contracts():

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import InputError
+from ...errors import Check
 from .base import packed_int32_nibbles
 from .gptq import Int4KNSource
 
@@ -34,13 +34,15 @@ class AwqSource(Int4KNSource):
     quant_method = "awq"
     config_file = "quant_config.json"
 
-    def configure(self, q: dict) -> None:
+    def layout_check(self, q: dict) -> Check:
         version = str(q.get("version", "gemm")).lower()
-        if version != "gemm":
-            raise InputError(f"{self.where}: version {version!r}; only AutoAWQ's 'gemm' layout is supported "
-                             "(gemv/marlin/exllama layouts pack differently)")
-        if not q.get("zero_point", True):
-            raise InputError(f"{self.where}: zero_point false is not supported (AutoAWQ writes zero points)")
+        return Check.of([
+            f"version {version!r}; only AutoAWQ's 'gemm' layout is supported (gemv/marlin/exllama layouts "
+            "pack differently)" if version != "gemm" else None,
+            "zero_point false is not supported (AutoAWQ writes zero points)" if not q.get("zero_point", True) else None,
+        ])
+
+    def configure(self, q: dict) -> None:
         self.symmetric = False
 
     def summary(self) -> dict:

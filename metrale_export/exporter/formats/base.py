@@ -19,7 +19,7 @@ import re
 import torch
 
 from ...contract import ceil_div, op_type_of  # noqa: F401  (ceil_div: for the format modules)
-from ...errors import CheckpointError, InputError
+from ...errors import Check, CheckpointError, InputError
 from ..checkpoint import Checkpoint, all_finite
 from ..projection import ProjSpec
 from ..quantization import FLOAT_DTYPES, FloatSource, QuantRequest
@@ -191,6 +191,13 @@ class DeclaredSource:
             return torch.Size(shape)
         want = "[] or [1]" + (f", [{n}] or [{n}, 1]" if n is not None else "")
         raise CheckpointError(f"{info.file}: tensor {name!r}: expected shape {want}, found {list(shape)}")
+
+
+def refuse_declaration(where: str, check: Check) -> None:
+    """Raise ``InputError`` at ``where`` (the quantization config) with every reason of a declaration
+    check, on one line."""
+    if not check.ok:
+        raise InputError(f"{where}: {check.message}")
 
 
 def to_channel_scale(t: torch.Tensor, n: int) -> torch.Tensor:

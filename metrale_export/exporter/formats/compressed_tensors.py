@@ -16,12 +16,12 @@ from __future__ import annotations
 import torch
 
 from ...contract import GROUP_SIZES
-from ...errors import CheckpointError, InputError
+from ...errors import Check, CheckpointError, InputError
 from ...ops import w4a16
 from ...ops.numerics import FP8_BLOCK, NVFP4_BLOCK
 from ..projection import DEFAULT_ACTIVATION, ProjSpec
 from .base import (F32, FP8_DTYPES, I8, SCALE_DTYPES, DeclaredSource, ceil_div, match_module,
-                   packed_int32_nibbles, to_channel_scale, to_scalar)
+                   packed_int32_nibbles, refuse_declaration, to_channel_scale, to_scalar)
 
 NO_ACTIVATION = "none (bf16, not quantized)"
 FP8_WEIGHT_SCALES = {"tensor": "per tensor (broadcast to per channel)", "channel": "per output channel",
@@ -73,63 +73,59 @@ class CompressedTensorsSource(DeclaredSource):
     def _check_int4(self, where: str) -> None:
         w, a = self.w, self.a
         bits, wtype, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
-        if bits != 4 or wtype != "int":
-            raise InputError(f"{where}: pack-quantized with {bits}-bit {wtype} weights; only 4-bit int is supported")
-        if strategy != "group" or w.get("group_size") not in GROUP_SIZES:
-            sizes = ", ".join(map(str, GROUP_SIZES[:-1])) + f" or {GROUP_SIZES[-1]}"
-            raise InputError(
-                f"{where}: int4 weights with strategy {strategy!r} and group size {w.get('group_size')}; "
-                f"W4A16Proj needs group quantization with group size {sizes}"
-            )
-        if w.get("actorder") not in (None, "static", False):
-            raise InputError(
-                f"{where}: act-order {w.get('actorder')!r} stores a g_idx permutation; W4A16Proj needs "
-                "contiguous groups (re-quantize with actorder 'static' or none)"
-            )
-        if a is not None:
-            raise InputError(
-                f"{where}: int4 weights with {a.get('num_bits')}-bit {a.get('type')} activations (W4A8); "
-                "the metrale contract runs int4 weights with bf16 activations only"
-            )
+        sizes = ", ".join(map(str, GROUP_SIZES[:-1])) + f" or {GROUP_SIZES[-1]}"
+        refuse_declaration(where, Check.of([
+            f"pack-quantized with {bits}-bit {wtype} weights; only 4-bit int is supported"
+            if bits != 4 or wtype != "int" else None,
+            f"int4 weights with strategy {strategy!r} and group size {w.get('group_size')}; "
+            f"W4A16Proj needs group quantization with group size {sizes}"
+            if strategy != "group" or w.get("group_size") not in GROUP_SIZES else None,
+            f"act-order {w.get('actorder')!r} stores a g_idx permutation; W4A16Proj needs "
+            "contiguous groups (re-quantize with actorder 'static' or none)"
+            if w.get("actorder") not in (None, "static", False) else None,
+            f"int4 weights with {a.get('num_bits')}-bit {a.get('type')} activations (W4A8); "
+            "the metrale contract runs int4 weights with bf16 activations only" if a is not None else None,
+        ]))
         self.group_size = int(w["group_size"])
         self.symmetric = bool(w.get("symmetric", True))
 
     def _check_fp8(self, where: str) -> None:
         w = self.w
         bits, wtype, strategy = w.get("num_bits"), w.get("type"), w.get("strategy")
-        if bits != 8 or wtype != "float":
-            raise InputError(f"{where}: {bits}-bit {wtype} weights; only FP8 (8-bit float) is supported")
+        reasons = [f"{bits}-bit {wtype} weights; only FP8 (8-bit float) is supported"] \
+            if bits != 8 or wtype != "float" else []
         if strategy == "block":
             if list(w.get("block_structure") or []) != [FP8_BLOCK, FP8_BLOCK]:
-                raise InputError(f"{where}: FP8 block structure {w.get('block_structure')}; only [128, 128] is supported")
+                reasons.append(f"FP8 block structure {w.get('block_structure')}; only [128, 128] is supported")
             self.granularity = "block128"
         elif strategy in ("channel", "tensor"):
             self.granularity = "channel"
         else:
-            raise InputError(f"{where}: FP8 weight strategy {strategy!r}; supported: tensor, channel, block")
-        self.act = self._fp8_activation(where)
+            reasons.append(f"FP8 weight strategy {strategy!r}; supported: tensor, channel, block")
+        self.act = self._fp8_activation(reasons)
+        refuse_declaration(where, Check.of(reasons))
 
     def _check_nvfp4(self, where: str) -> None:
         w, a = self.w, self.a
         bits, wtype = w.get("num_bits"), w.get("type")
-        if bits != 4 or wtype != "float" or w.get("group_size") != NVFP4_BLOCK:
-            raise InputError(f"{where}: nvfp4-pack-quantized with {bits}-bit {wtype} group {w.get('group_size')}; expected NVFP4 (4-bit float, group 16)")
-        if a is None:
-            self.act_nvfp4, self.static_input = False, False
-        elif a.get("num_bits") == 4 and a.get("type") == "float":
-            self.act_nvfp4 = True
-            self.static_input = a.get("dynamic") in (False, "local")
-            if not self.static_input:
-                raise InputError(f"{where}: fully dynamic NVFP4 activations (per-tensor global scale at run time) have no row-invariant equivalent; expected dynamic 'local' with a stored input_global_scale")
-        else:
-            raise InputError(f"{where}: NVFP4 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
+        reasons = [f"nvfp4-pack-quantized with {bits}-bit {wtype} group {w.get('group_size')}; expected NVFP4 (4-bit float, group 16)"] \
+            if bits != 4 or wtype != "float" or w.get("group_size") != NVFP4_BLOCK else []
+        self.act_nvfp4 = a is not None and a.get("num_bits") == 4 and a.get("type") == "float"
+        self.static_input = self.act_nvfp4 and a.get("dynamic") in (False, "local")
+        if self.act_nvfp4 and not self.static_input:
+            reasons.append("fully dynamic NVFP4 activations (per-tensor global scale at run time) have no row-invariant equivalent; expected dynamic 'local' with a stored input_global_scale")
+        elif a is not None and not self.act_nvfp4:
+            reasons.append(f"NVFP4 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
+        refuse_declaration(where, Check.of(reasons))
 
-    def _fp8_activation(self, where: str) -> dict:
+    def _fp8_activation(self, reasons: list[str]) -> dict:
+        """The declared FP8 activation; an unsupported one adds its reason to ``reasons`` (and is {})."""
         a = self.a
         if a is None:
             return {"activation_format": "bf16", "activation_scale_granularity": "row", "note": "weights only (W8A16)"}
         if a.get("num_bits") != 8 or a.get("type") != "float":
-            raise InputError(f"{where}: FP8 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
+            reasons.append(f"FP8 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
+            return {}
         strategy, dynamic = a.get("strategy"), a.get("dynamic")
         if strategy == "token" and dynamic:
             return {"activation_format": "fp8", "activation_scale_granularity": "row", "note": "dynamic per token"}
@@ -141,7 +137,8 @@ class CompressedTensorsSource(DeclaredSource):
             # scale replaces the static one (never coarser). docs/formats.md says so.
             return {"activation_format": "fp8", "activation_scale_granularity": "row",
                     "note": "static per-tensor input_scale replaced by dynamic per-row scales"}
-        raise InputError(f"{where}: FP8 activations with strategy {strategy!r} dynamic={dynamic!r} are not supported")
+        reasons.append(f"FP8 activations with strategy {strategy!r} dynamic={dynamic!r} are not supported")
+        return {}
 
     def declared_activation(self) -> str:
         if self.kind == "w4a16":

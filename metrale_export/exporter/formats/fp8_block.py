@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import InputError
+from ...errors import Check
 from ...ops.numerics import FP8_BLOCK
 from ..projection import ProjSpec
-from .base import F32, FP8_DTYPES, I8, SCALE_DTYPES, DeclaredSource, ceil_div
+from .base import F32, FP8_DTYPES, I8, SCALE_DTYPES, DeclaredSource, ceil_div, refuse_declaration
 
 
 class Fp8BlockSource(DeclaredSource):
@@ -30,15 +30,14 @@ class Fp8BlockSource(DeclaredSource):
     def __init__(self, checkpoint, request):
         q = dict(checkpoint.config.get("quantization_config") or {})
         where = self.qconfig_where(checkpoint)
-        if q.get("fmt", "e4m3") != "e4m3":
-            raise InputError(f"{where}: fmt {q.get('fmt')!r}; only e4m3 is supported")
-        if list(q.get("weight_block_size") or []) != [FP8_BLOCK, FP8_BLOCK]:
-            raise InputError(
-                f"{where}: weight_block_size {q.get('weight_block_size')}; only [128, 128] is supported "
-                "(per-tensor FP8 checkpoints of this kind store weight_scale: see the ModelOpt reader)"
-            )
-        if q.get("activation_scheme", "dynamic") != "dynamic":
-            raise InputError(f"{where}: activation_scheme {q.get('activation_scheme')!r}; only 'dynamic' is supported")
+        refuse_declaration(where, Check.of([
+            f"fmt {q.get('fmt')!r}; only e4m3 is supported" if q.get("fmt", "e4m3") != "e4m3" else None,
+            f"weight_block_size {q.get('weight_block_size')}; only [128, 128] is supported (per-tensor FP8 "
+            "checkpoints of this kind store weight_scale: see the ModelOpt reader)"
+            if list(q.get("weight_block_size") or []) != [FP8_BLOCK, FP8_BLOCK] else None,
+            f"activation_scheme {q.get('activation_scheme')!r}; only 'dynamic' is supported"
+            if q.get("activation_scheme", "dynamic") != "dynamic" else None,
+        ]))
         self.exclude = q.get("modules_to_not_convert") or q.get("ignored_layers") or []
         super().__init__(checkpoint, request)
 

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import torch
 
-from ...errors import CheckpointError, InputError
+from ...errors import OK, Check, CheckpointError, InputError, all_of
 from ...ops.numerics import pack_nibbles
 from ...ops.w4a16 import GROUP_SIZES, SCALE_DTYPE, store_scale
 from ..checkpoint import read_json_object
 from ..projection import ProjSpec
-from .base import F32, I8, SCALE_DTYPES, DeclaredSource, ceil_div, packed_int32_nibbles
+from .base import F32, I8, SCALE_DTYPES, DeclaredSource, ceil_div, packed_int32_nibbles, refuse_declaration
 
 
 class Int4KNSource(DeclaredSource):
@@ -54,16 +54,20 @@ class Int4KNSource(DeclaredSource):
         q = self.read_qconfig(checkpoint)
         self.where = f"{checkpoint.root}: {self.quant_method} quantization config"
         bits = q.get("bits", q.get("w_bit"))
-        if bits != 4:
-            raise InputError(f"{self.where}: {bits}-bit weights; only 4-bit is supported")
         g = q.get("group_size", q.get("q_group_size"))
-        if g not in GROUP_SIZES:
-            raise InputError(f"{self.where}: group_size {g}; W4A16Proj supports {', '.join(map(str, GROUP_SIZES))}")
+        refuse_declaration(self.where, all_of([Check.of([
+            f"{bits}-bit weights; only 4-bit is supported" if bits != 4 else None,
+            f"group_size {g}; W4A16Proj supports {', '.join(map(str, GROUP_SIZES))}" if g not in GROUP_SIZES else None,
+        ]), self.layout_check(q)]))
         self.group_size = int(g)
         self.exclude = q.get("modules_to_not_convert") or []
         self.q = q
         self.configure(q)
         super().__init__(checkpoint, request)
+
+    def layout_check(self, q: dict) -> Check:
+        """Whether the declared layout is one this reader unpacks: every reason it is not."""
+        return OK
 
     def configure(self, q: dict) -> None:
         self.symmetric = False
@@ -130,11 +134,13 @@ class GptqSource(Int4KNSource):
     quant_method = "gptq"
     config_file = "quantize_config.json"
 
+    def layout_check(self, q: dict) -> Check:
+        fmt = q.get("checkpoint_format", "gptq")
+        return Check.of([f"checkpoint_format {fmt!r}; supported: gptq, gptq_v2 (marlin/bitblas repacked "
+                         "layouts are not)" if fmt not in ("gptq", "gptq_v2") else None])
+
     def configure(self, q: dict) -> None:
         fmt = q.get("checkpoint_format", "gptq")
-        if fmt not in ("gptq", "gptq_v2"):
-            raise InputError(f"{self.where}: checkpoint_format {fmt!r}; supported: gptq, gptq_v2 "
-                             "(marlin/bitblas repacked layouts are not)")
         self.v1 = fmt == "gptq"
         self.symmetric = bool(q.get("sym", True))
         self.desc_act = bool(q.get("desc_act", False))
