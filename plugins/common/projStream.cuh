@@ -336,7 +336,7 @@ inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t*
         // FP8 codes dequantize cheaply, so they are bound by loads in flight: the shared-memory
         // pipeline (deep cp.async prefetch, no registers) streams them faster than the register
         // ring, except for narrow weights (8 slices) at m <= 8, where one warp per slice wins
-        // (both measured on the H200: benchmarks/results/kernels-20261129-2018-66f3759.md against
+        // (both measured on the H200: benchmarks/results/kernels-20261129-2018-66f3759.json against
         // kernels-20261129-2035-66f3759.md). Same bits.
         const bool ring = m <= 8 && slices == 8;
         if (m <= 8 && !ring)

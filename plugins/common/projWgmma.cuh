@@ -71,8 +71,8 @@ constexpr int kWG_CONSUMER_REGS_R = 240;
  * Whether policy P's wgmma tier takes the weight codes and meta through shared memory
  * (P::kWG_SMEM_CODES; consumeWgmma / produceWgmma, and the CTA raster in groups of kWG_RASTER token
  * tiles) or streams them into the consumers' registers (default; consumeWgmmaRegs, blockIdx.x over
- * the weight tiles first). Measured on the H200 (kernels-20261201-1231-82d7cc2.md against
- * kernels-20261201-1209-a24630d.md / -1028-ecfea67.md): the shared-memory path made W4A16 10-18%
+ * the weight tiles first). Measured on the H200 (kernels-20261201-1231-82d7cc2.json against
+ * kernels-20261201-1209-a24630d.json / -1028-ecfea67.json): the shared-memory path made W4A16 10-18%
  * faster at M >= 64, W4A4 2-8% and W8A8 4-14% slower at M = 64..1024. Both paths compute the same
  * arithmetic in the same k order (the same bits).
  */
@@ -1234,7 +1234,7 @@ inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t*
 
 /* Which mainloop the deep-capable consumers (WgDeep: W4A16) run, read at each call from
  * METRALE_W4A16_WG: "base" the base one (consumeWgmma), anything else or unset the deep one
- * (consumeWgmmaDeep, 3-7% faster at M >= 64 on the H200: kernels-20261202-0333-6c93393-w4a16-variants.md).
+ * (consumeWgmmaDeep, 3-7% faster at M >= 64 on the H200: w4a16-variants-20261202-0333-6c93393.md).
  * Both give the same bits (the same arithmetic in the same order); a speed choice for the benchmark. */
 inline bool wgDeepMainloop()
 {

@@ -69,7 +69,7 @@ struct Fp8Variant
  * else: the default, kFP8_DEFAULT (wg-qe). No sm_90a code: the exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
  * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
- * kernels-20261202-1533-4a278e6-w8a8-variants.md) and removed. */
+ * w8a8-variants-20261202-1533-4a278e6.md) and removed. */
 constexpr Fp8Variant kFP8_DEFAULT = {true, true, true};
 
 Fp8Variant fp8VariantSelected()
