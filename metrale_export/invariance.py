@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from . import contract
+from . import contract, onnx_nodes
 from .contract import DOMAIN
 NORMALIZATIONS = frozenset({
     "LayerNormalization", "RMSNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
@@ -74,13 +74,6 @@ def _layer_of(name: str) -> str:
     return "model"
 
 
-def _attr(node, key: str):
-    for a in node.attribute:
-        if a.name == key:
-            return a.s.decode() if a.s else None
-    return None
-
-
 def _walk(graph, prefix: str, out: list) -> None:
     for node in graph.node:
         out.append((prefix, node))
@@ -128,7 +121,7 @@ def audit(graph) -> dict:
     covers, left, pending = [], [], []
     for prefix, node in nodes:
         if node.domain == DOMAIN and not _unplugged(node.op_type):
-            name = _attr(node, "name") or node.name
+            name = onnx_nodes.attribute(node, "name") or node.name
             covers.append({"name": name, "op_type": node.op_type, "output": node.output[0]})
             for entry in pending:
                 entry["where"] = _layer_of(name)

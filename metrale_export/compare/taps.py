@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 import onnx
 
+from .. import onnx_nodes
 from ..ops import onnx_translation as ot
 
 LAYER_NAME = re.compile(r"^model\.layers\.(\d+)\.")
@@ -64,14 +65,6 @@ class GraphTaps:
         return list(dict.fromkeys(names))
 
 
-def _attr(node: onnx.NodeProto, name: str, default=""):
-    for a in node.attribute:
-        if a.name == name:
-            v = onnx.helper.get_attribute_value(a)
-            return v.decode() if isinstance(v, bytes) else v
-    return default
-
-
 def _layer_of(projection: str) -> int | None:
     m = LAYER_NAME.match(projection)
     return int(m.group(1)) if m else None
@@ -95,13 +88,13 @@ def find_taps(graph: onnx.GraphProto) -> GraphTaps:
         if read:
             op_layer[id(node)] = (1, max(read))
         if node.domain in (ot.DOMAIN, "ai.onnx.contrib") and node.input:
-            proj = _attr(node, "name")
+            proj = onnx_nodes.attribute(node, "name", "")
             layer = _layer_of(proj)
             if layer is not None:
                 op_layer[id(node)] = (0, layer)
             inputs = tuple(v for v in node.input if v and v not in weights)
             taps.ops.append(OpTap(node.name, node.op_type.split("__")[0], proj, layer, node.input[0],
-                                  node.output[0], _attr(node, "activation_format"), inputs, tuple(node.output)))
+                                  node.output[0], onnx_nodes.attribute(node, "activation_format", ""), inputs, tuple(node.output)))
     taps.layers, taps.reason = _residual_layers(graph, producer, consumers, op_layer)
     return taps
 

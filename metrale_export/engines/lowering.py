@@ -2,8 +2,8 @@
 
 ``lower_qdq`` replaces every ``metrale`` node (docs/ops.md) with standard ONNX that TensorRT builds
 with no plugin: DequantizeLinear of the stored weights + MatMul, with the activation formats
-emulated as the contract defines them (qdq.py: how each weight format is stored and each
-activation format computed). ``lower_plugins`` is the plugin path's rewrite (below);
+emulated as the contract defines them (qdq/: how each weight format is stored, a module
+each, and each activation format computed). ``lower_plugins`` is the plugin path's rewrite (below);
 ``with_activation_formats`` only sets the projections' ``activation_format`` on a copy.
 
 The non-projection ops (Attention, RMSNorm, FloatProj, Router) expand to their formulas in
@@ -32,7 +32,8 @@ from onnx_graphsurgeon.logger import G_LOGGER as _GS_LOGGER
 from .. import contract
 from . import expand
 from .emitter import Emitter
-from .nodes import DOMAIN, LoweringError, _attrs, _key, _key_gs, contract_attributes, metrale_ops
+from ..onnx_nodes import attributes
+from .nodes import DOMAIN, LoweringError, _key, _key_gs, contract_attributes, metrale_ops
 from .qdq import lower_projection
 
 LOWERING_VERSION = 2  # bump when the qdq output changes, so cached engines rebuild
@@ -48,7 +49,7 @@ def with_activation_formats(model: onnx.ModelProto, formats: dict[str, str]) -> 
     for i, node in enumerate(out.graph.node):
         if node.domain != DOMAIN or not contract.op(node.op_type).is_projection:
             continue
-        key = _key(node, _attrs(node), i)
+        key = _key(node, attributes(node), i)
         if key not in formats:
             raise LoweringError(f"node {key}: no activation format chosen for it")
         for attr in node.attribute:
@@ -102,10 +103,10 @@ def plugin_plan(model: onnx.ModelProto) -> dict[str, tuple[str, str]]:
     for i, node in enumerate(model.graph.node):
         if node.domain != DOMAIN:
             continue
-        key = _key(node, _attrs(node), i)
+        key = _key(node, attributes(node), i)
         spec = contract.op(node.op_type) if node.op_type in contract.OPS else None
         if spec is None:
-            contract_attributes(node.op_type, _attrs(node), key)  # raises: unknown op type
+            contract_attributes(node.op_type, attributes(node), key)  # raises: unknown op type
         reasons = []
         for entry in PLUGIN_REWRITES:
             ok, why = entry.can(spec)

@@ -1,6 +1,7 @@
-"""The one reader of a graph's ``metrale`` nodes: each node's attributes checked against the op
-contract (absent ones filled with their defaults) and the projections listed with what the policy
-needs of them (``OpInfo``). The lowerings, the build plan and the manifest read nodes through it.
+"""A graph's ``metrale`` nodes checked against the op contract: each node's attributes (read by
+``onnx_nodes``, the one reader of metrale nodes) with absent ones filled with their defaults, and the
+projections listed with what the policy needs of them (``OpInfo``). The lowerings and the build plan
+take nodes from here.
 
 Invariants: a node's key is its ``name`` attribute, else its node name, else ``<op>_<index>``, in
 both the ONNX and the graphsurgeon views; every refusal names the node and says what the contract
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import onnx
 
-from .. import contract
+from .. import contract, onnx_nodes
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -40,18 +41,8 @@ class OpInfo:
     k: int
 
 
-def _attrs(node: onnx.NodeProto) -> dict:
-    return {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-
-
-def _text(value) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _key(node: onnx.NodeProto, attrs: dict, index: int) -> str:
-    if "name" in attrs and _text(attrs["name"]):
-        return _text(attrs["name"])
-    return node.name or f"{node.op_type}_{index}"
+    return onnx_nodes.key(attrs, node.name, node.op_type, index)
 
 
 def contract_attributes(node_op: str, attrs: dict, key: str) -> dict:
@@ -90,7 +81,7 @@ def _without_plugin_version(spec, attrs: dict, key: str) -> dict:
     if not (contract.names_plugin_version(spec) and "plugin_version" in attrs):
         return attrs
     attrs = dict(attrs)
-    found = _text(attrs.pop("plugin_version"))
+    found = onnx_nodes.text(attrs.pop("plugin_version"))
     want = str(spec.node_version(attrs))
     if found != want:
         raise LoweringError(f"node {key} ({spec.op_type}): plugin_version {found!r}: expected "
@@ -104,7 +95,7 @@ def _attribute_value(a, value, where: str):
     if a.type == "string":
         if not isinstance(value, (str, bytes)):
             raise LoweringError(f"{where}: attribute {a.name!r}: expected a string, found {value!r}")
-        value = _text(value)
+        value = onnx_nodes.text(value)
     elif a.type == "float":
         if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
             raise LoweringError(f"{where}: attribute {a.name!r}: expected a float, found {value!r}")
@@ -130,10 +121,8 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
     except InputError as e:
         raise LoweringError(str(e)) from e
     ops = []
-    for i, node in enumerate(model.graph.node):
-        if node.domain != DOMAIN:
-            continue
-        a = _attrs(node)
+    for i, node in onnx_nodes.metrale_nodes(model.graph):
+        a = onnx_nodes.attributes(node)
         key = _key(node, a, i)
         a = contract_attributes(node.op_type, a, key)
         if not contract.op(node.op_type).is_projection:
@@ -147,7 +136,4 @@ def metrale_ops(model: onnx.ModelProto) -> list[OpInfo]:
 
 
 def _key_gs(node: gs.Node, attrs: dict, index: int) -> str:
-    name = attrs.get("name")
-    if name is not None and _text(name):
-        return _text(name)
-    return node.name or f"{node.op}_{index}"
+    return onnx_nodes.key(attrs, node.name, node.op, index)

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import onnx
 
+from .. import onnx_nodes
 from ..invariance import audit
-from ..ops.onnx_translation import DOMAIN
 from .projection_source import ProjectionSource
 from .quant_options import manifest_entry
 from .writer import sha256_file
@@ -31,16 +31,9 @@ ROW_INVARIANCE_SCOPE = ("engines built with --lowering plugin and a fixed --acti
                         "the outputs listed under covers; the ops under left_to_tensorrt are not covered")
 
 
-def node_attributes(node: onnx.NodeProto) -> dict:
-    out = {}
-    for a in node.attribute:
-        v = onnx.helper.get_attribute_value(a)
-        out[a.name] = v.decode() if isinstance(v, bytes) else v
-    return out
-
-
 def metrale_ops(graph: onnx.GraphProto) -> list[dict]:
-    return [{"op_type": n.op_type, **node_attributes(n)} for n in graph.node if n.domain == DOMAIN]
+    """Every metrale node of ``graph``: its op type and attributes as written (``onnx_nodes``)."""
+    return [{"op_type": n.op_type, **onnx_nodes.attributes(n)} for _, n in onnx_nodes.metrale_nodes(graph)]
 
 
 def op_counts(ops: list[dict]) -> dict[str, int]:

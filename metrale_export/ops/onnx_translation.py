@@ -19,7 +19,7 @@ import onnxscript
 import torch
 from onnx.defs import OpSchema
 
-from .. import contract
+from .. import contract, onnx_nodes
 
 DOMAIN = contract.DOMAIN
 
@@ -150,8 +150,7 @@ def compact_outputs(graph: onnx.GraphProto) -> int:
         spec = contract.op(node.op_type)
         if len(spec.outputs) == 1:
             continue
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        present = spec.present_outputs(attrs)
+        present = spec.present_outputs(onnx_nodes.attributes(node))
         kept = [o for o, out in zip(node.output, spec.outputs) if out.name in present]
         if len(kept) != len(node.output):
             del node.output[:]

@@ -26,7 +26,7 @@ import onnxruntime as ort
 import torch
 from onnxruntime_extensions import PyCustomOpDef, get_library_path, onnx_op
 
-from .. import contract
+from .. import contract, onnx_nodes
 from ..errors import InputError
 from ..exporter.external_data import external_data_files
 from ..exporter.names import REFERENCE_DTYPES
@@ -163,7 +163,7 @@ def _first_float_input(model: onnx.ModelProto) -> int:
 def _reference_node(node: onnx.NodeProto, x_type: int) -> list[onnx.NodeProto]:
     """``node`` (a copy of a metrale node, changed in place) as the Python op's variant, after the
     Casts that widen its inputs the extensions cannot take as stored."""
-    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+    attrs = onnx_nodes.attributes(node)
     spec = contract.op(node.op_type)
     present_names = spec.present_inputs(attrs)
     flags = _flags(spec, {name: name in present_names for name in spec.optional_inputs})
