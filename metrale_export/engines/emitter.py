@@ -1,7 +1,7 @@
 """The graph-building helper of the rewrites: ``Emitter`` adds the standard-ONNX nodes of one
 lowered op under a name prefix (constants, initializer checks, and the building blocks the
 formats share: bfloat16 rounding, blocked DequantizeLinear, the unit FP8 Q/DQ pair, row amax
-scales and e2m1 rounding). The qdq formats (qdq.py) and the expansions (expand.py) both use it.
+scales and e2m1 rounding). The qdq formats (qdq/) and the expansions (expand.py) both use it.
 
 Invariants: every node and constant gets a name under the prefix, unique within one Emitter;
 with a store, constants of ``store.inline_bytes`` or more go to disk as they are made.
