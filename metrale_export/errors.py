@@ -8,10 +8,11 @@ Refusals, one shape across the package (vLLM's ``can_implement(config) -> (ok, r
 - a check ("can this be done? if not, why") returns a ``Check``, ``(ok, reasons)``, holding EVERY
   reason it finds, not the first: ``contract.kernel_k_check``, ``contract.version_check``,
   ``w4a16.shape_check``, ``QuantOption.check`` and ``quant_options.check``, the format readers'
-  declaration checks (``formats.base.refuse_declaration`` raises with them), ``engines.plan.lowering_check``,
-  ``plan.rtx_targets_check``, ``plan.kernel_limits_check``, ``backends.activation_check``, and the
-  pipeline's conflicts (``pipeline.plugins_check``, ``pipeline.moe_experts_check``,
-  ``pipeline.engine_targets_check``); ``Check.of`` makes one from reasons, ``all_of`` joins several;
+  declaration checks (``formats.base.refuse_declaration`` raises with them),
+  ``engines.plan.lowering_check``, ``plan.rtx_targets_check``, ``plan.kernel_limits_check``,
+  ``backends.activation_check``, ``resources.machine_check``, and the pipeline's conflicts
+  (``pipeline.job_conflicts``: ``plugins_check``, ``moe_experts_check``, ``engine_targets_check``);
+  ``Check.of`` makes one from reasons, ``all_of`` joins several;
 - the step that refuses raises one of these errors with ``check.message``, the reasons on one line
   joined by "; ", so each reason is worded once, where it is found;
 - a decision returns what it chose with why (``policy.Choice``, ``policy.row_invariance``,

@@ -25,7 +25,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import Check, InputError
 
 MEMORY_ENV = "METRALE_AVAILABLE_MEMORY"
 DISK_ENV = "METRALE_AVAILABLE_DISK"
@@ -123,27 +123,28 @@ def available_disk(where: Path) -> tuple[int | None, str]:
         return None, "unknown"
 
 
-def refusal(estimate: Estimate, memory: tuple[int | None, str], disk: tuple[int | None, str],
-            out_dir: Path) -> str | None:
-    """Why the machine cannot hold the build, in one line, or None (pure: numbers in, words out)."""
+def machine_check(estimate: Estimate, memory: tuple[int | None, str], disk: tuple[int | None, str]) -> Check:
+    """Whether the machine can hold the build: the memory's reason and the disk's, each that applies
+    (pure: numbers in, words out)."""
     (mem, mem_from), (free, disk_from) = memory, disk
-    if mem is not None and estimate.memory > mem:
-        return (f"{out_dir}: building these engines needs about {estimate.memory / GiB:.1f} GiB of memory at "
-                f"its peak ({estimate.describe()}) and {mem / GiB:.1f} GiB is available ({mem_from}); "
-                f"free memory, build fewer --profiles at a time, or set {MEMORY_ENV} if the figure is wrong")
-    if free is not None and estimate.disk > free:
-        return (f"{out_dir}: building these engines writes about {estimate.disk / GiB:.1f} GiB and "
-                f"{free / GiB:.1f} GiB is free ({disk_from}); free space or choose another -o")
-    return None
+    return Check.of([
+        f"building these engines needs about {estimate.memory / GiB:.1f} GiB of memory at its peak "
+        f"({estimate.describe()}) and {mem / GiB:.1f} GiB is available ({mem_from}); free memory, build "
+        f"fewer --profiles at a time, or set {MEMORY_ENV} if the figure is wrong"
+        if mem is not None and estimate.memory > mem else None,
+        f"building these engines writes about {estimate.disk / GiB:.1f} GiB and {free / GiB:.1f} GiB is "
+        f"free ({disk_from}); free space or choose another -o" if free is not None and estimate.disk > free else None,
+    ])
 
 
 def check(estimate: Estimate | None, out_dir: Path) -> None:
-    """Raise ``ResourceError`` when this machine cannot hold ``estimate`` (None: nothing to build)."""
+    """Raise ``ResourceError`` at ``out_dir`` when this machine cannot hold ``estimate`` (None:
+    nothing to build), with every reason on one line."""
     if estimate is None:
         return
-    why = refusal(estimate, available_memory(), available_disk(out_dir), out_dir)
-    if why:
-        raise ResourceError(why)
+    fits = machine_check(estimate, available_memory(), available_disk(out_dir))
+    if not fits.ok:
+        raise ResourceError(f"{out_dir}: {fits.message}")
 
 
 # How long an engine takes to build (docs/engines.md, "How long a build takes"): a fixed part, and

@@ -103,14 +103,25 @@ def test_estimate_grows_with_the_weights_the_builder_holds():
     assert shared.disk >= 6 * GiB  # the weights file, once
 
 
-def test_refusal_names_the_numbers(tmp_path):
+def test_refusal_names_the_numbers():
     est = resources.Estimate(memory=12 * GiB, disk=GiB, parts={"lowering": GiB, "tensorrt-rtx builder": 12 * GiB})
-    line = resources.refusal(est, (8 * GiB, "MemAvailable in /proc/meminfo"), (100 * GiB, "free"), tmp_path)
+    line = resources.machine_check(est, (8 * GiB, "MemAvailable in /proc/meminfo"), (100 * GiB, "free")).message
     assert "12.0 GiB of memory" in line and "8.0 GiB is available (MemAvailable" in line and "\n" not in line
-    assert resources.refusal(est, (16 * GiB, "x"), (100 * GiB, "free"), tmp_path) is None
-    assert "writes about 1.0 GiB and 0.5 GiB is free" in resources.refusal(est, (16 * GiB, "x"), (GiB // 2, "free"),
-                                                                          tmp_path)
-    assert resources.refusal(est, (None, "unknown"), (None, "unknown"), tmp_path) is None
+    assert resources.machine_check(est, (16 * GiB, "x"), (100 * GiB, "free")).ok
+    assert "writes about 1.0 GiB and 0.5 GiB is free" in resources.machine_check(
+        est, (16 * GiB, "x"), (GiB // 2, "free")).message
+    assert resources.machine_check(est, (None, "unknown"), (None, "unknown")).ok
+
+
+def test_too_little_memory_and_disk_are_both_named(tmp_path, monkeypatch):
+    est = resources.Estimate(memory=12 * GiB, disk=GiB, parts={"lowering": GiB, "tensorrt-rtx builder": 12 * GiB})
+    ok, reasons = resources.machine_check(est, (8 * GiB, "x"), (GiB // 2, "free"))
+    assert not ok and len(reasons) == 2 and "of memory" in reasons[0] and "is free" in reasons[1]
+    monkeypatch.setattr(resources, "available_memory", lambda: (8 * GiB, "x"))
+    monkeypatch.setattr(resources, "available_disk", lambda where: (GiB // 2, "free"))
+    with pytest.raises(resources.ResourceError) as e:
+        resources.check(est, tmp_path)
+    assert str(e.value) == f"{tmp_path}: {reasons[0]}; {reasons[1]}"
 
 
 def test_available_memory_can_be_given(monkeypatch):
