@@ -4,10 +4,14 @@ reference implementations (docs/ops.md) through onnxruntime-extensions' Python c
 onnxruntime-extensions serves Python ops only in its own domain (``ai.onnx.contrib``) and with a
 fixed input list per op, so the session runs on a copy of the graph in which every metrale node is
 moved to that domain and renamed to a variant naming its activation dtype and present optional
-inputs (e.g. ``W4A16Proj__float__x_w_s_b``); each variant is registered once per process. Inputs of
-a dtype the Python ops do not take (W4A16Proj's bfloat16 scales) reach them through a Cast to
-float32, exact, and are narrowed back before the reference runs. The file on disk is never
-modified; a graph of an older op contract is refused (``contract.check_model``).
+inputs (e.g. ``W4A16Proj__float__x_w_s_b``); each variant is registered once per process.
+onnxruntime-extensions takes no bfloat16 (FloatProj's weight, W4A16Proj's scales): a bfloat16
+initializer reaches the Python op as its bits, through an INT16 alias of the same stored bytes
+(``<name>__bits``: no copy in the graph, no float32 widening), viewed as bfloat16 again before the
+reference runs; a bfloat16 value computed in the graph goes through a Cast to float32 (exact) and a
+``__widened`` variant, narrowed back. (Widening an 8B lm_head took two float32 copies, 5 GB, the
+peak of ``compare``.) The file on disk is never modified; a graph of an older op contract is
+refused (``contract.check_model``).
 
 Invariants: the weights are never loaded into the graph proto nor re-serialized: the graph is read
 with ``load_external_data=False``, shape inference sees only the weights' declared types and
@@ -37,10 +41,12 @@ CONTRIB = "ai.onnx.contrib"
 _ORT_TYPES = {"float32": (onnx.TensorProto.FLOAT, ("float", PyCustomOpDef.dt_float)),
               "float16": (onnx.TensorProto.FLOAT16, ("float16", PyCustomOpDef.dt_float16))}
 _DT = dict(_ORT_TYPES[name] for name in REFERENCE_DTYPES)
-# Contract dtypes the Python ops take widened (exactly) to float32 through a Cast, and their torch dtype.
+# Contract dtypes the Python ops take as 16-bit integers of the same bits (an initializer's INT16
+# alias) or widened (exactly) to float32 through a Cast (a computed value), and their torch dtype.
 _WIDENED = {"bfloat16": torch.bfloat16}
+_BITS_SUFFIX = "__bits"
 _INPUT_DT = {"int8": PyCustomOpDef.dt_int8, "float32": PyCustomOpDef.dt_float, "int32": PyCustomOpDef.dt_int32,
-             **{d: PyCustomOpDef.dt_float for d in _WIDENED}}
+             **{d: PyCustomOpDef.dt_int16 for d in _WIDENED}}
 # A float attribute reaches a Python op as text: onnxruntime-extensions hands dt_float attributes
 # over with 7 significant digits (0.0883883 for Qwen3-8B's float32 scale 0.0883883461356163, which
 # moved the Attention op's scores and flipped P's bf16 roundings), so the reference graph carries
@@ -49,9 +55,9 @@ _ATTR_DT = {"int": PyCustomOpDef.dt_int64, "float": PyCustomOpDef.dt_string, "st
 _registered: set[str] = set()
 
 
-def _impl(op_type: str, present: list[str], outputs: list[str]):
+def _impl(op_type: str, present: list[str], outputs: list[str], widened: bool = False):
     """A numpy-in, numpy-out function running the reference of ``op_type`` (the ``outputs``
-    present, of an op of several)."""
+    present, of an op of several); ``widened``: its bfloat16 inputs come as float32, else as bits."""
     spec = contract.op(op_type)
 
     floats = [a.name for a in spec.attributes if a.type == "float"]
@@ -60,8 +66,9 @@ def _impl(op_type: str, present: list[str], outputs: list[str]):
         attrs.update({k: float(attrs[k]) for k in floats if k in attrs})
         t = dict(zip(present, (torch.from_numpy(np.ascontiguousarray(a)) for a in rest)))
         for i in spec.inputs:
-            if i.dtype in _WIDENED and i.name in t:
-                t[i.name] = t[i.name].to(_WIDENED[i.dtype])  # back from the exact float32 Cast
+            if i.dtype in _WIDENED and i.name in t:  # back from the exact float32 Cast, or the bits
+                a = t[i.name]
+                t[i.name] = a.to(_WIDENED[i.dtype]) if widened else a.view(_WIDENED[i.dtype])
         xt = torch.from_numpy(np.ascontiguousarray(x))
         out = torch_ops.reference(op_type, xt, t, attrs)
         if not isinstance(out, tuple):
@@ -78,7 +85,7 @@ def attribute_types(op_type: str) -> dict:
     return {a.name: _ATTR_DT[a.type] for a in spec.attributes}
 
 
-def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
+def _variant(op_type: str, x_type: int, has: dict[str, bool], widened: bool = False) -> str:
     if x_type not in _DT:
         name = onnx.TensorProto.DataType.Name(x_type)
         raise InputError(
@@ -89,13 +96,15 @@ def _variant(op_type: str, x_type: int, has: dict[str, bool]) -> str:
     present = [i.name for i in spec.inputs if not i.optional or has[i.name]]
     outputs = [o.name for o in spec.outputs if not o.optional or has[o.gate]]
     tag = "_".join("".join(w[0] for w in p.split("_")) for p in present)
-    name = f"{op_type}__{_DT[x_type][0]}__{tag}"
+    name = f"{op_type}__{_DT[x_type][0]}__{tag}" + ("__widened" if widened else "")
     if name not in _registered:
         types = {**_INPUT_DT, "x": _DT[x_type][1]}
+        if widened:
+            types.update({d: PyCustomOpDef.dt_float for d in _WIDENED})
         onnx_op(op_type=name, domain=CONTRIB,
                 inputs=[_DT[x_type][1]] + [types[spec.input(p).dtype] for p in present],
                 outputs=[types[spec.output(o).dtype] for o in outputs],
-                attrs=attribute_types(op_type))(_impl(op_type, present, outputs))
+                attrs=attribute_types(op_type))(_impl(op_type, present, outputs, widened))
         _registered.add(name)
     return name
 
@@ -113,9 +122,11 @@ def _register_all() -> None:
 
     for op_type, spec in contract.OPS.items():
         optional = spec.optional_inputs
+        forms = (False, True) if any(i.dtype in _WIDENED for i in spec.inputs) else (False,)
         for x_type in _DT:
             for bits in itertools.product((False, True), repeat=len(optional)):
-                _variant(op_type, x_type, _flags(spec, dict(zip(optional, bits))))
+                for widened in forms:
+                    _variant(op_type, x_type, _flags(spec, dict(zip(optional, bits))), widened)
 
 
 _register_all()
@@ -160,22 +171,43 @@ def _first_float_input(model: onnx.ModelProto) -> int:
     return float_inputs[0] if float_inputs else onnx.TensorProto.FLOAT
 
 
-def _reference_node(node: onnx.NodeProto, x_type: int) -> list[onnx.NodeProto]:
-    """``node`` (a copy of a metrale node, changed in place) as the Python op's variant, after the
-    Casts that widen its inputs the extensions cannot take as stored."""
+def bits_alias(init: onnx.TensorProto) -> onnx.TensorProto:
+    """An INT16 initializer holding the bits of bfloat16 ``init`` (``<name>__bits``): the same raw
+    or external bytes, retyped (no data read); bits kept in ``int32_data`` are moved to int16 values."""
+    alias = onnx.TensorProto()
+    alias.CopyFrom(init)
+    alias.name = init.name + _BITS_SUFFIX
+    alias.data_type = onnx.TensorProto.INT16
+    if init.int32_data:  # bfloat16 bits as unsigned 16-bit numbers; INT16 takes them signed
+        del alias.int32_data[:]
+        alias.int32_data.extend(np.asarray(init.int32_data, np.uint32).astype(np.uint16).view(np.int16).tolist())
+    return alias
+
+
+def _reference_node(node: onnx.NodeProto, x_type: int, bf16_inits: dict, aliases: dict) -> list[onnx.NodeProto]:
+    """``node`` (a copy of a metrale node, changed in place) as the Python op's variant: its
+    bfloat16 inputs read through their initializers' INT16 aliases (made once in ``aliases``), or,
+    where one is computed in the graph, through Casts that widen them (the ``__widened`` variant)."""
     attrs = onnx_nodes.attributes(node)
     spec = contract.op(node.op_type)
     present_names = spec.present_inputs(attrs)
     flags = _flags(spec, {name: name in present_names for name in spec.optional_inputs})
     present = [i for i in spec.inputs if not i.optional or flags[i.name]]
+    narrow = [(pos, i) for pos, i in enumerate(present, start=1) if i.dtype in _WIDENED and pos < len(node.input)]
+    widened = any(node.input[pos] not in bf16_inits for pos, _ in narrow)
     casts = []
-    for pos, i in enumerate(present, start=1):
-        if i.dtype in _WIDENED and pos < len(node.input):
-            wide = f"{node.input[pos]}__float32"
-            casts.append(onnx.helper.make_node(
-                "Cast", [node.input[pos]], [wide], to=onnx.TensorProto.FLOAT, name=f"{node.name}__cast_{i.name}"))
-            node.input[pos] = wide
-    node.op_type = _variant(node.op_type, x_type, flags)
+    for pos, i in narrow:
+        name = node.input[pos]
+        if not widened:
+            if name not in aliases:
+                aliases[name] = bits_alias(bf16_inits[name])
+            node.input[pos] = aliases[name].name
+            continue
+        wide = f"{name}__float32"
+        casts.append(onnx.helper.make_node(
+            "Cast", [name], [wide], to=onnx.TensorProto.FLOAT, name=f"{node.name}__cast_{i.name}"))
+        node.input[pos] = wide
+    node.op_type = _variant(node.op_type, x_type, flags, widened)
     node.domain = CONTRIB
     for j in reversed(range(len(node.attribute))):
         if node.attribute[j].name == "plugin_version":  # TensorRT's, not the Python op's
@@ -188,16 +220,29 @@ def _reference_node(node: onnx.NodeProto, x_type: int) -> list[onnx.NodeProto]:
     return [*casts, node]
 
 
+def _reads(g: onnx.GraphProto) -> set[str]:
+    """Every name the nodes of ``g`` read, in subgraphs too, and its outputs."""
+    reads = {o.name for o in g.output}
+    for n in g.node:
+        reads.update(n.input)
+        for a in n.attribute:
+            for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                reads |= _reads(sub)
+    return reads
+
+
 def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelProto:
     """A copy of ``model`` whose metrale nodes run as onnxruntime-extensions Python ops, returning
     also the intermediate values ``extra_outputs`` (for verification). External weights stay
-    references."""
+    references; a bfloat16 initializer only metrale ops read is replaced by its INT16 alias."""
     contract.check_model(model, "the ONNX Runtime reference")
     out = onnx.ModelProto()
     out.CopyFrom(model)
     types = value_types(out)
     _add_outputs(out, extra_outputs, types)
     fallback = _first_float_input(out)
+    bf16_inits = {t.name: t for t in out.graph.initializer if t.data_type == onnx.TensorProto.BFLOAT16}
+    aliases: dict[str, onnx.TensorProto] = {}
     nodes = []
     for original in out.graph.node:
         node = onnx.NodeProto()
@@ -205,9 +250,14 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
         if node.domain != contract.DOMAIN:
             nodes.append(node)
             continue
-        nodes.extend(_reference_node(node, types.get(node.input[0], fallback)))
+        nodes.extend(_reference_node(node, types.get(node.input[0], fallback), bf16_inits, aliases))
     del out.graph.node[:]
     out.graph.node.extend(nodes)
+    if aliases:
+        read = _reads(out.graph)
+        kept = [t for t in out.graph.initializer if t.name not in aliases or t.name in read]
+        del out.graph.initializer[:]
+        out.graph.initializer.extend(kept + list(aliases.values()))
     kept = [o for o in out.opset_import if o.domain != contract.DOMAIN]
     del out.opset_import[:]
     out.opset_import.extend(kept + [onnx.helper.make_opsetid(CONTRIB, 1)])

@@ -75,3 +75,18 @@ def test_reference_ops_give_the_same_result_inside_and_outside_reuse(fmt):
     with weight_cache.reuse():
         first, second = run(), run()
     assert torch.equal(first, plain) and torch.equal(second, plain)
+
+
+def test_an_entry_holds_the_tensors_it_was_made_from_not_copies():
+    """A block keeps no second copy of a layer's quantized weights: the entry refers to the tensors
+    given (a copy per weight was a second copy of every layer's codes)."""
+    q = _w4a16(2)
+    args = (q.weight, q.weight_scale, q.zero_point)
+    with weight_cache.reuse():
+        weight_cache.expanded("w4a16", args, (128,), lambda: torch.zeros(1))
+        (held, *_), = [e for entries in weight_cache._entries.values() for e in entries]
+        assert all(h is t for h, t in zip(held, args))
+        # Written in place after the entry was made: never taken, though it is the same object.
+        q.weight_scale[0, 0] *= 2
+        again = weight_cache.expanded("w4a16", args, (128,), lambda: torch.ones(1))
+        assert torch.equal(again, torch.ones(1))
