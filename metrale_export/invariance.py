@@ -30,6 +30,8 @@ ROW_SENSITIVE = frozenset({
     "MultiHeadAttention", "GroupQueryAttention",
 }) | NORMALIZATIONS
 PROJECTIONS_ONLY = "projections only"
+# describe_left names this many weights per kind, then says how many more.
+NAMED_WEIGHTS = 3
 
 
 # The contract's non-projection categories as audit kinds.
@@ -140,14 +142,20 @@ def audit(graph) -> dict:
 
 
 def describe_left(audit_: dict) -> str:
-    """'4 attention (MatMul, Softmax), 5 norm (ReduceMean), 1 float projection (Gemm lm_head.weight)'."""
+    """'4 attention (MatMul, Softmax), 5 norm (ReduceMean), 1 float projection (Gemm lm_head.weight)'.
+    At most ``NAMED_WEIGHTS`` weights are named per kind, then how many more (an unquantized MoE
+    export leaves hundreds); the manifest's ``left_to_tensorrt`` lists every one."""
     parts = []
     for kind, count in audit_.get("left_by_kind", {}).items():
         entries = [e for e in audit_.get("left_to_tensorrt", []) if e["kind"] == kind]
         ops = sorted({e["op_type"] for e in entries})
         weights = sorted({e["weight"] for e in entries if "weight" in e})
-        parts.append(f"{count} {kind} ({', '.join(ops)}{' ' + ', '.join(weights) if weights else ''})")
+        named = ", ".join(weights[:NAMED_WEIGHTS])
+        if len(weights) > NAMED_WEIGHTS:
+            named += f" and {len(weights) - NAMED_WEIGHTS} more"
+        parts.append(f"{count} {kind} ({', '.join(ops)}{' ' + named if weights else ''})")
     return ", ".join(parts) or "nothing"
+
 
 
 def engine_promise(audit_: dict, policy_promised: bool, policy_reason: str) -> dict:

@@ -193,3 +193,9 @@ def test_hybrid_engines_of_the_plugin_lowering_promise_the_whole_graph(hybrid_w4
     qdq = plan_build(source, tmp_path / "rtx", BuildOptions(parse_profiles("1,2-8"), parse_policy("declared")),
                      ("tensorrt-rtx", "1.7.1.116"))
     assert qdq.lowering == "qdq" and qdq.promised is False and qdq.row_invariance["scope"] == "none"
+
+
+def test_describe_left_names_a_few_weights_then_counts_the_rest():
+    left = [{"kind": "float projection", "op_type": "MatMul", "weight": f"w{i}"} for i in range(5)]
+    text = describe_left({"left_by_kind": {"float projection": 5}, "left_to_tensorrt": left})
+    assert text == "5 float projection (MatMul w0, w1, w2 and 2 more)"
