@@ -83,11 +83,12 @@ def bench_decode(batch: int, past: int, copy_tbs: float) -> dict:
     sets = _input_sets(n, batch, 1, total)
     scale = A.default_scale(D)
     row = dict(kind="decode", batch=batch, past=past, kv_bytes=kv_bytes,
-               split=mcuda.attention_split(batch, HQ, HKV, 1, total, D))
+               path=mcuda.attention_path(batch, HQ, HKV, 1, total, D))
     _time_all(row, sets, n, scale, causal=False, work=kv_bytes, per_second="tbs")
     row["of_copy"] = row["ours_tbs"] / copy_tbs
-    # Both paths forced (the bits are the same; the launcher picks one by the shape): split=0, one CTA
-    # per (sequence, KV head) over the whole past; split=1, per-chunk CTAs and a merge.
+    # The block-tile kernel's two paths forced (the bits are the same as the decode kernel's, which
+    # 'ours' runs): split=0, one CTA per (sequence, KV head) over the whole past; split=1, per-chunk
+    # CTAs and a merge.
     for key, split in (("nosplit", 0), ("split", 1)):
         row[f"{key}_s"] = time_graph(lambda i, split=split: mcuda.launch_attention(*sets[i % n], scale, split=split))
         row[f"{key}_of_copy"] = kv_bytes / row[f"{key}_s"] / 1e12 / copy_tbs
@@ -116,13 +117,13 @@ def _f(x, fmt):
 
 
 def decode_line(r: dict) -> str:
-    return (f"| {r['batch']:>5} | {r['past']:>6} | {'yes' if r['split'] else 'no':>5} | {_f(r['ours_s'] * 1e6, '9.1f')} | "
+    return (f"| {r['batch']:>5} | {r['past']:>6} | {r['path']:>7} | {_f(r['ours_s'] * 1e6, '9.1f')} | "
             f"{_f(r['ours_tbs'], '5.2f')} | {_f(r['of_copy'], '5.2f')} | {_f(r['flash_tbs'], '5.2f')} | "
             f"{_f(r['cudnn_tbs'], '5.2f')} | {_f(r['nosplit_s'] * 1e6, '9.1f')} | {_f(r['nosplit_of_copy'], '5.2f')} | "
             f"{_f(r['split_s'] * 1e6, '9.1f')} | {_f(r['split_of_copy'], '5.2f')} |")
 
 
-DECODE_HEAD = ["| batch | past | split | ours us | ours TB/s | of copy | flash TB/s | cuDNN TB/s | split=0 us | "
+DECODE_HEAD = ["| batch | past | path | ours us | ours TB/s | of copy | flash TB/s | cuDNN TB/s | split=0 us | "
                "split=0 of copy | split=1 us | split=1 of copy |",
                "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 PREFILL_HEAD = ["| batch | seq | ours us | ours TFLOP/s | flash TFLOP/s | cuDNN TFLOP/s | vs flash | vs cuDNN |",

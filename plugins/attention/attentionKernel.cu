@@ -1,15 +1,21 @@
 /*
  * metrale_attention: the C launcher of the Attention op (plugins/include/metrale/kernels.h).
  *
- * Chooses the split mode (one CTA per 256-key chunk, then the merge kernel) or the unsplit mode
- * (each CTA folds its chunks itself); both give the same bits (attentionKernel.cuh), so the choice
- * (metrale_attention_split) is about speed only: split when the unsplit grid would leave most of the
- * GPU idle (decode, short batches).
+ * Three paths, all with the same bits (attentionKernel.cuh, attentionDecodeKernel.cuh), so the
+ * choice (metrale_attention_path) is about speed only:
+ * - decode (split < 0, a (sequence, kv head) of at most 16 rows, seq * group): the decode kernel,
+ *   warps over 256-key chunks, CTAs per (sequence, kv head) from the SM count, then the merge
+ *   kernel; METRALE_ATTENTION_DECODE=base turns it off (the split / unsplit choice below instead);
+ * - split (one CTA per 256-key chunk, then the merge kernel) when the unsplit grid would leave most
+ *   of the GPU idle;
+ * - unsplit (each CTA folds its chunks itself).
  */
 #include "metrale/kernels.h"
-#include "attentionKernel.cuh"
+#include "attentionDecodeKernel.cuh"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 using namespace metrale;
 using namespace metrale::attn;
@@ -42,6 +48,92 @@ int64_t chunksOf(int64_t total)
     return (total + kCHUNK_KEYS - 1) / kCHUNK_KEYS;
 }
 
+bool decodeOff()
+{
+    const char* v = std::getenv("METRALE_ATTENTION_DECODE");
+    return v != nullptr && std::strcmp(v, "base") == 0;
+}
+
+/* The path of a launch: 2 the decode kernel, 1 split, 0 unsplit (split: the caller's 0 / 1 / -1). */
+int pathOf(int64_t batch, int64_t qHeads, int64_t kvHeads, int64_t seq, int64_t total, int64_t headDim, int32_t split)
+{
+    if (split >= 0)
+    {
+        return split > 0 ? 1 : 0;
+    }
+    if (seq * (qHeads / kvHeads) <= kDEC_MAX_ROWS && !decodeOff())
+    {
+        return 2;
+    }
+    const int64_t rows = seq * (qHeads / kvHeads);
+    const int64_t tiles = (rows + rowsPerCta(headDim) - 1) / rowsPerCta(headDim);
+    return chunksOf(total) > 1 && tiles * batch * kvHeads < kSPLIT_BELOW_CTAS ? 1 : 0;
+}
+
+/* A device attribute of the current device, read once per device (fallback where it cannot be read). */
+template <cudaDeviceAttr kATTR>
+int deviceAttr(int fallback)
+{
+    static int cached[64] = {};
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0)
+    {
+        return fallback;
+    }
+    if (dev < 64 && cached[dev] > 0)
+    {
+        return cached[dev];
+    }
+    int n = 0;
+    if (cudaDeviceGetAttribute(&n, kATTR, dev) != cudaSuccess || n <= 0)
+    {
+        return fallback;
+    }
+    if (dev < 64)
+    {
+        cached[dev] = n;
+    }
+    return n;
+}
+
+int smCount()
+{
+    return deviceAttr<cudaDevAttrMultiProcessorCount>(132);
+}
+
+/* CTAs of the decode kernel per (sequence, kv head): fill the SMs' CTA slots once when the
+ * (sequence, kv head) pairs do not, never more than the chunks need (speed only). */
+template <int D>
+int decodeSplits(const AttnParams& p)
+{
+    const int64_t perSm = DecCfg<D>::kSMEM * 2 <= 227 * 1024 ? 2 : 1;
+    const int64_t slots = smCount() * perSm;
+    const int64_t pairs = int64_t(p.batch) * p.kvHeads;
+    const int64_t need = (p.nChunks + DecCfg<D>::kWARPS - 1) / DecCfg<D>::kWARPS;
+    return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(slots / pairs, need)));
+}
+
+template <int D, bool kF16>
+cudaError_t launchDecode(const AttnParams& p, cudaStream_t stream)
+{
+    using C = DecCfg<D>;
+    const dim3 grid(static_cast<unsigned>(decodeSplits<D>(p)), static_cast<unsigned>(p.batch * p.kvHeads), 1u);
+    if (grid.y > 65535u)
+    {
+        return cudaErrorInvalidValue;
+    }
+    cudaError_t err = cudaFuncSetAttribute(attentionDecodeKernel<D, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        int(C::kSMEM));
+    if (err != cudaSuccess)
+    {
+        return err;
+    }
+    attentionDecodeKernel<D, kF16><<<grid, C::kTHREADS, C::kSMEM, stream>>>(p);
+    const int64_t rows = int64_t(p.batch) * p.qHeads * p.seq;
+    attentionMergeKernel<D, kF16><<<static_cast<unsigned>((rows + kWARPS - 1) / kWARPS), kTHREADS, 0, stream>>>(p);
+    return cudaGetLastError();
+}
+
 bool validArgs(int64_t batch, int64_t qHeads, int64_t kvHeads, int64_t seq, int64_t total)
 {
     return batch > 0 && qHeads > 0 && kvHeads > 0 && seq > 0 && total >= seq && qHeads % kvHeads == 0
@@ -49,9 +141,17 @@ bool validArgs(int64_t batch, int64_t qHeads, int64_t kvHeads, int64_t seq, int6
 }
 
 template <int D, bool kF16>
-cudaError_t launch(const AttnParams& p, bool split, int64_t rowTiles, cudaStream_t stream)
+cudaError_t launch(const AttnParams& p, int path, int64_t rowTiles, cudaStream_t stream)
 {
     using C = AttnCfg<D>;
+    // The decode kernel's shared memory (200 KB at d = 128) exceeds what sm_80 / sm_86 grant a
+    // block: there it takes the split path (the same workspace, the same bits).
+    if (path == 2 && size_t(deviceAttr<cudaDevAttrMaxSharedMemoryPerBlockOptin>(0)) >= DecCfg<D>::kSMEM)
+    {
+        return launchDecode<D, kF16>(p, stream);
+    }
+    path = path == 2 ? 1 : path;
+    const bool split = path == 1;
     const dim3 grid(static_cast<unsigned>(rowTiles), static_cast<unsigned>(p.batch * p.kvHeads),
         split ? static_cast<unsigned>(p.nChunks) : 1u);
     if (grid.z > 65535u || grid.y > 65535u)
@@ -93,9 +193,17 @@ extern "C" int32_t metrale_attention_split(int64_t batch, int64_t q_heads, int64
     {
         return 0;
     }
-    const int64_t rows = seq * (q_heads / kv_heads);
-    const int64_t tiles = (rows + rowsPerCta(head_dim) - 1) / rowsPerCta(head_dim);
-    return chunksOf(total) > 1 && tiles * batch * kv_heads < kSPLIT_BELOW_CTAS ? 1 : 0;
+    return pathOf(batch, q_heads, kv_heads, seq, total, head_dim, -1) == 1 ? 1 : 0;
+}
+
+extern "C" int32_t metrale_attention_path(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq,
+    int64_t total, int64_t head_dim, int32_t split)
+{
+    if (!validArgs(batch, q_heads, kv_heads, seq, total))
+    {
+        return -1;
+    }
+    return pathOf(batch, q_heads, kv_heads, seq, total, head_dim, split);
 }
 
 extern "C" size_t metrale_attention_workspace_size(int32_t dtype, int64_t batch, int64_t q_heads,
@@ -105,7 +213,7 @@ extern "C" size_t metrale_attention_workspace_size(int32_t dtype, int64_t batch,
     {
         return 0;
     }
-    const bool useSplit = split > 0 || (split < 0 && metrale_attention_split(batch, q_heads, kv_heads, seq, total, head_dim));
+    const bool useSplit = pathOf(batch, q_heads, kv_heads, seq, total, head_dim, split) > 0;
     size_t bytes = 0;
     if (useSplit)
     {
@@ -132,7 +240,8 @@ extern "C" cudaError_t metrale_attention(const void* q, const void* k, const voi
     {
         return cudaErrorNotSupported;
     }
-    const bool useSplit = split > 0 || (split < 0 && metrale_attention_split(batch, q_heads, kv_heads, seq, total, head_dim));
+    const int path = pathOf(batch, q_heads, kv_heads, seq, total, head_dim, split);
+    const bool useSplit = path > 0;
     const size_t need = metrale_attention_workspace_size(dtype, batch, q_heads, kv_heads, seq, total, head_dim, useSplit ? 1 : 0);
     if (workspace_bytes < need || (need > 0 && !workspace))
     {
@@ -188,8 +297,8 @@ extern "C" cudaError_t metrale_attention(const void* q, const void* k, const voi
     const bool f16 = dtype == kMETRALE_FLOAT16;
     switch (head_dim)
     {
-    case 64: return f16 ? launch<64, true>(p, useSplit, rowTiles, stream) : launch<64, false>(p, useSplit, rowTiles, stream);
-    case 128: return f16 ? launch<128, true>(p, useSplit, rowTiles, stream) : launch<128, false>(p, useSplit, rowTiles, stream);
-    default: return f16 ? launch<256, true>(p, useSplit, rowTiles, stream) : launch<256, false>(p, useSplit, rowTiles, stream);
+    case 64: return f16 ? launch<64, true>(p, path, rowTiles, stream) : launch<64, false>(p, path, rowTiles, stream);
+    case 128: return f16 ? launch<128, true>(p, path, rowTiles, stream) : launch<128, false>(p, path, rowTiles, stream);
+    default: return f16 ? launch<256, true>(p, path, rowTiles, stream) : launch<256, false>(p, path, rowTiles, stream);
     }
 }

@@ -187,6 +187,146 @@ __device__ __forceinline__ void loadKV(uint16_t* tile, const uint16_t* base, int
 }
 
 /*
+ * Phase 1 of a 64-key block (the one definition every kernel runs): s = q . k per (row, key) by
+ * mma.sync over d in steps of 16 ascending, from zero; x = s * scaleLog2; masked keys (key > the
+ * row's limit) -inf; the online softmax update of (m, l) and o *= alpha. P = ex2(x - m) is left in
+ * s. The warp's rows are sQ rows qRow0 .. qRow0 + 16 MT - 1 (qRow0 a multiple of 8).
+ */
+template <int D, bool kF16, int MT>
+__device__ __forceinline__ void scoreBlock(const uint16_t* sQ, int qRow0, const uint16_t* sK, const bool (&mtLive)[MT],
+    const int (&limit)[MT][2], int key0, float scaleLog2, float (&s)[MT][8][4], float (&m)[MT][2], float (&l)[MT][2],
+    float (&o)[MT][D / 8][4])
+{
+    constexpr int DT = D / 8;
+    const int lane = threadIdx.x & 31, qd = lane & 3;
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[mt][nt][e] = 0.0f;
+#pragma unroll 1
+    for (int kk = 0; kk < D / 16; ++kk)
+    {
+        uint32_t a[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+        {
+            const int i = lane >> 3;
+            const int r = qRow0 + mt * 16 + (i & 1) * 8 + (lane & 7);
+            ldsm4(a[mt], sQ + swz<D>(r, 2 * kk + (i >> 1)));
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np)
+        {
+            const int i = lane >> 3;
+            uint32_t bk[4];
+            ldsm4(bk, sK + swz<D>(np * 16 + (i >> 1) * 8 + (lane & 7), 2 * kk + (i & 1)));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+            {
+                if (!mtLive[mt])
+                {
+                    continue;
+                }
+                mma16816<kF16>(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);
+                mma16816<kF16>(s[mt][2 * np + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[2], bk[3]);
+            }
+        }
+    }
+#pragma unroll
+    for (int mt = 0; mt < MT; ++mt)
+    {
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh)
+        {
+            float bm = kNEG_INF;
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+            {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                {
+                    const int key = key0 + nt * 8 + 2 * qd + e;
+                    float x = __fmul_rn(s[mt][nt][2 * hh + e], scaleLog2);
+                    x = key <= limit[mt][hh] ? x : kNEG_INF;
+                    s[mt][nt][2 * hh + e] = x;
+                    bm = fmaxf(bm, x);
+                }
+            }
+            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
+            bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
+            const float mn = fmaxf(m[mt][hh], bm);
+            const float sub = mn == kNEG_INF ? 0.0f : mn;
+            const float alpha = m[mt][hh] == mn ? 1.0f : ex2(__fsub_rn(m[mt][hh], sub));
+            float sum = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < 8; ++nt)
+            {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                {
+                    const float pv = ex2(__fsub_rn(s[mt][nt][2 * hh + e], sub));
+                    s[mt][nt][2 * hh + e] = pv;
+                    sum = (nt == 0 && e == 0) ? pv : __fadd_rn(sum, pv);
+                }
+            }
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+            sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+            l[mt][hh] = __fadd_rn(__fmul_rn(l[mt][hh], alpha), sum);
+            m[mt][hh] = mn;
+#pragma unroll
+            for (int dt = 0; dt < DT; ++dt)
+            {
+                o[mt][dt][2 * hh] = __fmul_rn(o[mt][dt][2 * hh], alpha);
+                o[mt][dt][2 * hh + 1] = __fmul_rn(o[mt][dt][2 * hh + 1], alpha);
+            }
+        }
+    }
+}
+
+/* Phase 2 of a block: o = mma(P, V, o) over the block's keys in steps of 16 ascending, P (in s)
+ * rounded to the dtype (RNE) as the A fragment. */
+template <int D, bool kF16, int MT>
+__device__ __forceinline__ void valueBlock(const uint16_t* sV, const bool (&mtLive)[MT], const float (&s)[MT][8][4],
+    float (&o)[MT][D / 8][4])
+{
+    constexpr int DT = D / 8;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+    {
+        uint32_t pa[MT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+        {
+            pa[mt][0] = packP<kF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+            pa[mt][1] = packP<kF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+            pa[mt][2] = packP<kF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+            pa[mt][3] = packP<kF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int dp = 0; dp < DT / 2; ++dp)
+        {
+            const int i = lane >> 3;
+            uint32_t bv[4];
+            ldsm4t(bv, sV + swz<D>(kk * 16 + (i & 1) * 8 + (lane & 7), 2 * dp + (i >> 1)));
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt)
+            {
+                if (!mtLive[mt])
+                {
+                    continue;
+                }
+                mma16816<kF16>(o[mt][2 * dp], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], bv[0], bv[1]);
+                mma16816<kF16>(o[mt][2 * dp + 1], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], bv[2], bv[3]);
+            }
+        }
+    }
+}
+
+/*
  * One CTA: kROWS rows of one (sequence, kv head), row tile blockIdx.x, over every chunk (unsplit,
  * gridDim.z == 1) or over chunk blockIdx.z only (split: the partials go to the workspace).
  */
@@ -301,129 +441,9 @@ __global__ void __launch_bounds__(kTHREADS) attentionKernel(const AttnParams p)
 
         if (mtLive[0])
         {
-            // ---- s = q . k: per (row, key) mma over d in steps of 16, ascending, from zero.
             float s[MT][8][4];
-    #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-    #pragma unroll
-                for (int nt = 0; nt < 8; ++nt)
-    #pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        s[mt][nt][e] = 0.0f;
-    #pragma unroll 1
-            for (int kk = 0; kk < D / 16; ++kk)
-            {
-                uint32_t a[MT][4];
-    #pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-                {
-                    const int i = lane >> 3;
-                    const int r = warp * C::kWARP_ROWS + mt * 16 + (i & 1) * 8 + (lane & 7);
-                    ldsm4(a[mt], sQ + swz<D>(r, 2 * kk + (i >> 1)));
-                }
-    #pragma unroll
-                for (int np = 0; np < 4; ++np)
-                {
-                    const int i = lane >> 3;
-                    uint32_t bk[4];
-                    ldsm4(bk, sK + swz<D>(np * 16 + (i >> 1) * 8 + (lane & 7), 2 * kk + (i & 1)));
-    #pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-                    {
-                        if (!mtLive[mt])
-                        {
-                            continue;
-                        }
-                        mma16816<kF16>(s[mt][2 * np], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[0], bk[1]);
-                        mma16816<kF16>(s[mt][2 * np + 1], a[mt][0], a[mt][1], a[mt][2], a[mt][3], bk[2], bk[3]);
-                    }
-                }
-            }
-
-            // ---- the online softmax update of the block, per row.
-            const int key0 = blk * kBLOCK_KEYS;
-    #pragma unroll
-            for (int mt = 0; mt < MT; ++mt)
-            {
-    #pragma unroll
-                for (int hh = 0; hh < 2; ++hh)
-                {
-                    float bm = kNEG_INF;
-    #pragma unroll
-                    for (int nt = 0; nt < 8; ++nt)
-                    {
-    #pragma unroll
-                        for (int e = 0; e < 2; ++e)
-                        {
-                            const int key = key0 + nt * 8 + 2 * qd + e;
-                            float x = __fmul_rn(s[mt][nt][2 * hh + e], p.scaleLog2);
-                            x = key <= limit[mt][hh] ? x : kNEG_INF;
-                            s[mt][nt][2 * hh + e] = x;
-                            bm = fmaxf(bm, x);
-                        }
-                    }
-                    bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 1));
-                    bm = fmaxf(bm, __shfl_xor_sync(0xffffffffu, bm, 2));
-                    const float mn = fmaxf(m[mt][hh], bm);
-                    const float sub = mn == kNEG_INF ? 0.0f : mn;
-                    const float alpha = m[mt][hh] == mn ? 1.0f : ex2(__fsub_rn(m[mt][hh], sub));
-                    float sum = 0.0f;
-    #pragma unroll
-                    for (int nt = 0; nt < 8; ++nt)
-                    {
-    #pragma unroll
-                        for (int e = 0; e < 2; ++e)
-                        {
-                            const float pv = ex2(__fsub_rn(s[mt][nt][2 * hh + e], sub));
-                            s[mt][nt][2 * hh + e] = pv;
-                            sum = (nt == 0 && e == 0) ? pv : __fadd_rn(sum, pv);
-                        }
-                    }
-                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
-                    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-                    l[mt][hh] = __fadd_rn(__fmul_rn(l[mt][hh], alpha), sum);
-                    m[mt][hh] = mn;
-    #pragma unroll
-                    for (int dt = 0; dt < DT; ++dt)
-                    {
-                        o[mt][dt][2 * hh] = __fmul_rn(o[mt][dt][2 * hh], alpha);
-                        o[mt][dt][2 * hh + 1] = __fmul_rn(o[mt][dt][2 * hh + 1], alpha);
-                    }
-                }
-            }
-
-            // ---- o = mma(P, V, o): over the block's keys in steps of 16, ascending.
-    #pragma unroll
-            for (int kk = 0; kk < 4; ++kk)
-            {
-                // P of keys 16 kk .. 16 kk + 15 as the A fragment (rounded to the dtype, RNE).
-                uint32_t pa[MT][4];
-    #pragma unroll
-                for (int mt = 0; mt < MT; ++mt)
-                {
-                    pa[mt][0] = packP<kF16>(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-                    pa[mt][1] = packP<kF16>(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-                    pa[mt][2] = packP<kF16>(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-                    pa[mt][3] = packP<kF16>(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-                }
-    #pragma unroll
-                for (int dp = 0; dp < DT / 2; ++dp)
-                {
-                    const int i = lane >> 3;
-                    uint32_t bv[4];
-                    ldsm4t(bv, sV + swz<D>(kk * 16 + (i & 1) * 8 + (lane & 7), 2 * dp + (i >> 1)));
-    #pragma unroll
-                    for (int mt = 0; mt < MT; ++mt)
-                    {
-                        if (!mtLive[mt])
-                        {
-                            continue;
-                        }
-                        mma16816<kF16>(o[mt][2 * dp], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], bv[0], bv[1]);
-                        mma16816<kF16>(o[mt][2 * dp + 1], pa[mt][0], pa[mt][1], pa[mt][2], pa[mt][3], bv[2], bv[3]);
-                    }
-                }
-            }
+            scoreBlock<D, kF16, MT>(sQ, warp * C::kWARP_ROWS, sK, mtLive, limit, blk * kBLOCK_KEYS, p.scaleLog2, s, m, l, o);
+            valueBlock<D, kF16, MT>(sV, mtLive, s, o);
         }
         __syncthreads();
         if (blk + 2 < blkEnd)
@@ -542,8 +562,9 @@ __global__ void __launch_bounds__(kTHREADS) attentionKernel(const AttnParams p)
 }
 
 /*
- * The merge of the split mode: one warp per row folds the row's chunks 0 .. position / 256 in
- * ascending order (foldWeights / foldValue, as the unsplit kernel) and writes the output.
+ * The merge of the split mode and of the decode kernel: one warp per row folds the row's chunks
+ * 0 .. position / 256 in ascending order (foldWeights / foldValue, as the unsplit kernel) and writes
+ * the output.
  */
 template <int D, bool kF16>
 __global__ void __launch_bounds__(kTHREADS) attentionMergeKernel(const AttnParams p)
@@ -570,13 +591,36 @@ __global__ void __launch_bounds__(kTHREADS) attentionMergeKernel(const AttnParam
     {
         O[j] = os[j];
     }
-    for (int c = 1; c < chunks; ++c)
+    // kBATCH chunks' loads in flight at once, then their folds one after the other (the order of
+    // the folds is the chunks' order; only the loads are hoisted).
+    constexpr int kBATCH = 8;
+    for (int c0 = 1; c0 < chunks; c0 += kBATCH)
     {
-        const FoldWeights w = foldWeights(M, L, ml[2 * c], ml[2 * c + 1]);
+        float bm[kBATCH], bl[kBATCH], bo[kBATCH][kPER_LANE];
 #pragma unroll
-        for (int j = 0; j < kPER_LANE; ++j)
+        for (int i = 0; i < kBATCH; ++i)
         {
-            O[j] = foldValue(O[j], os[size_t(c) * D + j], w);
+            const int c = min(c0 + i, chunks - 1);
+            bm[i] = ml[2 * c];
+            bl[i] = ml[2 * c + 1];
+#pragma unroll
+            for (int j = 0; j < kPER_LANE; ++j)
+            {
+                bo[i][j] = os[size_t(c) * D + j];
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < kBATCH; ++i)
+        {
+            if (c0 + i < chunks)
+            {
+                const FoldWeights w = foldWeights(M, L, bm[i], bl[i]);
+#pragma unroll
+                for (int j = 0; j < kPER_LANE; ++j)
+                {
+                    O[j] = foldValue(O[j], bo[i][j], w);
+                }
+            }
         }
     }
     const size_t base = ((size_t(b) * p.seq + pos) * p.qHeads + head) * D + lane * kPER_LANE;

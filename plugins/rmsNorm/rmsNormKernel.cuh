@@ -39,7 +39,7 @@ struct RmsNormArgs
     const void* residual; // or null
     const void* gate;     // or null
     void* y;
-    void* residualOut;    // with residual
+    void* residualOut;    // s = x + residual (or x), where not null
     int64_t m;
     int k;
     float epsilon;
@@ -123,6 +123,10 @@ __global__ void __launch_bounds__(kNORM_THREADS) rmsNormKernel(RmsNormArgs a)
                 {
                     vs[j] = elementStore<T>(__fadd_rn(elementToFloat(vs[j]), elementToFloat(rs[j])));
                 }
+            }
+            if (a.residualOut != nullptr)
+            {
+                // s: x + residual, or x itself (the torch op's second output without a residual).
                 *reinterpret_cast<uint4*>(static_cast<T*>(a.residualOut) + base + chunk * kV) = v;
             }
             held[c] = v;

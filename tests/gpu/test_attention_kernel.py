@@ -4,7 +4,8 @@
   (ATTENTION_BOUND * (P @ |v|) per element), for decode, prefill with and without a past, head dims
   64 / 128 / 256, GQA groups 1 / 2 / 4 / 8, bf16, f16 and float32 (operands rounded to bf16); every element written (outputs are fresh
   ``torch.empty``, checked finite and within bound);
-- bitwise: the split and unsplit modes; (a) a sequence alone vs batched with 1..63 others, at every
+- bitwise: the split and unsplit modes and the decode kernel (every path of the launcher, the
+  decode kernel at its CTA counts: one to many per (sequence, kv head)); (a) a sequence alone vs batched with 1..63 others, at every
   place in the batch; (b) prefill in one chunk vs chunks of 1, 7 and 64 tokens vs decode token by
   token; (c) run to run;
 - refusals: a head dim or dtype the op does not have.
@@ -63,7 +64,7 @@ def test_within_bound_of_float64_and_reference(b, hq, hkv, s, t, d, dtype):
     exact = A.attention_float64(qc, kc, vc, scale)
     bnd = A.bound(qc, kc, vc, scale)
     ref = A.attention_reference(qc, kc, vc, scale)
-    for split in (0, 1):
+    for split in (0, 1, -1):
         got = _run(q, k, v, split).cpu()
         assert got.shape == (b, s, hq, d) and got.dtype == dtype
         assert bool(torch.isfinite(got).all())
@@ -81,6 +82,34 @@ def test_split_and_unsplit_give_the_same_bits(b, hq, hkv, s, t, d):
     base = _run(q, k, v, 0)
     assert torch.equal(_run(q, k, v, 1), base)
     assert torch.equal(_run(q, k, v, -1), base)
+
+
+DECODE_CASES = [  # b, hq, hkv, s, t, d: rows (s * group) <= 16, the decode kernel's shapes
+    (1, 32, 8, 1, 33000, 128),   # 129 chunks over many CTAs of one (sequence, kv head)
+    (40, 32, 8, 1, 2100, 128),   # 320 (sequence, kv head) pairs: one CTA each
+    (2, 8, 8, 9, 700, 128),      # group 1, nine positions (rows with different last keys)
+    (1, 4, 2, 8, 1030, 64),      # 16 rows exactly
+    (3, 16, 2, 2, 1500, 256),
+    (2, 4, 1, 1, 257, 64),       # a last chunk of one key
+]
+
+
+@pytest.mark.parametrize("b,hq,hkv,s,t,d", DECODE_CASES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_decode_kernel_gives_the_bits_of_split_and_unsplit(b, hq, hkv, s, t, d, dtype):
+    q, k, v = _inputs(b, hq, hkv, s, t, d, dtype, seed=6)
+    assert mcuda.attention_path(b, hq, hkv, s, t, d) == "decode"
+    base = _run(q, k, v, 0)
+    assert torch.equal(_run(q, k, v, 1), base)
+    assert torch.equal(_run(q, k, v, -1), base)
+
+
+def test_decode_kernel_can_be_turned_off(monkeypatch):
+    q, k, v = _inputs(1, 32, 8, 1, 4097, 128, seed=7)
+    fast = _run(q, k, v)
+    monkeypatch.setenv("METRALE_ATTENTION_DECODE", "base")
+    assert mcuda.attention_path(1, 32, 8, 1, 4097, 128) == "split"
+    assert torch.equal(_run(q, k, v), fast)
 
 
 @pytest.mark.parametrize("s,t,d,hq,hkv", [(1, 1000, 128, 32, 8), (1, 5000, 128, 32, 8), (17, 300, 128, 32, 8),

@@ -17,10 +17,10 @@ ops (``rms_norm``, ``float_proj``, ``router``); the shared library ``libmetrale_
 from __future__ import annotations
 
 from .. import torch_ops  # noqa: F401  (defines the custom ops the modules below add kernels to)
-from .attention import attention_cuda, attention_split, launch_attention  # noqa: F401
+from .attention import attention_cuda, attention_path, attention_split, launch_attention  # noqa: F401
 from .gdn import causal_conv1d_cuda, gated_delta_rule_cuda  # noqa: F401
 from .library import KernelLibraryError, available, library_path, load_library  # noqa: F401
 from .moe import w4a4_moe_proj_cuda, w4a16_moe_proj_cuda, w8a8_moe_proj_cuda  # noqa: F401
-from .norms import float_proj_cuda, rms_norm_cuda, router_cuda  # noqa: F401
+from .norms import float_proj_cuda, launch_rms_norm, rms_norm_cuda, router_cuda  # noqa: F401
 from .projections import (launch_w4a4, launch_w4a16, launch_w8a8, w4a4_proj_cuda, w4a16_proj_cuda,  # noqa: F401
                           w8a8_proj_cuda)

@@ -9,7 +9,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from .library import _DTYPE_CODES, _check, _declared, _f32, _prepare, _ptr, _stream, _workspace
+from .library import _DTYPE_CODES, _check, _declared, _f32, _on_device, _prepare, _ptr, _stream, _workspace
 
 
 def _declare_other(lib: ctypes.CDLL) -> None:
@@ -52,10 +52,25 @@ def _same(op: str, name: str, x: Tensor, tensors: dict) -> None:
             raise ValueError(f"{op} ({name}): {tname} is {t.dtype} on {t.device}, x {x.dtype} on {x.device}")
 
 
+def launch_rms_norm(x: Tensor, weight: Tensor, residual: Optional[Tensor], gate: Optional[Tensor], y: Tensor,
+                    s: Optional[Tensor], epsilon: float, weight_offset: int, name: str = "rms_norm") -> None:
+    """The RMSNorm launcher on [M, K] tensors already checked (contiguous, 16-byte aligned, one
+    dtype and device): y, and s = x + residual (or x) where ``s`` is given. The plugin's call
+    passes no s without a residual; the torch op passes one (its second output)."""
+    op, k = "metrale::rms_norm", x.shape[1]
+    with _on_device(x.device):
+        err = _other_lib().metrale_rms_norm(x.data_ptr(), _DTYPE_CODES[x.dtype], weight.data_ptr(), _ptr(residual),
+                                            _ptr(gate), y.data_ptr(), _ptr(s), x.shape[0], k, float(epsilon),
+                                            int(weight_offset), _stream(x.device))
+    _check(err, op, name, f"m={x.shape[0]} k={k} {x.dtype} (k a multiple of 8, 4 for float32)")
+
+
 def rms_norm_cuda(x, weight, residual, gate, k, epsilon, weight_offset, family, name):
+    """(y, s) of the RMSNorm kernel; s (x + residual, or a copy of x) is written by the kernel itself,
+    so the op is one launch."""
     op = "metrale::rms_norm"
     shape = x.shape
-    for tname, t in dict(residual=residual, gate=gate).items():
+    for tname, t in (("residual", residual), ("gate", gate)):
         if t is not None and t.shape != shape:
             raise ValueError(f"{op} ({name}): {tname} has shape {list(t.shape)}, x {list(shape)}")
     x = _rows(op, name, x.reshape(-1, shape[-1]), k)
@@ -65,14 +80,9 @@ def rms_norm_cuda(x, weight, residual, gate, k, epsilon, weight_offset, family, 
     res = None if residual is None else _rows(op, name, residual.reshape(-1, k), k, "residual")
     g = None if gate is None else _rows(op, name, gate.reshape(-1, k), k, "gate")
     y = torch.empty_like(x)
-    s = torch.empty_like(x) if res is not None else None
-    lib = _other_lib()
-    with torch.cuda.device(x.device):
-        err = lib.metrale_rms_norm(x.data_ptr(), _DTYPE_CODES[x.dtype], _aligned(weight).data_ptr(), _ptr(res),
-                                   _ptr(g), y.data_ptr(), _ptr(s), x.shape[0], k, float(epsilon), int(weight_offset),
-                                   _stream(x.device))
-    _check(err, op, name, f"m={x.shape[0]} k={k} {x.dtype} (k a multiple of 8, 4 for float32)")
-    return y.reshape(shape), (s if s is not None else x.clone()).reshape(shape)
+    s = torch.empty_like(x)
+    launch_rms_norm(x, _aligned(weight), res, g, y, s, epsilon, weight_offset, name)
+    return y.reshape(shape), s.reshape(shape)
 
 
 def float_proj_cuda(x, weight, bias, n, k, family, name):

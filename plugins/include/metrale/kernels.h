@@ -93,11 +93,17 @@ cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, const int32_t*
  * (bfloat16, float16, or float32: then q, k, v are rounded to bf16 in the workspace and the output
  * is float32); head_dim 64, 128 or 256, else cudaErrorNotSupported. Query position i
  * (absolute total - seq + i) sees keys 0 .. total - seq + i. scale_log2: the contract's
- * float32(scale * log2 e). split: 1 one CTA per 256-key chunk and a merge, 0 none, -1 as
- * metrale_attention_split chooses; the bits are the same in all three. A row's output depends only
- * on its own query and its own sequence's keys and values up to its position. */
+ * float32(scale * log2 e). split: 1 one CTA per 256-key chunk and a merge, 0 none, -1 the
+ * launcher's choice: the decode kernel (warps over 256-key chunks, then the merge) where a
+ * (sequence, kv head) has at most 16 rows (seq * q_heads / kv_heads) unless the environment sets
+ * METRALE_ATTENTION_DECODE=base, else as metrale_attention_split chooses; the bits are the same on
+ * every path. metrale_attention_path: the path a launch takes (2 decode kernel, 1 split, 0 unsplit;
+ * -1 bad arguments). A row's output depends only on its own query and its own sequence's keys and
+ * values up to its position. */
 int32_t metrale_attention_split(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq,
     int64_t total, int64_t head_dim);
+int32_t metrale_attention_path(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq,
+    int64_t total, int64_t head_dim, int32_t split);
 size_t metrale_attention_workspace_size(int32_t dtype, int64_t batch, int64_t q_heads,
     int64_t kv_heads, int64_t seq, int64_t total, int64_t head_dim, int32_t split);
 cudaError_t metrale_attention(const void* q, const void* k, const void* v, void* out, int32_t dtype,
@@ -106,7 +112,8 @@ cudaError_t metrale_attention(const void* q, const void* k, const void* v, void*
 /* --- the non-projection ops (docs/ops.md, "Norms, the float projection and the router") --- */
 
 /* RMSNorm. x, residual, gate, y, residual_out: [m, k] of x_dtype; weight: [k] of x_dtype; residual
- * and gate NULL when absent (residual_out is written only with a residual). All pointers 16-byte
+ * and gate NULL when absent; residual_out (NULL or [m, k]) gets s = x + residual, or x without a
+ * residual (the torch op's second output, written by the kernel: no separate copy). All pointers 16-byte
  * aligned; k a multiple of 8 (4 for float32) and at most 16 chunks of 16 bytes a thread, else
  * cudaErrorNotSupported. No workspace. threads_per_row: the row group's width for k (32 or 256). */
 int32_t metrale_rms_norm_threads_per_row(int64_t k);
