@@ -20,6 +20,7 @@
 #define METRALE_PROJ_STREAM_CUH
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda_runtime.h>
 
 #include "projGemm.cuh"
@@ -39,15 +40,15 @@ constexpr int kSTREAM_THREADS = 256;  // at most: 8 slices, or 8 tiles x 1 slice
  * activation row and an output row instead; the arithmetic of a row never sees the map. */
 struct StreamRows
 {
-    __device__ const uint16_t* x(const uint16_t* X, int m, int K) const
+    __device__ __forceinline__ const uint16_t* x(const uint16_t* X, int m, int K) const
     {
         return X + static_cast<size_t>(m) * K;
     }
-    __device__ int scaleRow(int m) const
+    __device__ __forceinline__ int scaleRow(int m) const
     {
         return m;
     }
-    __device__ void store(void* Y, int32_t yDtype, int m, int N, int n, float v) const
+    __device__ __forceinline__ void store(void* Y, int32_t yDtype, int m, int N, int n, float v) const
     {
         storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
     }
@@ -101,7 +102,14 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
     for (int j = 0; j < kXT; ++j)
     {
         xOk[j] = 8 * j + g < M;
-        xRow[j] = rows.x(X, xOk[j] ? 8 * j + g : 0, K) + 32 * t;
+        if constexpr (std::is_same_v<R, StreamRows>)
+        {
+            xRow[j] = X + static_cast<size_t>(xOk[j] ? 8 * j + g : 0) * K + 32 * t;  // the dense kernels' SASS
+        }
+        else
+        {
+            xRow[j] = rows.x(X, xOk[j] ? 8 * j + g : 0, K) + 32 * t;
+        }
     }
     const int xEnd = K - 32 * t;  // activation chunk offsets below this exist
 
