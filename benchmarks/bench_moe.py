@@ -21,7 +21,10 @@ column: ``slots`` (m * top_k <= 64: one launch over (n tile, slot) reading topk_
 ``sorted`` (routing, gather, grouped tiles, scatter/combine); at M = 16 and 64 the slot path
 (``METRALE_MOE_SLOT_MAX``) and the sorted path on 16-row instead of 8-row streaming tiles
 (``sorted16``, ``METRALE_MOE_STREAM8_MAX=8``, the bound before 2026-12-01 12:10) are also timed
-(uniform routing), to show where the bounds belong. Writes
+(uniform routing), to show where the bounds belong. ``--fused``: W4A16 decode only, each routing on the
+default path and on the fused paths of moeProj/moeFusedKernel.cuh in the same run (``fused``,
+``METRALE_MOE_FUSED=1``: one launch per op, the combine a second launch; ``fused2``, ``=2``: the
+combine folded into the down launch). Writes
 ``moe-YYYYMMDD-HHMM-<commit>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
 """
 
@@ -149,6 +152,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--fused", action="store_true", help="W4A16 decode: the default path beside the fused one")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -158,13 +162,12 @@ def main() -> None:
     rows = []
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     for shape, (h, inter, e, top_k) in SHAPES.items():
-        for fmt in FORMATS:
+        for fmt in ("w4a16",) if args.fused else FORMATS:
             gate, up, down = Proj(fmt, e, inter, h, 1), Proj(fmt, e, inter, h, 2), Proj(fmt, e, h, inter, 3)
             per_expert = gate.expert_bytes + up.expert_bytes + down.expert_bytes
-            for m in M_DECODE + (M_PREFILL,):
+            for m in M_DECODE + (() if args.fused else (M_PREFILL,)):
                 dense = None
-                for kind, forced in [(r, None) for r in (ROUTINGS if m in M_DECODE else ("uniform",))] + \
-                        ([("uniform", "slots"), ("uniform", "sorted16")] if m in M_BOTH_PATHS else []):
+                for kind, forced in _variants(m, args.fused):
                     routes = [routing(m, e, top_k, kind, 100 * m + r) for r in range(REPS)]
                     x = torch.randn(m, h, device="cuda").to(torch.bfloat16)
                     act = torch.randn(m, top_k, inter, device="cuda").to(torch.bfloat16)
@@ -176,7 +179,8 @@ def main() -> None:
                         down.grouped(act, ids, w)
 
                     knob = {"slots": ("METRALE_MOE_SLOT_MAX", m * top_k),
-                            "sorted16": ("METRALE_MOE_STREAM8_MAX", 8)}.get(forced)
+                            "sorted16": ("METRALE_MOE_STREAM8_MAX", 8), "fused": ("METRALE_MOE_FUSED", 1),
+                            "fused2": ("METRALE_MOE_FUSED", 2)}.get(forced)
                     if knob:  # read by the launchers at capture
                         os.environ[knob[0]] = str(knob[1])
                     try:
@@ -207,6 +211,14 @@ def main() -> None:
             torch.cuda.empty_cache()
             write_tables(out, rows, bw, commit, stamp)
     print((out / f"moe-{stamp}-{commit[:7]}.md").read_text())
+
+
+def _variants(m: int, fused: bool) -> list:
+    """(routing, forced path or None) pairs timed at m."""
+    if fused:
+        return [(r, f) for r in ROUTINGS for f in (None, "fused", "fused2")]
+    return [(r, None) for r in (ROUTINGS if m in M_DECODE else ("uniform",))] + \
+        ([("uniform", "slots"), ("uniform", "sorted16")] if m in M_BOTH_PATHS else [])
 
 
 def write_tables(out: Path, rows: list, bw: float, commit: str, stamp: str) -> None:

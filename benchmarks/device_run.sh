@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -37,6 +37,11 @@
 #  gdn_state_ulps.py, tests/gpu/test_gdn_kernels.py and test_invariance_kernels.py beside
 #  `model_check gpu MC_DIR $MC_CASES` (default the W8A8 models: demo:w8a8 moe:w8a8 hybrid:w8a8);
 #  writes gpu.txt, build.log, tests.log, gdn_ulps.md, model_check.log and model_check.md)
+# (moefused: issue 22's fused decode path of the grouped ops (METRALE_MOE_FUSED=1) on a carried
+#  build/plugins (it builds nothing): tests/gpu/test_moe_fused.py (bitwise the default paths, row
+#  invariance with skewed routing), tests/gpu/test_moe_kernels.py's W4A16 cases with the fused path on
+#  (bitwise the dense kernel per expert), then `bench_moe --fused` (W4A16 decode, default and fused
+#  paths in one run); writes gpu.txt, tests.log, bench.log, moe-*.md/json; under 6 minutes)
 # (all: tests, the fp8 accuracy table of benchmarks/fp8_accuracy.py, the kernel benchmark)
 # Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
 # records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
@@ -47,6 +52,24 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 what=${1:-all}
 kexpr=${2:-}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+if [ "$what" = moefused ]; then
+  [ -f build/plugins/libmetrale_kernels.so ] || { echo "moefused builds nothing: carry build/plugins"; exit 2; }
+  echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
+  SECONDS=0
+  timeout 120 python3 -m pytest tests/gpu/test_moe_fused.py -m gpu -rs -q --confcutdir=tests/gpu \
+    -p no:cacheprovider --durations=4 > "$OUT/tests.log" 2>&1
+  echo "test_moe_fused exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  SECONDS=0
+  METRALE_MOE_FUSED=1 timeout 90 python3 -m pytest tests/gpu/test_moe_kernels.py -m gpu -rs -q --confcutdir=tests/gpu \
+    -p no:cacheprovider -k "w4a16" >> "$OUT/tests.log" 2>&1
+  echo "test_moe_kernels (w4a16, fused on) exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|error|differ" "$OUT/tests.log" | tail -12
+  SECONDS=0
+  timeout 150 python3 -m benchmarks.bench_moe --fused --out "$OUT" > "$OUT/bench.log" 2>&1
+  echo "bench_moe --fused exit $? after ${SECONDS} s" | tee -a "$OUT/bench.log"
+  tail -40 "$OUT/bench.log"
+  exit 0
+fi
 if [ "$what" = w8a8wg ] && [ ! -f build/plugins/libmetrale_kernels.so ]; then
   echo "w8a8wg builds nothing: carry build/plugins (make -C plugins -j2 here first)"; exit 2
 fi

@@ -20,6 +20,7 @@
 #define METRALE_PROJ_STREAM_CUH
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda_runtime.h>
 
 #include "projGemm.cuh"
@@ -34,11 +35,31 @@ namespace metrale
  */
 constexpr int kSTREAM_THREADS = 256;  // at most: 8 slices, or 8 tiles x 1 slice
 
+/* Where tile row m (< M) of projStreamTile lives: the dense layout, row m of X and of Y (and of the
+ * policy's row scales). The grouped-expert kernels (moeProj/) pass a map from a tile row to an
+ * activation row and an output row instead; the arithmetic of a row never sees the map. */
+struct StreamRows
+{
+    __device__ __forceinline__ const uint16_t* x(const uint16_t* X, int m, int K) const
+    {
+        return X + static_cast<size_t>(m) * K;
+    }
+    __device__ __forceinline__ int scaleRow(int m) const
+    {
+        return m;
+    }
+    __device__ __forceinline__ void store(void* Y, int32_t yDtype, int m, int N, int n, float v) const
+    {
+        storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+    }
+};
+
 /* One CTA's weight tiles (CTA index `cta` along N) against all M (<= 8 kXT) rows of X; the kernel
- * below calls it with blockIdx.x, the grouped-expert kernels (moeProj/) with an expert's rows. */
-template <class P, int kXT, int kD>
+ * below calls it with blockIdx.x, the grouped-expert kernels (moeProj/) with an expert's rows (and
+ * their row map R). */
+template <class P, int kXT, int kD, class R = StreamRows>
 __device__ __forceinline__ void projStreamTile(const typename P::Params& p, const uint16_t* __restrict__ X,
-    void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices, int cta)
+    void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices, int cta, const R& rows = R{})
 {
     constexpr int kCW = P::kCB / 16;  // code words per thread per weight row per block
     constexpr int kCV = kCW / 4;      // 16-byte loads of them
@@ -81,7 +102,14 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
     for (int j = 0; j < kXT; ++j)
     {
         xOk[j] = 8 * j + g < M;
-        xRow[j] = X + static_cast<size_t>(xOk[j] ? 8 * j + g : 0) * K + 32 * t;
+        if constexpr (std::is_same_v<R, StreamRows>)
+        {
+            xRow[j] = X + static_cast<size_t>(xOk[j] ? 8 * j + g : 0) * K + 32 * t;  // the dense kernels' SASS
+        }
+        else
+        {
+            xRow[j] = rows.x(X, xOk[j] ? 8 * j + g : 0, K) + 32 * t;
+        }
     }
     const int xEnd = K - 32 * t;  // activation chunk offsets below this exist
 
@@ -191,7 +219,7 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
                     for (int e = 0; e < 2; ++e)
                     {
                         const int m = 8 * j + 2 * t + e;
-                        const float rs = m < M ? P::blockRowScale(p, m, kb) : 0.0f;
+                        const float rs = m < M ? P::blockRowScale(p, rows.scaleRow(m), kb) : 0.0f;
                         float& a = acc[j][2 * hr + e];
                         a = __fadd_rn(a, __fmul_rn(__fmul_rn(part[j][2 * hr + e], rs), cs));
                     }
@@ -275,12 +303,12 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
                 const int m = 8 * j + 2 * t + e;
                 if (m < M)
                 {
-                    float v = P::finish(p, acc[j][2 * hr + e], m, n);
+                    float v = P::finish(p, acc[j][2 * hr + e], rows.scaleRow(m), n);
                     if (p.bias != nullptr)
                     {
                         v = __fadd_rn(v, bias);
                     }
-                    storeY(Y, yDtype, static_cast<size_t>(m) * N + n, v);
+                    rows.store(Y, yDtype, m, N, n, v);
                 }
             }
         }

@@ -562,7 +562,7 @@ struct MoeRun
 /* Steps 1-2 on the sorted path; nothing on the slot path. */
 inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, const void* topkWeights, void* y,
     int64_t m, int64_t topK, int64_t E, int64_t n, int64_t k, int combine, const MoeWorkspace& w, void* ws,
-    int tileRows, cudaStream_t stream, MoeRun* run)
+    int tileRows, cudaStream_t stream, MoeRun* run, bool forceSlots = false)
 {
     MoeRun& u = *run;
     u.ids = ids;
@@ -571,7 +571,7 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.ws = static_cast<uint8_t*>(ws);
     u.w = w;
     u.tier = selectMoeTier(m);
-    u.slots = moeUseSlots(m, topK);
+    u.slots = forceSlots || moeUseSlots(m, topK);  // forceSlots: the fused path (moeFusedKernel.cuh)
     u.m = m;
     u.topK = topK;
     u.E = E;

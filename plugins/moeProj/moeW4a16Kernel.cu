@@ -3,6 +3,7 @@
  * steps of moeProjKernel.cuh around W4A16Policy, the dense W4A16Proj's weight policy.
  */
 #include "metrale/kernels.h"
+#include "moeFusedKernel.cuh"
 #include "moeProjKernel.cuh"
 #include "../w4a16Proj/w4a16ProjKernel.cuh"
 
@@ -71,14 +72,16 @@ extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, co
     {
         return cudaErrorNotSupported;  // every expert's codes 16-byte, bf16 scale and zero-point words 4-byte aligned
     }
+    const int fused = moeFusedMode(m, top_k, num_experts);
     MoeRun run{};
     e = moeBegin(x, x_dtype, topk_ids, topk_weights, y, m, top_k, num_experts, n, k, combine, w, workspace,
-        moeTileRows<W4A16Policy>(selectMoeTier(m)), stream, &run);
+        moeTileRows<W4A16Policy>(selectMoeTier(m)), stream, &run, fused != 0);
     if (e != cudaSuccess)
     {
         return e;
     }
     const W4A16Policy::Params p = w4a16Params(weight, weight_scale, zero_point, bias, n, k, group_size);
     W4A16View view{{n * (k / 2), n * g, n * g, n}};
-    return moeProject<W4A16Policy>(p, view, run, moeBf16Operand(run));
+    const uint16_t* X = moeBf16Operand(run);
+    return fused ? moeProjectFused<W4A16Policy>(p, view, run, X, fused) : moeProject<W4A16Policy>(p, view, run, X);
 }
