@@ -139,15 +139,17 @@ if [ "$what" = decode ]; then
   # Issue 20's decode call on a carried build: the ring streaming tier (METRALE_STREAM=ring) against the
   # register ring, bitwise at every M <= 16; the W4A16 projection tests under ring (row invariance across
   # the tiers, M = 1..8192); benchmarks/bench_decode_variants.py at M = 1, 8, 16 (anchors, copy bandwidth).
+  # DECODE_PROJ=0 skips the projection tests, DECODE_SHAPES narrows the benchmark's shapes.
   SECONDS=0
   timeout 90 python3 -m pytest tests/gpu/test_stream_ring.py -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
     > "$OUT/tests-ring.log" 2>&1
   echo "test_stream_ring exit $? after ${SECONDS} s" | tee -a "$OUT/tests-ring.log"; SECONDS=0
-  METRALE_STREAM=ring timeout 110 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs -q --confcutdir=tests/gpu \
+  [ "${DECODE_PROJ:-1}" = 0 ] || METRALE_STREAM=ring timeout 110 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs -q --confcutdir=tests/gpu \
     -p no:cacheprovider -k "w4a16 and invariance" > "$OUT/tests-proj-ring.log" 2>&1
   echo "test_proj_kernels (w4a16, METRALE_STREAM=ring) exit $? after ${SECONDS} s" | tee -a "$OUT/tests-proj-ring.log"
   grep -E "passed|failed|error" "$OUT/tests-ring.log" "$OUT/tests-proj-ring.log" | tail -8
-  timeout 170 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,ring --out "$OUT" 2>&1 \
+  timeout 170 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,ring \
+    ${DECODE_SHAPES:+--shapes "$DECODE_SHAPES"} --out "$OUT" 2>&1 \
     | tee "$OUT/bench-decode.log" | tail -30
 fi
 if [ "$what" = static ]; then
