@@ -262,7 +262,6 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 ? METRALE
             codes[hr][2] = c.z;
             codes[hr][3] = c.w;
         }
-        ringArrive(emptyBase + 8 * slot);  // every lane: its codes are in registers
         uint4 xf[kXT][4];
 #pragma unroll
         for (int j = 0; j < kXT; ++j)
@@ -290,6 +289,11 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 ? METRALE
             }
         }
         ringBlock<P, kXT, kCW>(acc, codes, bs, xf, table, lane);
+        // Every lane releases the stage once its codes are consumed: an arrival right after the LDS
+        // could overtake it (no scoreboard wait before SYNCS.ARRIVE), and the producer's next copy
+        // into the slot raced the read (measured on the H200 at 32ab8e0: 12-32 elements of 8B-down
+        // M = 13, 16 differed).
+        ringArrive(emptyBase + 8 * slot);
     };
     int j0 = 0;
     for (; j0 + kMD <= nG; j0 += kMD)
