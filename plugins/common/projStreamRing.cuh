@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 ? METRALE
     using L = RingLayout<kXT, kST>;
     extern __shared__ __align__(128) uint8_t ringSmem[];
     uint8_t* smem = ringSmem;
-    constexpr int kMD = kXT == 1 ? 4 : 2;  // meta loads this many blocks ahead
+    constexpr int kMD = kXT == 1 ? 3 : 2;  // meta loads this many blocks ahead
     float(*red)[kXT * 4][32] = reinterpret_cast<float(*)[kXT * 4][32]>(smem + L::kRed);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBars);
     uint64_t* empty = full + kST;
