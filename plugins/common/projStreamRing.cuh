@@ -10,14 +10,17 @@
  * i = j-th block) of the CTA's 16 * nt rows: S boxes of [16 * nt rows x 64 bytes], one 2-D tensor
  * copy each (the codes [N, K / 2] as a uint8 tensor map, zero fill past N and past the row's end, so
  * the consumers read zero codes there as projStreamTile's masked loads do). kST stages, released by
- * each consumer warp's arrival on the stage's empty barrier once its codes are in registers. The
- * activations and the policy's meta (loadStreamMeta) are read from global memory by the consumers as
- * in projStreamTile, the meta kMD blocks ahead in registers, the activations one block ahead
- * at one activation tile (m <= 8; at two, at the block's start).
+ * every consumer lane's arrival on the stage's empty barrier after the block's mma (once its codes are
+ * consumed: an arrival right after the LDS can overtake it). Served: K a multiple of 128 (the launcher
+ * falls back to projStreamTile otherwise), so no bound checks in the loop: a weight row past N reads
+ * row N - 1's meta and an activation row past M reads row M - 1, both feeding only outputs that are
+ * never stored. The activations are read from global memory at each block's start, the policy's meta
+ * (ringMeta / ringLoad / ringState: loadStreamMeta's and streamState's values) kMD blocks ahead in
+ * registers.
  *
  * Invariants (row invariance): the arithmetic is projStreamTile's, operand for operand: each slice's
  * warp accumulates its blocks in ascending order from zero with the same dequantized A fragments,
- * the same B fragments (zero past M and K) and the same mma order; the slices are summed from the
+ * the same B fragments (zero past K; rows past M only reach unstored outputs) and the same mma order; the slices are summed from the
  * left by slice 0's warp, ((0 + acc_0) + acc_1) + ..., and the epilogue is the same. Only where the
  * codes come from differs, so a row's bits are those of every other tier (tests/gpu compares the two
  * variants bitwise at every M <= 16, and the tiers across M).
