@@ -26,10 +26,15 @@ from .variants import main as variants_main
 ENV = "METRALE_W4A16_WG"
 
 
-def bench(shapes, m_values, variants) -> list[str]:
+def bench(shapes, m_values, variants, env: str = ENV, copy_tbs: float | None = None) -> list[str]:
+    """The table (and the geometric means) of the variants of `env`; with copy_tbs, each variant's
+    TB/s on the weight bytes and its fraction of that copy bandwidth as well."""
     dev = torch.device("cuda")
-    head = ["| shape | M | bf16 cuBLAS us | tinygemm us | " + " | ".join(f"{v} us | {v} / best" for v in variants)
-            + " | same bits |", "|---|---|---|---|" + "---|---|" * len(variants) + "---|"]
+    per = " | {v} TB/s | {v} / copy" if copy_tbs else ""
+    head = ["| shape | M | bf16 cuBLAS us | tinygemm us | "
+            + " | ".join(f"{v} us | {v} / best" + per.format(v=v) for v in variants)
+            + " | same bits |", "|---|---|---|---|" + ("---|---|" + ("---|---|" if copy_tbs else "")) * len(variants)
+            + "---|"]
     rows, ratios = [], {v: {} for v in variants}
     for name, (n, k) in shapes.items():
         g = torch.Generator().manual_seed(n * 31 + k)  # bench_kernels._weights' weight, W4A16 only
@@ -61,7 +66,7 @@ def bench(shapes, m_values, variants) -> list[str]:
             best = min(t_bf16, t_tiny)
             cells, outs = [], []
             for v in variants:
-                os.environ[ENV] = v
+                os.environ[env] = v
                 t = time_graph(lambda i: mcuda.launch_w4a16(x, c_w4[i % len(c_w4)][0], c_w4[i % len(c_w4)][1],
                                                             None, None, y, n, k, 128))
                 yv = torch.full_like(y, float("nan"))
@@ -69,7 +74,8 @@ def bench(shapes, m_values, variants) -> list[str]:
                 torch.cuda.synchronize()
                 outs.append(yv.view(torch.int16))
                 ratios[v].setdefault(m, []).append(t / best)
-                cells.append(f"{t * 1e6:.1f} | {t / best:.2f}")
+                cells.append(f"{t * 1e6:.1f} | {t / best:.2f}"
+                             + (f" | {bytes_w4 / t / 1e12:.2f} | {bytes_w4 / t / 1e12 / copy_tbs:.2f}" if copy_tbs else ""))
             same = all(torch.equal(outs[0], o) for o in outs[1:])
             tiny_cell = f"{t_tiny * 1e6:.1f}" if math.isfinite(t_tiny) else "-"
             line = f"| {name} | {m} | {t_bf16 * 1e6:.1f} | {tiny_cell} | " + " | ".join(cells) + f" | {same} |"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|decode|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -20,6 +20,8 @@
 #  projection tests, benchmarks/bench_w8a8_variants.py over the variants with FP8 cuBLASLt, and
 #  benchmarks/bench_w8a8_stages.py (each kernel's device time); under 7 minutes with the build;
 #  W8A8V_BENCH, W8A8V_STAGES, W8A8V_STAGES_M narrow the benchmarks, W8A8V_PROJ=0 skips the projection tests)
+# (decode: issue 20's streaming-tier ring (METRALE_STREAM=ring) on a carried build: tests/gpu/test_stream_ring.py,
+#  the W4A16 projection tests under ring, benchmarks/bench_decode_variants.py at M = 1, 8, 16)
 # (attention: the Attention kernel's GPU tests and benchmarks/bench_attention.py)
 # (invariance: the non-projection kernels' GPU tests, tests/gpu/test_invariance_kernels.py, and
 #  benchmarks/bench_invariance.py: RMSNorm vs F.rms_norm and copy bandwidth, FloatProj vs cuBLAS)
@@ -155,6 +157,23 @@ if [ "$what" = memcheck ]; then
     grep -E "ERROR SUMMARY|Invalid|passed|failed" "$OUT/memcheck-$(basename "$f" .py).log" | tail -8 >> "$OUT/memcheck.log"
   done
   cat "$OUT/memcheck.log"
+fi
+if [ "$what" = decode ]; then
+  # Issue 20's decode call on a carried build: the ring streaming tier (METRALE_STREAM=ring) against the
+  # register ring, bitwise at every M <= 16; the W4A16 projection tests under ring (row invariance across
+  # the tiers, M = 1..8192); benchmarks/bench_decode_variants.py at M = 1, 8, 16 (anchors, copy bandwidth).
+  # DECODE_PROJ=0 skips the projection tests, DECODE_SHAPES narrows the benchmark's shapes.
+  SECONDS=0
+  timeout 90 python3 -m pytest tests/gpu/test_stream_ring.py -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
+    > "$OUT/tests-ring.log" 2>&1
+  echo "test_stream_ring exit $? after ${SECONDS} s" | tee -a "$OUT/tests-ring.log"; SECONDS=0
+  [ "${DECODE_PROJ:-1}" = 0 ] || METRALE_STREAM=ring timeout 110 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs -q --confcutdir=tests/gpu \
+    -p no:cacheprovider -k "w4a16 and invariance" > "$OUT/tests-proj-ring.log" 2>&1
+  echo "test_proj_kernels (w4a16, METRALE_STREAM=ring) exit $? after ${SECONDS} s" | tee -a "$OUT/tests-proj-ring.log"
+  grep -E "passed|failed|error" "$OUT/tests-ring.log" "$OUT/tests-proj-ring.log" | tail -8
+  timeout 170 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,ring \
+    ${DECODE_SHAPES:+--shapes "$DECODE_SHAPES"} --out "$OUT" 2>&1 \
+    | tee "$OUT/bench-decode.log" | tail -30
 fi
 if [ "$what" = static ]; then
   python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \

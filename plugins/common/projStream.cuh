@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 
 #include "projGemm.cuh"
+#include "projStreamRing.cuh"
 #include "projWgmma.cuh"
 
 namespace metrale
@@ -374,6 +375,21 @@ inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t*
         if (m > 8 && m <= 16)
         {
             return launchProjGemm<P, TileConfig<1, 2, 2, 2, 4>>(p, X, y, m, n, k, yDtype, slices, stream);
+        }
+    }
+    if constexpr (P::kCODE_BITS == 4 && P::kTABLE_BYTES == 0)
+    {
+        // METRALE_STREAM=ring: the producer-fed shared-memory ring (projStreamRing.cuh), same bits.
+        if (m <= 16 && streamRingSelected())
+        {
+            bool served = false;
+            const cudaError_t e = m <= 8
+                ? launchProjStreamRing<P, 1>(p, X, y, m, n, k, yDtype, slices, stream, &served)
+                : launchProjStreamRing<P, 2>(p, X, y, m, n, k, yDtype, slices, stream, &served);
+            if (served || e != cudaSuccess)
+            {
+                return e;
+            }
         }
     }
     switch (selectProjTier(m))

@@ -170,6 +170,47 @@ struct W4A16Policy : NoTable, IdentityEpilogue
         return makeState(m.s, m.z & 0xFu);
     }
 
+    /* The ring streaming tier's view (projStreamRing.cuh, K a multiple of 128, so every block's group
+     * exists): the thread's scale and zero-point addresses in block kb0 of row n (a row inside the
+     * tensor), stepped to the same slice's next block by ringNext; z8 holds the 8 of a missing zero
+     * point. ringLoad reads what loadStreamMeta reads, ringState makes streamState's values (PRMT
+     * instead of shifts: the same bits). */
+    struct RingMeta
+    {
+        const uint16_t* s;
+        const uint8_t* z;
+    };
+    struct RingStep
+    {
+        int s;
+        int z;
+    };
+    __device__ static RingMeta ringMeta(const Params& p, int t, int n, int kb0, const uint8_t* z8)
+    {
+        const int addr = n * p.groups + kb0 * p.perBlock + ((32 * t) >> p.groupShift);
+        return RingMeta{p.scale + addr, p.zeroPoint != nullptr ? p.zeroPoint + addr : z8};
+    }
+    __device__ static RingStep ringStep(const Params& p, int kbStep)
+    {
+        return RingStep{kbStep * p.perBlock, p.zeroPoint != nullptr ? kbStep * p.perBlock : 0};
+    }
+    __device__ static void ringNext(RingMeta& r, const RingStep& st)
+    {
+        r.s += st.s;
+        r.z += st.z;
+    }
+    __device__ static StreamMeta ringLoad(const RingMeta& r)
+    {
+        return StreamMeta{__ldg(r.s), __ldg(r.z)};
+    }
+    __device__ static BlockState ringState(const StreamMeta& m)
+    {
+        // (s, s) and (0xC300 | z, 0xC300 | z): bytes picked by PRMT, the zero point's high nibble masked.
+        const uint32_t s2 = bytePerm(m.s, 0u, 0x1010u);
+        const uint32_t nz2 = bytePerm(m.z, 0xC3C3C3C3u, 0x4040u) & 0xFF0FFF0Fu;
+        return BlockState{s2, nz2};
+    }
+
     /* Step s of a block: elements k = 4s + j (j = 0..3) of the thread's 32, as (j = 0, 1) in b0 and
      * (j = 2, 3) in b1: nibbles 4(s & 1) + j of code word s / 2. */
     template <int kCW>
