@@ -14,6 +14,7 @@ import onnx
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from support.held_out import randomize
 from support.stateful import ort_steps, rel, torch_steps
 
 from metrale_export import contract
@@ -48,23 +49,11 @@ def tiny_config(**overrides):
     return transformers.Qwen3NextConfig(**kw)
 
 
-def randomize(model: torch.nn.Module, seed: int = 0) -> None:
-    """Weights far from their init (zero norms, unit dt_bias) so a misplaced term shows."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            noise = torch.randn(p.shape, generator=g)
-            if "norm" in name or "A_log" in name or "dt_bias" in name:
-                p.add_(0.2 * noise)
-            else:
-                p.copy_(0.1 * noise)
-
-
 def save_tiny(path):
     """The tiny random Qwen3-Next (seeded), saved by transformers at ``path``: (model, path)."""
     torch.manual_seed(0)
     model = transformers.Qwen3NextForCausalLM(tiny_config()).float().eval()
-    randomize(model)
+    randomize(model, scale=0.1)  # weights far from their init (zero norms, unit dt_bias)
     model.save_pretrained(path)
     return model, path
 

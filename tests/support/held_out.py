@@ -36,8 +36,9 @@ def write_qwen3(out_dir: Path, layers: int, hidden: int = 128, intermediate: int
     return Path(out_dir)
 
 
-def _randomize(model, seed: int) -> None:
-    """Weights far from their init (norm gains, A_log and dt_bias moved off their defaults)."""
+def randomize(model, seed: int = 0, scale: float = 0.05) -> None:
+    """Weights far from their init (norm gains, A_log and dt_bias moved off their defaults by 0.2 x
+    noise; every other weight ``scale`` x noise) so a misplaced term shows."""
     import torch
 
     g = torch.Generator().manual_seed(seed)
@@ -47,7 +48,7 @@ def _randomize(model, seed: int) -> None:
             if "norm" in name or "A_log" in name or "dt_bias" in name:
                 p.add_(0.2 * noise)
             else:
-                p.copy_(0.05 * noise)
+                p.copy_(scale * noise)
 
 
 def write_qwen3_moe(out_dir: Path, layers: int = 4, experts: int = 8, seed: int = 0) -> Path:
@@ -61,7 +62,7 @@ def write_qwen3_moe(out_dir: Path, layers: int = 4, experts: int = 8, seed: int 
                          num_experts=experts, num_experts_per_tok=2, norm_topk_prob=True, decoder_sparse_step=1,
                          mlp_only_layers=[layers - 1], max_position_embeddings=4096)
     model = Qwen3MoeForCausalLM(cfg).eval()
-    _randomize(model, seed)
+    randomize(model, seed)
     model.to(torch.bfloat16).save_pretrained(str(out_dir), safe_serialization=True)
     return Path(out_dir)
 
@@ -80,6 +81,6 @@ def write_qwen3_next(out_dir: Path, layers: int = 4, experts: int = 8, seed: int
                           num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=128,
                           max_position_embeddings=4096)
     model = Qwen3NextForCausalLM(cfg).eval()
-    _randomize(model, seed)
+    randomize(model, seed)
     model.to(torch.bfloat16).save_pretrained(str(out_dir), safe_serialization=True)
     return Path(out_dir)
