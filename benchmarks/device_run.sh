@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|decode|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -100,6 +100,52 @@ if [ "$what" = merged ]; then
   wait
   grep -E "CONFORMANCE|exit|^SUMMARY" "$OUT/conformance.log" | tail -4
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -15
+fi
+if [ "$what" = landed ]; then
+  # A landed tree in one call (issue 21's GPU half): build the kernels, the plugin library and the
+  # conformance harness, then at once: the conformance driver, every GPU test, `model_check gpu MC_DIR`
+  # (all model x format cases, when MC_DIR was prepared on the CPU at the same commit), and a copy of
+  # the tree whose contract has another attribute default (W8A8Proj weight_scale_granularity
+  # block128), its header regenerated, the plugins rebuilt and the unchanged conformance driver run
+  # over them (conformance-changed.log, header.diff).
+  echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
+  (time make -C plugins -j16 all trt) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  tail -4 "$OUT/build.log"
+  conformance_in_background 300
+  if [ -d "${MC_DIR:-mc}" ]; then
+    ( SECONDS=0; timeout 480 python3 -m benchmarks.model_check gpu "${MC_DIR:-mc}" "$OUT" > "$OUT/model_check.log" 2>&1
+      echo "model_check gpu exit $? after ${SECONDS} s" >> "$OUT/model_check.log" ) &
+  fi
+  ( SECONDS=0; changed=/tmp/changed; rm -rf $changed; mkdir -p $changed
+    tar --exclude=./build --exclude=./mc --exclude=./.git -cf - . | tar -xf - -C $changed
+    cd $changed && python3 - <<'PY'
+from pathlib import Path
+p = Path("metrale_export/contract/ops.py")
+old = 'Attribute("weight_scale_granularity", "string", ("channel", "block128"), "channel")'
+text = p.read_text()
+assert text.count(old) == 1, "the W8A8Proj default is not where landed mode expects it"
+p.write_text(text.replace(old, old.replace('"channel")', '"block128")')))
+PY
+    cp plugins/include/metrale/contract.h /tmp/contract.h.before
+    PYTHONPATH=$changed python3 -m metrale_export.contract --write > "$OUT/changed.log" 2>&1
+    diff /tmp/contract.h.before plugins/include/metrale/contract.h > "$OUT/header.diff"
+    echo "header diff lines: $(wc -l < "$OUT/header.diff")" >> "$OUT/changed.log"
+    make -C plugins -j8 all trt >> "$OUT/changed.log" 2>&1 || { echo "changed build failed" >> "$OUT/changed.log"; exit 1; }
+    PYTHONPATH=$changed timeout 240 python3 tests/plugins/plugin_conformance_driver.py --build build/plugins-trt \
+      --out /tmp/conformance-changed > "$OUT/conformance-changed.log" 2>&1
+    echo "changed-default conformance driver exit $? after ${SECONDS} s" >> "$OUT/conformance-changed.log" ) &
+  SECONDS=0
+  timeout 420 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
+    ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
+  echo "tests/gpu exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  wait
+  grep -E "CONFORMANCE|exit|^SUMMARY" "$OUT/conformance.log" | tail -4
+  tail -3 "$OUT/changed.log"; grep -E "CONFORMANCE|exit|^SUMMARY" "$OUT/conformance-changed.log" | tail -4
+  grep -E "passed|failed|error" "$OUT/tests.log" | tail -15
+  tail -2 "$OUT/model_check.log" 2>/dev/null
+  grep -E "\| (NO|yes) \|$" "$OUT/model_check.md" 2>/dev/null | grep -c "| yes |"
+  grep -E "\| NO \|$" "$OUT/model_check.md" 2>/dev/null | head -8
+  exit 0
 fi
 if [ "$what" = gdnfix ]; then
   ( echo "== benchmarks/diagnostics/gdn_state_ulps.py"
