@@ -47,24 +47,32 @@ def _sensitive(op_type: str) -> bool:
     return op_type in ROW_SENSITIVE or op_type.startswith("Reduce")
 
 
+_KIND_OF_OP = {
+    **dict.fromkeys(("Softmax", "LogSoftmax", "Hardmax", "Attention", "MultiHeadAttention",
+                     "GroupQueryAttention"), "attention"),
+    **dict.fromkeys(("TopK", "ArgMax", "ArgMin"), "routing"),
+    **dict.fromkeys(("Scan", "Loop", "CumSum"), "recurrence"),
+}
+_PROJECTIONS = ("MatMul", "Gemm", "Einsum", "MatMulInteger", "QLinearMatMul")
+
+
+def _reduction_kind(node, producers: dict) -> str:
+    # RMSNorm traces to Pow -> ReduceMean -> Add(eps) -> Sqrt -> Reciprocal -> Mul.
+    src = producers.get(node.input[0]) if node.input else None
+    traced_norm = src is not None and src.op_type in ("Pow", "Mul") and node.op_type == "ReduceMean"
+    return "norm" if traced_norm else "reduction"
+
+
 def _kind(node, producers: dict, constants: set) -> str:
     """attention | norm | float projection | routing | recurrence | convolution | reduction."""
     op = node.op_type
     if op in NORMALIZATIONS:
         return "norm"
     if op.startswith("Reduce"):
-        src = producers.get(node.input[0]) if node.input else None
-        # RMSNorm traces to Pow -> ReduceMean -> Add(eps) -> Sqrt -> Reciprocal -> Mul.
-        return "norm" if src is not None and src.op_type in ("Pow", "Mul") and op == "ReduceMean" else "reduction"
-    if op in ("Softmax", "LogSoftmax", "Hardmax", "Attention", "MultiHeadAttention", "GroupQueryAttention"):
-        return "attention"
-    if op in ("MatMul", "Gemm", "Einsum", "MatMulInteger", "QLinearMatMul"):
+        return _reduction_kind(node, producers)
+    if op in _PROJECTIONS:
         return "float projection" if any(i in constants for i in node.input[:2]) else "attention"
-    if op in ("TopK", "ArgMax", "ArgMin"):
-        return "routing"
-    if op in ("Scan", "Loop", "CumSum"):
-        return "recurrence"
-    return "convolution"
+    return _KIND_OF_OP.get(op, "convolution")
 
 
 def _layer_of(name: str) -> str:

@@ -162,14 +162,7 @@ def job_conflicts(options: JobOptions, family: str, weight_kind: str) -> dict[st
 def run_job(model: Path, out: Path, options: JobOptions, events: Events | None = None) -> JobResult:
     """Export ``model`` into ``out``, compare the export, build its engines; see the module docstring."""
     events = events or Events()
-    experts, why = moe_experts_for(options)
-    if experts != options.export.request.moe_experts:
-        request = dataclasses.replace(options.export.request, moe_experts=experts)
-        options = dataclasses.replace(options, export=dataclasses.replace(options.export, request=request))
-        if options.session is not None:
-            from .compare.runners import with_request
-
-            options = dataclasses.replace(options, session=with_request(options.session, request))
+    options, why = _with_moe_experts(options)
     result = JobResult(Path(out))
 
     def measured(step, run):
@@ -202,13 +195,33 @@ def run_job(model: Path, out: Path, options: JobOptions, events: Events | None =
     except OSError as e:
         if step != "engines" or e.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        where = e.filename or Path(out) / "engines"
-        error = OutputLocationError(f"{where}: {e.strerror or e} while building the engines; free some "
-                                    f"space: {kept_note(out)}")
-        result.failure = {"step": step, "error": str(error), "exit_code": error.exit_code}
-        error.job_result = result
-        raise error from e
+        raise _engines_out_of_space(e, out, result) from e
     return result
+
+
+def _with_moe_experts(options: JobOptions) -> tuple[JobOptions, str]:
+    """``options`` with the expert layout the job exports (``moe_experts_for``), and why it differs
+    from the one asked for (empty when it is the user's choice)."""
+    experts, why = moe_experts_for(options)
+    if experts == options.export.request.moe_experts:
+        return options, why
+    request = dataclasses.replace(options.export.request, moe_experts=experts)
+    options = dataclasses.replace(options, export=dataclasses.replace(options.export, request=request))
+    if options.session is not None:
+        from .compare.runners import with_request
+
+        options = dataclasses.replace(options, session=with_request(options.session, request))
+    return options, why
+
+
+def _engines_out_of_space(e: OSError, out, result: JobResult) -> OutputLocationError:
+    """The refusal for a full disk (or quota) during step 3, recorded in ``result`` as its failure."""
+    where = e.filename or Path(out) / "engines"
+    error = OutputLocationError(f"{where}: {e.strerror or e} while building the engines; free some "
+                                f"space: {kept_note(out)}")
+    result.failure = {"step": "engines", "error": str(error), "exit_code": error.exit_code}
+    error.job_result = result
+    return error
 
 
 def kept_note(out) -> str:

@@ -105,18 +105,12 @@ def activate(name: str | None = None) -> Backend:
     """Import the backend (``None``: tensorrt if it imports, else tensorrt-rtx) for Polygraphy."""
     global _active
     if name is None:
-        found = available()
-        name = next((n for n in BACKENDS if found[n]), None)
-        if name is None:
-            raise BackendMissing(missing_message(None))
+        name = _default_backend()
     if name not in BACKENDS:
         raise BuildError(f"backend {name!r}: expected one of {', '.join(BACKENDS)}")
     if _active is not None and _active.name == name:
         return _active
-    try:
-        module = _IMPORTERS[name]()
-    except Exception as e:  # noqa: BLE001
-        raise BackendMissing(missing_message(name, e)) from e
+    module = _import(name)
     from polygraphy import config
 
     wants_rtx = name == "tensorrt-rtx"
@@ -127,6 +121,23 @@ def activate(name: str | None = None) -> Backend:
     config.USE_TENSORRT_RTX = wants_rtx
     _active = Backend(name, module, str(module.__version__))
     return _active
+
+
+def _default_backend() -> str:
+    """tensorrt if it imports, else tensorrt-rtx; ``BackendMissing`` when neither does."""
+    found = available()
+    name = next((n for n in BACKENDS if found[n]), None)
+    if name is None:
+        raise BackendMissing(missing_message(None))
+    return name
+
+
+def _import(name: str):
+    """The backend's module; ``BackendMissing`` saying why it does not import."""
+    try:
+        return _IMPORTERS[name]()
+    except Exception as e:  # noqa: BLE001
+        raise BackendMissing(missing_message(name, e)) from e
 
 
 def activation_check(name: str, active: str | None, loaders_rtx: bool | None) -> Check:

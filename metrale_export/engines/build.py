@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -220,35 +221,67 @@ def execute(plan: BuildPlan, backend: backends.Backend, options: BuildOptions, p
     expected = {s.file: expected_seconds(plan, s, written[s.graph]) for s in plan.to_build}
     if plan.to_build:
         _announce(plan, expected, progress)
-    previous = {s.reuse["file"]: s.reuse for s in plan.steps if s.reuse}
-    pending = [e for e in _manifest.previous_engines(out) if e.get("file") not in previous]
-    entries: list[dict] = []
-    seconds_done = expected_done = 0.0
+    run = _Run(plan, backend, options, progress, written, expected, _still_listed(plan))
     for step in plan.steps:
         details = {"file": str(out / step.file), "formats": step.formats}
         if step.reuse is not None:
             progress("skip", step.rows, details)
-            entries.append(step.reuse)
+            run.entries.append(step.reuse)
             continue
-        progress("build", step.rows, {**details, "expected_seconds": expected[step.file]})
-        started = time.perf_counter()
-        data = memoryview(_build(backend, plan, step, options))
-        seconds = time.perf_counter() - started
-        _manifest.write_atomic(out / step.file, data)
-        entries.append(_manifest.engine_entry(plan, step, data, seconds, written[step.graph], expected[step.file]))
-        seconds_done, expected_done = seconds_done + seconds, expected_done + expected[step.file]
-        done = {e["file"] for e in entries}
-        left = [expected[s.file] for s in plan.to_build if s.file not in done]
-        progress("built", step.rows, {**details, "seconds": seconds, "bytes": data.nbytes,
-                                      "expected_seconds": expected[step.file], "left": len(left),
-                                      "remaining_seconds": resources.remaining_seconds(
-                                          sum(left), seconds_done, expected_done)})
-        # Keep what is done if a later profile fails, and what the old manifest listed that is
-        # still to be checked, so that it can still be reused.
-        _manifest.write(out, _manifest.document(
-            plan, entries + [e for e in pending if e.get("file") not in done], complete=False))
+        run.build(step, details)
+        run.write_partial()
     _remove_listed(plan, progress)
-    return _manifest.write(out, _manifest.document(plan, entries, complete=True))
+    return _manifest.write(out, _manifest.document(plan, run.entries, complete=True))
+
+
+def _still_listed(plan: BuildPlan) -> list[dict]:
+    """The previous manifest's engine entries that no step reuses (still to be checked)."""
+    previous = {s.reuse["file"]: s.reuse for s in plan.steps if s.reuse}
+    return [e for e in _manifest.previous_engines(plan.out_dir) if e.get("file") not in previous]
+
+
+@dataclass
+class _Run:
+    """One ``execute``: the manifest entries so far, and the seconds the engines built so far took
+    and were expected to take (the estimate of what remains scales by their ratio)."""
+
+    plan: BuildPlan
+    backend: backends.Backend
+    options: BuildOptions
+    progress: Progress
+    written: dict[str, dict]  # lowered graph -> its numbers
+    expected: dict[str, float]  # engine file -> its expected seconds
+    pending: list[dict]  # the previous manifest's entries still to be checked
+    entries: list[dict] = field(default_factory=list)
+    seconds_done: float = 0.0
+    expected_done: float = 0.0
+
+    def build(self, step: EngineStep, details: dict) -> None:
+        """Build ``step``'s engine, write it, list it and report it (``build``, then ``built``)."""
+        plan, expected = self.plan, self.expected[step.file]
+        self.progress("build", step.rows, {**details, "expected_seconds": expected})
+        started = time.perf_counter()
+        data = memoryview(_build(self.backend, plan, step, self.options))
+        seconds = time.perf_counter() - started
+        _manifest.write_atomic(plan.out_dir / step.file, data)
+        self.entries.append(_manifest.engine_entry(plan, step, data, seconds, self.written[step.graph], expected))
+        self.seconds_done, self.expected_done = self.seconds_done + seconds, self.expected_done + expected
+        done = self._done()
+        left = [self.expected[s.file] for s in plan.to_build if s.file not in done]
+        self.progress("built", step.rows, {**details, "seconds": seconds, "bytes": data.nbytes,
+                                           "expected_seconds": expected, "left": len(left),
+                                           "remaining_seconds": resources.remaining_seconds(
+                                               sum(left), self.seconds_done, self.expected_done)})
+
+    def write_partial(self) -> None:
+        """Keep what is done if a later profile fails, and what the old manifest listed that is
+        still to be checked, so that it can still be reused."""
+        done = self._done()
+        _manifest.write(self.plan.out_dir, _manifest.document(
+            self.plan, self.entries + [e for e in self.pending if e.get("file") not in done], complete=False))
+
+    def _done(self) -> set:
+        return {e["file"] for e in self.entries}
 
 
 def _lower_graphs(plan: BuildPlan, progress: Progress) -> dict[str, dict]:

@@ -151,10 +151,12 @@ def summary(entries: list[dict]) -> dict:
         "total_bytes": engine_bytes + weights,
         "largest_engine_bytes": max((int(e.get("bytes", 0)) for e in entries), default=0),
         "weight_bytes": max((e["weights"]["bytes"] for e in sized), default=None),
-        "decode_bytes_per_token": max((e["decode_bytes_per_token"] for e in sized), default=None),
-        "kv_cache_bytes_per_position": max((e["kv_cache_bytes_per_position"] for e in sized), default=None),
-        "fixed_state_bytes": max((e["fixed_state_bytes"] for e in sized), default=None),
+        **{key: max((e[key] for e in sized), default=None) for key in _LARGEST_OF},
     }
+
+
+# The numbers of an engine entry whose largest ``summary`` reports as they are named there.
+_LARGEST_OF = ("decode_bytes_per_token", "kv_cache_bytes_per_position", "fixed_state_bytes")
 
 
 def build_time(entries: list[dict]) -> dict:

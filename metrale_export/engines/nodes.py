@@ -89,21 +89,25 @@ def _without_plugin_version(spec, attrs: dict, key: str) -> dict:
     return attrs
 
 
-def _attribute_value(a, value, where: str):
-    """One attribute's value as its contract type, refused when of another type or outside the
-    allowed values."""
+def _typed(a, value, where: str):
+    """``value`` as attribute ``a``'s contract type (string, float or int), refused when of another."""
     if a.type == "string":
         if not isinstance(value, (str, bytes)):
             raise LoweringError(f"{where}: attribute {a.name!r}: expected a string, found {value!r}")
-        value = onnx_nodes.text(value)
-    elif a.type == "float":
+        return onnx_nodes.text(value)
+    if a.type == "float":
         if not isinstance(value, (float, int, np.floating, np.integer)) or isinstance(value, bool):
             raise LoweringError(f"{where}: attribute {a.name!r}: expected a float, found {value!r}")
-        value = float(value)
-    elif not isinstance(value, (int, np.integer)):
+        return float(value)
+    if not isinstance(value, (int, np.integer)):
         raise LoweringError(f"{where}: attribute {a.name!r}: expected an int, found {value!r}")
-    else:
-        value = int(value)
+    return int(value)
+
+
+def _attribute_value(a, value, where: str):
+    """One attribute's value as its contract type, refused when of another type or outside the
+    allowed values."""
+    value = _typed(a, value, where)
     if a.values is not None and value not in a.values and not (a.default is not None and value == a.default):
         raise LoweringError(
             f"{where}: attribute {a.name}={value!r}: expected one of "

@@ -78,14 +78,22 @@ def lowering_check(backend: str, lowering: str | None, plugins: Path | None, has
     chosen = lowering or ("plugin" if plugins else "qdq")
     if chosen != "plugin":
         return Check.of([PLUGINS_NEED_PLUGIN_LOWERING if plugins is not None else None])
+    return _plugin_lowering_check(backend, plugins, has_ops)
+
+
+def _plugin_lowering_check(backend: str, plugins: Path | None, has_ops: bool) -> Check:
+    """Whether the plugin lowering can build ``backend``'s engines of a graph with (``has_ops``) or
+    without metrale nodes."""
+    if not has_ops:
+        return Check.of([])
     return Check.of([
         ("--lowering plugin with --backend tensorrt-rtx: TensorRT-RTX builds here without a "
          "GPU and its Python API has no IPluginV3 layers, so the metrale plugins cannot take "
          "part; use --lowering qdq, or --backend tensorrt on a GPU machine")
-        if backend == "tensorrt-rtx" and has_ops else None,
+        if backend == "tensorrt-rtx" else None,
         ("--lowering plugin needs --plugins LIB (the metrale plugin library, "
          "libmetrale_plugins.so) for the graph's metrale nodes; or use --lowering qdq")
-        if plugins is None and has_ops else None,
+        if plugins is None else None,
     ])
 
 

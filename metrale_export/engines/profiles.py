@@ -91,36 +91,51 @@ def parse_profiles(spec: str, max_rows: int | None = None, model_max: int | None
     ranges: list[RowRange] = []
     for item in spec.split(","):
         text = item.strip()
-        match = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", text)
-        if not match:
-            raise ProfileError(
-                f"--profiles: expected N or LO-HI with positive integers, found {text!r} in {spec!r}"
-            )
-        lo = int(match.group(1))
-        hi = int(match.group(2)) if match.group(2) else lo
-        if lo < 1:
-            raise ProfileError(f"--profiles: rows start at 1, found {text!r} in {spec!r}")
-        if hi < lo:
-            raise ProfileError(
-                f"--profiles: range {text!r} ends before it starts (expected LO <= HI) in {spec!r}"
-            )
-        if hi > _INT32_MAX:
-            raise ProfileError(
-                f"--profiles: range {text!r} goes past {_INT32_MAX} rows, TensorRT's largest dimension"
-            )
-        if max_rows is not None and hi > max_rows:
-            raise ProfileError(f"--profiles: range {text!r} goes past the model's limit of {max_rows} rows "
-                               f"(hint: {_limit_hint(hi, max_rows, model_max)})")
+        r = _parse_range(text, spec)
+        _check_limits(r, text, max_rows, model_max)
         if ranges:
-            prev = ranges[-1]
-            if lo <= prev.hi:
-                kind = "overlaps" if lo >= prev.lo else "comes before"
-                raise ProfileError(
-                    f"--profiles: range {text!r} {kind} {prev.label!r}; expected sorted, disjoint "
-                    f"ranges (the next one starting at {prev.hi + 1} or later) in {spec!r}"
-                )
-        ranges.append(RowRange(lo, hi))
+            _check_after(r, ranges[-1], text, spec)
+        ranges.append(r)
     return tuple(ranges)
+
+
+def _parse_range(text: str, spec: str) -> RowRange:
+    """One ``N`` or ``LO-HI`` item of ``spec``, refused when it is not one or is empty."""
+    match = re.fullmatch(r"(\d+)(?:\s*-\s*(\d+))?", text)
+    if not match:
+        raise ProfileError(
+            f"--profiles: expected N or LO-HI with positive integers, found {text!r} in {spec!r}"
+        )
+    lo = int(match.group(1))
+    hi = int(match.group(2)) if match.group(2) else lo
+    if lo < 1:
+        raise ProfileError(f"--profiles: rows start at 1, found {text!r} in {spec!r}")
+    if hi < lo:
+        raise ProfileError(
+            f"--profiles: range {text!r} ends before it starts (expected LO <= HI) in {spec!r}"
+        )
+    return RowRange(lo, hi)
+
+
+def _check_limits(r: RowRange, text: str, max_rows: int | None, model_max: int | None) -> None:
+    """Refuse a range past TensorRT's largest dimension or past the engines' limit on M."""
+    if r.hi > _INT32_MAX:
+        raise ProfileError(
+            f"--profiles: range {text!r} goes past {_INT32_MAX} rows, TensorRT's largest dimension"
+        )
+    if max_rows is not None and r.hi > max_rows:
+        raise ProfileError(f"--profiles: range {text!r} goes past the model's limit of {max_rows} rows "
+                           f"(hint: {_limit_hint(r.hi, max_rows, model_max)})")
+
+
+def _check_after(r: RowRange, prev: RowRange, text: str, spec: str) -> None:
+    """Refuse a range that does not start after the one before it."""
+    if r.lo <= prev.hi:
+        kind = "overlaps" if r.lo >= prev.lo else "comes before"
+        raise ProfileError(
+            f"--profiles: range {text!r} {kind} {prev.label!r}; expected sorted, disjoint "
+            f"ranges (the next one starting at {prev.hi + 1} or later) in {spec!r}"
+        )
 
 
 def _limit_hint(hi: int, max_rows: int, model_max: int | None) -> str:
@@ -152,13 +167,18 @@ def profile_for(m: int, ranges: tuple[RowRange, ...]) -> tuple[RowRange | None, 
     for r in ranges:
         if m in r:
             return r, f"{m} rows fall in {r}"
+    return None, _uncovered(m, ranges)
+
+
+def _uncovered(m: int, ranges: tuple[RowRange, ...]) -> str:
+    """Why no range of ``ranges`` serves ``m`` (at least 1) rows, and what to do."""
     below = [r for r in ranges if r.hi < m]
     above = [r for r in ranges if r.lo > m]
     if not above:
         last = ranges[-1].hi if ranges else 0
-        return None, f"{m} rows: more than the largest profile ({last}); split the batch"
+        return f"{m} rows: more than the largest profile ({last}); split the batch"
     near = f"between {below[-1].label} and {above[0].label}" if below else f"below {above[0].label}"
-    return None, f"{m} rows: no profile covers them ({near}); add a range"
+    return f"{m} rows: no profile covers them ({near}); add a range"
 
 
 # --- TensorRT optimization profiles -----------------------------------------------------------
@@ -226,22 +246,26 @@ def _model_profiles(inputs, rows: RowRange, max_context: int) -> tuple[ProfileSh
     for pname in names:
         batch, seq, past = plans[pname]
         sizes = {"batch": batch, "seq": seq, "past": past}
-        shapes = {}
-        for name, shape in inputs.items():
-            dims = []
-            for i, d in enumerate(shape):
-                if isinstance(d, int) and d >= 0:
-                    dims.append((d, d, d))
-                elif d in sizes:
-                    dims.append(sizes[d])
-                else:
-                    raise ProfileError(
-                        f"input {name}: dimension {i} of {shape} is {d!r}; the exported model "
-                        f"interface names only {', '.join(MODEL_DIMS)} (and static sizes), so it "
-                        f"cannot be placed in a profile"
-                    )
-            if name in _TOKEN_INPUTS and shape[:2] != ["batch", "seq"]:
-                raise ProfileError(f"input {name}: expected [batch, seq], found {shape}")
-            shapes[name] = tuple(tuple(dim[j] for dim in dims) for j in range(3))
+        shapes = {name: _input_shapes(name, shape, sizes) for name, shape in inputs.items()}
         out.append(ProfileShapes(pname, shapes))
     return tuple(out)
+
+
+def _input_shapes(name: str, shape: list[Dim], sizes: dict) -> tuple[tuple[int, ...], ...]:
+    """The (min, opt, max) shapes of model input ``name`` for one profile's ``sizes`` of the named
+    dimensions."""
+    dims = []
+    for i, d in enumerate(shape):
+        if isinstance(d, int) and d >= 0:
+            dims.append((d, d, d))
+        elif d in sizes:
+            dims.append(sizes[d])
+        else:
+            raise ProfileError(
+                f"input {name}: dimension {i} of {shape} is {d!r}; the exported model "
+                f"interface names only {', '.join(MODEL_DIMS)} (and static sizes), so it "
+                f"cannot be placed in a profile"
+            )
+    if name in _TOKEN_INPUTS and shape[:2] != ["batch", "seq"]:
+        raise ProfileError(f"input {name}: expected [batch, seq], found {shape}")
+    return tuple(tuple(dim[j] for dim in dims) for j in range(3))

@@ -173,31 +173,67 @@ def tensor_bytes(t: onnx.TensorProto) -> int:
     return (numel * bits + 7) // 8
 
 
-def footprint(model: onnx.ModelProto) -> dict:
-    """``weights`` (bytes in all and by dtype) and ``decode_bytes_per_token`` (batch 1)."""
-    graph = model.graph
-    consumers: dict[str, list[onnx.NodeProto]] = {}
+def _consumers(graph: onnx.GraphProto) -> dict[str, list[tuple[onnx.NodeProto, int]]]:
+    """Value name -> the (node, input position) pairs that read it."""
+    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in graph.node:
         for i, name in enumerate(node.input):
             consumers.setdefault(name, []).append((node, i))
+    return consumers
+
+
+def _decode_bytes(t: onnx.TensorProto, size: int, uses: list[tuple[onnx.NodeProto, int]]) -> float:
+    """What one decode step reads of initializer ``t`` (``size`` bytes) with these consumers."""
+    if uses and all(n.op_type == "Gather" and i == 0 for n, i in uses) and t.dims:
+        return size / t.dims[0]  # a table: one row per token
+    share = 1.0
+    for n, _ in uses:
+        share = _routed_share(n, share)
+    return size * share
+
+
+def _routed_share(node: onnx.NodeProto, share: float) -> float:
+    """The share of a grouped-expert node's weights one token reads (only the routed experts);
+    ``share`` for any other node."""
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    if "num_experts" in a and "top_k" in a and int(a["num_experts"]) > 0:
+        return min(1.0, int(a["top_k"]) / int(a["num_experts"]))
+    return share
+
+
+def footprint(model: onnx.ModelProto) -> dict:
+    """``weights`` (bytes in all and by dtype) and ``decode_bytes_per_token`` (batch 1)."""
+    graph = model.graph
+    consumers = _consumers(graph)
     total, by_dtype, decode = 0, {}, 0.0
     for t in _initializers(graph):
         size = tensor_bytes(t)
         total += size
         dtype = TensorProto.DataType.Name(t.data_type).lower()
         by_dtype[dtype] = by_dtype.get(dtype, 0) + size
-        uses = consumers.get(t.name, [])
-        if uses and all(n.op_type == "Gather" and i == 0 for n, i in uses) and t.dims:
-            decode += size / t.dims[0]  # a table: one row per token
-            continue
-        share = 1.0
-        for n, _ in uses:
-            a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
-            if "num_experts" in a and "top_k" in a and int(a["num_experts"]) > 0:
-                share = min(1.0, int(a["top_k"]) / int(a["num_experts"]))  # only the routed experts
-        decode += size * share
+        decode += _decode_bytes(t, size, consumers.get(t.name, []))
     return {"weights": {"bytes": total, "by_dtype": dict(sorted(by_dtype.items()))},
             "decode_bytes_per_token": int(round(decode))}
+
+
+def _state_input(vi: onnx.ValueInfoProto) -> tuple[int, bool] | None:
+    """A state input's bytes per sequence (per context position when it has a ``past`` axis) and
+    whether it has one; None for the token inputs and inputs without a leading ``batch`` axis or
+    with another symbolic axis."""
+    t = vi.type.tensor_type
+    dims = [d.dim_param or d.dim_value for d in t.shape.dim]
+    if vi.name in ("input_ids", "position_ids") or not dims or dims[0] != "batch":
+        return None
+    rest = dims[1:]
+    if any(isinstance(d, str) and d != "past" for d in rest):
+        return None
+    return _per_sequence_bytes(rest, t.elem_type), "past" in rest
+
+
+def _per_sequence_bytes(dims: list, elem_type: int) -> int:
+    """The bytes of one sequence's slice of a state: its static ``dims`` (``past`` counts as 1)."""
+    n = int(np.prod([d for d in dims if isinstance(d, int)] or [1]))
+    return n * helper.tensor_dtype_to_np_dtype(elem_type).itemsize
 
 
 def state_bytes(model: onnx.ModelProto) -> dict:
@@ -205,16 +241,11 @@ def state_bytes(model: onnx.ModelProto) -> dict:
     the fixed states' bytes (GDN's conv and recurrent states), from the graph's inputs."""
     per_position, fixed = 0, 0
     for vi in model.graph.input:
-        t = vi.type.tensor_type
-        dims = [d.dim_param or d.dim_value for d in t.shape.dim]
-        if vi.name in ("input_ids", "position_ids") or not dims or dims[0] != "batch":
+        state = _state_input(vi)
+        if state is None:
             continue
-        rest = dims[1:]
-        if any(isinstance(d, str) and d != "past" for d in rest):
-            continue
-        n = int(np.prod([d for d in rest if isinstance(d, int)] or [1]))
-        n *= helper.tensor_dtype_to_np_dtype(t.elem_type).itemsize
-        if "past" in rest:
+        n, per_past = state
+        if per_past:
             per_position += n
         else:
             fixed += n

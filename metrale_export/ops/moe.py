@@ -87,6 +87,23 @@ def combine(p: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
     return acc.to(out_dtype)
 
 
+def _expert_rows(x: torch.Tensor, topk_weights: torch.Tensor | None, k: int, top_k: int, comb: bool,
+                 where: str) -> torch.Tensor:
+    """The [M, top_k, k] rows each routed expert runs on, after checking the shapes of ``x`` (and of
+    ``topk_weights`` for combine=1)."""
+    m = x.shape[0]
+    if not comb:
+        if x.dim() != 2 or x.shape[1] != k:
+            raise MoEInputError(f"{where}x: expected [M, {k}], found {list(x.shape)}")
+        return x[:, None, :].expand(m, top_k, k)
+    if x.dim() != 3 or tuple(x.shape[1:]) != (top_k, k):
+        raise MoEInputError(f"{where}x: expected [M, {top_k}, {k}] for combine=1, found {list(x.shape)}")
+    if topk_weights is None or tuple(topk_weights.shape) != (m, top_k):
+        found = None if topk_weights is None else list(topk_weights.shape)
+        raise MoEInputError(f"{where}topk_weights: expected shape [{m}, {top_k}], found {found}")
+    return x
+
+
 def moe_proj(op_type: str, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor | None,
              tensors: dict[str, torch.Tensor | None], attrs: dict) -> torch.Tensor:
     """CPU reference of a grouped op. ``attrs`` holds n, k, num_experts, top_k, combine and the
@@ -95,17 +112,7 @@ def moe_proj(op_type: str, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights
     comb = bool(int(attrs["combine"]))
     where = f"{op_type} ({attrs.get('name', '')}): " if attrs.get("name") else f"{op_type}: "
     m = x.shape[0]
-    if comb:
-        if x.dim() != 3 or tuple(x.shape[1:]) != (top_k, k):
-            raise MoEInputError(f"{where}x: expected [M, {top_k}, {k}] for combine=1, found {list(x.shape)}")
-        if topk_weights is None or tuple(topk_weights.shape) != (m, top_k):
-            found = None if topk_weights is None else list(topk_weights.shape)
-            raise MoEInputError(f"{where}topk_weights: expected shape [{m}, {top_k}], found {found}")
-        rows = x
-    else:
-        if x.dim() != 2 or x.shape[1] != k:
-            raise MoEInputError(f"{where}x: expected [M, {k}], found {list(x.shape)}")
-        rows = x[:, None, :].expand(m, top_k, k)
+    rows = _expert_rows(x, topk_weights, k, top_k, comb, where)
     check_routing(topk_ids, e_count, m, top_k, where)
     out = torch.zeros(m, top_k, n, dtype=x.dtype, device=x.device)
     ids = topk_ids.to(torch.int64)

@@ -85,27 +85,43 @@ def attribute_types(op_type: str) -> dict:
     return {a.name: _ATTR_DT[a.type] for a in spec.attributes}
 
 
-def _variant(op_type: str, x_type: int, has: dict[str, bool], widened: bool = False) -> str:
+def _check_activation_type(op_type: str, x_type: int) -> None:
     if x_type not in _DT:
         name = onnx.TensorProto.DataType.Name(x_type)
         raise InputError(
             f"{op_type}: the ONNX Runtime reference runs float32 or float16 activations, found {name}; "
             "export with --dtype float32 to verify on the CPU"
         )
+
+
+def _register(name: str, op_type: str, x_type: int, present: list[str], outputs: list[str],
+              widened: bool) -> None:
+    """Register the Python op ``name``: ``op_type``'s variant with these inputs and outputs."""
+    spec = contract.op(op_type)
+    types = {**_INPUT_DT, "x": _DT[x_type][1]}
+    if widened:
+        types.update({d: PyCustomOpDef.dt_float for d in _WIDENED})
+    onnx_op(op_type=name, domain=CONTRIB,
+            inputs=[_DT[x_type][1]] + [types[spec.input(p).dtype] for p in present],
+            outputs=[types[spec.output(o).dtype] for o in outputs],
+            attrs=attribute_types(op_type))(_impl(op_type, present, outputs, widened))
+    _registered.add(name)
+
+
+def _variant_name(op_type: str, x_type: int, present: list[str], widened: bool) -> str:
+    """``<op>__<activation type>__<each present input's initials>[__widened]``."""
+    tag = "_".join("".join(w[0] for w in p.split("_")) for p in present)
+    return f"{op_type}__{_DT[x_type][0]}__{tag}" + ("__widened" if widened else "")
+
+
+def _variant(op_type: str, x_type: int, has: dict[str, bool], widened: bool = False) -> str:
+    _check_activation_type(op_type, x_type)
     spec = contract.op(op_type)
     present = [i.name for i in spec.inputs if not i.optional or has[i.name]]
     outputs = [o.name for o in spec.outputs if not o.optional or has[o.gate]]
-    tag = "_".join("".join(w[0] for w in p.split("_")) for p in present)
-    name = f"{op_type}__{_DT[x_type][0]}__{tag}" + ("__widened" if widened else "")
+    name = _variant_name(op_type, x_type, present, widened)
     if name not in _registered:
-        types = {**_INPUT_DT, "x": _DT[x_type][1]}
-        if widened:
-            types.update({d: PyCustomOpDef.dt_float for d in _WIDENED})
-        onnx_op(op_type=name, domain=CONTRIB,
-                inputs=[_DT[x_type][1]] + [types[spec.input(p).dtype] for p in present],
-                outputs=[types[spec.output(o).dtype] for o in outputs],
-                attrs=attribute_types(op_type))(_impl(op_type, present, outputs, widened))
-        _registered.add(name)
+        _register(name, op_type, x_type, present, outputs, widened)
     return name
 
 
@@ -195,20 +211,37 @@ def _reference_node(node: onnx.NodeProto, x_type: int, bf16_inits: dict, aliases
     present = [i for i in spec.inputs if not i.optional or flags[i.name]]
     narrow = [(pos, i) for pos, i in enumerate(present, start=1) if i.dtype in _WIDENED and pos < len(node.input)]
     widened = any(node.input[pos] not in bf16_inits for pos, _ in narrow)
+    casts = _widen(node, narrow) if widened else _alias(node, narrow, bf16_inits, aliases)
+    node.op_type = _variant(node.op_type, x_type, flags, widened)
+    node.domain = CONTRIB
+    _python_op_attributes(node)
+    return [*casts, node]
+
+
+def _alias(node: onnx.NodeProto, narrow, bf16_inits: dict, aliases: dict) -> list[onnx.NodeProto]:
+    """Point ``node``'s bfloat16 inputs at their initializers' INT16 aliases (no Casts needed)."""
+    for pos, _ in narrow:
+        name = node.input[pos]
+        if name not in aliases:
+            aliases[name] = bits_alias(bf16_inits[name])
+        node.input[pos] = aliases[name].name
+    return []
+
+
+def _widen(node: onnx.NodeProto, narrow) -> list[onnx.NodeProto]:
+    """The Casts that widen ``node``'s bfloat16 inputs to float32, which it then reads."""
     casts = []
     for pos, i in narrow:
         name = node.input[pos]
-        if not widened:
-            if name not in aliases:
-                aliases[name] = bits_alias(bf16_inits[name])
-            node.input[pos] = aliases[name].name
-            continue
         wide = f"{name}__float32"
         casts.append(onnx.helper.make_node(
             "Cast", [name], [wide], to=onnx.TensorProto.FLOAT, name=f"{node.name}__cast_{i.name}"))
         node.input[pos] = wide
-    node.op_type = _variant(node.op_type, x_type, flags, widened)
-    node.domain = CONTRIB
+    return casts
+
+
+def _python_op_attributes(node: onnx.NodeProto) -> None:
+    """``node``'s attributes as the Python op takes them: no plugin_version, floats as text."""
     for j in reversed(range(len(node.attribute))):
         if node.attribute[j].name == "plugin_version":  # TensorRT's, not the Python op's
             del node.attribute[j]
@@ -217,7 +250,6 @@ def _reference_node(node: onnx.NodeProto, x_type: int, bf16_inits: dict, aliases
             text = repr(a.f).encode()  # a.f is the stored float32, widened exactly
             a.ClearField("f")
             a.type, a.s = onnx.AttributeProto.STRING, text
-    return [*casts, node]
 
 
 def _reads(g: onnx.GraphProto) -> set[str]:
@@ -229,6 +261,14 @@ def _reads(g: onnx.GraphProto) -> set[str]:
             for sub in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
                 reads |= _reads(sub)
     return reads
+
+
+def _use_aliases(graph: onnx.GraphProto, aliases: dict[str, onnx.TensorProto]) -> None:
+    """Add the INT16 aliases to ``graph``'s initializers, dropping the bfloat16 ones nothing else reads."""
+    read = _reads(graph)
+    kept = [t for t in graph.initializer if t.name not in aliases or t.name in read]
+    del graph.initializer[:]
+    graph.initializer.extend(kept + list(aliases.values()))
 
 
 def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelProto:
@@ -254,10 +294,7 @@ def to_reference_graph(model: onnx.ModelProto, extra_outputs=()) -> onnx.ModelPr
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     if aliases:
-        read = _reads(out.graph)
-        kept = [t for t in out.graph.initializer if t.name not in aliases or t.name in read]
-        del out.graph.initializer[:]
-        out.graph.initializer.extend(kept + list(aliases.values()))
+        _use_aliases(out.graph, aliases)
     kept = [o for o in out.opset_import if o.domain != contract.DOMAIN]
     del out.opset_import[:]
     out.opset_import.extend(kept + [onnx.helper.make_opsetid(CONTRIB, 1)])

@@ -34,7 +34,7 @@ def _moe_lib() -> ctypes.CDLL:
     return _declared("_metrale_moe", _declare_moe)
 
 
-def _moe_prepare(op, name, x, topk_ids, topk_weights, k, top_k, combine, tensors):
+def _check_moe_inputs(op, name, x, topk_ids, topk_weights, k, top_k, combine, tensors):
     if x.dtype not in _DTYPE_CODES:
         raise TypeError(f"{op} ({name}): x must be float32, float16 or bfloat16, found {x.dtype}")
     want = (top_k, k) if combine else (k,)
@@ -46,9 +46,17 @@ def _moe_prepare(op, name, x, topk_ids, topk_weights, k, top_k, combine, tensors
                          f"{list(topk_ids.shape)}")
     if combine and (topk_weights is None or tuple(topk_weights.shape) != (m, top_k)):
         raise ValueError(f"{op} ({name}): combine=1 needs topk_weights [{m}, {top_k}]")
-    for tname, t in {**tensors, "topk_ids": topk_ids, "topk_weights": topk_weights}.items():
+    _check_same_device(op, name, x, {**tensors, "topk_ids": topk_ids, "topk_weights": topk_weights})
+
+
+def _check_same_device(op, name, x, tensors):
+    for tname, t in tensors.items():
         if t is not None and t.device != x.device:
             raise ValueError(f"{op} ({name}): {tname} is on {t.device}, x on {x.device}")
+
+
+def _moe_prepare(op, name, x, topk_ids, topk_weights, k, top_k, combine, tensors):
+    _check_moe_inputs(op, name, x, topk_ids, topk_weights, k, top_k, combine, tensors)
     tw = None if topk_weights is None else topk_weights.to(x.dtype).contiguous()
     return x.contiguous(), topk_ids.contiguous(), tw
 
