@@ -98,25 +98,18 @@ class Report:
         """One summary per decoder layer (and 'head' for ops outside them), worst first: the worst
         op and the worst layer output over every case, each as error / bound."""
         groups: dict = {}
-        for r in self.ops:
-            g = groups.setdefault(r.layer, {"layer": r.layer, "op": None, "out": None})
-            if g["op"] is None or _ratio(r) > _ratio(g["op"]):
-                g["op"] = r
-        for r in self.layers:
-            g = groups.setdefault(r.layer, {"layer": r.layer, "op": None, "out": None})
-            if g["out"] is None or _ratio(r) > _ratio(g["out"]):
-                g["out"] = r
+        _keep_worst(groups, self.ops, "op")
+        _keep_worst(groups, self.layers, "out")
         for g in groups.values():
-            g["ratio"] = max(_ratio(x) for x in (g["op"], g["out"]) if x is not None)
-            g["ok"] = all(x.ok for x in (g["op"], g["out"]) if x is not None)
+            held = [x for x in (g["op"], g["out"]) if x is not None]
+            g["ratio"] = max(_ratio(x) for x in held)
+            g["ok"] = all(x.ok for x in held)
         return sorted(groups.values(), key=lambda g: -g["ratio"])
 
     def first_failure(self) -> str | None:
         """The first piece out of bounds, in layer order (an op before its layer's outputs), then
         the end-to-end outputs; None when everything holds."""
-        first_op = min((r for r in self.ops if not r.ok), key=lambda r: _layer_order(r.layer), default=None)
-        first_layer = min((r for r in self.layers if not r.ok), key=lambda r: _layer_order(r.layer),
-                          default=None)
+        first_op, first_layer = _first_out_of_bounds(self.ops), _first_out_of_bounds(self.layers)
         if first_op is not None and (first_layer is None
                                      or _layer_order(first_op.layer) <= _layer_order(first_layer.layer)):
             return _op_failure(first_op)
@@ -152,6 +145,19 @@ class Report:
 def _layer_order(layer: int | None) -> float:
     """Decoder layers in order, the head (None) after them."""
     return float("inf") if layer is None else layer
+
+
+def _keep_worst(groups: dict, rows, slot: str) -> None:
+    """Keep in ``groups[layer][slot]`` the row of ``rows`` with the largest error / bound per layer."""
+    for r in rows:
+        g = groups.setdefault(r.layer, {"layer": r.layer, "op": None, "out": None})
+        if g[slot] is None or _ratio(r) > _ratio(g[slot]):
+            g[slot] = r
+
+
+def _first_out_of_bounds(rows):
+    """The row out of bounds in the first layer (None: every row holds)."""
+    return min((r for r in rows if not r.ok), key=lambda r: _layer_order(r.layer), default=None)
 
 
 def _op_failure(r) -> str:
@@ -264,6 +270,19 @@ def compare_export(export_dir: Path, checkpoint: Path | ModelSession | None = No
     return report
 
 
+def _run_with_progress(progress, total: int, run):
+    """``run(update)`` with ``progress`` (None: no progress) started for ``total`` steps and closed
+    afterwards, where it can be."""
+    if progress is None:
+        return run(None)
+    progress.start(total)
+    try:
+        return run(progress.update)
+    finally:
+        if hasattr(progress, "close"):
+            progress.close()
+
+
 def _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, feeds, tolerance, progress,
                        report: Report, logits: dict) -> bool:
     import torch
@@ -280,14 +299,8 @@ def _compare_streaming(export_dir, checkpoint, manifest, graph, taps, cases, fee
     if isinstance(segments, str):
         report.notes.append(f"compared as one graph: {segments}")
         return False
-    if progress is not None:
-        progress.start(len(segments))
-    try:
-        run = run_segments(export_dir, graph, segments, taps, model, session.source, cases, feeds,
-                           progress.update if progress is not None else None)
-    finally:
-        if progress is not None and hasattr(progress, "close"):
-            progress.close()
+    run = _run_with_progress(progress, len(segments), lambda update: run_segments(
+        export_dir, graph, segments, taps, model, session.source, cases, feeds, update))
     for case in cases:
         report.rows += _end_to_end_rows(case, run.ort_out[case.name], run.torch_out[case.name], model, taps,
                                         tolerance)

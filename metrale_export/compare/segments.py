@@ -147,6 +147,17 @@ def plan_segments(graph: onnx.GraphProto, taps: GraphTaps,
     if not taps.layers:
         return taps.reason or "no decoder layer found on the residual stream"
     r = _Reading.of(graph)
+    plans = _plans(r, graph, taps, state_outputs)
+    if isinstance(plans, str):
+        return plans
+    outputs = _outputs(r, plans, graph)
+    return [_segment(r, p, outputs[s]) for s, p in enumerate(plans)]
+
+
+def _plans(r: _Reading, graph: onnx.GraphProto, taps: GraphTaps,
+           state_outputs: dict[int, list[str]]) -> list[list] | str:
+    """Per segment in run order: [name, layer, its nodes, its inputs, its wanted values, its
+    initializers]; or why a segment cannot be cut."""
     plans = []
     for s, (name, layer, wanted) in enumerate(_targets(graph, taps, state_outputs)):
         if name == "head":  # the graph outputs no layer computed (the states are the layers')
@@ -156,11 +167,15 @@ def plan_segments(graph: onnx.GraphProto, taps: GraphTaps,
             return claimed
         nodes, seg_inputs, seg_inits = claimed
         plans.append([name, layer, sorted(nodes), seg_inputs, [w for w in wanted if w in r.producer], seg_inits])
-    outputs = _outputs(r, plans, graph)
-    return [Segment(p[0], p[1], tuple(p[2]), tuple(dict.fromkeys(p[3])),
-                    tuple(v for v in dict.fromkeys(outputs[s]) if r.producer.get(v) in set(p[2])),
-                    tuple(dict.fromkeys(p[5])))
-            for s, p in enumerate(plans)]
+    return plans
+
+
+def _segment(r: _Reading, p: list, outputs: list[str]) -> Segment:
+    """One plan as a Segment: its outputs those of ``outputs`` its own nodes compute, once each."""
+    own = set(p[2])
+    return Segment(p[0], p[1], tuple(p[2]), tuple(dict.fromkeys(p[3])),
+                   tuple(v for v in dict.fromkeys(outputs) if r.producer.get(v) in own),
+                   tuple(dict.fromkeys(p[5])))
 
 
 def _value_info(name: str, infos: dict, types: dict) -> onnx.ValueInfoProto:

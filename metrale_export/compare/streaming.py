@@ -119,11 +119,8 @@ def run_segments(export_dir: Path, graph_model, segments: list[Segment], taps: G
         with one_thread():
             for s, seg in enumerate(segments):
                 with weight_cache.reuse():
-                    session = reference_session(segment_model(graph_model, seg, infos), threads=1,
-                                                base_dir=export_dir, prepack=False)
-                    for c in cases:
-                        _ort_segment(session, seg, ort_vals[c.name], feeds[c.name])
-                    del session
+                    _ort_segment_all(export_dir, segment_model(graph_model, seg, infos), seg, cases, ort_vals,
+                                     feeds)
                     parts.get(s)
                     for c in cases:
                         _torch_segment(model, seg, taps, c, feeds[c.name], ort_vals[c.name], x_torch, rope,
@@ -136,10 +133,16 @@ def run_segments(export_dir: Path, graph_model, segments: list[Segment], taps: G
     finally:
         parts.close()
     out.resident_peak = parts.peak
+    _keep_outputs(out, cases, ort_vals, presents, outputs, model.output_names())
+    return out
+
+
+def _keep_outputs(out: Streamed, cases, ort_vals: dict, presents: dict, outputs: list[str],
+                  torch_outputs: list[str]) -> None:
+    """Per case, the graph's outputs from ONNX Runtime and the model's from PyTorch."""
     for c in cases:
         out.ort_out[c.name] = {n: ort_vals[c.name][n] for n in outputs}
-        out.torch_out[c.name] = {n: presents[c.name][n] for n in model.output_names()}
-    return out
+        out.torch_out[c.name] = {n: presents[c.name][n] for n in torch_outputs}
 
 
 def _last_use(segments: list[Segment]) -> dict[str, int]:
@@ -149,6 +152,13 @@ def _last_use(segments: list[Segment]) -> dict[str, int]:
         for v in seg.inputs:
             last_use[v] = s
     return last_use
+
+
+def _ort_segment_all(export_dir: Path, seg_model, seg: Segment, cases, ort_vals: dict, feeds: dict) -> None:
+    """Run one segment in ONNX Runtime for every case; its session is gone when this returns."""
+    session = reference_session(seg_model, threads=1, base_dir=export_dir, prepack=False)
+    for c in cases:
+        _ort_segment(session, seg, ort_vals[c.name], feeds[c.name])
 
 
 def _ort_segment(session, seg: Segment, store: dict, feed: dict) -> None:

@@ -73,13 +73,7 @@ def _layer_of(projection: str) -> int | None:
 def find_taps(graph: onnx.GraphProto) -> GraphTaps:
     taps = GraphTaps()
     weights = {t.name for t in graph.initializer}
-    producer: dict[str, onnx.NodeProto] = {}
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for node in graph.node:
-        for o in node.output:
-            producer[o] = node
-        for i in node.input:
-            consumers[i].append(node)
+    producer, consumers = _edges(graph)
     # A node's layer: its projection's (metrale ops), else the latest layer whose weights it reads
     # (an earlier layer's only where the exporter deduplicated equal small initializers).
     op_layer: dict[int, tuple[int, int]] = {}
@@ -88,21 +82,40 @@ def find_taps(graph: onnx.GraphProto) -> GraphTaps:
         if read:
             op_layer[id(node)] = (1, max(read))
         if node.domain in (ot.DOMAIN, "ai.onnx.contrib") and node.input:
-            proj = onnx_nodes.attribute(node, "name", "")
-            layer = _layer_of(proj)
-            if layer is not None:
-                op_layer[id(node)] = (0, layer)
-            inputs = tuple(v for v in node.input if v and v not in weights)
-            taps.ops.append(OpTap(node.name, node.op_type.split("__")[0], proj, layer, node.input[0],
-                                  node.output[0], onnx_nodes.attribute(node, "activation_format", ""), inputs, tuple(node.output)))
+            tap = _op_tap(node, weights)
+            if tap.layer is not None:
+                op_layer[id(node)] = (0, tap.layer)
+            taps.ops.append(tap)
     taps.layers, taps.reason = _residual_layers(graph, producer, consumers, op_layer)
     return taps
 
 
-def _residual_layers(graph, producer, consumers, op_layer):
+def _edges(graph: onnx.GraphProto) -> tuple[dict[str, onnx.NodeProto], dict[str, list[onnx.NodeProto]]]:
+    """Value -> the node that produces it, and value -> the nodes that read it."""
+    producer: dict[str, onnx.NodeProto] = {}
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for node in graph.node:
+        for o in node.output:
+            producer[o] = node
+        for i in node.input:
+            consumers[i].append(node)
+    return producer, consumers
+
+
+def _op_tap(node: onnx.NodeProto, weights: set[str]) -> OpTap:
+    """The tap of a metrale node (or its reference variant): its activation inputs and outputs."""
+    proj = onnx_nodes.attribute(node, "name", "")
+    inputs = tuple(v for v in node.input if v and v not in weights)
+    return OpTap(node.name, node.op_type.split("__")[0], proj, _layer_of(proj), node.input[0],
+                 node.output[0], onnx_nodes.attribute(node, "activation_format", ""), inputs, tuple(node.output))
+
+
+def _residual_stream(graph, consumers) -> tuple[list[str], list, list] | str:
+    """The residual stream from the embedding's Gather: its values, the nodes that add a branch to
+    it and each one's branch inputs; or why there is none."""
     gathers = [n for n in graph.node if n.op_type == "Gather" and n.input and n.input[0] == EMBEDDING]
     if len(gathers) != 1:
-        return {}, f"expected one Gather of {EMBEDDING} (the residual stream's start), found {len(gathers)}"
+        return f"expected one Gather of {EMBEDDING} (the residual stream's start), found {len(gathers)}"
     chain = [gathers[0].output[0]]
     adds, branches = [], []
     while True:
@@ -113,11 +126,18 @@ def _residual_layers(graph, producer, consumers, op_layer):
         adds.append(node)
         branches.append(branch)
         chain.append(out)
+    return chain, adds, branches
+
+
+def _residual_layers(graph, producer, consumers, op_layer):
+    stream = _residual_stream(graph, consumers)
+    if isinstance(stream, str):
+        return {}, stream
+    chain, adds, branches = stream
     on_chain = set(chain)
     layer_adds: dict[int, list[int]] = defaultdict(list)
     for j, add in enumerate(adds):
-        branch = branches[j]
-        layers = _branch_layers(branch, producer, on_chain, op_layer)
+        layers = _branch_layers(branches[j], producer, on_chain, op_layer)
         if len(layers) != 1:
             return {}, (f"residual Add {add.name!r}: its branch holds the ops of layers {sorted(layers)}, "
                         "expected one layer")
