@@ -51,15 +51,24 @@ def _print_end_to_end(report, verbose: bool, echo) -> None:
     for case in dict.fromkeys(r.case for r in report.rows):
         rows = [r for r in report.rows if r.case == case]
         states = [r for r in rows if r.output != "logits"]
-        shown = [r for r in rows if r.output == "logits"]
-        if verbose:
-            shown += states
-        elif states:
-            shown.append(max(states, key=lambda r: r.rel_error / r.tolerance))
-        for r in shown:
-            label = r.output if verbose or r.output == "logits" else f"{r.output} (worst of {len(states)})"
-            extra = (f"{r.cosine:>12.7f}{r.top1:>8.3f}{r.kl:>10.1e}" if r.cosine is not None else " " * 30)
-            echo(f"  {case:<9}{label:<34}{_fmt(r):>22}{extra}  {_yes(r.ok)}")
+        for r in _shown_end_to_end(rows, states, verbose):
+            echo(_end_to_end_line(case, r, verbose, len(states)))
+
+
+def _end_to_end_line(case: str, r, verbose: bool, states: int) -> str:
+    label = r.output if verbose or r.output == "logits" else f"{r.output} (worst of {states})"
+    extra = (f"{r.cosine:>12.7f}{r.top1:>8.3f}{r.kl:>10.1e}" if r.cosine is not None else " " * 30)
+    return f"  {case:<9}{label:<34}{_fmt(r):>22}{extra}  {_yes(r.ok)}"
+
+
+def _shown_end_to_end(rows, states, verbose: bool) -> list:
+    """One case's rows to print: the logits, then every state (``verbose``) or the worst one."""
+    shown = [r for r in rows if r.output == "logits"]
+    if verbose:
+        return shown + states
+    if states:
+        shown.append(max(states, key=lambda r: r.rel_error / r.tolerance))
+    return shown
 
 
 def _print_layers(report, verbose: bool, echo) -> None:
@@ -136,16 +145,12 @@ CPU_ROW_INVARIANCE = (
 
 
 def run_row_invariance(export_dir: Path, checkpoint, device, quiet: bool) -> None:
-    import torch
-
     from ..compare.accuracy import load_manifest
     from ..compare.row_invariance import row_invariance
     from ..compare.runners import torch_model_factory
 
     manifest = load_manifest(export_dir)
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda"):
-        from ..ops import cuda  # noqa: F401  (the CUDA kernels of the metrale ops)
+    device = _row_invariance_device(device)
     checkpoint = checkpoint or manifest["model"]["checkpoint_path"]
     on_cpu = not device.startswith("cuda")
     if on_cpu and not quiet:
@@ -156,10 +161,24 @@ def run_row_invariance(export_dir: Path, checkpoint, device, quiet: bool) -> Non
         _print_row_invariance(rows, device, on_cpu)
     bad = [r for r in rows if r.output == "logits" and not r.ok]
     if bad:
-        raise CheckFailed(f"{export_dir}: logits of some rows change with the batch size on {device} "
-                          f"(batches {sorted({r.batch for r in bad})})"
-                          + ("; on the CPU this is expected (torch's float kernels), run it on a GPU "
-                             "(--device cuda) to check the plugins' arithmetic" if on_cpu else ""))
+        raise _rows_changed(export_dir, device, bad, on_cpu)
+
+
+def _row_invariance_device(device: str | None) -> str:
+    """The device asked for, else cuda where there is one; the CUDA ops are loaded for cuda."""
+    import torch
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda"):
+        from ..ops import cuda  # noqa: F401  (the CUDA kernels of the metrale ops)
+    return device
+
+
+def _rows_changed(export_dir: Path, device: str, bad: list, on_cpu: bool) -> CheckFailed:
+    return CheckFailed(f"{export_dir}: logits of some rows change with the batch size on {device} "
+                       f"(batches {sorted({r.batch for r in bad})})"
+                       + ("; on the CPU this is expected (torch's float kernels), run it on a GPU "
+                          "(--device cuda) to check the plugins' arithmetic" if on_cpu else ""))
 
 
 def _print_row_invariance(rows, device: str, on_cpu: bool) -> None:

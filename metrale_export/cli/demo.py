@@ -26,27 +26,37 @@ def command(out_dir, seed, hybrid, moe, force):
     """Write a tiny random Qwen3 checkpoint (model.safetensors + config.json) into DIR."""
     if hybrid and moe:
         raise click.BadParameter("choose one of --hybrid and --moe", param_hint="--moe")
+    _clear(out_dir, force)
+    path = _write(out_dir, seed, hybrid, moe)
+    from ..exporter.writer import follow_umask
+
+    follow_umask(path)  # safetensors writes 0600; a checkpoint others may read follows the umask
+    click.echo(f"wrote {path} and {path.parent / 'config.json'}")
+
+
+def _clear(out_dir: Path, force: bool) -> None:
+    """Refuse a DIR that holds a checkpoint, or with ``force`` remove its files (no shard of the old
+    one stays beside the demo)."""
     held = sorted(p.name for p in checkpoint_files(out_dir)) if out_dir.is_dir() else []
     if held and not force:
         from ..errors import OutputExistsError
 
         raise OutputExistsError(f"{out_dir}: already holds a checkpoint ({', '.join(held)}), which the demo "
                                 "would overwrite; choose another DIR, or pass --force to replace it")
-    for p in checkpoint_files(out_dir) if held else []:  # --force: no shard of the old one stays beside it
+    for p in checkpoint_files(out_dir) if held else []:
         p.unlink()
+
+
+def _write(out_dir: Path, seed: int, hybrid: bool, moe: bool) -> Path:
+    """Write the demo checkpoint asked for; its safetensors path."""
     if moe:
         from ..exporter.demo import write_moe_demo
 
-        path = write_moe_demo(out_dir, seed)
-    elif hybrid:
+        return write_moe_demo(out_dir, seed)
+    if hybrid:
         from ..exporter.demo_hybrid import write_hybrid_demo
 
-        path = write_hybrid_demo(out_dir, seed)
-    else:
-        from ..exporter.demo import write_demo
+        return write_hybrid_demo(out_dir, seed)
+    from ..exporter.demo import write_demo
 
-        path = write_demo(out_dir, seed)
-    from ..exporter.writer import follow_umask
-
-    follow_umask(path)  # safetensors writes 0600; a checkpoint others may read follows the umask
-    click.echo(f"wrote {path} and {path.parent / 'config.json'}")
+    return write_demo(out_dir, seed)

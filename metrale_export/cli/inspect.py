@@ -110,6 +110,21 @@ def _dims(v) -> list:
     return [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim]
 
 
+def _op_weight_bytes(graph, sizes: dict[str, int]) -> dict[str, int]:
+    """Per metrale op type, the bytes of the initializers its nodes read after ``x``."""
+    op_bytes = defaultdict(int)
+    for node in graph.node:
+        if node.domain == DOMAIN:
+            op_bytes[node.op_type] += sum(sizes.get(i, 0) for i in node.input[1:])
+    return dict(op_bytes)
+
+
+def _ops_by_type_family_format(ops: list[dict]) -> dict[str, int]:
+    """``"op_type family activation_format"`` (those an op has) -> how many metrale ops have it, sorted."""
+    return dict(sorted(Counter(
+        " ".join(str(o[k]) for k in ("op_type", "family", "activation_format") if k in o) for o in ops).items()))
+
+
 def summarize(path: Path) -> dict:
     from ..exporter.manifest import ROW_INVARIANCE_SCOPE, metrale_ops
     from ..invariance import audit, engine_promise
@@ -117,18 +132,13 @@ def summarize(path: Path) -> dict:
     onnx_path, model = _load_export_graph(path)
     sizes = _initializer_bytes(model)
     ops = metrale_ops(model.graph)
-    op_bytes = defaultdict(int)
     nodes = {n.name: n for n in model.graph.node}
-    for node in model.graph.node:
-        if node.domain == DOMAIN:
-            op_bytes[node.op_type] += sum(sizes.get(i, 0) for i in node.input[1:])
     summary = {
         "file": str(onnx_path),
         "nodes": len(nodes),
         "weights_bytes": sum(sizes.values()),
-        "ops_by_type_family_format": dict(sorted(Counter(
-            " ".join(str(o[k]) for k in ("op_type", "family", "activation_format") if k in o) for o in ops).items())),
-        "op_weight_bytes": dict(op_bytes),
+        "ops_by_type_family_format": _ops_by_type_family_format(ops),
+        "op_weight_bytes": _op_weight_bytes(model.graph, sizes),
         "ops": ops,
         "inputs": {v.name: _dims(v) for v in model.graph.input},
         "outputs": {v.name: _dims(v) for v in model.graph.output},
@@ -297,23 +307,35 @@ def command(path, show_ops, as_json):
     export = is_export(path)
     engines = engine_dir_of(path)
     if engines == path and not export:  # an engine directory by itself
-        s = summarize_engines(engines)
-        if as_json:
-            click.echo(json.dumps(s, indent=2))
-        else:
-            _echo_engines(s)
+        _show(summarize_engines(engines), as_json, _echo_engines)
         return
-    if path.is_dir() and not export and not any(path.glob("*.safetensors")) and not any(path.glob("*.index.json")):
+    if path.is_dir() and not export:
+        _check_checkpoint_dir(path)
+    if not export:
+        _show(summarize_checkpoint(path), as_json, _echo_checkpoint)
+        return
+    s = summarize(path)
+    if engines is not None:
+        s["engines"] = summarize_engines(engines)
+    _show(s, as_json, lambda s: _echo_export_and_engines(s, show_ops))
+
+
+def _show(summary: dict, as_json: bool, echo) -> None:
+    """``summary`` as JSON, or as text through ``echo``."""
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        echo(summary)
+
+
+def _echo_export_and_engines(s: dict, show_ops: bool) -> None:
+    _echo_export(s, show_ops)
+    if "engines" in s:
+        _echo_engines(s["engines"])
+
+
+def _check_checkpoint_dir(path: Path) -> None:
+    """Refuse a directory that is no checkpoint either (an export and an engine directory are not)."""
+    if not any(path.glob("*.safetensors")) and not any(path.glob("*.index.json")):
         raise InputError(f"{path}: neither an export (no model.onnx), an engine directory (no manifest.json "
                          "listing engines) nor a checkpoint (no *.safetensors or index); expected one of them")
-    s = summarize(path) if export else summarize_checkpoint(path)
-    if export and engines is not None:
-        s["engines"] = summarize_engines(engines)
-    if as_json:
-        click.echo(json.dumps(s, indent=2))
-    elif export:
-        _echo_export(s, show_ops)
-        if "engines" in s:
-            _echo_engines(s["engines"])
-    else:
-        _echo_checkpoint(s)

@@ -60,30 +60,21 @@ def command(ctx, model, output, profiles, policy, plugins, backend, max_context,
 def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_targets, float_weights,
          engine_weights, skip_compare, skip_engines, force, quiet, as_json, verbose, headers=None):
     from ..engines.plan import BuildOptions
-    from ..pipeline import Events, JobOptions, engine_count, job_conflicts, run_job
-    from .compare import print_report
-    from .progress import ByteProgress, StepProgress
+    from ..pipeline import engine_count, run_job
+    from .progress import ByteProgress
 
-    say = (lambda msg: None) if (quiet or as_json) else (lambda msg: click.echo(msg, err=True))
+    silent = quiet or as_json
+    say = (lambda msg: None) if silent else (lambda msg: click.echo(msg, err=True))
     export, session = export_options(ctx.params, force, headers)
     build = BuildOptions(profiles=profiles, policy=policy, backend=backend, plugins=plugins,
                          max_context=max_context, rtx_targets=rtx_targets, float_weights=float_weights,
                          engine_weights=engine_weights)
-    experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
-    job = JobOptions(export, build, compare=not skip_compare, engines=not skip_engines,
-                     moe_experts_default=experts_default, session=session)
-    # every family but the head has the ffn's weight kind
-    refused = {hint: c for hint, c in job_conflicts(job, session.config.family, session.source.kind_for("ffn")).items()
-               if not c.ok}
-    if refused:
-        raise click.BadParameter(all_of(refused.values()).message, param_hint=" / ".join(refused))
+    job = _job_options(ctx, export, build, session, skip_compare, skip_engines)
     model_max = session.checkpoint.config.get("max_position_embeddings")
     export.engines = engine_count(job, int(model_max) if model_max else None)  # the space check counts them
     export.engine_weights = build.engine_weights
-    bar = ByteProgress("writing weights", enabled=not (quiet or as_json))
-    table = None if (quiet or as_json) else (lambda report: print_report(report, False, verbose, err=True))
-    events = Events(say=say, export_progress=bar, build_progress=engine_progress(say), compare_report=table,
-                    compare_progress=StepProgress("comparing", enabled=not (quiet or as_json), unit="segment"))
+    bar = ByteProgress("writing weights", enabled=not silent)
+    events = _events(say, bar, silent, verbose)
     try:
         with library_output_to_stderr():
             result = run_job(model, out, job, events)
@@ -98,6 +89,32 @@ def _run(ctx, model, out, profiles, policy, plugins, backend, max_context, rtx_t
         click.echo(json.dumps(result.as_json(), indent=2))
     else:
         say(where_everything_is(result.output, result.steps))
+
+
+def _job_options(ctx, export, build, session, skip_compare: bool, skip_engines: bool):
+    """The job's options; ``click.BadParameter`` naming every option in conflict (job_conflicts)."""
+    from ..pipeline import JobOptions, job_conflicts
+
+    experts_default = ctx.get_parameter_source("moe_experts") == ParameterSource.DEFAULT
+    job = JobOptions(export, build, compare=not skip_compare, engines=not skip_engines,
+                     moe_experts_default=experts_default, session=session)
+    # every family but the head has the ffn's weight kind
+    refused = {hint: c for hint, c in job_conflicts(job, session.config.family, session.source.kind_for("ffn")).items()
+               if not c.ok}
+    if refused:
+        raise click.BadParameter(all_of(refused.values()).message, param_hint=" / ".join(refused))
+    return job
+
+
+def _events(say, bar, silent: bool, verbose: bool):
+    """The job's progress and messages: none of them (but ``say``'s) when ``silent``."""
+    from ..pipeline import Events
+    from .compare import print_report
+    from .progress import StepProgress
+
+    table = None if silent else (lambda report: print_report(report, False, verbose, err=True))
+    return Events(say=say, export_progress=bar, build_progress=engine_progress(say), compare_report=table,
+                  compare_progress=StepProgress("comparing", enabled=not silent, unit="segment"))
 
 
 def where_everything_is(out, steps: dict) -> str:
