@@ -257,6 +257,17 @@ def _commit() -> str:
         return "unknown"
 
 
+def write_markdown(out, kind: str, stamp: str, lines: list[str]) -> Path:
+    """Write ``lines`` as OUT/<kind>-<stamp>-<commit>.md (benchmarks/results naming; ``stamp`` is
+    YYYYMMDD-HHMM), making OUT, and say where."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{kind}-{stamp}-{_commit()[:7]}.md"
+    path.write_text("\n".join(lines) + "\n")
+    print(f"wrote {path}")
+    return path
+
+
 def bench_parser(doc: str) -> argparse.ArgumentParser:
     """A GPU benchmark's command line: its description (the docstring's first line) and --out, where
     its results go (default $OUT or benchmarks/results)."""

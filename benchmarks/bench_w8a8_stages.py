@@ -23,7 +23,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from metrale_export.ops import cuda as mcuda
 
-from .bench_kernels import SHAPES, _commit
+from .bench_kernels import SHAPES, _commit, write_markdown
 from .bench_w8a8_variants import channel_weight_copies
 
 ENV = "METRALE_W8A8_MMA"
@@ -107,11 +107,7 @@ def main(argv=None) -> int:
             torch.cuda.empty_cache()
     finally:
         os.environ.pop(ENV, None)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"w8a8-stages-{stamp:%Y%m%d-%H%M}-{_commit()[:7]}.md"
-    path.write_text("\n".join(lines) + "\n")
-    print(f"wrote {path}")
+    write_markdown(args.out, "w8a8-stages", f"{stamp:%Y%m%d-%H%M}", lines)
     return 0
 
 

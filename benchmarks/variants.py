@@ -9,11 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import math
 import os
-from pathlib import Path
 
 import torch
 
-from .bench_kernels import SHAPES, _commit, bench_parser, copy_bandwidth, require_cuda
+from .bench_kernels import SHAPES, _commit, bench_parser, copy_bandwidth, require_cuda, write_markdown
 
 
 def geomean_lines(ratios: dict, anchor: str) -> list[str]:
@@ -49,9 +48,5 @@ def main(argv, *, doc: str, title: str, stem: str, env: str, variants: str, benc
         lines = bench(shapes, [int(m) for m in args.m.split(",")], args.variants.split(","))
     finally:
         os.environ.pop(env, None)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"{stem}-{stamp:%Y%m%d-%H%M}-{_commit()[:7]}.md"
-    path.write_text("\n".join(intro + lines) + "\n")
-    print(f"wrote {path}")
+    write_markdown(args.out, stem, f"{stamp:%Y%m%d-%H%M}", intro + lines)
     return 0

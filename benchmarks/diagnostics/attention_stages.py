@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from benchmarks.bench_kernels import _commit
+from benchmarks.bench_kernels import _commit, write_markdown
 from metrale_export.ops import attention as A
 from metrale_export.ops import cuda as mcuda
 
@@ -63,10 +63,7 @@ def main(argv=None) -> int:
         lines.append(f"| {b} | {p} | {r['decode']:.1f} | {r['merge']:.1f} | {r['tbs']:.2f} |")
         print(lines[-1], flush=True)
         torch.cuda.empty_cache()
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"attention-stages-{time.strftime('%Y%m%d-%H%M')}-{_commit()[:7]}.md"
-    path.write_text("\n".join(lines) + "\n")
-    print(f"wrote {path}")
+    write_markdown(out, "attention-stages", time.strftime("%Y%m%d-%H%M"), lines)
     return 0
 
 
