@@ -54,9 +54,22 @@ export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 what=${1:-all}
 kexpr=${2:-}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$OUT/gpu.txt"
+record_commit() {  # the commit under test into gpu.txt
+  echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
+}
+build_plugins() {  # make -C plugins -j16 with the targets given (none: the kernels), its log in $OUT/build.log
+  (time make -C plugins -j16 "$@") > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
+  tail -4 "$OUT/build.log"
+}
+gpu_tests() {  # every GPU test (narrowed by the -k expression) within $1 seconds, the exit code in $OUT/tests.log
+  SECONDS=0
+  timeout "$1" python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
+    ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
+  echo "tests/gpu exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+}
 if [ "$what" = moefused ]; then
   [ -f build/plugins/libmetrale_kernels.so ] || { echo "moefused builds nothing: carry build/plugins"; exit 2; }
-  echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
+  record_commit
   SECONDS=0
   timeout 120 python3 -m pytest tests/gpu/test_moe_fused.py -m gpu -rs -q --confcutdir=tests/gpu \
     -p no:cacheprovider --durations=4 > "$OUT/tests.log" 2>&1
@@ -76,10 +89,8 @@ if [ "$what" = w8a8wg ] && [ ! -f build/plugins/libmetrale_kernels.so ]; then
   echo "w8a8wg builds nothing: carry build/plugins (make -C plugins -j2 here first)"; exit 2
 fi
 if [ "$what" = gdnwhole ] || [ "$what" = gdnfix ]; then
-  echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
-  (time make -C plugins -j16 all $( [ "$what" = gdnwhole ] && echo trt )) > "$OUT/build.log" 2>&1 \
-    || { tail -50 "$OUT/build.log"; exit 1; }
-  tail -4 "$OUT/build.log"
+  record_commit
+  build_plugins all $( [ "$what" = gdnwhole ] && echo trt )
 fi
 conformance_in_background() {  # the plugin conformance driver beside the tests, its log and exit code in $OUT
   ( SECONDS=0; timeout "$1" python3 tests/plugins/plugin_conformance_driver.py --build build/plugins-trt \
@@ -89,14 +100,10 @@ conformance_in_background() {  # the plugin conformance driver beside the tests,
 if [ "$what" = merged ]; then
   # A merged tree in one call: build the kernels and the plugin library, the conformance driver beside
   # tests/gpu (every GPU test), each with its exit code.
-  echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
-  (time make -C plugins -j16 all trt) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
-  tail -4 "$OUT/build.log"
+  record_commit
+  build_plugins all trt
   conformance_in_background 240
-  SECONDS=0
-  timeout 330 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
-    ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
-  echo "tests/gpu exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  gpu_tests 330
   wait
   grep -E "CONFORMANCE|exit|^SUMMARY" "$OUT/conformance.log" | tail -4
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -15
@@ -108,9 +115,8 @@ if [ "$what" = landed ]; then
   # the tree whose contract has another attribute default (W8A8Proj weight_scale_granularity
   # block128), its header regenerated, the plugins rebuilt and the unchanged conformance driver run
   # over them (conformance-changed.log, header.diff).
-  echo "commit ${METRALE_COMMIT:-$(git rev-parse HEAD 2>/dev/null)}" | tee -a "$OUT/gpu.txt"
-  (time make -C plugins -j16 all trt) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
-  tail -4 "$OUT/build.log"
+  record_commit
+  build_plugins all trt
   conformance_in_background 300
   if [ -d "${MC_DIR:-mc}" ]; then
     ( SECONDS=0; timeout 480 python3 -m benchmarks.model_check gpu "${MC_DIR:-mc}" "$OUT" > "$OUT/model_check.log" 2>&1
@@ -134,10 +140,7 @@ PY
     PYTHONPATH=$changed timeout 240 python3 tests/plugins/plugin_conformance_driver.py --build build/plugins-trt \
       --out /tmp/conformance-changed > "$OUT/conformance-changed.log" 2>&1
     echo "changed-default conformance driver exit $? after ${SECONDS} s" >> "$OUT/conformance-changed.log" ) &
-  SECONDS=0
-  timeout 420 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
-    ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
-  echo "tests/gpu exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  gpu_tests 420
   wait
   grep -E "CONFORMANCE|exit|^SUMMARY" "$OUT/conformance.log" | tail -4
   tail -3 "$OUT/changed.log"; grep -E "CONFORMANCE|exit|^SUMMARY" "$OUT/conformance-changed.log" | tail -4
@@ -165,8 +168,7 @@ if [ "$what" = gdnfix ]; then
   grep -E "\| (NO|yes) \|$" "$OUT/model_check.md" 2>/dev/null | head -20
 fi
 if [ ! -f build/plugins/libmetrale_kernels.so ]; then
-  (time make -C plugins -j16) > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
-  tail -4 "$OUT/build.log"
+  build_plugins
 fi
 if [ "$what" = gdnwhole ]; then
   mc=${MC_DIR:-mc}
