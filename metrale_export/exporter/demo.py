@@ -3,7 +3,8 @@ Qwen3-MoE variant (``write_moe_demo``: sparse experts with top-k routing, one de
 
 Written as a real checkpoint (``model.safetensors`` + ``config.json``) so the main job runs end to
 end on a fresh machine with no download. Invariants: the same seed gives the same bytes; every
-dimension is a multiple of 128 so every weight format and group size applies.
+dimension is a multiple of 128 so every weight format and group size applies. ``SeededWeights``,
+``write_checkpoint`` and ``DEMO_CONFIG_TAIL`` serve the hybrid demo too (demo_hybrid.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,14 @@ from pathlib import Path
 
 import torch
 from safetensors.torch import save_file
+
+# What every demo config ends with: its context, an lm_head of its own, no attention bias, bf16.
+DEMO_CONFIG_TAIL = {
+    "max_position_embeddings": 4096,
+    "tie_word_embeddings": False,
+    "attention_bias": False,
+    "torch_dtype": "bfloat16",
+}
 
 DEMO_CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -26,25 +35,34 @@ DEMO_CONFIG = {
     "head_dim": 64,
     "rms_norm_eps": 1e-6,
     "rope_theta": 1000000.0,
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": False,
-    "attention_bias": False,
-    "torch_dtype": "bfloat16",
+    **DEMO_CONFIG_TAIL,
 }
+
+
+class SeededWeights:
+    """The random source of a demo checkpoint: one generator, drawn from in the order the tensors
+    are made (the same seed, the same bytes)."""
+
+    def __init__(self, seed: int, dtype: torch.dtype):
+        self.generator = torch.Generator().manual_seed(seed)
+        self.dtype = dtype
+
+    def normal(self, *shape, std: float = 0.05) -> torch.Tensor:
+        """Normal weights of standard deviation ``std``, rounded to the checkpoint's dtype."""
+        return (torch.randn(*shape, generator=self.generator) * std).to(self.dtype)
+
+    def around_one(self, n: int) -> torch.Tensor:
+        """A norm's scales: 1 plus normal noise of standard deviation 0.1."""
+        return (1.0 + 0.1 * torch.randn(n, generator=self.generator)).to(self.dtype)
 
 
 def demo_tensors(config: dict, seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
     """Random weights with the names and shapes of a Qwen3 checkpoint."""
-    g = torch.Generator().manual_seed(seed)
+    w = SeededWeights(seed, dtype)
+    rnd, norm = w.normal, w.around_one
     h, i, v = config["hidden_size"], config["intermediate_size"], config["vocab_size"]
     hd = config["head_dim"]
     qn, kvn = config["num_attention_heads"] * hd, config["num_key_value_heads"] * hd
-
-    def rnd(*shape, std=0.05):
-        return (torch.randn(*shape, generator=g) * std).to(dtype)
-
-    def norm(n):
-        return (1.0 + 0.1 * torch.randn(n, generator=g)).to(dtype)
 
     t = {"model.embed_tokens.weight": rnd(v, h, std=1.0), "model.norm.weight": norm(h)}
     for layer in range(config["num_hidden_layers"]):
@@ -99,11 +117,17 @@ MOE_DEMO_CONFIG = {
 
 def write_demo(out_dir: str | Path, seed: int = 0, config: dict = DEMO_CONFIG) -> Path:
     """Write the demo checkpoint (or another ``config``'s) into ``out_dir``; return the safetensors path."""
+    return write_checkpoint(out_dir, config, demo_tensors(config, seed))
+
+
+def write_checkpoint(out_dir: str | Path, config: dict, tensors: dict[str, torch.Tensor]) -> Path:
+    """Write ``config.json`` and ``model.safetensors`` into ``out_dir`` (made if missing); return
+    the safetensors path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     path = out / "model.safetensors"
-    save_file(demo_tensors(config, seed), str(path), metadata={"format": "pt"})
+    save_file(tensors, str(path), metadata={"format": "pt"})
     return path
 
 

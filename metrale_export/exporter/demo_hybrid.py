@@ -9,12 +9,12 @@ projection's K is a multiple of 128, so every weight format and group size appli
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+
+from .demo import DEMO_CONFIG_TAIL, SeededWeights, write_checkpoint
 
 HYBRID_DEMO_CONFIG = {
     "architectures": ["Qwen3NextForCausalLM"],
@@ -42,25 +42,20 @@ HYBRID_DEMO_CONFIG = {
     "hidden_act": "silu",
     "rms_norm_eps": 1e-6,
     "rope_parameters": {"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
-    "max_position_embeddings": 4096,
-    "tie_word_embeddings": False,
-    "attention_bias": False,
-    "torch_dtype": "bfloat16",
+    **DEMO_CONFIG_TAIL,
 }
 
 
 def hybrid_demo_tensors(config: dict, seed: int = 0, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
     """Random weights with the names and shapes of a Qwen3-Next checkpoint."""
-    g = torch.Generator().manual_seed(seed)
+    w = SeededWeights(seed, dtype)
+    g, rnd = w.generator, w.normal
     c = config
     h, v, hd = c["hidden_size"], c["vocab_size"], c["head_dim"]
     qn, kvn = c["num_attention_heads"] * hd, c["num_key_value_heads"] * hd
     kd = c["linear_num_key_heads"] * c["linear_key_head_dim"]
     vd = c["linear_num_value_heads"] * c["linear_value_head_dim"]
     hv = c["linear_num_value_heads"]
-
-    def rnd(*shape, std=0.05):
-        return (torch.randn(*shape, generator=g) * std).to(dtype)
 
     def offset_norm(n):  # Qwen3-Next's RMSNorm scales by 1 + weight
         return rnd(n, std=0.1)
@@ -80,9 +75,9 @@ def hybrid_demo_tensors(config: dict, seed: int = 0, dtype: torch.dtype = torch.
             t[f"{a}.in_proj_qkvz.weight"] = rnd(2 * kd + 2 * vd, h)
             t[f"{a}.in_proj_ba.weight"] = rnd(2 * hv, h)
             t[f"{a}.conv1d.weight"] = rnd(2 * kd + vd, 1, c["linear_conv_kernel_dim"], std=0.3)
-            t[f"{a}.dt_bias"] = (1.0 + 0.1 * torch.randn(hv, generator=g)).to(dtype)
+            t[f"{a}.dt_bias"] = w.around_one(hv)
             t[f"{a}.A_log"] = torch.empty(hv).uniform_(1.0, 16.0, generator=g).log().to(dtype)
-            t[f"{a}.norm.weight"] = (1.0 + 0.1 * torch.randn(c["linear_value_head_dim"], generator=g)).to(dtype)
+            t[f"{a}.norm.weight"] = w.around_one(c["linear_value_head_dim"])
             t[f"{a}.out_proj.weight"] = rnd(h, vd)
         else:
             a = f"{p}.self_attn"
@@ -108,9 +103,4 @@ def hybrid_demo_tensors(config: dict, seed: int = 0, dtype: torch.dtype = torch.
 
 def write_hybrid_demo(out_dir: str | Path, seed: int = 0) -> Path:
     """Write the hybrid demo checkpoint into ``out_dir`` and return the safetensors path."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "config.json").write_text(json.dumps(HYBRID_DEMO_CONFIG, indent=2) + "\n")
-    path = out / "model.safetensors"
-    save_file(hybrid_demo_tensors(HYBRID_DEMO_CONFIG, seed), str(path), metadata={"format": "pt"})
-    return path
+    return write_checkpoint(out_dir, HYBRID_DEMO_CONFIG, hybrid_demo_tensors(HYBRID_DEMO_CONFIG, seed))
