@@ -86,12 +86,17 @@ def ckpts(tmp_path_factory):
     }
 
 
+def _tensors_and_source(d, source_type):
+    """A generated checkpoint's tensors and the weight source the exporter reads it through, which
+    must be a ``source_type``."""
+    src = T.source_for(d)
+    assert isinstance(src, source_type)
+    return load_file(str(d / "model.safetensors")), src
+
+
 @pytest.mark.parametrize("which", ["gptq", "gptq_sym_v2_g64"])
 def test_gptq_dequantizes_like_autogptq(ckpts, which):
-    d = ckpts[which]
-    sd = load_file(str(d / "model.safetensors"))
-    src = T.source_for(d)
-    assert isinstance(src, GptqSource)
+    sd, src = _tensors_and_source(ckpts[which], GptqSource)
     for name in T.projection_names():
         ref = autogptq_dequant(sd[f"{name}.qweight"], sd[f"{name}.qzeros"], sd[f"{name}.scales"],
                                sd[f"{name}.g_idx"], v1=which == "gptq")
@@ -107,10 +112,7 @@ def test_gptq_dequantizes_like_autogptq(ckpts, which):
 
 @pytest.mark.parametrize("which", ["awq", "awq_g32"])
 def test_awq_dequantizes_like_autoawq(ckpts, which):
-    d = ckpts[which]
-    sd = load_file(str(d / "model.safetensors"))
-    src = T.source_for(d)
-    assert isinstance(src, AwqSource)
+    sd, src = _tensors_and_source(ckpts[which], AwqSource)
     g = 128 if which == "awq" else 32
     for name in T.projection_names():
         ref = autoawq_dequantize_gemm(sd[f"{name}.qweight"], sd[f"{name}.qzeros"], sd[f"{name}.scales"], g)
@@ -122,10 +124,7 @@ def test_awq_dequantizes_like_autoawq(ckpts, which):
 
 
 def test_fp8_block_dequantizes_like_deepseek(ckpts):
-    d = ckpts["fp8_block"]
-    sd = load_file(str(d / "model.safetensors"))
-    src = T.source_for(d)
-    assert isinstance(src, Fp8BlockSource)
+    sd, src = _tensors_and_source(ckpts["fp8_block"], Fp8BlockSource)
     assert src.describe()["activation_format"] == "fp8"
     for name in T.projection_names():
         ref = deepseek_weight_dequant(sd[f"{name}.weight"], sd[f"{name}.weight_scale_inv"])
