@@ -308,7 +308,7 @@ def whole_model_checks(model, name: str, fmt: str) -> tuple[list[str], list[str]
     pre = row_invariance(model, list(PREFILL_BATCHES), past=PREFILL_PAST, seed=2, seq=PREFILL_SEQ)
     cells = []
     for what, rows in (("decode", dec), ("prefill", pre)):
-        ok, total, bad = _summary(rows, lambda r: f"{r.output} @ batch {r.batch}: {r.identical_rows}/{r.rows} rows "
+        ok, total, bad = _summary(rows, lambda r: f"{r.output} @ batch {r.batch}: {r.identical}/{r.total} rows "
                                                   f"(max |diff| {r.max_abs_diff:.2e})")
         failures += total - ok
         cells.append(f"{ok}/{total}")
@@ -446,7 +446,7 @@ def gpu(root: Path, out: Path, cases: list[str] = ()) -> int:
                 failures += 1
         for r in row_invariance(model, [1, 2, 3, 8, 9, 31, 32, 33]):
             if r.output == "logits" or not r.ok:
-                inv_lines.append(f"| {name} | {fmt} | {r.output} | {r.batch} | {r.identical_rows}/{r.rows} | {r.max_abs_diff:.3e} |")
+                inv_lines.append(f"| {name} | {fmt} | {r.output} | {r.batch} | {r.identical}/{r.total} | {r.max_abs_diff:.3e} |")
             failures += (not r.ok) and r.output == "logits"
     whole, details, w_fail = whole_models(root, pairs)
     failures += w_fail

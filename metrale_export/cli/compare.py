@@ -186,5 +186,5 @@ def _print_row_invariance(rows, device: str, on_cpu: bool) -> None:
     click.echo(f"row invariance on {device} ({'CPU reference ops' if on_cpu else 'CUDA ops'}):")
     for r in rows:
         if r.output == "logits" or not r.ok:
-            click.echo(f"  {r.output:<20} batch {r.batch:>3}: {r.identical_rows}/{r.rows} rows bitwise "
+            click.echo(f"  {r.output:<20} batch {r.batch:>3}: {r.identical}/{r.total} rows bitwise "
                        f"identical (max |diff| {r.max_abs_diff:.2e})")

@@ -20,16 +20,25 @@ import torch
 
 
 @dataclass
-class InvarianceRow:
+class BitwiseCount:
+    """How many of the ``total`` pieces of ``output`` compared have the reference's bytes, and the
+    largest absolute difference; ``ok`` when every one has."""
+
     output: str
-    batch: int
-    identical_rows: int
-    rows: int
+    identical: int
+    total: int
     max_abs_diff: float
 
     @property
     def ok(self) -> bool:
-        return self.identical_rows == self.rows
+        return self.identical == self.total
+
+
+@dataclass
+class InvarianceRow(BitwiseCount):
+    """One output at one batch size: the pieces are the batch's rows, each against its row run alone."""
+
+    batch: int
 
 
 def same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -73,24 +82,16 @@ def row_invariance(model, batch_sizes: list[int], past: int = 5, seed: int = 0, 
                 if same_bytes(got, ref):
                     same += 1
                 worst = max(worst, float((got.float() - ref.float()).abs().max()))
-            rows.append(InvarianceRow(name, b, same, b, worst))
+            rows.append(InvarianceRow(name, identical=same, total=b, max_abs_diff=worst, batch=b))
     return rows
 
 
 @dataclass
-class ChunkRow:
+class ChunkRow(BitwiseCount):
     """One output of a sequence prefilled in chunks of ``chunk`` tokens against the one-chunk prefill:
     ``logits`` counts tokens, a state counts the whole tensor (1 or 0 of 1)."""
 
-    output: str
     chunk: int
-    identical: int
-    total: int
-    max_abs_diff: float
-
-    @property
-    def ok(self) -> bool:
-        return self.identical == self.total
 
 
 @torch.no_grad()
@@ -123,10 +124,11 @@ def chunk_invariance(model, tokens: int, chunks: list[int], seed: int = 0) -> li
     for chunk in chunks:
         logits, states = run_chunked(model, ids, chunk)
         same = sum(same_bytes(logits[0, t], ref_logits[0, t]) for t in range(tokens))
-        rows.append(ChunkRow("logits", chunk, same, tokens, float((logits.float() - ref_logits.float()).abs().max())))
+        rows.append(ChunkRow("logits", same, tokens, float((logits.float() - ref_logits.float()).abs().max()),
+                             chunk=chunk))
         for name, got, ref in zip(names, states, ref_states):
-            rows.append(ChunkRow(name, chunk, int(same_bytes(got, ref)), 1,
-                                 float((got.float() - ref.float()).abs().max())))
+            rows.append(ChunkRow(name, int(same_bytes(got, ref)), 1, float((got.float() - ref.float()).abs().max()),
+                                 chunk=chunk))
     return rows
 
 

@@ -45,7 +45,7 @@ def model(request, tmp_path_factory):
 
 
 def _failing(rows):
-    return [f"{r.output} @ batch {r.batch}: {r.identical_rows}/{r.rows}" for r in rows if not r.ok]
+    return [f"{r.output} @ batch {r.batch}: {r.identical}/{r.total}" for r in rows if not r.ok]
 
 
 def test_rows_alone_equal_batched(model):
