@@ -61,6 +61,23 @@ build_plugins() {  # make -C plugins -j16 with the targets given (none: the kern
   (time make -C plugins -j16 "$@") > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
   tail -4 "$OUT/build.log"
 }
+gdn_tests_in_background() {  # gdn_state_ulps.py, then each test file after $1 (within $1 seconds each) into $OUT/tests.log
+  local secs=$1; shift
+  ( echo "== benchmarks/diagnostics/gdn_state_ulps.py"
+    timeout 90 python3 -m benchmarks.diagnostics.gdn_state_ulps "$OUT" 2>&1 | tail -4
+    for f in "$@"; do
+      SECONDS=0; echo "== $f"
+      timeout "$secs" python3 -m pytest "$f" -m gpu -rs -q -s --confcutdir=tests/gpu -p no:cacheprovider \
+        ${kexpr:+-k "$kexpr"} 2>&1 | grep -vE "^\s*$"
+      echo "== $f: exit ${PIPESTATUS[0]} after ${SECONDS} s"
+    done > "$OUT/tests.log" 2>&1 ) &
+}
+model_check_gpu() {  # `model_check gpu MC_DIR` within $1 seconds (the cases after $1; none: all), then wait for the lanes beside it
+  SECONDS=0
+  timeout "$1" python3 -m benchmarks.model_check gpu "${MC_DIR:-mc}" "$OUT" "${@:2}" > "$OUT/model_check.log" 2>&1
+  echo "model_check gpu exit $? after ${SECONDS} s" | tee -a "$OUT/model_check.log"
+  wait
+}
 gpu_tests() {  # every GPU test (narrowed by the -k expression) within $1 seconds, the exit code in $OUT/tests.log
   SECONDS=0
   timeout "$1" python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
@@ -151,19 +168,8 @@ PY
   exit 0
 fi
 if [ "$what" = gdnfix ]; then
-  ( echo "== benchmarks/diagnostics/gdn_state_ulps.py"
-    timeout 90 python3 -m benchmarks.diagnostics.gdn_state_ulps "$OUT" 2>&1 | tail -4
-    for f in tests/gpu/test_gdn_kernels.py tests/gpu/test_invariance_kernels.py; do
-      SECONDS=0; echo "== $f"
-      timeout 200 python3 -m pytest "$f" -m gpu -rs -q -s --confcutdir=tests/gpu -p no:cacheprovider \
-        ${kexpr:+-k "$kexpr"} 2>&1 | grep -vE "^\s*$"
-      echo "== $f: exit ${PIPESTATUS[0]} after ${SECONDS} s"
-    done > "$OUT/tests.log" 2>&1 ) &
-  SECONDS=0
-  timeout 300 python3 -m benchmarks.model_check gpu "${MC_DIR:-mc}" "$OUT" ${MC_CASES:-demo:w8a8 moe:w8a8 hybrid:w8a8} \
-    > "$OUT/model_check.log" 2>&1
-  echo "model_check gpu exit $? after ${SECONDS} s" | tee -a "$OUT/model_check.log"
-  wait
+  gdn_tests_in_background 200 tests/gpu/test_gdn_kernels.py tests/gpu/test_invariance_kernels.py
+  model_check_gpu 300 ${MC_CASES:-demo:w8a8 moe:w8a8 hybrid:w8a8}
   grep -E "^== |passed|failed|error" "$OUT/tests.log" | tail -12
   grep -E "\| (NO|yes) \|$" "$OUT/model_check.md" 2>/dev/null | head -20
 fi
@@ -171,20 +177,10 @@ if [ ! -f build/plugins/libmetrale_kernels.so ]; then
   build_plugins
 fi
 if [ "$what" = gdnwhole ]; then
-  mc=${MC_DIR:-mc}
   conformance_in_background 300
-  ( echo "== benchmarks/diagnostics/gdn_state_ulps.py"
-    timeout 90 python3 -m benchmarks.diagnostics.gdn_state_ulps "$OUT" 2>&1 | tail -4
-    for f in tests/gpu/test_gdn_kernels.py tests/gpu/test_invariance_kernels.py tests/gpu/test_model_whole.py; do
-      SECONDS=0; echo "== $f"
-      timeout 330 python3 -m pytest "$f" -m gpu -rs -q -s --confcutdir=tests/gpu -p no:cacheprovider \
-        ${kexpr:+-k "$kexpr"} 2>&1 | grep -vE "^\s*$"
-      echo "== $f: exit ${PIPESTATUS[0]} after ${SECONDS} s"
-    done > "$OUT/tests.log" 2>&1 ) &
-  SECONDS=0
-  timeout 480 python3 -m benchmarks.model_check gpu "$mc" "$OUT" > "$OUT/model_check.log" 2>&1
-  echo "model_check gpu exit $? after ${SECONDS} s" | tee -a "$OUT/model_check.log"
-  wait
+  gdn_tests_in_background 330 tests/gpu/test_gdn_kernels.py tests/gpu/test_invariance_kernels.py \
+    tests/gpu/test_model_whole.py
+  model_check_gpu 480
   grep -E "CONFORMANCE|exit|^SUMMARY" "$OUT/conformance.log" | tail -4
   grep -E "^== |passed|failed|error" "$OUT/tests.log" | tail -12
   grep -E "\| (NO|yes) \|$" "$OUT/model_check.md" 2>/dev/null | grep -c "| yes |"
