@@ -56,6 +56,7 @@ def _print_end_to_end(report, verbose: bool, echo) -> None:
 
 
 def _end_to_end_line(case: str, r, verbose: bool, states: int) -> str:
+    """One row of the end-to-end table (``states``: how many state outputs the case has)."""
     label = r.output if verbose or r.output == "logits" else f"{r.output} (worst of {states})"
     extra = (f"{r.cosine:>12.7f}{r.top1:>8.3f}{r.kl:>10.1e}" if r.cosine is not None else " " * 30)
     return f"  {case:<9}{label:<34}{_fmt(r):>22}{extra}  {_yes(r.ok)}"
@@ -175,6 +176,7 @@ def _row_invariance_device(device: str | None) -> str:
 
 
 def _rows_changed(export_dir: Path, device: str, bad: list, on_cpu: bool) -> CheckFailed:
+    """The failure for logits rows that change with the batch size (``bad``)."""
     return CheckFailed(f"{export_dir}: logits of some rows change with the batch size on {device} "
                        f"(batches {sorted({r.batch for r in bad})})"
                        + ("; on the CPU this is expected (torch's float kernels), run it on a GPU "

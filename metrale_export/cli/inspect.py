@@ -317,7 +317,7 @@ def command(path, show_ops, as_json):
     s = summarize(path)
     if engines is not None:
         s["engines"] = summarize_engines(engines)
-    _show(s, as_json, lambda s: _echo_export_and_engines(s, show_ops))
+    _show(s, as_json, lambda summary: _echo_export_and_engines(summary, show_ops))
 
 
 def _show(summary: dict, as_json: bool, echo) -> None:
