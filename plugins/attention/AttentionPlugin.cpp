@@ -3,6 +3,7 @@
  */
 #include "AttentionPlugin.h"
 
+#include <algorithm>
 #include <cmath>
 #include <iomanip>
 
@@ -23,8 +24,10 @@ constexpr int32_t kHEADS_DIM{1};
 constexpr int32_t kLENGTH_DIM{2};
 constexpr int32_t kHEAD_DIM_DIM{3};
 constexpr int32_t kRANK{4};
-//! The launcher unsplit (see AttentionPlugin.h).
+//! The launcher unsplit, split, or its own choice (see AttentionPlugin.h).
 constexpr int32_t kNO_SPLIT{0};
+constexpr int32_t kSPLIT{1};
+constexpr int32_t kLAUNCHER_CHOICE{-1};
 
 bool matches(int64_t found, int64_t want, bool allowWildcards)
 {
@@ -96,10 +99,27 @@ std::vector<Dims> AttentionOp::outputDims(Dims const* in) const
     return {y};
 }
 
+int64_t AttentionOp::decodeSeq(int64_t seq) const
+{
+    return std::min<int64_t>(seq, METRALE_ATTENTION_DECODE_MAX_ROWS / (qHeads / kvHeads));
+}
+
+int32_t AttentionOp::splitFor(int64_t seq) const
+{
+    return decodeSeq(seq) == seq ? kLAUNCHER_CHOICE : kNO_SPLIT;
+}
+
 size_t AttentionOp::workspaceSize(Dims const* in, int32_t xDType) const
 {
-    return metrale_attention_workspace_size(xDType, in[kX_IDX].d[kBATCH_DIM], qHeads, kvHeads,
-        in[kX_IDX].d[kLENGTH_DIM], in[kKEY_IDX].d[kLENGTH_DIM], headDim, kNO_SPLIT);
+    int64_t const batch = in[kX_IDX].d[kBATCH_DIM];
+    int64_t const seq = in[kX_IDX].d[kLENGTH_DIM];
+    int64_t const total = in[kKEY_IDX].d[kLENGTH_DIM];
+    size_t const unsplit = metrale_attention_workspace_size(xDType, batch, qHeads, kvHeads, seq, total, headDim, kNO_SPLIT);
+    int64_t const dseq = decodeSeq(seq);
+    size_t const split = dseq > 0
+        ? metrale_attention_workspace_size(xDType, batch, qHeads, kvHeads, dseq, total, headDim, kSPLIT)
+        : 0;
+    return std::max(unsplit, split);
 }
 
 cudaError_t AttentionOp::launch(OpTensors const& t) const
@@ -109,7 +129,8 @@ cudaError_t AttentionOp::launch(OpTensors const& t) const
     // in float64, rounded once.
     float const scaleLog2 = static_cast<float>(static_cast<double>(scale) * contract::kLOG2E);
     return metrale_attention(t.in[kX_IDX], t.in[kKEY_IDX], t.in[kVALUE_IDX], t.out[0], t.xDType, q.d[kBATCH_DIM],
-        qHeads, kvHeads, q.d[kLENGTH_DIM], t.inDesc[kKEY_IDX].dims.d[kLENGTH_DIM], headDim, scaleLog2, kNO_SPLIT,
+        qHeads, kvHeads, q.d[kLENGTH_DIM], t.inDesc[kKEY_IDX].dims.d[kLENGTH_DIM], headDim, scaleLog2,
+        splitFor(q.d[kLENGTH_DIM]),
         t.workspace, t.workspaceBytes, t.stream);
 }
 

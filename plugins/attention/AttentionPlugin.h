@@ -6,9 +6,13 @@
  * type, T >= S; B, S and T may be dynamic. Output y [B, S, Hq, D], q's type. Fields: the ONNX
  * attributes q_heads, kv_heads, head_dim, scale, family, name.
  *
- * The plugin runs the launcher unsplit (split 0): the bits are those of every split choice
- * (kernels.h), and a split's workspace grows with the key chunks of the shape at hand, which a
- * workspace sized once for the profile's largest shape does not bound.
+ * Where a launch has at most METRALE_ATTENTION_DECODE_MAX_ROWS rows a (sequence, kv head) (decode:
+ * seq * q_heads / kv_heads <= 16), the plugin lets the launcher choose (split -1: the decode kernel);
+ * otherwise it runs unsplit (split 0), because a split prefill's workspace grows with seq * the key
+ * chunks, which the profile's largest shape would make gigabytes. The bits are those of every split
+ * choice (kernels.h). The workspace is sized for both: the unsplit need at the shape, and the split
+ * need at the longest seq the decode rule admits (min(seq, 16 / group)); both grow with every
+ * dimension, so the profile's largest shape bounds every launch of the profile.
  */
 #ifndef METRALE_ATTENTION_PLUGIN_H
 #define METRALE_ATTENTION_PLUGIN_H
@@ -46,6 +50,9 @@ struct AttentionOp
     void outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const;
     std::vector<nvinfer1::Dims> outputDims(nvinfer1::Dims const* in) const;
     size_t workspaceSize(nvinfer1::Dims const* in, int32_t xDType) const;
+    //! The longest seq up to `seq` that the decode rule admits, and the launch's split argument.
+    int64_t decodeSeq(int64_t seq) const;
+    int32_t splitFor(int64_t seq) const;
     cudaError_t launch(OpTensors const& t) const;
     std::string describe() const;
     int64_t rows(nvinfer1::Dims const* in) const

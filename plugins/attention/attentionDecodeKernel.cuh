@@ -29,7 +29,7 @@ namespace metrale
 namespace attn
 {
 
-constexpr int kDEC_MAX_ROWS = 16;  // rows (seq * group) the decode kernel takes: one m16 tile
+constexpr int kDEC_MAX_ROWS = METRALE_ATTENTION_DECODE_MAX_ROWS;  // rows (seq * group): one m16 tile (kernels.h)
 
 template <int D>
 struct DecCfg

@@ -100,6 +100,7 @@ cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, const int32_t*
  * every path. metrale_attention_path: the path a launch takes (2 decode kernel, 1 split, 0 unsplit;
  * -1 bad arguments). A row's output depends only on its own query and its own sequence's keys and
  * values up to its position. */
+#define METRALE_ATTENTION_DECODE_MAX_ROWS 16 /* seq * q_heads / kv_heads the decode kernel takes */
 int32_t metrale_attention_split(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq,
     int64_t total, int64_t head_dim);
 int32_t metrale_attention_path(int64_t batch, int64_t q_heads, int64_t kv_heads, int64_t seq,
