@@ -4,9 +4,6 @@
  */
 #include "rmsNormKernel.cuh"
 
-#include <cstdlib>
-#include <cstring>
-
 using namespace metrale;
 
 namespace
@@ -17,28 +14,12 @@ bool aligned16(const void* p)
     return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0;
 }
 
-/* METRALE_RMSNORM=base: the weight loaded after the reduction (the kernel before the early loads),
- * for comparison; the same bits either way. Read at each launch, as METRALE_ATTENTION_DECODE is. */
-bool earlyLoads()
-{
-    const char* v = std::getenv("METRALE_RMSNORM");
-    return v == nullptr || std::strcmp(v, "base") != 0;
-}
-
 template <typename T, int kTPR, int kC>
 cudaError_t launchRow(RmsNormArgs const& a, cudaStream_t stream)
 {
     constexpr int kRows = kNORM_THREADS / kTPR;
-    const unsigned blocks = static_cast<unsigned>((a.m + kRows - 1) / kRows);
-    // The early loads hold 2 kC more 16-byte registers a thread: only up to kC = 4 (K <= 8192 bf16).
-    if (kC <= 4 && earlyLoads())
-    {
-        rmsNormKernel<T, kTPR, kC, kC <= 4><<<blocks, kNORM_THREADS, 0, stream>>>(a);
-    }
-    else
-    {
-        rmsNormKernel<T, kTPR, kC, false><<<blocks, kNORM_THREADS, 0, stream>>>(a);
-    }
+    const int64_t blocks = (a.m + kRows - 1) / kRows;
+    rmsNormKernel<T, kTPR, kC><<<static_cast<unsigned>(blocks), kNORM_THREADS, 0, stream>>>(a);
     return cudaGetLastError();
 }
 

@@ -85,10 +85,8 @@ __device__ __forceinline__ float groupSum(float v, float* smem)
     }
 }
 
-/* One row group per row: kTPR threads (32: a warp, 8 rows a CTA; 256: the CTA), kC chunks each.
- * kEarly: the weight (and gate) chunks are loaded with x, before the reduction, so the second phase
- * waits on no load (METRALE_RMSNORM=base: after it, as before); the arithmetic is the same. */
-template <typename T, int kTPR, int kC, bool kEarly>
+/* One row group per row: kTPR threads (32: a warp, 8 rows a CTA; 256: the CTA), kC chunks each. */
+template <typename T, int kTPR, int kC>
 __global__ void __launch_bounds__(kNORM_THREADS) rmsNormKernel(RmsNormArgs a)
 {
     using Io = NormIo<T>;
@@ -106,11 +104,7 @@ __global__ void __launch_bounds__(kNORM_THREADS) rmsNormKernel(RmsNormArgs a)
     const size_t base = static_cast<size_t>(row) * a.k;
     const T* x = static_cast<const T*>(a.x) + base;
     const T* res = a.residual ? static_cast<const T*>(a.residual) + base : nullptr;
-    const T* w = static_cast<const T*>(a.weight);
-    const T* g = a.gate ? static_cast<const T*>(a.gate) + base : nullptr;
     uint4 held[kC];
-    uint4 wHeld[kEarly ? kC : 1];
-    uint4 gHeld[kEarly ? kC : 1];
     float ss = 0.0f;
 #pragma unroll
     for (int c = 0; c < kC; ++c)
@@ -119,11 +113,6 @@ __global__ void __launch_bounds__(kNORM_THREADS) rmsNormKernel(RmsNormArgs a)
         if (chunk < chunks)
         {
             uint4 v = *reinterpret_cast<const uint4*>(x + chunk * kV);
-            if constexpr (kEarly)
-            {
-                wHeld[c] = *reinterpret_cast<const uint4*>(w + chunk * kV);
-                gHeld[c] = g != nullptr ? *reinterpret_cast<const uint4*>(g + chunk * kV) : uint4{};
-            }
             if (res != nullptr)
             {
                 const uint4 r = *reinterpret_cast<const uint4*>(res + chunk * kV);
@@ -152,6 +141,8 @@ __global__ void __launch_bounds__(kNORM_THREADS) rmsNormKernel(RmsNormArgs a)
     }
     ss = groupSum<kTPR>(ss, smem);
     const float r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(ss, static_cast<float>(a.k)), a.epsilon)));
+    const T* w = static_cast<const T*>(a.weight);
+    const T* g = a.gate ? static_cast<const T*>(a.gate) + base : nullptr;
     T* y = static_cast<T*>(a.y) + base;
 #pragma unroll
     for (int c = 0; c < kC; ++c)
@@ -159,20 +150,11 @@ __global__ void __launch_bounds__(kNORM_THREADS) rmsNormKernel(RmsNormArgs a)
         const int chunk = lane + c * kTPR;
         if (chunk < chunks)
         {
-            uint4 wv;
+            const uint4 wv = *reinterpret_cast<const uint4*>(w + chunk * kV);
             uint4 gv{};
-            if constexpr (kEarly)
+            if (g != nullptr)
             {
-                wv = wHeld[c];
-                gv = gHeld[c];
-            }
-            else
-            {
-                wv = *reinterpret_cast<const uint4*>(w + chunk * kV);
-                if (g != nullptr)
-                {
-                    gv = *reinterpret_cast<const uint4*>(g + chunk * kV);
-                }
+                gv = *reinterpret_cast<const uint4*>(g + chunk * kV);
             }
             const T* vs = reinterpret_cast<const T*>(&held[c]);
             const T* ws = reinterpret_cast<const T*>(&wv);
