@@ -92,21 +92,30 @@ def read_data(spec: str, checkpoint_root: Path, vocab_size: int) -> CalibrationD
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise InputError(f"{where}: cannot read it as UTF-8 text ({e})") from e
-    if path.suffix == IDS_SUFFIX:
-        sequences = _id_sequences(text, where)
-    elif text.strip():
-        sequences = _chunks(_tokenize(text, checkpoint_root, where))
-    else:
-        sequences = []
+    sequences = _file_sequences(path, text, checkpoint_root, where)
     data = CalibrationData(path.name, tuple(s for s in sequences if s))
     if data.tokens == 0:
         raise InputError(f"{where}: the file holds no tokens; give it text or token ids to calibrate on")
+    _check_vocabulary(data, vocab_size, where)
+    return data
+
+
+def _file_sequences(path: Path, text: str, checkpoint_root: Path, where: str) -> list[tuple[int, ...]]:
+    """The chunks of a calibration file: token ids of a .ids file, else its text tokenized."""
+    if path.suffix == IDS_SUFFIX:
+        return _id_sequences(text, where)
+    if text.strip():
+        return _chunks(_tokenize(text, checkpoint_root, where))
+    return []
+
+
+def _check_vocabulary(data: CalibrationData, vocab_size: int, where: str) -> None:
+    """``InputError`` naming the first token id outside [0, vocab_size)."""
     for i, s in enumerate(data.sequences):
         bad = next((t for t in s if not 0 <= t < vocab_size), None)
         if bad is not None:
             raise InputError(f"{where}: token id {bad} (sequence {i}) is outside the vocabulary [0, {vocab_size}) "
                              f"of the checkpoint; use ids of its own tokenizer")
-    return data
 
 
 def _random_data(spec: str, vocab_size: int, where: str) -> CalibrationData:
@@ -159,7 +168,6 @@ def calibrate(session, dtype: torch.dtype, layers: list[int] | None, data: Calib
 
     with torch.device("meta"):
         model = session.model(dtype, layers)
-    source = session.source
     amax: dict[str, float] = {}
 
     def record(module: Projection, args):
@@ -175,37 +183,41 @@ def calibrate(session, dtype: torch.dtype, layers: list[int] | None, data: Calib
                dynamic_ncols=True)
     try:
         with torch.no_grad():
-            # The streamed steps of CausalLM.forward, each part loaded from the checkpoint and
-            # released after it (load_part / free_part, as compare streams them).
-            model.load_part(source, "model.embed_tokens")
-            model.load_part(source, "model.rotary_emb")
-            xs, rope = [], []
-            for seq in data.sequences:
-                ids = torch.tensor([seq], dtype=torch.int64)
-                x, cos, sin = model.embed(ids, torch.arange(len(seq)).reshape(1, -1))
-                xs.append(x)
-                rope.append((cos, sin))
-            model.free_part("model.embed_tokens")
-            bar.update(1)
-            for i in model.layer_ids:
-                path = f"model.layers.{i}"
-                model.load_part(source, path)
-                states = [s.example(1, 0, dtype, "cpu") for s in model.states[i]]
-                for j, (cos, sin) in enumerate(rope):
-                    xs[j] = model.layer(i, xs[j], cos, sin, states)[0]
-                model.free_part(path)  # one layer's weights in memory at a time
-                bar.update(1)
-            if head_quantized:
-                model.load_part(source, "model.norm")
-                model.load_part(source, "lm_head")
-                for x in xs:
-                    model.head(x)
-                bar.update(1)
+            _run_streamed(model, session.source, dtype, data, head_quantized, bar)
     finally:
         bar.close()
         for h in hooks:
             h.remove()
     return amax
+
+
+def _run_streamed(model, source, dtype: torch.dtype, data: CalibrationData, head_quantized: bool, bar) -> None:
+    """The streamed steps of CausalLM.forward over ``data``, each part loaded from the checkpoint
+    and released after it (load_part / free_part, as compare streams them); ``bar`` counts steps."""
+    model.load_part(source, "model.embed_tokens")
+    model.load_part(source, "model.rotary_emb")
+    xs, rope = [], []
+    for seq in data.sequences:
+        ids = torch.tensor([seq], dtype=torch.int64)
+        x, cos, sin = model.embed(ids, torch.arange(len(seq)).reshape(1, -1))
+        xs.append(x)
+        rope.append((cos, sin))
+    model.free_part("model.embed_tokens")
+    bar.update(1)
+    for i in model.layer_ids:
+        path = f"model.layers.{i}"
+        model.load_part(source, path)
+        states = [s.example(1, 0, dtype, "cpu") for s in model.states[i]]
+        for j, (cos, sin) in enumerate(rope):
+            xs[j] = model.layer(i, xs[j], cos, sin, states)[0]
+        model.free_part(path)  # one layer's weights in memory at a time
+        bar.update(1)
+    if head_quantized:
+        model.load_part(source, "model.norm")
+        model.load_part(source, "lm_head")
+        for x in xs:
+            model.head(x)
+        bar.update(1)
 
 
 def static_scale(kind: str, amax: float) -> float:

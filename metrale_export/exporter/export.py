@@ -219,16 +219,8 @@ def _write_graph(traced: ir.Model, model: CausalLM, source: ProjectionSource, tm
     # Tied embeddings with a float lm_head: one initializer for both when the bytes agree.
     tied = _tied_unquantized_head(model) and EMBEDDING in traced.graph.initializers \
         and HEAD in traced.graph.initializers
-    digests, shared = {}, False
     try:
-        for name, tensor in model.iter_weights(source):
-            if tied and name in (EMBEDDING, HEAD):
-                digests[name] = tensor_digest(tensor)
-                shared = name == HEAD and digests[HEAD] == digests.get(EMBEDDING)
-            if not shared or name != HEAD:
-                writer.write(name, tensor)
-            if progress is not None:
-                progress.update(tensor.numel() * tensor.element_size())
+        shared = _stream_weights(model, source, writer, tied, progress)
     finally:
         writer.close()
     if shared:
@@ -237,8 +229,30 @@ def _write_graph(traced: ir.Model, model: CausalLM, source: ProjectionSource, tm
     _optimize(traced)
     proto = _cleanup(ir.serde.serialize_model(traced))
     total = sum(length for _, length in writer.offsets.values())
+    _save_checked(proto, tmp, onnx_name, data_name, inline=total <= INLINE_LIMIT)
+    return proto
+
+
+def _stream_weights(model: CausalLM, source: ProjectionSource, writer: DataWriter, tied: bool, progress) -> bool:
+    """Write ``model``'s weights with ``writer`` one at a time; with ``tied``, the lm_head is left
+    out when its bytes equal the embedding's. Whether it was (the head then shares the embedding)."""
+    digests, shared = {}, False
+    for name, tensor in model.iter_weights(source):
+        if tied and name in (EMBEDDING, HEAD):
+            digests[name] = tensor_digest(tensor)
+            shared = name == HEAD and digests[HEAD] == digests.get(EMBEDDING)
+        if not shared or name != HEAD:
+            writer.write(name, tensor)
+        if progress is not None:
+            progress.update(tensor.numel() * tensor.element_size())
+    return shared
+
+
+def _save_checked(proto: onnx.ModelProto, tmp: Path, onnx_name: str, data_name: str, inline: bool) -> None:
+    """Write ``proto`` as ``tmp/onnx_name`` (with ``inline``, its weights read back from ``data_name``
+    into it and that file removed) and check it with onnx.checker."""
     onnx_path = tmp / onnx_name
-    if total <= INLINE_LIMIT:
+    if inline:
         onnx.load_external_data_for_model(proto, str(tmp))
         (tmp / data_name).unlink()
     onnx.save_model(proto, str(onnx_path))
@@ -246,7 +260,6 @@ def _write_graph(traced: ir.Model, model: CausalLM, source: ProjectionSource, tm
         onnx.checker.check_model(str(onnx_path))
     except onnx.checker.ValidationError as e:
         raise ExportError(f"{onnx_path}: onnx.checker rejected the exported graph: {e}") from e
-    return proto
 
 
 def _calibrated(session: ModelSession, dtype: torch.dtype, options: ExportOptions, progress) -> ModelSession:
@@ -275,6 +288,20 @@ def _trace_model(session: ModelSession, model: CausalLM, dtype: torch.dtype, rep
     return trace(model)
 
 
+def _dtype(name: str) -> torch.dtype:
+    """The torch dtype of ``--dtype name``; ``InputError`` for a name outside ``DTYPES``."""
+    if name not in DTYPES:
+        raise InputError(f"--dtype: expected one of {', '.join(DTYPES)}, found {name!r}")
+    return DTYPES[name]
+
+
+def _plan_note(cfg, model: CausalLM) -> str:
+    """What the export will do, noted before tracing: layers, projections and weight MiB."""
+    n_proj = len(model.projections())
+    return (f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "
+            f"{model.weight_nbytes() / 2**20:.1f} MiB of weights to write; tracing ...")
+
+
 def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: ExportOptions | None = None,
            progress=None) -> ExportResult:
     """Export ``model_path`` (a path, or a session ``open_model`` made with ``options.request``)
@@ -285,9 +312,7 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
     """
     options = options or ExportOptions()
     t0 = time.time()
-    if options.dtype not in DTYPES:
-        raise InputError(f"--dtype: expected one of {', '.join(DTYPES)}, found {options.dtype!r}")
-    dtype = DTYPES[options.dtype]
+    dtype = _dtype(options.dtype)
     session = model_path if isinstance(model_path, ModelSession) else open_model(model_path, options.request)
     options.request = session.request  # the session's request is what the manifest records
     session = _calibrated(session, dtype, options, progress)
@@ -301,9 +326,7 @@ def export(model_path: str | Path | ModelSession, out_dir: str | Path, options: 
     check_location(Path(out_dir), options.force, output_bytes(weight_bytes, options.engines, options.engine_weights),
                    what)
     if progress is not None:
-        n_proj = len(model.projections())
-        progress.note(f"{cfg.architecture}: {len(model.layer_ids)} layers, {n_proj} projections, "
-                      f"{model.weight_nbytes() / 2**20:.1f} MiB of weights to write; tracing ...")
+        progress.note(_plan_note(cfg, model))
     traced = _trace_model(session, model, dtype, options.replicate_layers)
     traced_head = trace(head) if head is not None else None
     if progress is not None:

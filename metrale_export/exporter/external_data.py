@@ -36,25 +36,35 @@ def external_data_files(model, onnx_path: Path) -> list[Path]:
     for tensor in _initializers(model.graph):
         if tensor.data_location != _EXTERNAL:
             continue
-        ext = {e.key: e.value for e in tensor.external_data}
-        if "location" not in ext:
-            raise InputError(f"{onnx_path}: initializer {tensor.name} has external data but no location; "
-                             "the graph is damaged: re-export it")
-        data = onnx_path.parent / ext["location"]
-        try:
-            end = int(ext.get("offset", 0)) + int(ext.get("length", 0))
-        except ValueError:
-            raise InputError(f"{onnx_path}: initializer {tensor.name}: external data offset/length "
-                             f"{ext.get('offset')!r}/{ext.get('length')!r} are not numbers; re-export it") from None
+        data, end = _cited_range(tensor, onnx_path)
         if data not in ends or end > ends[data][0]:
             ends[data] = (end, tensor.name)
     for data, (end, name) in ends.items():
-        try:
-            size = data.stat().st_size
-        except FileNotFoundError:
-            raise InputError(f"{onnx_path}: initializer {name}: external data {data} is missing") from None
-        if size < end:
-            raise InputError(
-                f"{data}: {size} bytes, but {onnx_path.name} needs {end} (initializer {name} ends there): "
-                "the weights file is truncated or damaged; copy it again or re-export")
+        _check_covers(data, end, name, onnx_path)
     return list(ends)
+
+
+def _cited_range(tensor, onnx_path: Path) -> tuple[Path, int]:
+    """The file an external ``tensor`` cites and the byte its data ends at (``offset + length``)."""
+    ext = {e.key: e.value for e in tensor.external_data}
+    if "location" not in ext:
+        raise InputError(f"{onnx_path}: initializer {tensor.name} has external data but no location; "
+                         "the graph is damaged: re-export it")
+    try:
+        end = int(ext.get("offset", 0)) + int(ext.get("length", 0))
+    except ValueError:
+        raise InputError(f"{onnx_path}: initializer {tensor.name}: external data offset/length "
+                         f"{ext.get('offset')!r}/{ext.get('length')!r} are not numbers; re-export it") from None
+    return onnx_path.parent / ext["location"], end
+
+
+def _check_covers(data: Path, end: int, name: str, onnx_path: Path) -> None:
+    """``InputError`` unless the file ``data`` exists and holds at least ``end`` bytes."""
+    try:
+        size = data.stat().st_size
+    except FileNotFoundError:
+        raise InputError(f"{onnx_path}: initializer {name}: external data {data} is missing") from None
+    if size < end:
+        raise InputError(
+            f"{data}: {size} bytes, but {onnx_path.name} needs {end} (initializer {name} ends there): "
+            "the weights file is truncated or damaged; copy it again or re-export")

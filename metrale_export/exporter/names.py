@@ -29,18 +29,21 @@ def parse_layers(spec: str | None, num_layers: int) -> list[int] | None:
         return None
     ids: set[int] = set()
     for part in spec.split(","):
-        part = part.strip()
-        try:
-            if "-" in part:
-                lo, hi = (int(p) for p in part.split("-", 1))
-                if lo > hi:
-                    raise ValueError
-                ids.update(range(lo, hi + 1))
-            else:
-                ids.add(int(part))
-        except ValueError:
-            raise InputError(f"--layers: expected indices like '0', '0,2' or '1-3', found {part!r}") from None
+        ids.update(_layer_range(part.strip()))
     bad = sorted(i for i in ids if not 0 <= i < num_layers)
     if bad:
         raise InputError(f"--layers: layer {bad[0]} does not exist; the model has layers 0-{num_layers - 1}")
     return sorted(ids)
+
+
+def _layer_range(part: str) -> range:
+    """One comma-separated part of ``--layers``: '2' -> range(2, 3), '1-3' -> range(1, 4)."""
+    from ..errors import InputError
+
+    try:
+        lo, hi = (int(p) for p in part.split("-", 1)) if "-" in part else (int(part),) * 2
+        if lo > hi:
+            raise ValueError
+    except ValueError:
+        raise InputError(f"--layers: expected indices like '0', '0,2' or '1-3', found {part!r}") from None
+    return range(lo, hi + 1)

@@ -55,6 +55,42 @@ def w4a16_check(k: int, group_size: int) -> Check:
                    Check.of(f"{r}; export it with another weight format" for r in kernel.reasons)])
 
 
+_Layout = tuple[dict[str, tuple[tuple[int, ...], torch.dtype]], dict[str, object]]
+
+
+def _none_layout(req: QuantRequest, n: int, k: int, weight_name: str) -> _Layout:
+    return {"weight": ((n, k), torch.float32)}, {}
+
+
+def _w4a16_layout(req: QuantRequest, n: int, k: int, weight_name: str) -> _Layout:
+    check = w4a16_check(k, req.group_size)
+    if not check.ok:
+        raise InputError(f"{weight_name}: W4A16Proj: {check.message}")
+    g = w4a16.num_groups(k, req.group_size)  # the last group may be partial (op version 2)
+    tensors = {"weight": ((n, k // 2), torch.int8), "weight_scale": ((n, g), w4a16.SCALE_DTYPE)}
+    if not req.symmetric:
+        tensors["zero_point"] = ((n, g), torch.int8)
+    return tensors, {"group_size": req.group_size}
+
+
+def _w8a8_layout(req: QuantRequest, n: int, k: int, weight_name: str) -> _Layout:
+    ws = (n,) if req.w8a8_weight_scales == "channel" else (ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK))
+    tensors = {"weight": ((n, k), torch.int8), "weight_scale": (ws, torch.float32)}
+    return tensors, {"weight_scale_granularity": req.w8a8_weight_scales,
+                     "activation_scale_granularity": req.w8a8_activation_scales}
+
+
+def _w4a4_layout(req: QuantRequest, n: int, k: int, weight_name: str) -> _Layout:
+    if k % NVFP4_BLOCK:
+        raise InputError(f"{weight_name}: NVFP4 needs K to be a multiple of 16, found K={k}")
+    return {"weight": ((n, k // 2), torch.int8), "weight_scale": ((n, k // NVFP4_BLOCK), torch.int8),
+            "weight_global_scale": ((1,), torch.float32)}, {}
+
+
+# Weight format -> (request, n, k, weight name) -> the spec's tensors (name -> shape, dtype) and attrs.
+_LAYOUTS = {"none": _none_layout, "w4a16": _w4a16_layout, "w8a8": _w8a8_layout, "w4a4": _w4a4_layout}
+
+
 class FloatSource:
     """Projections of a float checkpoint, quantized on the way as ``request`` says."""
 
@@ -83,35 +119,12 @@ class FloatSource:
         if bias:
             ckpt.expect(f"{name}.bias", (n,), FLOAT_DTYPES)
         kind = self.kind_for(family)
-        req = self.request
-        f32, i8 = torch.float32, torch.int8
-        tensors: dict[str, tuple[tuple[int, ...], torch.dtype]]
-        attrs: dict[str, object] = {}
-        if kind == "none":
-            tensors = {"weight": ((n, k), f32)}
-        elif kind == "w4a16":
-            check = w4a16_check(k, req.group_size)
-            if not check.ok:
-                raise InputError(f"{weight_name}: W4A16Proj: {check.message}")
-            g = w4a16.num_groups(k, req.group_size)  # the last group may be partial (op version 2)
-            tensors = {"weight": ((n, k // 2), i8), "weight_scale": ((n, g), w4a16.SCALE_DTYPE)}
-            if not req.symmetric:
-                tensors["zero_point"] = ((n, g), i8)
-            attrs = {"group_size": req.group_size}
-        elif kind == "w8a8":
-            ws = (n,) if req.w8a8_weight_scales == "channel" else (ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK))
-            tensors = {"weight": ((n, k), i8), "weight_scale": (ws, f32)}
-            attrs = {"weight_scale_granularity": req.w8a8_weight_scales,
-                     "activation_scale_granularity": req.w8a8_activation_scales}
-        elif kind == "w4a4":
-            if k % NVFP4_BLOCK:
-                raise InputError(f"{weight_name}: NVFP4 needs K to be a multiple of 16, found K={k}")
-            tensors = {"weight": ((n, k // 2), i8), "weight_scale": ((n, k // NVFP4_BLOCK), i8),
-                       "weight_global_scale": ((1,), f32)}
-        else:
+        layout = _LAYOUTS.get(kind)
+        if layout is None:
             raise InputError(f"unknown weight quantization {kind!r}")
+        tensors, attrs = layout(self.request, n, k, weight_name)
         if bias:
-            tensors["bias"] = ((n,), f32)
+            tensors["bias"] = ((n,), torch.float32)
         if kind != "none":
             attrs["activation_format"] = DEFAULT_ACTIVATION[kind]
         return ProjSpec(name=name, kind=kind, n=n, k=k, family=family, tensors=tensors,

@@ -190,13 +190,25 @@ def _layer_boundary(nodes: list[ir.Node], outputs: set[str]) -> tuple[list[ir.Va
     they produce that nodes outside it read, graph outputs (its states) excluded)."""
     own = {id(n) for n in _with_subgraph_nodes(nodes)}
     external = []
-    for n in nodes:
-        for v in n.inputs:
-            if v is not None and v.producer() is not None and id(v.producer()) not in own and v not in external:
-                external.append(v)
-    produced = [o for n in nodes for o in n.outputs]
-    handed = [v for v in produced if v.name not in outputs and any(id(u.node) not in own for u in v.uses())]
-    return external, handed
+    for v in (v for n in nodes for v in n.inputs):
+        if _produced_outside(v, own) and v not in external:
+            external.append(v)
+    return external, _handed_on(nodes, own, outputs)
+
+
+def _handed_on(nodes: list[ir.Node], own: set[int], outputs: set[str]) -> list[ir.Value]:
+    """The values ``nodes`` produce that nodes outside ``own`` read, graph ``outputs`` excluded."""
+    return [o for n in nodes for o in n.outputs if o.name not in outputs and _read_outside(o, own)]
+
+
+def _read_outside(v: ir.Value, own: set[int]) -> bool:
+    """Whether a node whose id is not in ``own`` reads ``v``."""
+    return any(id(u.node) not in own for u in v.uses())
+
+
+def _produced_outside(v: ir.Value | None, own: set[int]) -> bool:
+    """Whether ``v`` is made by a node whose id is not in ``own`` (graph inputs and initializers are not)."""
+    return v is not None and v.producer() is not None and id(v.producer()) not in own
 
 
 def clone_layer(graph: ir.Graph, nodes: list[ir.Node], r: int, i: int, states, prev: ir.Value,
@@ -215,41 +227,54 @@ def clone_layer(graph: ir.Graph, nodes: list[ir.Node], r: int, i: int, states, p
         new = ir.Value(name=f"{s.name}.{i}", type=old.type, shape=old.shape.copy())
         value_map[old] = new
         new_inputs.append(new)
-    src_prefix, dst_prefix = f"model.layers.{r}.", f"model.layers.{i}."
-    for node in nodes:
-        for v in node.inputs:
-            if v is not None and v.is_initializer() and v not in value_map:
-                if not v.name.startswith(src_prefix):
-                    continue  # shared (a constant the tracer lifted)
-                new = new_initializer(dst_prefix + v.name[len(src_prefix):], v)
-                graph.register_initializer(new)
-                value_map[v] = new
-
-    def rename(node: ir.Node) -> None:
-        node.name = f"{node.name}.layer{i}" if node.name else None
-        for o in node.outputs:
-            o.name = f"{o.name}.layer{i}"
-        for key, attr in list(node.attributes.items()):
-            if attr.type == ir.AttributeType.STRING and attr.as_string().startswith(src_prefix):
-                node.attributes[key] = ir.AttrString(key, dst_prefix + attr.as_string()[len(src_prefix):])
-        scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
-        if scopes:
-            node.metadata_props["pkg.torch.onnx.name_scopes"] = scopes.replace(
-                f"'model.layers.{r}", f"'model.layers.{i}")
-
-    cloner = Cloner(attr_map={}, value_map=value_map, metadata_props={}, post_process=rename,
+    _map_layer_initializers(graph, nodes, r, i, value_map, new_initializer)
+    cloner = Cloner(attr_map={}, value_map=value_map, metadata_props={}, post_process=_LayerRenamer(r, i),
                     allow_outer_scope_values=True)
     clones = [cloner.clone_node(n) for n in nodes]
     for clone in clones:  # subgraph inputs keep their names: make them unique too
-        for sub in _subgraphs(clone):
-            for v in sub.inputs:
-                v.name = f"{v.name}.layer{i}"
+        for v in (v for sub in _subgraphs(clone) for v in sub.inputs):
+            v.name = f"{v.name}.layer{i}"
     new_outputs = []
     for s in states:
         out = value_map[outputs[f"{s.output}.{r}"]]
         out.name = f"{s.output}.{i}"
         new_outputs.append(out)
     return clones, new_inputs, new_outputs, value_map[res.x_out[r]]
+
+
+def _map_layer_initializers(graph: ir.Graph, nodes: list[ir.Node], r: int, i: int,
+                            value_map: dict[ir.Value, ir.Value],
+                            new_initializer: Callable[[str, ir.Value], ir.Value]) -> None:
+    """Map each initializer of layer ``r`` that ``nodes`` read to layer ``i``'s own (made by
+    ``new_initializer`` and registered in ``graph``); shared ones (constants the tracer lifted) stay."""
+    src_prefix, dst_prefix = f"model.layers.{r}.", f"model.layers.{i}."
+    for v in (v for node in nodes for v in node.inputs):
+        if v is None or not v.is_initializer() or v in value_map or not v.name.startswith(src_prefix):
+            continue
+        new = new_initializer(dst_prefix + v.name[len(src_prefix):], v)
+        graph.register_initializer(new)
+        value_map[v] = new
+
+
+class _LayerRenamer:
+    """The cloner's post-processing of a node of layer ``r`` cloned as layer ``i``: its name and
+    outputs get ``.layer{i}``, string attributes and name scopes move to ``model.layers.{i}``."""
+
+    def __init__(self, r: int, i: int):
+        self.r, self.i = r, i
+        self.src_prefix, self.dst_prefix = f"model.layers.{r}.", f"model.layers.{i}."
+
+    def __call__(self, node: ir.Node) -> None:
+        node.name = f"{node.name}.layer{self.i}" if node.name else None
+        for o in node.outputs:
+            o.name = f"{o.name}.layer{self.i}"
+        for key, attr in list(node.attributes.items()):
+            if attr.type == ir.AttributeType.STRING and attr.as_string().startswith(self.src_prefix):
+                node.attributes[key] = ir.AttrString(key, self.dst_prefix + attr.as_string()[len(self.src_prefix):])
+        scopes = node.metadata_props.get("pkg.torch.onnx.name_scopes")
+        if scopes:
+            node.metadata_props["pkg.torch.onnx.name_scopes"] = scopes.replace(
+                f"'model.layers.{self.r}", f"'model.layers.{self.i}")
 
 
 def order_nodes(graph: ir.Graph, nodes_of: dict[int, list[ir.Node]], layers: list[list[ir.Node]]) -> None:
@@ -287,10 +312,7 @@ def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
         r = reps[i]
         states = model.states[i]
         if i == r:
-            for node in nodes_of[r]:
-                for idx, v in enumerate(node.inputs):
-                    if v is res.x_in[r]:
-                        node.replace_input_with(idx, prev)
+            _rewire(nodes_of[r], res.x_in[r], prev)
             layers.append(nodes_of[r])
             new_inputs += [inputs[f"{s.name}.{i}"] for s in states]
             new_outputs += [outputs[f"{s.output}.{i}"] for s in states]
@@ -312,6 +334,14 @@ def replicate(traced: ir.Model, model: CausalLM, reps: dict[int, int],
     graph.outputs.clear()
     graph.outputs.extend(new_outputs)
     return traced
+
+
+def _rewire(nodes: list[ir.Node], old: ir.Value, new: ir.Value) -> None:
+    """Make ``nodes`` read ``new`` wherever they read ``old``."""
+    for node in nodes:
+        for idx, v in enumerate(node.inputs):
+            if v is old:
+                node.replace_input_with(idx, new)
 
 
 def trace_replicated(model: CausalLM, make_model: Callable[[list[int]], CausalLM],

@@ -88,11 +88,15 @@ def _parse_header(path: Path) -> tuple[dict, int, int]:
     return header, n, size
 
 
-def _check_shape(where: str, dtype, shape) -> None:
+def _check_dtype(where: str, dtype) -> None:
     if not isinstance(dtype, str) or dtype not in ITEMSIZE:
         raise CheckpointError(
             f"{where}: unsupported dtype {dtype!r}"[:300] + f"; expected one of {', '.join(ITEMSIZE)}"
         )
+
+
+def _check_shape(where: str, dtype, shape) -> None:
+    _check_dtype(where, dtype)
     if not isinstance(shape, list) or len(shape) > MAX_NDIM or not all(_is_int(d) for d in shape):
         raise CheckpointError(f"{where}: malformed shape {shape!r}: expected a list of at most {MAX_NDIM} integers"[:400])
     if any(d < 0 for d in shape):
@@ -110,20 +114,27 @@ def _check_entry(where: str, entry, data_len: int) -> tuple[int, int]:
     _check_shape(where, dtype, shape)
     if not isinstance(offsets, list) or len(offsets) != 2 or not all(_is_int(o) for o in offsets):
         raise CheckpointError(f"{where}: malformed data_offsets {offsets!r}: expected [start, end] integers"[:400])
+    start, end = offsets
+    _check_span(where, dtype, shape, start, end, data_len)
+    return start, end
+
+
+def _check_span(where: str, dtype: str, shape: list[int], start: int, end: int, data_len: int) -> None:
+    """``CheckpointError`` unless [start, end) lies inside the ``data_len`` data bytes and holds
+    exactly a ``dtype`` tensor of ``shape``; the message says when the file looks truncated."""
     numel = 1
     for d in shape:
         numel *= d
     nbytes = numel * ITEMSIZE[dtype]
-    start, end = offsets
-    if not 0 <= start <= end <= data_len or end - start != nbytes:
-        truncated = 0 <= start <= end and end - start == nbytes and end > data_len
-        raise CheckpointError(
-            f"{where}: data offsets [{start}, {end}) do not hold a {dtype} tensor of "
-            f"shape {shape} ({nbytes} bytes) inside the {data_len} data bytes"
-            + ("; the file ends early (truncated: an interrupted download or copy?), fetch it again"
-               if truncated else "")
-        )
-    return start, end
+    if 0 <= start <= end <= data_len and end - start == nbytes:
+        return
+    truncated = 0 <= start <= end and end - start == nbytes and end > data_len
+    raise CheckpointError(
+        f"{where}: data offsets [{start}, {end}) do not hold a {dtype} tensor of "
+        f"shape {shape} ({nbytes} bytes) inside the {data_len} data bytes"
+        + ("; the file ends early (truncated: an interrupted download or copy?), fetch it again"
+           if truncated else "")
+    )
 
 
 def checkpoint_files(path: Path) -> tuple[Path, list[Path], Path | None]:
@@ -209,7 +220,7 @@ def read_index(index: Path) -> dict[str, str]:
     if not isinstance(weight_map, dict) or not weight_map:
         raise CheckpointError(f"{index}: 'weight_map' must be a non-empty object of tensor name -> shard file")
     for name, shard in weight_map.items():
-        if not isinstance(shard, str) or not shard or Path(shard).name != shard or shard in (".", ".."):
+        if not _is_plain_file_name(shard):
             raise CheckpointError(
                 f"{index}: tensor {name!r}: shard {shard!r} is not a file name in {index.parent} "
                 "(paths outside the checkpoint directory are refused)"
@@ -218,6 +229,11 @@ def read_index(index: Path) -> dict[str, str]:
         if not (index.parent / shard).is_file():
             raise CheckpointError(f"{index}: names shard {shard}, which does not exist in {index.parent}")
     return weight_map
+
+
+def _is_plain_file_name(shard) -> bool:
+    """Whether an index's shard entry is a non-empty string naming a file in the index's directory."""
+    return isinstance(shard, str) and bool(shard) and Path(shard).name == shard and shard not in (".", "..")
 
 
 def read_json_object(path: Path, error: type[Exception] = ConfigError) -> dict:

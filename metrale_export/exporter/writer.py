@@ -119,14 +119,20 @@ def _written_files(manifest: dict) -> set[str]:
     files = manifest.get("files")
     if isinstance(files, dict):
         names.update(k for k in files if isinstance(k, str))
-    for entry in manifest.get("engines") or []:
-        if isinstance(entry, dict):
-            names.update(entry[k] for k in ("file",) if isinstance(entry.get(k), str))
     if "engines" in manifest:
-        names.update({"onnx", "timing.cache"})
-        cache = manifest.get("timing_cache")
-        if isinstance(cache, str):
-            names.add(Path(cache).name)
+        names.update(_engine_directory_files(manifest))
+    return names
+
+
+def _engine_directory_files(manifest: dict) -> set[str]:
+    """What an engine directory's manifest says the build wrote besides the manifest."""
+    names = {"onnx", "timing.cache"}
+    for entry in manifest.get("engines") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("file"), str):
+            names.add(entry["file"])
+    cache = manifest.get("timing_cache")
+    if isinstance(cache, str):
+        names.add(Path(cache).name)
     return names
 
 
@@ -142,11 +148,31 @@ def foreign_entries(dest: Path) -> list[str]:
     for entry in sorted(dest.iterdir()):
         if entry.name in written and not entry.is_symlink():
             continue
-        if entry.name == "engines" and entry.is_dir() and not entry.is_symlink() and "engines" not in manifest:
+        if _is_nested_engine_directory(entry, manifest):
             out += [f"engines/{e}" for e in foreign_entries(entry)] if is_own_output(entry) else ["engines/"]
             continue
         out.append(entry.name + ("/" if entry.is_dir() else ""))
     return out
+
+
+def _is_nested_engine_directory(entry: Path, manifest: dict) -> bool:
+    """An export's ``engines/`` subdirectory (a real one, not a link): judged by its own manifest."""
+    return entry.name == "engines" and entry.is_dir() and not entry.is_symlink() and "engines" not in manifest
+
+
+def _is_empty_directory(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
+def _is_own_directory(path: Path) -> bool:
+    """A real directory (not a link) that this tool wrote (``is_own_output``)."""
+    return not path.is_symlink() and path.is_dir() and is_own_output(path)
+
+
+def _first_few(entries: list[str], shown: int = 5) -> str:
+    """'a, b, c, d, e and 3 more': the first ``shown`` entries and how many others."""
+    more = len(entries) - shown
+    return ", ".join(entries[:shown]) + (f" and {more} more" if more > 0 else "")
 
 
 def check_replaceable(dest: Path, force: bool) -> None:
@@ -154,21 +180,20 @@ def check_replaceable(dest: Path, force: bool) -> None:
     previous output of this tool holding only what the tool wrote (``foreign_entries``)."""
     if not (dest.exists() or dest.is_symlink()):
         return
-    if dest.is_dir() and not dest.is_symlink() and not any(dest.iterdir()):
+    if _is_empty_directory(dest):
         return  # an empty directory: nothing to lose (atomic_directory renames onto it)
     if not force:
         raise OutputExistsError(f"{dest}: the output directory exists; pass --force to replace it")
-    if dest.is_symlink() or not dest.is_dir() or not is_own_output(dest):
+    if not _is_own_directory(dest):
         raise OutputExistsError(
             f"{dest}: --force replaces only a previous metrale-export output (a directory whose "
             f"manifest.json names {PRODUCER}); this is not one, so nothing was touched: choose another "
             "-o or remove it yourself")
     foreign = foreign_entries(dest)
     if foreign:
-        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise OutputExistsError(
             f"{dest}: --force replaces only the files metrale-export wrote (its manifests list them), "
-            f"and it also holds {shown}; nothing was touched: move them out or choose another -o")
+            f"and it also holds {_first_few(foreign)}; nothing was touched: move them out or choose another -o")
 
 
 LOCK_SUFFIX = ".metrale-lock"
@@ -186,33 +211,8 @@ def output_lock(dest: Path) -> Iterator[Path]:
     another process holds it. The lock file goes when the block ends (and the parents it had to
     make, if still empty)."""
     path = lock_path(dest)
-    made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise OutputLocationError(f"{dest}: cannot create {path.parent} ({e.strerror or e}); "
-                                  "choose a writable -o location") from e
-    while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as e:
-            raise OutputLocationError(f"{dest}: cannot create its lock file {path} ({e.strerror or e}); "
-                                      "choose a writable -o location") from e
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise OutputLocationError(
-                f"{dest}: another metrale-export (pid {holder}) is writing this output (lock {path}); "
-                "wait for it to finish or choose another -o") from None
-        try:  # the holder before us may have removed the file between our open and our lock
-            current = os.stat(path).st_ino
-        except FileNotFoundError:
-            current = None
-        if current == os.fstat(fd).st_ino:
-            break
-        os.close(fd)
+    made = _make_lock_parents(dest, path)
+    fd = _acquire_lock(dest, path)
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
     try:
@@ -224,6 +224,54 @@ def output_lock(dest: Path) -> Iterator[Path]:
         for p in made:
             with contextlib.suppress(OSError):
                 p.rmdir()
+
+
+def _make_lock_parents(dest: Path, path: Path) -> list[Path]:
+    """Create the lock file's directory; the directories this made (the deepest first)."""
+    made = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OutputLocationError(f"{dest}: cannot create {path.parent} ({e.strerror or e}); "
+                                  "choose a writable -o location") from e
+    return made
+
+
+def _acquire_lock(dest: Path, path: Path) -> int:
+    """An open descriptor of the lock file ``path`` holding its exclusive flock; retried when the
+    holder before us removed the file between our open and our lock."""
+    while True:
+        fd = _open_and_lock(dest, path)
+        if _is_current_file(path, fd):
+            return fd
+        os.close(fd)
+
+
+def _open_and_lock(dest: Path, path: Path) -> int:
+    """Open (creating) the lock file and take its flock without waiting; refused naming the holder."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError as e:
+        raise OutputLocationError(f"{dest}: cannot create its lock file {path} ({e.strerror or e}); "
+                                  "choose a writable -o location") from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise OutputLocationError(
+            f"{dest}: another metrale-export (pid {holder}) is writing this output (lock {path}); "
+            "wait for it to finish or choose another -o") from None
+    return fd
+
+
+def _is_current_file(path: Path, fd: int) -> bool:
+    """Whether ``fd`` is still the file at ``path`` (not one its previous holder unlinked)."""
+    try:
+        current = os.stat(path).st_ino
+    except FileNotFoundError:
+        return False
+    return current == os.fstat(fd).st_ino
 
 
 def _existing_ancestor(path: Path) -> Path:

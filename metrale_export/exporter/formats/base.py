@@ -42,6 +42,16 @@ def describe_text(d: dict | None) -> str:
     """One line for a ``describe()`` dict (None: a float checkpoint)."""
     if not d:
         return "none: float weights (the export quantizes them as requested)"
+    extra = [f"{k}={d[k]}" for k in sorted(d) if k not in DESCRIBE_KEYS and d[k] is not None]
+    scheme = f" {d['scheme']}" if d.get("scheme") else ""
+    return (f"{d['format']}{scheme}: {', '.join(_weights_facts(d))}; activations: "
+            f"{d.get('activation') or d.get('activation_format')}" + (f"; {', '.join(extra)}" if extra else "")
+            + f" -> {op_type_of(d['weight_format']) or d['weight_format']} with activation_format "
+            f"{d['activation_format']}")
+
+
+def _weights_facts(d: dict) -> list[str]:
+    """'int4 weights', 'group 128', 'symmetric', 'scales channel': what ``d`` says of the stored weights."""
     weights = [f"{d.get('weights', '?')} weights"]
     if d.get("group_size"):
         weights.append(f"group {d['group_size']}")
@@ -49,12 +59,7 @@ def describe_text(d: dict | None) -> str:
         weights.append("symmetric" if d["symmetric"] else "asymmetric (zero points)")
     if d.get("weight_scales"):
         weights.append(f"scales {d['weight_scales']}")
-    extra = [f"{k}={d[k]}" for k in sorted(d) if k not in DESCRIBE_KEYS and d[k] is not None]
-    scheme = f" {d['scheme']}" if d.get("scheme") else ""
-    return (f"{d['format']}{scheme}: {', '.join(weights)}; activations: "
-            f"{d.get('activation') or d.get('activation_format')}" + (f"; {', '.join(extra)}" if extra else "")
-            + f" -> {op_type_of(d['weight_format']) or d['weight_format']} with activation_format "
-            f"{d['activation_format']}")
+    return weights
 
 
 class DeclaredSource:
@@ -214,17 +219,16 @@ def to_scalar(t: torch.Tensor) -> torch.Tensor:
 def match_module(targets, name: str, class_name: str = "Linear") -> bool:
     """compressed-tensors / ModelOpt target matching: ``re:<regex>`` (re.match on the module
     name), a class name (``Linear``), or a module name (exact, or a suffix after a dot)."""
-    for t in targets or ():
-        if not isinstance(t, str):
-            continue
-        if t.startswith("re:"):
-            if re.match(t[3:], name):
-                return True
-        elif t == class_name or t == name or name.endswith("." + t):
-            return True
-        elif "*" in t and re.fullmatch(re.escape(t).replace(r"\*", ".*"), name):
-            return True  # ModelOpt's exclude_modules use glob patterns
-    return False
+    return any(isinstance(t, str) and _matches_target(t, name, class_name) for t in targets or ())
+
+
+def _matches_target(t: str, name: str, class_name: str) -> bool:
+    if t.startswith("re:"):
+        return re.match(t[3:], name) is not None
+    if t == class_name or t == name or name.endswith("." + t):
+        return True
+    # ModelOpt's exclude_modules use glob patterns
+    return "*" in t and re.fullmatch(re.escape(t).replace(r"\*", ".*"), name) is not None
 
 
 def packed_int32_nibbles(t: torch.Tensor) -> torch.Tensor:

@@ -30,6 +30,41 @@ FORMATS = {"pack-quantized": "w4a16", "float-quantized": "w8a8", "naive-quantize
            "nvfp4-pack-quantized": "w4a4"}
 
 
+def _single_group(q: dict, where: str) -> tuple[dict, str]:
+    """The one config group of ``quantization_config`` ``q`` and its format (the group's, else the
+    config's); ``InputError`` unless there is exactly one group and one format."""
+    groups = q.get("config_groups") or {}
+    if not isinstance(groups, dict) or not groups:
+        raise InputError(f"{where}: expected a non-empty 'config_groups' object")
+    formats = _group_formats(groups, q)
+    if len(groups) != 1 or len(formats) != 1:
+        raise InputError(
+            f"{where}: {len(groups)} config groups with formats {sorted(formats)}; one scheme for "
+            "every quantized Linear is supported (the export has one weight format)"
+        )
+    return next(iter(groups.values())), formats.pop()
+
+
+def _group_formats(groups: dict, q: dict) -> set[str]:
+    return {str(g.get("format") or q.get("format")) for g in groups.values() if isinstance(g, dict)}
+
+
+def _fp8_activation_scheme(a: dict) -> dict | None:
+    """The FP8 activation quantization ``a`` declares as the contract runs it, or None (unsupported)."""
+    strategy, dynamic = a.get("strategy"), a.get("dynamic")
+    if strategy == "token" and dynamic:
+        return {"activation_format": "fp8", "activation_scale_granularity": "row", "note": "dynamic per token"}
+    if strategy == "group" and dynamic and a.get("group_size") == FP8_BLOCK:
+        return {"activation_format": "fp8", "activation_scale_granularity": "row_block128",
+                "note": "dynamic per token and group of 128"}
+    if strategy == "tensor" and not dynamic:
+        # The contract has no per-tensor activation scale (row invariance); a dynamic per-row
+        # scale replaces the static one (never coarser). docs/formats.md says so.
+        return {"activation_format": "fp8", "activation_scale_granularity": "row",
+                "note": "static per-tensor input_scale replaced by dynamic per-row scales"}
+    return None
+
+
 class CompressedTensorsSource(DeclaredSource):
     format_name = "compressed-tensors"
 
@@ -41,17 +76,7 @@ class CompressedTensorsSource(DeclaredSource):
         self.checkpoint = checkpoint
         q = dict(checkpoint.config.get("quantization_config") or {})
         where = self.qconfig_where(checkpoint)
-        groups = q.get("config_groups") or {}
-        if not isinstance(groups, dict) or not groups:
-            raise InputError(f"{where}: expected a non-empty 'config_groups' object")
-        formats = {str(g.get("format") or q.get("format")) for g in groups.values() if isinstance(g, dict)}
-        if len(groups) != 1 or len(formats) != 1:
-            raise InputError(
-                f"{where}: {len(groups)} config groups with formats {sorted(formats)}; one scheme for "
-                "every quantized Linear is supported (the export has one weight format)"
-            )
-        self.group = next(iter(groups.values()))
-        self.fmt = formats.pop()
+        self.group, self.fmt = _single_group(q, where)
         if self.fmt not in FORMATS:
             raise InputError(
                 f"{where}: format {self.fmt!r} is not supported; supported: {', '.join(sorted(FORMATS))} "
@@ -112,11 +137,16 @@ class CompressedTensorsSource(DeclaredSource):
             if bits != 4 or wtype != "float" or w.get("group_size") != NVFP4_BLOCK else []
         self.act_nvfp4 = a is not None and a.get("num_bits") == 4 and a.get("type") == "float"
         self.static_input = self.act_nvfp4 and a.get("dynamic") in (False, "local")
+        refuse_declaration(where, Check.of(reasons + self._nvfp4_activation_reasons()))
+
+    def _nvfp4_activation_reasons(self) -> list[str]:
+        """Why the declared activations of NVFP4 weights cannot be exported (none: they can)."""
+        a = self.a
         if self.act_nvfp4 and not self.static_input:
-            reasons.append("fully dynamic NVFP4 activations (per-tensor global scale at run time) have no row-invariant equivalent; expected dynamic 'local' with a stored input_global_scale")
-        elif a is not None and not self.act_nvfp4:
-            reasons.append(f"NVFP4 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
-        refuse_declaration(where, Check.of(reasons))
+            return ["fully dynamic NVFP4 activations (per-tensor global scale at run time) have no row-invariant equivalent; expected dynamic 'local' with a stored input_global_scale"]
+        if a is not None and not self.act_nvfp4:
+            return [f"NVFP4 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported"]
+        return []
 
     def _fp8_activation(self, reasons: list[str]) -> dict:
         """The declared FP8 activation; an unsupported one adds its reason to ``reasons`` (and is {})."""
@@ -126,19 +156,12 @@ class CompressedTensorsSource(DeclaredSource):
         if a.get("num_bits") != 8 or a.get("type") != "float":
             reasons.append(f"FP8 weights with {a.get('num_bits')}-bit {a.get('type')} activations are not supported")
             return {}
-        strategy, dynamic = a.get("strategy"), a.get("dynamic")
-        if strategy == "token" and dynamic:
-            return {"activation_format": "fp8", "activation_scale_granularity": "row", "note": "dynamic per token"}
-        if strategy == "group" and dynamic and a.get("group_size") == FP8_BLOCK:
-            return {"activation_format": "fp8", "activation_scale_granularity": "row_block128",
-                    "note": "dynamic per token and group of 128"}
-        if strategy == "tensor" and not dynamic:
-            # The contract has no per-tensor activation scale (row invariance); a dynamic per-row
-            # scale replaces the static one (never coarser). docs/formats.md says so.
-            return {"activation_format": "fp8", "activation_scale_granularity": "row",
-                    "note": "static per-tensor input_scale replaced by dynamic per-row scales"}
-        reasons.append(f"FP8 activations with strategy {strategy!r} dynamic={dynamic!r} are not supported")
-        return {}
+        scheme = _fp8_activation_scheme(a)
+        if scheme is None:
+            reasons.append(f"FP8 activations with strategy {a.get('strategy')!r} dynamic={a.get('dynamic')!r} "
+                           "are not supported")
+            return {}
+        return scheme
 
     def declared_activation(self) -> str:
         if self.kind == "w4a16":
@@ -178,47 +201,54 @@ class CompressedTensorsSource(DeclaredSource):
         return stored
 
     def quant_spec(self, name: str, n: int, k: int, family: str, bias: bool) -> ProjSpec:
-        ck = self.checkpoint
-        attrs: dict[str, object] = {}
-        if self.kind == "w4a16":
-            g = self.group_size
-            if k % g or k % 8:
-                raise CheckpointError(f"{name}: K={k} is not a multiple of group size {g}")
-            ck.expect(f"{name}.weight_packed", (n, k // 8), (torch.int32,))
-            ck.expect(f"{name}.weight_scale", (n, k // g), SCALE_DTYPES, hint=f" for group size {g}")
-            ck.expect(f"{name}.weight_shape", (2,), (torch.int64, torch.int32))
-            tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // g), w4a16.SCALE_DTYPE)}
-            if not self.symmetric:
-                ck.expect(f"{name}.weight_zero_point", (ceil_div(n, 8), k // g), (torch.int32,),
-                          hint=" (int4 zero points packed 8 a word along N)")
-                tensors["zero_point"] = ((n, k // g), I8)
-            attrs["group_size"] = g
-        elif self.kind == "w8a8":
-            ck.expect(f"{name}.weight", (n, k), FP8_DTYPES)
-            if self.granularity == "block128":
-                ck.expect(f"{name}.weight_scale", (ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK)), SCALE_DTYPES,
-                          hint=" (one scale per 128x128 block)")
-                ws = (ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK))
-            else:
-                self.scalar_or_vector(f"{name}.weight_scale", n)
-                ws = (n,)
-            tensors = {"weight": ((n, k), I8), "weight_scale": (ws, F32)}
-            attrs = {"weight_scale_granularity": self.granularity,
-                     "activation_scale_granularity": self.act["activation_scale_granularity"]}
-        else:
-            if k % NVFP4_BLOCK:
-                raise CheckpointError(f"{name}: NVFP4 needs K to be a multiple of 16, found K={k}")
-            ck.expect(f"{name}.weight_packed", (n, k // 2), (torch.uint8, torch.int8))
-            ck.expect(f"{name}.weight_scale", (n, k // NVFP4_BLOCK), FP8_DTYPES)
-            self.scalar_or_vector(f"{name}.weight_global_scale")
-            tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // NVFP4_BLOCK), I8),
-                       "weight_global_scale": ((1,), F32)}
-            if self.act_nvfp4:
-                self.scalar_or_vector(f"{name}.input_global_scale")
-                tensors["input_scale"] = ((1,), F32)
+        layout = {"w4a16": self._int4_layout, "w8a8": self._fp8_layout}.get(self.kind, self._nvfp4_layout)
+        tensors, attrs = layout(name, n, k)
         attrs["activation_format"] = self.declared_activation() if self.kind != "w4a16" else DEFAULT_ACTIVATION["w4a16"]
         return ProjSpec(name=name, kind=self.kind, n=n, k=k, family=family, tensors=tensors,
                         attrs=attrs, source=f"{name}.weight_packed" if self.kind != "w8a8" else f"{name}.weight")
+
+    # Each (name, n, k) -> the spec's tensors and attrs, after checking the stored tensors' headers.
+    def _int4_layout(self, name: str, n: int, k: int) -> tuple[dict, dict]:
+        ck, g = self.checkpoint, self.group_size
+        if k % g or k % 8:
+            raise CheckpointError(f"{name}: K={k} is not a multiple of group size {g}")
+        ck.expect(f"{name}.weight_packed", (n, k // 8), (torch.int32,))
+        ck.expect(f"{name}.weight_scale", (n, k // g), SCALE_DTYPES, hint=f" for group size {g}")
+        ck.expect(f"{name}.weight_shape", (2,), (torch.int64, torch.int32))
+        tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // g), w4a16.SCALE_DTYPE)}
+        if not self.symmetric:
+            ck.expect(f"{name}.weight_zero_point", (ceil_div(n, 8), k // g), (torch.int32,),
+                      hint=" (int4 zero points packed 8 a word along N)")
+            tensors["zero_point"] = ((n, k // g), I8)
+        return tensors, {"group_size": g}
+
+    def _fp8_layout(self, name: str, n: int, k: int) -> tuple[dict, dict]:
+        ck = self.checkpoint
+        ck.expect(f"{name}.weight", (n, k), FP8_DTYPES)
+        if self.granularity == "block128":
+            ck.expect(f"{name}.weight_scale", (ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK)), SCALE_DTYPES,
+                      hint=" (one scale per 128x128 block)")
+            ws = (ceil_div(n, FP8_BLOCK), ceil_div(k, FP8_BLOCK))
+        else:
+            self.scalar_or_vector(f"{name}.weight_scale", n)
+            ws = (n,)
+        tensors = {"weight": ((n, k), I8), "weight_scale": (ws, F32)}
+        return tensors, {"weight_scale_granularity": self.granularity,
+                         "activation_scale_granularity": self.act["activation_scale_granularity"]}
+
+    def _nvfp4_layout(self, name: str, n: int, k: int) -> tuple[dict, dict]:
+        ck = self.checkpoint
+        if k % NVFP4_BLOCK:
+            raise CheckpointError(f"{name}: NVFP4 needs K to be a multiple of 16, found K={k}")
+        ck.expect(f"{name}.weight_packed", (n, k // 2), (torch.uint8, torch.int8))
+        ck.expect(f"{name}.weight_scale", (n, k // NVFP4_BLOCK), FP8_DTYPES)
+        self.scalar_or_vector(f"{name}.weight_global_scale")
+        tensors = {"weight": ((n, k // 2), I8), "weight_scale": ((n, k // NVFP4_BLOCK), I8),
+                   "weight_global_scale": ((1,), F32)}
+        if self.act_nvfp4:
+            self.scalar_or_vector(f"{name}.input_global_scale")
+            tensors["input_scale"] = ((1,), F32)
+        return tensors, {}
 
     def quant_load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
         ck, name, n, k = self.checkpoint, spec.name, spec.n, spec.k

@@ -64,27 +64,9 @@ class CausalLM(nn.Module):
         self.layer_ids = list(range(cfg.num_hidden_layers)) if layers is None else list(layers)
         builder = layer_builder(cfg.family)
         # Tensors the exported layout assembles from the checkpoint's (GDN's QKVZ, fused experts).
-        self.recipes = {}
-        if hasattr(builder, "recipes"):
-            for i in self.layer_ids:
-                self.recipes.update(builder.recipes(cfg, source.checkpoint, f"model.layers.{i}"))
+        self.recipes = self._layer_recipes(builder, source.checkpoint)
         source = with_recipes(source, self.recipes)
-        ckpt = source.checkpoint
-        buffers = dict(self.named_buffers())
-        # Plain tensors: buffer path -> checkpoint name, headers checked now.
-        self.plain: dict[str, str] = {"model.embed_tokens.weight": "model.embed_tokens.weight"}
-        shapes = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size),
-                  "model.norm.weight": (cfg.hidden_size,)}
-        self.plain["model.norm.weight"] = "model.norm.weight"
-        specs = {}
-        for i in self.layer_ids:
-            prefix = f"model.layers.{i}"
-            specs[i] = builder.plan(cfg, source, prefix)
-            for name, shape in builder.plain_tensors(cfg, prefix).items():
-                self.plain[name] = name
-                shapes[name] = shape
-        for fqn, shape in shapes.items():
-            ckpt.expect(self.plain[fqn], shape, FLOAT_DTYPES)
+        specs = self._plan_layers(builder, source)
         head_weight = "model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"
         head_spec = source.spec("lm_head", cfg.vocab_size, cfg.hidden_size, "head", weight_name=head_weight)
 
@@ -99,6 +81,34 @@ class CausalLM(nn.Module):
         name_ops(self)
         if any(m.spec.kind != "none" for _, m in self.projections()):
             self.use_float_ops()
+
+    def _layer_recipes(self, builder, ckpt) -> dict:
+        """The recipes (``builder.recipes``) of every exported layer; none for a builder without."""
+        recipes = {}
+        if hasattr(builder, "recipes"):
+            for i in self.layer_ids:
+                recipes.update(builder.recipes(self.cfg, ckpt, f"model.layers.{i}"))
+        return recipes
+
+    def _plan_layers(self, builder, source: ProjectionSource) -> dict[int, object]:
+        """Each exported layer's plan (``builder.plan``), and ``self.plain``: the plain tensors'
+        buffer path -> checkpoint name, their headers checked now."""
+        cfg = self.cfg
+        self.plain: dict[str, str] = {"model.embed_tokens.weight": "model.embed_tokens.weight"}
+        shapes = {"model.embed_tokens.weight": (cfg.vocab_size, cfg.hidden_size),
+                  "model.norm.weight": (cfg.hidden_size,)}
+        self.plain["model.norm.weight"] = "model.norm.weight"
+        specs = {}
+        for i in self.layer_ids:
+            prefix = f"model.layers.{i}"
+            specs[i] = builder.plan(cfg, source, prefix)
+            for name, shape in builder.plain_tensors(cfg, prefix).items():
+                self.plain[name] = name
+                shapes[name] = shape
+        ckpt = source.checkpoint
+        for fqn, shape in shapes.items():
+            ckpt.expect(self.plain[fqn], shape, FLOAT_DTYPES)
+        return specs
 
     def use_float_ops(self) -> None:
         """A quantized export: the float projections that stay (lm_head, the router gates) run the
@@ -123,11 +133,15 @@ class CausalLM(nn.Module):
         checkpoint one tensor at a time; ``cast=False`` leaves float tensors in their stored dtype
         (a buffer's ``copy_`` converts them, with no second full-size copy)."""
         source = with_recipes(source, self.recipes)
-        ckpt = source.checkpoint
         buffers = dict(self.named_buffers())
         for fqn, make in self.computed().items():
             if fqn.startswith(prefix):
                 yield fqn, make()
+        yield from self._plain_weights(source.checkpoint, buffers, prefix, cast)
+        yield from self._projection_weights(source, buffers, prefix, cast)
+
+    def _plain_weights(self, ckpt, buffers: dict, prefix: str, cast: bool) -> Iterator[tuple[str, torch.Tensor]]:
+        """The plain tensors under ``prefix`` (embedding, norms), each checked to be finite."""
         for fqn, name in self.plain.items():
             if not fqn.startswith(prefix):
                 continue
@@ -135,6 +149,10 @@ class CausalLM(nn.Module):
             if not all_finite(t):  # sliced: no float32 copy of the embedding
                 raise CheckpointError(f"{ckpt.root}: tensor {name!r} holds NaN or infinite values")
             yield fqn, t.to(buffers[fqn].dtype) if cast else t  # the model dtype, or bf16 for a FloatProj weight
+
+    def _projection_weights(self, source: ProjectionSource, buffers: dict, prefix: str,
+                            cast: bool) -> Iterator[tuple[str, torch.Tensor]]:
+        """The tensors of the projections under ``prefix``, as ``source`` loads them."""
         for path, proj in self.projections():
             if not f"{path}.".startswith(prefix):
                 continue

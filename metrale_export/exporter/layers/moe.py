@@ -70,15 +70,11 @@ def moe_config(cfg, shared_expert: bool = False, norm_topk_default: bool = False
     act = raw.get("hidden_act", "silu")
     if act != "silu":
         raise ConfigError(f"{where}: key 'hidden_act': expected 'silu' (SwiGLU experts), found {act!r}")
-    # transformers writes num_local_experts (its attribute_map of num_experts); the Qwen checkpoints, num_experts.
-    key = "num_experts" if "num_experts" in raw else "num_local_experts" if "num_local_experts" in raw else "num_experts"
-    experts = _int(raw, key, where, minimum=0)
+    experts = _int(raw, _experts_key(raw), where, minimum=0)
     top_k = _int(raw, "num_experts_per_tok", where)
     if experts and top_k > experts:
         raise ConfigError(f"{where}: num_experts_per_tok={top_k} exceeds num_experts={experts}")
-    only = raw.get("mlp_only_layers") or []
-    if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
-        raise ConfigError(f"{where}: key 'mlp_only_layers': expected a list of layer indices, found {only!r}")
+    only = _mlp_only_layers(raw, where)
     norm = raw.get("norm_topk_prob", norm_topk_default)
     if not isinstance(norm, bool):
         raise ConfigError(f"{where}: key 'norm_topk_prob': expected a boolean, found {norm!r}")
@@ -91,6 +87,19 @@ def moe_config(cfg, shared_expert: bool = False, norm_topk_default: bool = False
         shared_expert_intermediate_size=(_int(raw, "shared_expert_intermediate_size", where)
                                          if shared_expert else 0),
     )
+
+
+def _experts_key(raw: dict) -> str:
+    """The key naming the expert count: transformers writes num_local_experts (its attribute_map of
+    num_experts); the Qwen checkpoints, num_experts (also the key a missing count is reported under)."""
+    return "num_local_experts" if "num_experts" not in raw and "num_local_experts" in raw else "num_experts"
+
+
+def _mlp_only_layers(raw: dict, where: str) -> list[int]:
+    only = raw.get("mlp_only_layers") or []
+    if not isinstance(only, list) or not all(isinstance(i, int) for i in only):
+        raise ConfigError(f"{where}: key 'mlp_only_layers': expected a list of layer indices, found {only!r}")
+    return only
 
 
 def layer_index(prefix: str) -> int:
@@ -156,23 +165,29 @@ def check_expert_count(ckpt, moe: MoeConfig, prefix: str) -> None:
     if names is None:
         return
     stem = f"{prefix}.mlp.experts."
-    ids = set()
-    for name in names():
-        if name.startswith(stem):
-            head = name[len(stem):].split(".", 1)[0]
-            if head.isdigit():
-                ids.add(int(head))
+    ids = _stored_expert_ids(names(), stem)
     for fused in (f"{stem}gate_up_proj", f"{stem}down_proj"):
-        if fused in ckpt and ckpt.info(fused).shape[:1] != (moe.num_experts,):
-            raise ConfigError(
-                f"{fused}: the fused tensor holds {list(ckpt.info(fused).shape)[:1]} experts along dim 0, but "
-                f"config.json says num_experts={moe.num_experts}; the expert count of the config and the weights "
-                "must agree")
+        _check_fused_count(ckpt, fused, moe.num_experts)
     extra = sorted(i for i in ids if i >= moe.num_experts)
     if extra:
         raise ConfigError(
             f"{stem[:-1]}: the checkpoint stores experts up to {max(ids)} ({len(ids)} experts), but config.json "
             f"says num_experts={moe.num_experts}; the expert count of the config and the weights must agree")
+
+
+def _stored_expert_ids(names, stem: str) -> set[int]:
+    """The expert ids of the tensors named ``{stem}{id}.*``."""
+    heads = (name[len(stem):].split(".", 1)[0] for name in names if name.startswith(stem))
+    return {int(head) for head in heads if head.isdigit()}
+
+
+def _check_fused_count(ckpt, fused: str, num_experts: int) -> None:
+    """Refuse a fused expert tensor whose dim 0 is not ``num_experts`` (absent: nothing to check)."""
+    if fused in ckpt and ckpt.info(fused).shape[:1] != (num_experts,):
+        raise ConfigError(
+            f"{fused}: the fused tensor holds {list(ckpt.info(fused).shape)[:1]} experts along dim 0, but "
+            f"config.json says num_experts={num_experts}; the expert count of the config and the weights "
+            "must agree")
 
 
 def mlp_plain_tensors(cfg, moe: MoeConfig, prefix: str) -> dict[str, tuple[int, ...]]:

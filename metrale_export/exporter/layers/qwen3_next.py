@@ -36,14 +36,22 @@ def layer_types(cfg) -> list[str]:
     raw, where = cfg.raw, f"config.json ({cfg.architecture})"
     types = raw.get("layer_types")
     if types is None:
-        interval = raw.get("full_attention_interval", 4)
-        if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
-            raise ConfigError(f"{where}: key 'full_attention_interval': expected a positive integer, found {interval!r}")
-        return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(cfg.num_hidden_layers)]
-    if not isinstance(types, list) or len(types) != cfg.num_hidden_layers or any(t not in LAYER_KINDS for t in types):
+        return _interval_layer_types(raw.get("full_attention_interval", 4), cfg.num_hidden_layers, where)
+    if not _valid_layer_types(types, cfg.num_hidden_layers):
         raise ConfigError(f"{where}: key 'layer_types': expected {cfg.num_hidden_layers} entries of "
                           f"{' or '.join(LAYER_KINDS)}, found {types!r}")
     return list(types)
+
+
+def _interval_layer_types(interval, num_layers: int, where: str) -> list[str]:
+    """Every ``interval``-th layer full attention, the others linear (transformers' default)."""
+    if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
+        raise ConfigError(f"{where}: key 'full_attention_interval': expected a positive integer, found {interval!r}")
+    return ["linear_attention" if (i + 1) % interval else "full_attention" for i in range(num_layers)]
+
+
+def _valid_layer_types(types, num_layers: int) -> bool:
+    return isinstance(types, list) and len(types) == num_layers and all(t in LAYER_KINDS for t in types)
 
 
 def partial_rotary_factor(cfg) -> float:
