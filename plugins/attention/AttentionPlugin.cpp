@@ -47,12 +47,14 @@ AttentionOp AttentionOp::parse(FieldReader const& reader)
     return op;
 }
 
-bool AttentionOp::isDynamic(int32_t /*input*/, int32_t dim, int32_t /*rank*/) const
+template <>
+bool OpPluginOf<AttentionOp>::isDynamic(int32_t /*input*/, int32_t dim, int32_t /*rank*/) const
 {
     return dim == kBATCH_DIM || dim == kLENGTH_DIM;
 }
 
-void AttentionOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
+template <>
+void OpPluginOf<AttentionOp>::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
 {
     Dims const& q = dims[kX_IDX];
     METRALE_REQUIRE(q.nbDims == kRANK && matches(q.d[kHEADS_DIM], qHeads, allowWildcards)
@@ -75,7 +77,9 @@ void AttentionOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWi
         dimsToString(dims[kVALUE_IDX]));
 }
 
-void AttentionOp::outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const
+template <>
+void OpPluginOf<AttentionOp>::outputShapes(
+    nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const
 {
     // y [B, S, Hq, D].
     out[0].nbDims = kRANK;
@@ -85,7 +89,8 @@ void AttentionOp::outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExpr
     out[0].d[3] = b.constant(headDim);
 }
 
-std::vector<Dims> AttentionOp::outputDims(Dims const* in) const
+template <>
+std::vector<Dims> OpPluginOf<AttentionOp>::outputDims(Dims const* in) const
 {
     Dims y{};
     y.nbDims = kRANK;
@@ -96,13 +101,15 @@ std::vector<Dims> AttentionOp::outputDims(Dims const* in) const
     return {y};
 }
 
-size_t AttentionOp::workspaceSize(Dims const* in, int32_t xDType) const
+template <>
+size_t OpPluginOf<AttentionOp>::workspaceSize(Dims const* in, int32_t xDType) const
 {
     return metrale_attention_workspace_size(xDType, in[kX_IDX].d[kBATCH_DIM], qHeads, kvHeads,
         in[kX_IDX].d[kLENGTH_DIM], in[kKEY_IDX].d[kLENGTH_DIM], headDim, kNO_SPLIT);
 }
 
-cudaError_t AttentionOp::launch(OpTensors const& t) const
+template <>
+cudaError_t OpPluginOf<AttentionOp>::launch(OpTensors const& t) const
 {
     Dims const& q = t.inDesc[kX_IDX].dims;
     // The score multiplier as the torch op computes it (contract.attention_scale_log2): the product
@@ -113,7 +120,8 @@ cudaError_t AttentionOp::launch(OpTensors const& t) const
         t.workspace, t.workspaceBytes, t.stream);
 }
 
-std::string AttentionOp::describe() const
+template <>
+std::string OpPluginOf<AttentionOp>::describe() const
 {
     return cat("q_heads=", qHeads, ";kv_heads=", kvHeads, ";head_dim=", headDim, ";scale=", std::setprecision(9),
         scale);

@@ -290,6 +290,10 @@ void requireValue(char const* field, int32_t value, int32_t const (&values)[N])
 //! Parses a flag field (0 or 1).
 bool parseFlag(FieldReader const& reader, char const* name);
 
+//! Parses an int field that must be positive; throws "field '<name>': expected a positive <what>,
+//! found <value>".
+int32_t parsePositive(FieldReader const& reader, char const* name, char const* what);
+
 //! Parses activation_format against the values an op allows (docs/ops.md, Activation formats): the
 //! code is the value's index in contract::kACTIVATION_FORMATS (MetraleActFormat).
 int32_t parseActivationFormat(std::string const& value, char const* const* allowed, int32_t nbAllowed);

@@ -4,10 +4,10 @@ current): which C++ format serves which op, and that no plugin source restates a
 
 ``drift(plugins_dir)`` returns one line per disagreement (empty: none):
 - every op the contract gives a plugin (``has_plugin``) is a format's ``using Op = contract::<op>;``
-  (dense) or ``using GroupedOp = contract::<op>;`` (grouped), or a non-projection op's policy
-  ``struct <Name>Op`` with ``using Op = contract::<op>;``, in ``plugins/*/*Plugin.h``, registered
+  (dense) or ``using GroupedOp = contract::<op>;`` (grouped), or a non-projection op's fields
+  ``struct <Name>Op : OpFields<contract::<op>>``, in ``plugins/*/*Plugin.h``, registered
   in ``common/pluginLibrary.cpp`` as ``ProjectionPluginCreator<DenseProjPlugin<Format>>`` (or
-  ``GroupedProjPlugin``, ``OpPluginOf<Policy>``), with a ``RetiredPluginCreator`` exactly when the
+  ``GroupedProjPlugin``, ``OpPluginOf<Fields>``), with a ``RetiredPluginCreator`` exactly when the
   contract names a retired version (one per retired version, by its index); an op with ``has_plugin=False`` has none;
 - no plugin source (comments stripped; the generated header and plugins/tests aside) spells an op
   type, an activation format or an enumerated string value as a literal: those come from the header.
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from metrale_export import contract
 
-_FORMAT = re.compile(r"^struct (\w+(?:Format|Op))\s*$(.*?)^};", re.M | re.S)
+_FORMAT = re.compile(r"^struct (\w+(?:Format|Op))\b([^\n]*)$(.*?)^};", re.M | re.S)
 
 
 def _code(text: str) -> str:
@@ -36,10 +36,12 @@ def _formats(plugins: Path) -> dict[str, tuple[str, str]]:
     non-projection policies' ``using Op``."""
     out = {}
     for header in sorted(plugins.glob("*/*Plugin.h")):
-        for name, body in _FORMAT.findall(_code(header.read_text())):
+        for name, bases, body in _FORMAT.findall(_code(header.read_text())):
             dense = "OpPluginOf" if name.endswith("Op") else "DenseProjPlugin"
             for alias, template in (("Op", dense), ("GroupedOp", "GroupedProjPlugin")):
                 m = re.search(rf"\busing {alias} = contract::(\w+);", body)
+                if alias == "Op" and not m:  # a non-projection op's fields: OpFields<contract::<op>>
+                    m = re.fullmatch(r"\s*:\s*OpFields<contract::(\w+)>\s*", bases)
                 if m:
                     out[m.group(1)] = (template, name)
     return out
