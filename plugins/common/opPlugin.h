@@ -192,23 +192,15 @@ class OpPluginOf final : public OpPlugin, private FieldsT
 public:
     using Fields = FieldsT;
     using Op = typename Fields::Op;
-    static constexpr char const* kOP_TYPE{Op::kOP_TYPE};
-    static constexpr char const* kPLUGIN_VERSION{Op::kVERSION};
 
     static OpPluginOf* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
     {
         FieldReader const reader(fc, Op::kFIELDS);
         Fields fields = Fields::parse(reader);
-        FieldListCheck check(kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
+        FieldListCheck check(Op::kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
         visitOpFields(fields, check);
         check.finish();
         return new OpPluginOf(layerName, std::move(fields));
-    }
-
-    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept
-    {
-        static FieldNames const kNAMES{Op::kFIELDS};
-        return kNAMES.collection();
     }
 
     nvinfer1::IPluginV3* clone() noexcept override
@@ -218,7 +210,7 @@ public:
 
 private:
     OpPluginOf(std::string layerName, Fields fields)
-        : OpPlugin({kOP_TYPE, kPLUGIN_VERSION}, std::move(layerName), inputsOf(fields),
+        : OpPlugin({Op::kOP_TYPE, Op::kVERSION}, std::move(layerName), inputsOf(fields),
             METRALE_PRESENT(Op::kOUTPUTS, [&](FieldValues& v) { visitOpFields(fields, v); }))
         , Fields(std::move(fields))
     {

@@ -18,19 +18,20 @@ FloatFormat FloatFormat::parse(FieldReader const& /*reader*/, CommonAttributes c
 std::vector<InputSpec> FloatFormat::weightInputs(CommonAttributes const& attrs) const
 {
     // Op::kINPUTS: weight, bias (has_bias).
-    return contractInputs(Op::kINPUTS, {{attrs.n, attrs.k}, {attrs.n}},
-        [&](FieldValues& gates) { visitFields(attrs, gates); });
+    return contractInputs(Op::kINPUTS, {{attrs.n, attrs.k}, {attrs.n}}, formatGates(*this, attrs));
 }
 
-size_t FloatFormat::workspaceSize(CommonAttributes const& attrs, int64_t m) const
+template <>
+size_t DenseProjPlugin<FloatFormat>::workspaceSize(int64_t m, int32_t /*xDType*/) const
 {
-    return metrale_float_proj_workspace_size(m, attrs.n, attrs.k);
+    return metrale_float_proj_workspace_size(m, mAttrs.n, mAttrs.k);
 }
 
-cudaError_t FloatFormat::launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const
+template <>
+cudaError_t DenseProjPlugin<FloatFormat>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
 {
-    return metrale_float_proj(run.x, run.xDType, in.required("weight"), in.optional<float>("bias", attrs.hasBias),
-        run.y, run.m, attrs.n, attrs.k, run.workspace, run.workspaceBytes, run.stream);
+    return metrale_float_proj(run.x, run.xDType, in.required("weight"), in.optional<float>("bias", mAttrs.hasBias),
+        run.y, run.m, mAttrs.n, mAttrs.k, run.workspace, run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

@@ -9,6 +9,12 @@ namespace metrale
 namespace plugin
 {
 
+namespace
+{
+//! Edge of a weight-scale block and of an activation-scale block (block128, row_block128).
+constexpr int64_t kBLOCK{contract::kFP8_BLOCK};
+} // namespace
+
 W8A8Format W8A8Format::parse(FieldReader const& reader, CommonAttributes const& /*attrs*/)
 {
     W8A8Format f;
@@ -32,27 +38,22 @@ std::vector<InputSpec> W8A8Format::weightInputs(CommonAttributes const& attrs) c
         scaleDims = {(n + kBLOCK - 1) / kBLOCK, (k + kBLOCK - 1) / kBLOCK};
     }
     // Op::kINPUTS: weight, weight_scale, input_scale (activation_scale_granularity=tensor), bias (has_bias).
-    return contractInputs(
-        Op::kINPUTS, {{n, k}, scaleDims, {1}, {n}}, [&](FieldValues& gates) { visitFields(attrs, gates); });
+    return contractInputs(Op::kINPUTS, {{n, k}, scaleDims, {1}, {n}}, formatGates(*this, attrs));
 }
 
-std::string W8A8Format::describe() const
+template <>
+size_t DenseProjPlugin<W8A8Format>::workspaceSize(int64_t m, int32_t /*xDType*/) const
 {
-    return cat("weight_scale_granularity=", weightScaleGranularityName,
-        ";activation_scale_granularity=", activationScaleGranularityName);
+    return metrale_w8a8_workspace_size(m, mAttrs.n, mAttrs.k, mAttrs.activationFormat, mFormat.activationScaleGranularity);
 }
 
-size_t W8A8Format::workspaceSize(CommonAttributes const& attrs, int64_t m) const
-{
-    return metrale_w8a8_workspace_size(m, attrs.n, attrs.k, attrs.activationFormat, activationScaleGranularity);
-}
-
-cudaError_t W8A8Format::launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const
+template <>
+cudaError_t DenseProjPlugin<W8A8Format>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
 {
     return metrale_w8a8_proj(run.x, run.xDType, in.required<int8_t>("weight"), in.required<float>("weight_scale"),
-        weightScaleGranularity, attrs.activationFormat, activationScaleGranularity,
-        in.optional<float>("input_scale", staticScale()), in.optional<float>("bias", attrs.hasBias), run.y, run.m,
-        attrs.n, attrs.k, run.workspace,
+        mFormat.weightScaleGranularity, mAttrs.activationFormat, mFormat.activationScaleGranularity,
+        in.optional<float>("input_scale", mFormat.staticScale()), in.optional<float>("bias", mAttrs.hasBias), run.y, run.m,
+        mAttrs.n, mAttrs.k, run.workspace,
         run.workspaceBytes, run.stream);
 }
 

@@ -4,7 +4,8 @@ current): which C++ format serves which op, and that no plugin source restates a
 
 ``drift(plugins_dir)`` returns one line per disagreement (empty: none):
 - every op the contract gives a plugin (``has_plugin``) is a format's ``using Op = contract::<op>;``
-  (dense) or ``using GroupedOp = contract::<op>;`` (grouped), or a non-projection op's fields
+  (dense) or ``using GroupedOp = contract::<op>;`` (grouped), or its base's ``ProjFormat<contract::<op>,
+  contract::<grouped op>>``, or a non-projection op's fields
   ``struct <Name>Op : OpFields<contract::<op>>``, in ``plugins/*/*Plugin.h``, registered
   in ``common/pluginLibrary.cpp`` as ``ProjectionPluginCreator<DenseProjPlugin<Format>>`` (or
   ``GroupedProjPlugin``, ``OpPluginOf<Fields>``), with a ``RetiredPluginCreator`` exactly when the
@@ -32,18 +33,19 @@ def _code(text: str) -> str:
 
 
 def _formats(plugins: Path) -> dict[str, tuple[str, str]]:
-    """op type -> (template, format struct): the formats' ``using Op`` / ``using GroupedOp``, the
-    non-projection policies' ``using Op``."""
+    """op type -> (template, format struct): the formats' ``using Op`` / ``using GroupedOp`` or
+    ProjFormat base, the non-projection ops' OpFields base."""
     out = {}
     for header in sorted(plugins.glob("*/*Plugin.h")):
         for name, bases, body in _FORMAT.findall(_code(header.read_text())):
             dense = "OpPluginOf" if name.endswith("Op") else "DenseProjPlugin"
-            for alias, template in (("Op", dense), ("GroupedOp", "GroupedProjPlugin")):
+            # The base's: OpFields<contract::<op>>, ProjFormat<contract::<op>[, contract::<grouped op>]>.
+            base = re.fullmatch(r"\s*:\s*(?:OpFields|ProjFormat)<contract::(\w+)(?:, contract::(\w+))?>\s*", bases)
+            for alias, template, group in (("Op", dense, 1), ("GroupedOp", "GroupedProjPlugin", 2)):
                 m = re.search(rf"\busing {alias} = contract::(\w+);", body)
-                if alias == "Op" and not m:  # a non-projection op's fields: OpFields<contract::<op>>
-                    m = re.fullmatch(r"\s*:\s*OpFields<contract::(\w+)>\s*", bases)
-                if m:
-                    out[m.group(1)] = (template, name)
+                op = m.group(1) if m else (base.group(group) if base else None)
+                if op:
+                    out[op] = (template, name)
     return out
 
 
