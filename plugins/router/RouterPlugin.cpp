@@ -30,6 +30,12 @@ RouterOp RouterOp::parse(FieldReader const& reader)
 }
 
 template <>
+bool OpPluginOf<RouterOp>::isDynamic(int32_t input, int32_t dim, int32_t /*rank*/) const
+{
+    return input == kX_IDX && dim == 0;
+}
+
+template <>
 void OpPluginOf<RouterOp>::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
 {
     Dims const& x = dims[kX_IDX];
