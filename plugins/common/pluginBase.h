@@ -413,8 +413,9 @@ public:
         catch (PluginError const& e)
         {
             reportError(nullptr, e.code(),
-                cat(kPLUGIN_NAMESPACE, "::", Plugin::Op::kOP_TYPE, " '", name == nullptr ? "" : name, "' (createPlugin, ",
-                    phase == nvinfer1::TensorRTPhase::kBUILD ? "build" : "runtime", " phase): ", e.what()));
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::Op::kOP_TYPE, " '", name == nullptr ? "" : name,
+                    "' (createPlugin, ", phase == nvinfer1::TensorRTPhase::kBUILD ? "build" : "runtime", " phase): ",
+                    e.what()));
         }
         catch (std::exception const& e)
         {

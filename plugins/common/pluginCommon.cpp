@@ -177,19 +177,31 @@ Wide readOne(nvinfer1::PluginField const& field, char const* what, char const* e
     using nvinfer1::PluginFieldType;
     METRALE_REQUIRE(field.data != nullptr && field.length == 1, "field '", field.name, "': expected one ", what,
         ", found length ", field.length, field.data == nullptr ? " and no data" : "");
-    bool const integral = std::is_integral<Wide>::value;
-    switch (field.type)
+    void const* data = field.data;
+    if constexpr (std::is_integral<Wide>::value)
     {
-    case PluginFieldType::kINT32: if (integral) return static_cast<Wide>(*static_cast<int32_t const*>(field.data)); break;
-    case PluginFieldType::kINT64: if (integral) return static_cast<Wide>(*static_cast<int64_t const*>(field.data)); break;
-    case PluginFieldType::kINT16: if (integral) return static_cast<Wide>(*static_cast<int16_t const*>(field.data)); break;
-    case PluginFieldType::kINT8: if (integral) return static_cast<Wide>(*static_cast<int8_t const*>(field.data)); break;
-    case PluginFieldType::kFLOAT32: if (!integral) return static_cast<Wide>(*static_cast<float const*>(field.data)); break;
-    case PluginFieldType::kFLOAT64: if (!integral) return static_cast<Wide>(*static_cast<double const*>(field.data)); break;
-    default: break;
+        switch (field.type)
+        {
+        case PluginFieldType::kINT32: return *static_cast<int32_t const*>(data);
+        case PluginFieldType::kINT64: return *static_cast<int64_t const*>(data);
+        case PluginFieldType::kINT16: return *static_cast<int16_t const*>(data);
+        case PluginFieldType::kINT8: return *static_cast<int8_t const*>(data);
+        default: break;
+        }
     }
-    throw PluginError(
-        cat("field '", field.name, "': expected ", expected, ", found PluginFieldType ", static_cast<int32_t>(field.type)));
+    else
+    {
+        if (field.type == PluginFieldType::kFLOAT32)
+        {
+            return *static_cast<float const*>(data);
+        }
+        if (field.type == PluginFieldType::kFLOAT64)
+        {
+            return *static_cast<double const*>(data);
+        }
+    }
+    throw PluginError(cat("field '", field.name, "': expected ", expected, ", found PluginFieldType ",
+        static_cast<int32_t>(field.type)));
 }
 } // namespace
 

@@ -70,7 +70,7 @@ protected:
 };
 
 //! The walk of the fields that gate a format's inputs (its own, and has_bias), for contractInputs
-//! in its weightInputs.
+//! in its formatInputs.
 template <typename Format>
 auto formatGates(Format const& format, CommonAttributes const& attrs)
 {
@@ -79,6 +79,34 @@ auto formatGates(Format const& format, CommonAttributes const& attrs)
         visitTailFields(attrs, gates);
     };
 }
+
+//! The fields of a projection op in contract order: n, k, the grouped op's routing fields (routing:
+//! none for a dense op), the format's, has_bias, family, name: the one field list.
+template <typename Format, typename Visitor, typename... Routing>
+void visitProjectionFields(CommonAttributes const& attrs, Format const& format, Visitor& v, Routing const&... routing)
+{
+    visitHeadFields(attrs, v);
+    (visitRoutingFields(routing, v), ...);
+    format.visitFields(attrs, v);
+    visitTailFields(attrs, v);
+}
+
+//! A format's own fields as "key=value;..." (FieldText), for the timing cache ID and the metadata.
+template <typename Format>
+std::string formatAttributes(Format const& format, CommonAttributes const& attrs)
+{
+    FieldText text;
+    format.visitFields(attrs, text);
+    return text.text();
+}
+
+//! A format's own fields, parsed and checked against the common ones (throws PluginError), and its
+//! inputs after x in contract order (optional ones only when present; the grouped op stacks them):
+//! each format's .cpp defines both (explicit specializations).
+template <typename Format>
+Format parseFormat(FieldReader const& reader, CommonAttributes const& attrs);
+template <typename Format>
+std::vector<InputSpec> formatInputs(Format const& format, CommonAttributes const& attrs);
 
 //! The base of a format: its dense op's contract (metrale/contract.h: type, version, activation
 //! formats, fields, inputs) and, for a format with a grouped-expert op, that op's (else void).
@@ -91,12 +119,11 @@ struct ProjFormat
 
 //! The plugin of a dense op. Format (W4A16Format, ...) supplies:
 //! - Op, its contract::<op type>, from its base ProjFormat<Op, GroupedOp>;
-//! - parse(reader, attrs): its own fields, checked against the common ones; throws PluginError;
-//! - visitFields(attrs, visitor): the fields after n and k (after the routing fields in the grouped
-//!   op) and before has_bias, family and name, in contract order, activation_format included;
-//! - weightInputs(attrs): the inputs after x, in contract order (optional ones only when present);
-//! and its .cpp defines workspaceSize and launchKernel of DenseProjPlugin<Format>, the dense
-//! launcher calls (explicit specializations).
+//! - its fields and visitFields(attrs, visitor): the fields after n and k (after the routing fields
+//!   in the grouped op) and before has_bias, family and name, in contract order, activation_format
+//!   included;
+//! and its .cpp defines parseFormat<Format>, formatInputs<Format>, and DenseProjPlugin<Format>'s
+//! workspaceSize and launchKernel, the dense launcher calls (explicit specializations).
 template <typename FormatT>
 class DenseProjPlugin final : public ProjectionPlugin
 {
@@ -114,20 +141,11 @@ public:
         // sizeof, not count(): an op with no activation format has an empty list (FloatProj).
         CommonAttributes attrs = parseCommonAttributes(reader, Op::kACTIVATION_FORMATS,
             static_cast<int32_t>(sizeof(Op::kACTIVATION_FORMATS) / sizeof(char const*)));
-        Format format = Format::parse(reader, attrs);
+        Format format = parseFormat<Format>(reader, attrs);
         FieldListCheck check(Op::kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
-        visitFields(attrs, format, check);
+        visitProjectionFields(attrs, format, check);
         check.finish();
         return new DenseProjPlugin(layerName, std::move(attrs), std::move(format));
-    }
-
-    //! The fields in contract order: n, k, the format's, has_bias, family, name.
-    template <typename Visitor>
-    static void visitFields(CommonAttributes const& attrs, Format const& format, Visitor& v)
-    {
-        visitHeadFields(attrs, v);
-        format.visitFields(attrs, v);
-        visitTailFields(attrs, v);
     }
 
     nvinfer1::IPluginV3* clone() noexcept override
@@ -137,7 +155,7 @@ public:
 
 private:
     DenseProjPlugin(std::string layerName, CommonAttributes attrs, Format format)
-        : ProjectionPlugin({Op::kOP_TYPE, Op::kVERSION}, std::move(layerName), attrs, format.weightInputs(attrs))
+        : ProjectionPlugin({Op::kOP_TYPE, Op::kVERSION}, std::move(layerName), attrs, formatInputs(format, attrs))
         , mFormat(std::move(format))
     {
     }
@@ -152,13 +170,11 @@ private:
     cudaError_t launchKernel(InputTensors const& in, LaunchArgs const& run) const;
     std::string describeOpAttributes() const override
     {
-        FieldText text;
-        mFormat.visitFields(mAttrs, text);
-        return text.text();
+        return formatAttributes(mFormat, mAttrs);
     }
     void writeFields(FieldWriter& writer) const override
     {
-        visitFields(mAttrs, mFormat, writer);
+        visitProjectionFields(mAttrs, mFormat, writer);
     }
 
     Format mFormat;

@@ -9,16 +9,18 @@ namespace metrale
 namespace plugin
 {
 
-FloatFormat FloatFormat::parse(FieldReader const& /*reader*/, CommonAttributes const& /*attrs*/)
+template <>
+FloatFormat parseFormat<FloatFormat>(FieldReader const& /*reader*/, CommonAttributes const& /*attrs*/)
 {
     // n, k, has_bias, family and name are the common fields; FloatProj has no others.
     return FloatFormat{};
 }
 
-std::vector<InputSpec> FloatFormat::weightInputs(CommonAttributes const& attrs) const
+template <>
+std::vector<InputSpec> formatInputs<FloatFormat>(FloatFormat const& format, CommonAttributes const& attrs)
 {
     // Op::kINPUTS: weight, bias (has_bias).
-    return contractInputs(Op::kINPUTS, {{attrs.n, attrs.k}, {attrs.n}}, formatGates(*this, attrs));
+    return contractInputs(FloatFormat::Op::kINPUTS, {{attrs.n, attrs.k}, {attrs.n}}, formatGates(format, attrs));
 }
 
 template <>

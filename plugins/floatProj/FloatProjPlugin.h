@@ -26,9 +26,6 @@ struct FloatFormat : ProjFormat<contract::FloatProj>
     void visitFields(CommonAttributes const& /*attrs*/, Visitor& /*v*/) const
     {
     }
-
-    static FloatFormat parse(FieldReader const& reader, CommonAttributes const& attrs);
-    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
 };
 
 } // namespace plugin

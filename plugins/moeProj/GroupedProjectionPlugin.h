@@ -25,7 +25,7 @@
 #ifndef METRALE_GROUPED_PROJ_PLUGIN_H
 #define METRALE_GROUPED_PROJ_PLUGIN_H
 
-#include "../common/pluginBase.h"
+#include "../common/projectionPlugin.h"
 
 #include <string>
 #include <vector>
@@ -129,22 +129,11 @@ public:
         FieldReader const reader(fc, Op::kFIELDS);
         CommonAttributes attrs = parseCommonAttributes(reader, Op::kACTIVATION_FORMATS);
         RoutingAttributes const routing = parseRoutingAttributes(reader);
-        Format format = Format::parse(reader, attrs);
+        Format format = parseFormat<Format>(reader, attrs);
         FieldListCheck check(Op::kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
-        visitFields(attrs, routing, format, check);
+        visitProjectionFields(attrs, format, check, routing);
         check.finish();
         return new GroupedProjPlugin(layerName, std::move(attrs), routing, std::move(format));
-    }
-
-    //! The fields in contract order: n, k, the routing fields, the format's, has_bias, family, name.
-    template <typename Visitor>
-    static void visitFields(
-        CommonAttributes const& attrs, RoutingAttributes const& routing, Format const& format, Visitor& v)
-    {
-        visitHeadFields(attrs, v);
-        visitRoutingFields(routing, v);
-        format.visitFields(attrs, v);
-        visitTailFields(attrs, v);
     }
 
     nvinfer1::IPluginV3* clone() noexcept override
@@ -155,7 +144,7 @@ public:
 private:
     GroupedProjPlugin(std::string layerName, CommonAttributes attrs, RoutingAttributes routing, Format format)
         : GroupedProjectionPlugin({Op::kOP_TYPE, Op::kVERSION}, std::move(layerName), attrs, routing,
-            stackedInputs(format.weightInputs(attrs), routing.numExperts))
+            stackedInputs(formatInputs(format, attrs), routing.numExperts))
         , mFormat(std::move(format))
     {
     }
@@ -170,13 +159,11 @@ private:
     cudaError_t launchKernel(InputTensors const& in, LaunchArgs const& run) const;
     std::string describeOpAttributes() const override
     {
-        FieldText text;
-        mFormat.visitFields(mAttrs, text);
-        return text.text();
+        return formatAttributes(mFormat, mAttrs);
     }
     void writeFields(FieldWriter& writer) const override
     {
-        visitFields(mAttrs, mRouting, mFormat, writer);
+        visitProjectionFields(mAttrs, mFormat, writer, mRouting);
     }
 
     Format mFormat;

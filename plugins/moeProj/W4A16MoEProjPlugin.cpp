@@ -31,8 +31,8 @@ cudaError_t GroupedProjPlugin<W4A16Format>::launchKernel(InputTensors const& in,
 {
     return metrale_w4a16_moe_proj(run.x, run.xDType, run.topkIds, run.topkWeights, in.required<int8_t>("weight"),
         in.required("weight_scale"), in.optional<int8_t>("zero_point", mFormat.hasZeroPoint),
-        in.optional<float>("bias", mAttrs.hasBias), run.y, run.m, mRouting.topK, mRouting.numExperts, mAttrs.n, mAttrs.k,
-        mFormat.groupSize, mRouting.combine, run.workspace, run.workspaceBytes, run.stream);
+        in.optional<float>("bias", mAttrs.hasBias), run.y, run.m, mRouting.topK, mRouting.numExperts, mAttrs.n,
+        mAttrs.k, mFormat.groupSize, mRouting.combine, run.workspace, run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

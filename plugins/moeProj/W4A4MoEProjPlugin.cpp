@@ -34,8 +34,8 @@ cudaError_t GroupedProjPlugin<W4A4Format>::launchKernel(InputTensors const& in, 
     return metrale_w4a4_moe_proj(run.x, run.xDType, run.topkIds, run.topkWeights, in.required<int8_t>("weight"),
         in.required<int8_t>("weight_scale"), in.required<float>("weight_global_scale"),
         in.optional<float>("input_scale", mFormat.hasInputScale), mAttrs.activationFormat,
-        in.optional<float>("bias", mAttrs.hasBias), run.y, run.m, mRouting.topK, mRouting.numExperts, mAttrs.n, mAttrs.k,
-        mRouting.combine, run.workspace, run.workspaceBytes, run.stream);
+        in.optional<float>("bias", mAttrs.hasBias), run.y, run.m, mRouting.topK, mRouting.numExperts, mAttrs.n,
+        mAttrs.k, mRouting.combine, run.workspace, run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

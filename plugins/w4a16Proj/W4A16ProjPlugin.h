@@ -36,9 +36,6 @@ struct W4A16Format : ProjFormat<contract::W4A16Proj, contract::W4A16MoEProj>
         v.intField("has_zero_point", hasZeroPoint);
         v.stringField("activation_format", attrs.activationFormatName);
     }
-
-    static W4A16Format parse(FieldReader const& reader, CommonAttributes const& attrs);
-    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
 };
 
 } // namespace plugin

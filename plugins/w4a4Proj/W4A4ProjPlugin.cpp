@@ -9,28 +9,25 @@ namespace metrale
 namespace plugin
 {
 
-namespace
+template <>
+W4A4Format parseFormat<W4A4Format>(FieldReader const& reader, CommonAttributes const& attrs)
 {
-//! Elements per e4m3 block scale.
-constexpr int32_t kBLOCK{contract::kNVFP4_BLOCK};
-} // namespace
-
-W4A4Format W4A4Format::parse(FieldReader const& reader, CommonAttributes const& attrs)
-{
-    METRALE_REQUIRE(attrs.k % kBLOCK == 0, "field 'k': NVFP4 needs K to be a multiple of ", kBLOCK,
-        ", found K=", attrs.k);
+    METRALE_REQUIRE(attrs.k % contract::kNVFP4_BLOCK == 0, "field 'k': NVFP4 needs K to be a multiple of ",
+        contract::kNVFP4_BLOCK, ", found K=", attrs.k);
     W4A4Format f;
     f.hasInputScale = parseFlag(reader, "has_input_scale") ? 1 : 0;
     return f;
 }
 
-std::vector<InputSpec> W4A4Format::weightInputs(CommonAttributes const& attrs) const
+template <>
+std::vector<InputSpec> formatInputs<W4A4Format>(W4A4Format const& format, CommonAttributes const& attrs)
 {
     int64_t const n = attrs.n;
     int64_t const k = attrs.k;
     // Op::kINPUTS: weight, weight_scale, weight_global_scale, input_scale (has_input_scale), bias
     // (has_bias). weight_global_scale and input_scale are per tensor: [1] here, [E] in the grouped op.
-    return contractInputs(Op::kINPUTS, {{n, k / 2}, {n, k / kBLOCK}, {1}, {1}, {n}}, formatGates(*this, attrs));
+    return contractInputs(W4A4Format::Op::kINPUTS, {{n, k / 2}, {n, k / contract::kNVFP4_BLOCK}, {1}, {1}, {n}},
+        formatGates(format, attrs));
 }
 
 template <>

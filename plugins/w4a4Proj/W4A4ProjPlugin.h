@@ -33,9 +33,6 @@ struct W4A4Format : ProjFormat<contract::W4A4Proj, contract::W4A4MoEProj>
         v.stringField("activation_format", attrs.activationFormatName);
         v.intField("has_input_scale", hasInputScale);
     }
-
-    static W4A4Format parse(FieldReader const& reader, CommonAttributes const& attrs);
-    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
 };
 
 } // namespace plugin

@@ -44,9 +44,6 @@ struct W8A8Format : ProjFormat<contract::W8A8Proj, contract::W8A8MoEProj>
         v.stringField("activation_format", attrs.activationFormatName);
         v.stringField("activation_scale_granularity", activationScaleGranularityName);
     }
-
-    static W8A8Format parse(FieldReader const& reader, CommonAttributes const& attrs);
-    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
 };
 
 } // namespace plugin
