@@ -26,8 +26,8 @@ std::vector<InputSpec> formatInputs<W4A16Format>(W4A16Format const& format, Comm
     int64_t const n = attrs.n;
     int64_t const groups = (attrs.k + format.groupSize - 1) / format.groupSize;  // a partial last group
     // Op::kINPUTS: weight, weight_scale, zero_point (has_zero_point), bias (has_bias).
-    return contractInputs(W4A16Format::Op::kINPUTS, {{n, attrs.k / 2}, {n, groups}, {n, groups}, {n}},
-        formatGates(format, attrs));
+    using Op = W4A16Format::Op;
+    return contractInputs(Op::kINPUTS, {{n, attrs.k / 2}, {n, groups}, {n, groups}, {n}}, formatGates(format, attrs));
 }
 
 template <>

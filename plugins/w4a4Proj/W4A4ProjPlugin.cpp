@@ -26,8 +26,9 @@ std::vector<InputSpec> formatInputs<W4A4Format>(W4A4Format const& format, Common
     int64_t const k = attrs.k;
     // Op::kINPUTS: weight, weight_scale, weight_global_scale, input_scale (has_input_scale), bias
     // (has_bias). weight_global_scale and input_scale are per tensor: [1] here, [E] in the grouped op.
-    return contractInputs(W4A4Format::Op::kINPUTS, {{n, k / 2}, {n, k / contract::kNVFP4_BLOCK}, {1}, {1}, {n}},
-        formatGates(format, attrs));
+    int64_t const blocks = k / contract::kNVFP4_BLOCK;  // e4m3 scales a row
+    return contractInputs(
+        W4A4Format::Op::kINPUTS, {{n, k / 2}, {n, blocks}, {1}, {1}, {n}}, formatGates(format, attrs));
 }
 
 template <>
