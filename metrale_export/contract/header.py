@@ -9,6 +9,8 @@ constants and blocks, one ``struct <op_type>`` per op of ``OPS`` (type, version,
 and default, whether it has a plugin, the dense op of a grouped one, each retired version and what
 changed, the compatible version, the fields in contract order with their types and defaults, each enumerated field's values
 in code order, the inputs after x with dtype, gate and shape, and the outputs with dtype, gate and shape) and ``kOPS``, every op's identity.
+Each op's struct is a line of scalar facts (``METRALE_CONTRACT_OP``, defined once at the top with
+what each member means) and a line a table, so the generated text repeats no multi-line shape.
 
 Invariants:
 - the text is a pure function of the contract (no dates, no paths): regenerating an unchanged
@@ -71,16 +73,15 @@ def _field(spec: c.OpSpec, a: c.Attribute) -> str:
     int_default = str(int(d)) if a.type == "int" and d is not None else "0"
     float_default = _float(d) if a.type == "float" and d is not None else "0.0f"
     str_default = _str(d) if a.type == "string" and d is not None else "nullptr"
-    return (f"        {{{_str(a.name)}, FieldType::{kind}, {required}, {int_default}, {float_default}, "
-            f"{str_default}}},")
+    return f"{{{_str(a.name)}, FieldType::{kind}, {required}, {int_default}, {float_default}, {str_default}}}"
 
 
 def _values(spec: c.OpSpec, a: c.Attribute) -> str:
     if a.type == "string":
-        return f"    static constexpr char const* {_const(a.name)}_VALUES[]{_strings(a.values)};"
+        return f"static constexpr char const* {_const(a.name)}_VALUES[]{_strings(a.values)};"
     if a.type == "int":
-        return f"    static constexpr int32_t {_const(a.name)}_VALUES[]{{{', '.join(str(int(v)) for v in a.values)}}};"
-    return f"    static constexpr float {_const(a.name)}_VALUES[]{{{', '.join(_float(v) for v in a.values)}}};"
+        return f"static constexpr int32_t {_const(a.name)}_VALUES[]{{{', '.join(str(int(v)) for v in a.values)}}};"
+    return f"static constexpr float {_const(a.name)}_VALUES[]{{{', '.join(_float(v) for v in a.values)}}};"
 
 
 def _tensor_type(spec: c.OpSpec, what: str, t: c.Input | c.Output) -> str:
@@ -96,13 +97,13 @@ def _input(spec: c.OpSpec, i: c.Input) -> str:
     kind = _tensor_type(spec, "input", i)
     shape = "[" + ", ".join(i.shape) + "]"
     gate_value = None if i.gate_value == 1 else str(i.gate_value)
-    return f"        {{{_str(i.name)}, TensorType::{kind}, {_str(i.gate)}, {_str(gate_value)}, {_str(shape)}}},"
+    return f"{{{_str(i.name)}, TensorType::{kind}, {_str(i.gate)}, {_str(gate_value)}, {_str(shape)}}}"
 
 
 def _output(spec: c.OpSpec, o: c.Output) -> str:
     kind = _tensor_type(spec, "output", o)
     shape = "[" + ", ".join(o.shape) + "]"
-    return f"        {{{_str(o.name)}, TensorType::{kind}, {_str(o.gate)}, {_str(shape)}}},"
+    return f"{{{_str(o.name)}, TensorType::{kind}, {_str(o.gate)}, {_str(shape)}}}"
 
 
 def _retired(spec: c.OpSpec) -> list[tuple[str, str]]:
@@ -111,50 +112,32 @@ def _retired(spec: c.OpSpec) -> list[tuple[str, str]]:
     return [(str(v), c.OLDER_VERSIONS[(spec.op_type, v)]) for v in older]
 
 
+def _table(entries) -> str:
+    return "{" + ", ".join(entries) + "}"
+
+
 def _op(spec: c.OpSpec) -> list[str]:
+    """One op's struct: a line of scalar facts (METRALE_CONTRACT_OP), then a line a table; what each
+    member means is said once, at METRALE_CONTRACT_OP and the table structs."""
     retired = _retired(spec)
     # Null-terminated (C++ has no empty arrays): kNB_RETIRED entries, then {nullptr, nullptr}.
     entries = "".join(f"{{{_str(v)}, {_str(change)}}}, " for v, change in retired) + "{nullptr, nullptr}"
     older = c.compatible_version(spec)
     compatible = None if older is None else str(older)
+    facts = ", ".join((_str(spec.op_type), str(spec.version), _str(str(spec.version)), _str(spec.kind),
+                       _str(spec.x_name), "true" if spec.has_plugin else "false", _str(spec.grouped_of),
+                       str(len(retired)), _str(compatible), _str(spec.default_activation)))
+    values = " ".join(_values(spec, a) for a in spec.attributes if a.values is not None)
     lines = [
         f"//! {spec.op_type}: {spec.weights} weights ({spec.kind}). {' '.join(spec.doc.split())}".rstrip(),
         f"struct {spec.op_type}",
         "{",
-        f"    static constexpr char const* kOP_TYPE{{{_str(spec.op_type)}}};",
-        f"    static constexpr int32_t kVERSION_NUMBER{{{spec.version}}};",
-        "    //! The TensorRT plugin version: the op version as a string.",
-        f"    static constexpr char const* kVERSION{{{_str(str(spec.version))}}};",
-        f"    static constexpr char const* kKIND{{{_str(spec.kind)}}};",
-        "    //! The name of the first input (x, the router's logits, attention's q), for messages.",
-        f"    static constexpr char const* kX_NAME{{{_str(spec.x_name)}}};",
-        f"    static constexpr bool kHAS_PLUGIN{{{'true' if spec.has_plugin else 'false'}}};",
-        f"    //! The dense op each expert computes (grouped-expert ops), else nullptr.",
-        f"    static constexpr char const* kGROUPED_OF{{{_str(spec.grouped_of)}}};",
-        "    //! The older versions a graph may name, each refused with what changed since (kNB_RETIRED",
-        "    //! of them, oldest first, then a null entry).",
-        f"    static constexpr Retired kRETIRED[]{{{entries}}};",
-        f"    static constexpr int32_t kNB_RETIRED{{{len(retired)}}};",
-        "    //! The older version whose nodes this version reads as they are (only new attribute values",
-        "    //! since), registered as a second creator (nullptr: none).",
-        f"    static constexpr char const* kCOMPATIBLE_VERSION{{{_str(compatible)}}};",
-        f"    static constexpr char const* kACTIVATION_FORMATS[]{_strings(spec.activation_formats)};",
-        f"    static constexpr char const* kDEFAULT_ACTIVATION{{{_str(spec.default_activation)}}};",
-        "    //! The fields (ONNX attributes) in contract order: the plugins' field list.",
-        "    static constexpr Field kFIELDS[]{",
-        *(_field(spec, a) for a in spec.attributes),
-        "    };",
-        "    //! Each enumerated field's values, in the order of its code (the kernels' enum).",
-        *(_values(spec, a) for a in spec.attributes if a.values is not None),
-        "    //! The inputs after x, positional; an optional one is present when its gate field is 1",
-        "    //! (gateValue nullptr) or has the value gateValue (an enumerated gate).",
-        "    static constexpr Input kINPUTS[]{",
-        *(_input(spec, i) for i in spec.inputs),
-        "    };",
-        "    //! The outputs, positional; an optional one is present when its gate field is 1.",
-        "    static constexpr Output kOUTPUTS[]{",
-        *(_output(spec, o) for o in spec.outputs),
-        "    };",
+        f"    METRALE_CONTRACT_OP({facts}); static constexpr Retired kRETIRED[]{{{entries}}}; "
+        f"static constexpr char const* kACTIVATION_FORMATS[]{_strings(spec.activation_formats)};",
+        f"    static constexpr Field kFIELDS[]{_table(_field(spec, a) for a in spec.attributes)};",
+        *([f"    {values}"] if values else []),
+        f"    static constexpr Input kINPUTS[]{_table(_input(spec, i) for i in spec.inputs)};",
+        f"    static constexpr Output kOUTPUTS[]{_table(_output(spec, o) for o in spec.outputs)};",
         "};",
         "",
     ]
@@ -261,6 +244,32 @@ def to_header() -> str:
         "    char const* change;",
         "};",
         "",
+        "//! An op's scalar facts, the first line of its struct below: kOP_TYPE, its ONNX op type;",
+        "//! kVERSION_NUMBER and kVERSION, the op version and as the TensorRT plugin version string; kKIND;",
+        "//! kX_NAME, the name of the first input (x, the router's logits, attention's q), for messages;",
+        "//! kHAS_PLUGIN; kGROUPED_OF, the dense op each expert computes (grouped-expert ops), else nullptr;",
+        "//! kNB_RETIRED, the entries of kRETIRED before its null one; kCOMPATIBLE_VERSION, the older version",
+        "//! whose nodes this version reads as they are (only new attribute values since), registered as a",
+        "//! second creator (nullptr: none); kDEFAULT_ACTIVATION. On the same line kRETIRED, the older",
+        "//! versions a graph may name, each refused with what changed since (oldest first, then a null",
+        "//! entry), and kACTIVATION_FORMATS. Then a line a table: kFIELDS, the fields (ONNX attributes) in",
+        "//! contract order, the plugins' field list; each enumerated field's values in the order of its code",
+        "//! (the kernels' enum), k<FIELD>_VALUES; kINPUTS, the inputs after x, positional (an optional one is",
+        "//! present when its gate field is 1, or has the value gateValue); kOUTPUTS, the outputs, positional",
+        "//! (an optional one is present when its gate field is 1).",
+        "#define METRALE_CONTRACT_OP(opType, versionNumber, version, kind, xName, hasPlugin, groupedOf, nbRetired, \\",
+        "    compatibleVersion, defaultActivation)                                                               \\",
+        "    static constexpr char const* kOP_TYPE{opType};                                                      \\",
+        "    static constexpr int32_t kVERSION_NUMBER{versionNumber};                                            \\",
+        "    static constexpr char const* kVERSION{version};                                                     \\",
+        "    static constexpr char const* kKIND{kind};                                                           \\",
+        "    static constexpr char const* kX_NAME{xName};                                                        \\",
+        "    static constexpr bool kHAS_PLUGIN{hasPlugin};                                                       \\",
+        "    static constexpr char const* kGROUPED_OF{groupedOf};                                                \\",
+        "    static constexpr int32_t kNB_RETIRED{nbRetired};                                                    \\",
+        "    static constexpr char const* kCOMPATIBLE_VERSION{compatibleVersion};                                \\",
+        "    static constexpr char const* kDEFAULT_ACTIVATION{defaultActivation}",
+        "",
         "//! The number of entries of a contract array.",
         "template <typename T, int32_t N>",
         "constexpr int32_t count(T const (&)[N])",
@@ -286,11 +295,19 @@ def to_header() -> str:
         "",
     ]
     body = [line for spec in ops for line in _op(spec)]
-    table = ["//! Every op of the contract.", "constexpr OpInfo kOPS[]{",
-             *(f"    {{{o.op_type}::kOP_TYPE, {o.op_type}::kVERSION, {o.op_type}::kHAS_PLUGIN, "
-               f"{o.op_type}::kRETIRED, {o.op_type}::kNB_RETIRED, {o.op_type}::kCOMPATIBLE_VERSION, {o.op_type}::kFIELDS, count({o.op_type}::kFIELDS)}},"
-               for o in ops),
-             "};", ""]
+    table = ["//! An op's identity.",
+             "template <typename Op>",
+             "constexpr OpInfo opInfo()",
+             "{",
+             "    return {Op::kOP_TYPE, Op::kVERSION, Op::kHAS_PLUGIN, Op::kRETIRED, Op::kNB_RETIRED, "
+             "Op::kCOMPATIBLE_VERSION, Op::kFIELDS, count(Op::kFIELDS)};",
+             "}",
+             "",
+             "//! Every op of the contract.",
+             f"constexpr OpInfo kOPS[]{{{', '.join(f'opInfo<{o.op_type}>()' for o in ops)}}};",
+             "",
+             "#undef METRALE_CONTRACT_OP",
+             ""]
     tail = ["} // namespace contract", "} // namespace metrale", "#endif /* __cplusplus */", "",
             "#endif /* METRALE_CONTRACT_H */"]
     return "\n".join(head + body + info + table + tail) + "\n"

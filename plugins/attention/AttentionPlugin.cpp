@@ -29,6 +29,18 @@ constexpr int32_t kNO_SPLIT{0};
 constexpr int32_t kSPLIT{1};
 constexpr int32_t kLAUNCHER_CHOICE{-1};
 
+//! The longest seq up to `seq` that the decode rule admits (at most 16 rows a (sequence, kv head)).
+int64_t decodeSeq(int64_t seq, int32_t qHeads, int32_t kvHeads)
+{
+    return std::min<int64_t>(seq, METRALE_ATTENTION_DECODE_MAX_ROWS / (qHeads / kvHeads));
+}
+
+//! The launch's split argument: the launcher's choice (the decode kernel) for decode, else unsplit.
+int32_t splitFor(int64_t seq, int32_t qHeads, int32_t kvHeads)
+{
+    return decodeSeq(seq, qHeads, kvHeads) == seq ? kLAUNCHER_CHOICE : kNO_SPLIT;
+}
+
 bool matches(int64_t found, int64_t want, bool allowWildcards)
 {
     return found == want || (allowWildcards && found == -1);
@@ -50,12 +62,14 @@ AttentionOp AttentionOp::parse(FieldReader const& reader)
     return op;
 }
 
-bool AttentionOp::isDynamic(int32_t /*input*/, int32_t dim, int32_t /*rank*/) const
+template <>
+bool OpPluginOf<AttentionOp>::isDynamic(int32_t /*input*/, int32_t dim, int32_t /*rank*/) const
 {
     return dim == kBATCH_DIM || dim == kLENGTH_DIM;
 }
 
-void AttentionOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
+template <>
+void OpPluginOf<AttentionOp>::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
 {
     Dims const& q = dims[kX_IDX];
     METRALE_REQUIRE(q.nbDims == kRANK && matches(q.d[kHEADS_DIM], qHeads, allowWildcards)
@@ -78,7 +92,9 @@ void AttentionOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWi
         dimsToString(dims[kVALUE_IDX]));
 }
 
-void AttentionOp::outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const
+template <>
+void OpPluginOf<AttentionOp>::outputShapes(
+    nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const
 {
     // y [B, S, Hq, D].
     out[0].nbDims = kRANK;
@@ -88,7 +104,8 @@ void AttentionOp::outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExpr
     out[0].d[3] = b.constant(headDim);
 }
 
-std::vector<Dims> AttentionOp::outputDims(Dims const* in) const
+template <>
+std::vector<Dims> OpPluginOf<AttentionOp>::outputDims(Dims const* in) const
 {
     Dims y{};
     y.nbDims = kRANK;
@@ -99,30 +116,22 @@ std::vector<Dims> AttentionOp::outputDims(Dims const* in) const
     return {y};
 }
 
-int64_t AttentionOp::decodeSeq(int64_t seq) const
-{
-    return std::min<int64_t>(seq, METRALE_ATTENTION_DECODE_MAX_ROWS / (qHeads / kvHeads));
-}
-
-int32_t AttentionOp::splitFor(int64_t seq) const
-{
-    return decodeSeq(seq) == seq ? kLAUNCHER_CHOICE : kNO_SPLIT;
-}
-
-size_t AttentionOp::workspaceSize(Dims const* in, int32_t xDType) const
+template <>
+size_t OpPluginOf<AttentionOp>::workspaceSize(Dims const* in, int32_t xDType) const
 {
     int64_t const batch = in[kX_IDX].d[kBATCH_DIM];
     int64_t const seq = in[kX_IDX].d[kLENGTH_DIM];
     int64_t const total = in[kKEY_IDX].d[kLENGTH_DIM];
     size_t const unsplit = metrale_attention_workspace_size(xDType, batch, qHeads, kvHeads, seq, total, headDim, kNO_SPLIT);
-    int64_t const dseq = decodeSeq(seq);
+    int64_t const dseq = decodeSeq(seq, qHeads, kvHeads);
     size_t const split = dseq > 0
         ? metrale_attention_workspace_size(xDType, batch, qHeads, kvHeads, dseq, total, headDim, kSPLIT)
         : 0;
     return std::max(unsplit, split);
 }
 
-cudaError_t AttentionOp::launch(OpTensors const& t) const
+template <>
+cudaError_t OpPluginOf<AttentionOp>::launch(OpTensors const& t) const
 {
     Dims const& q = t.inDesc[kX_IDX].dims;
     // The score multiplier as the torch op computes it (contract.attention_scale_log2): the product
@@ -130,11 +139,12 @@ cudaError_t AttentionOp::launch(OpTensors const& t) const
     float const scaleLog2 = static_cast<float>(static_cast<double>(scale) * contract::kLOG2E);
     return metrale_attention(t.in[kX_IDX], t.in[kKEY_IDX], t.in[kVALUE_IDX], t.out[0], t.xDType, q.d[kBATCH_DIM],
         qHeads, kvHeads, q.d[kLENGTH_DIM], t.inDesc[kKEY_IDX].dims.d[kLENGTH_DIM], headDim, scaleLog2,
-        splitFor(q.d[kLENGTH_DIM]),
+        splitFor(q.d[kLENGTH_DIM], qHeads, kvHeads),
         t.workspace, t.workspaceBytes, t.stream);
 }
 
-std::string AttentionOp::describe() const
+template <>
+std::string OpPluginOf<AttentionOp>::describe() const
 {
     return cat("q_heads=", qHeads, ";kv_heads=", kvHeads, ";head_dim=", headDim, ";scale=", std::setprecision(9),
         scale);

@@ -24,42 +24,19 @@ namespace metrale
 namespace plugin
 {
 
-struct AttentionOp
+struct AttentionOp : OpFields<contract::Attention>
 {
-    using Op = contract::Attention;
-
-    int32_t qHeads{0};
-    int32_t kvHeads{0};
-    int32_t headDim{0};
+    int32_t qHeads{0}, kvHeads{0}, headDim{0};
     float scale{0.0F};
-    NodeNames names;
-
-    template <typename Visitor>
-    void visitFields(Visitor& v) const
-    {
-        v.intField("q_heads", qHeads);
-        v.intField("kv_heads", kvHeads);
-        v.intField("head_dim", headDim);
-        v.floatField("scale", scale);
-        names.visit(v);
-    }
+    static constexpr auto kMEMBERS =
+        std::make_tuple(&AttentionOp::qHeads, &AttentionOp::kvHeads, &AttentionOp::headDim, &AttentionOp::scale);
 
     static AttentionOp parse(FieldReader const& reader);
-    bool isDynamic(int32_t input, int32_t dim, int32_t rank) const;
-    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;
-    void outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const;
-    std::vector<nvinfer1::Dims> outputDims(nvinfer1::Dims const* in) const;
-    size_t workspaceSize(nvinfer1::Dims const* in, int32_t xDType) const;
-    //! The longest seq up to `seq` that the decode rule admits, and the launch's split argument.
-    int64_t decodeSeq(int64_t seq) const;
-    int32_t splitFor(int64_t seq) const;
-    cudaError_t launch(OpTensors const& t) const;
-    std::string describe() const;
-    int64_t rows(nvinfer1::Dims const* in) const
-    {
-        return in[kX_IDX].d[0];
-    }
 };
+
+//! The launcher's workspace for the shapes at hand: unsplit, or split at the decode rule's seq.
+template <>
+size_t OpPluginOf<AttentionOp>::workspaceSize(nvinfer1::Dims const* in, int32_t xDType) const;
 
 } // namespace plugin
 } // namespace metrale

@@ -5,16 +5,17 @@
  * query and key lengths of attention) and several outputs (a norm's residual_out, the router's
  * topk_ids and topk_weights). OpPlugin does every TensorRT method once, from the contract's input
  * and output tables (Op::kINPUTS, Op::kOUTPUTS: which are present by their gate fields, their
- * types, kLIKE_X meaning x's); OpPluginOf<Policy> is one op, whose policy (RMSNormOp, RouterOp,
- * AttentionOp) supplies only its fields, shapes, workspace and the call into the same C launcher
- * the torch CUDA op calls.
+ * types, kLIKE_X meaning x's); OpPluginOf<Fields> is one op, whose fields struct (RMSNormOp,
+ * RouterOp, AttentionOp, ...) and .cpp supply only its fields, shapes, workspace and the call into
+ * the same C launcher the torch CUDA op calls.
  *
  * Invariants:
- * - The serialized fields are exactly the ONNX attributes (the policy's visitFields, checked
- *   against Op::kFIELDS at creation), so kBUILD and kRUNTIME creation go through one parser.
+ * - The serialized fields are exactly the ONNX attributes (visitOpFields: the contract's names, the
+ *   member types checked against Op::kFIELDS at creation), so kBUILD and kRUNTIME creation go
+ *   through one parser.
  * - Shapes are checked at network construction (getOutputShapes, on the dimensions that are
  *   constant), at build (configurePlugin) and at run time (onShapeChange, enqueue).
- * - Only the dimensions the policy names dynamic may be symbolic; every tensor is linear.
+ * - Only the dimensions the op names dynamic (isDynamic) may be symbolic; every tensor is linear.
  * - Every TensorRT-facing method is noexcept (pluginBase.h's METRALE_GUARDED).
  */
 #ifndef METRALE_OP_PLUGIN_H
@@ -23,6 +24,7 @@
 #include "pluginBase.h"
 
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace metrale
@@ -107,7 +109,7 @@ protected:
     OpPlugin(OpPlugin const&) = default;
     OpPlugin& operator=(OpPlugin const&) = delete;
 
-    // The op (OpPluginOf<Policy>).
+    // The op (OpPluginOf<Fields>).
     //! Whether dimension dim of input (of rank rank) may be dynamic (symbolic at build).
     virtual bool isDynamic(int32_t input, int32_t dim, int32_t rank) const = 0;
     // checkDims (PluginCore's): every input's dims against the fields and each other.
@@ -139,35 +141,66 @@ protected:
 //! The TensorRT type of a tensor of contract type type when x has type x.
 nvinfer1::DataType tensorType(contract::TensorType type, nvinfer1::DataType x);
 
-//! The plugin of one non-projection op. Policy (RMSNormOp, RouterOp, AttentionOp) supplies:
-//! - Op, its contract::<op type>;
-//! - static Policy parse(FieldReader const&), and visitFields(visitor): every field in contract
-//!   order, bound to its members;
-//! - nodeName(), isDynamic, checkDims, outputShapes, outputDims, workspaceSize, launch, describe,
-//!   rows: OpPlugin's virtuals, as const members.
-template <typename PolicyT>
-class OpPluginOf final : public OpPlugin
+//! The base of a non-projection op's fields: its contract::<op type> and the last fields of every
+//! op, family and name.
+template <typename OpT>
+struct OpFields
+{
+    using Op = OpT;
+    NodeNames names;
+};
+
+//! Visits one field of a non-projection op (its int or float member) under the contract's name.
+template <typename Visitor>
+void visitOpField(Visitor& v, char const* name, int32_t const& value)
+{
+    v.intField(name, value);
+}
+template <typename Visitor>
+void visitOpField(Visitor& v, char const* name, float const& value)
+{
+    v.floatField(name, value);
+}
+
+//! The fields of a non-projection op in contract order (a Visitor as in pluginBase.h): Fields::kMEMBERS,
+//! the members of the fields before family and name in the order of Op::kFIELDS, each under its
+//! contract name, then family and name. FieldListCheck (at creation) checks each member's type
+//! against the contract's.
+template <typename Fields, typename Visitor>
+void visitOpFields(Fields const& fields, Visitor& v)
+{
+    using Op = typename Fields::Op;
+    static_assert(std::tuple_size<decltype(Fields::kMEMBERS)>::value + 2 == contract::count(Op::kFIELDS),
+        "kMEMBERS must name every field of the op's contract::<Op>::kFIELDS but family and name");
+    int32_t i = 0;
+    std::apply([&](auto... member) { (visitOpField(v, Op::kFIELDS[i++].name, fields.*member), ...); },
+        Fields::kMEMBERS);
+    fields.names.visit(v);
+}
+
+//! The plugin of one non-projection op. Fields (RMSNormOp, RouterOp, AttentionOp, CausalConv1dOp,
+//! GatedDeltaRuleOp) holds the op's fields and supplies:
+//! - Op and names, from its base OpFields<contract::<op type>>; kMEMBERS (visitOpFields);
+//! - static Fields parse(FieldReader const&), which validates them.
+//! The op's .cpp defines the members below declared without a body (explicit specializations of
+//! them: the linker, --no-undefined, refuses a plugin library that lacks one); an op's header
+//! declares the specializations it defines of workspaceSize (default: none) or rows (default: x's
+//! dimension 0), so no file instantiates the default instead.
+template <typename FieldsT>
+class OpPluginOf final : public OpPlugin, private FieldsT
 {
 public:
-    using Policy = PolicyT;
-    using Op = typename Policy::Op;
-    static constexpr char const* kOP_TYPE{Op::kOP_TYPE};
-    static constexpr char const* kPLUGIN_VERSION{Op::kVERSION};
+    using Fields = FieldsT;
+    using Op = typename Fields::Op;
 
     static OpPluginOf* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
     {
         FieldReader const reader(fc, Op::kFIELDS);
-        Policy policy = Policy::parse(reader);
-        FieldListCheck check(kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
-        policy.visitFields(check);
+        Fields fields = Fields::parse(reader);
+        FieldListCheck check(Op::kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
+        visitOpFields(fields, check);
         check.finish();
-        return new OpPluginOf(layerName, std::move(policy));
-    }
-
-    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept
-    {
-        static FieldNames const kNAMES{Op::kFIELDS};
-        return kNAMES.collection();
+        return new OpPluginOf(layerName, std::move(fields));
     }
 
     nvinfer1::IPluginV3* clone() noexcept override
@@ -176,18 +209,18 @@ public:
     }
 
 private:
-    OpPluginOf(std::string layerName, Policy policy)
-        : OpPlugin({kOP_TYPE, kPLUGIN_VERSION}, std::move(layerName), inputsOf(policy),
-            METRALE_PRESENT(Op::kOUTPUTS, [&](FieldValues& v) { policy.visitFields(v); }))
-        , mPolicy(std::move(policy))
+    OpPluginOf(std::string layerName, Fields fields)
+        : OpPlugin({Op::kOP_TYPE, Op::kVERSION}, std::move(layerName), inputsOf(fields),
+            METRALE_PRESENT(Op::kOUTPUTS, [&](FieldValues& v) { visitOpFields(fields, v); }))
+        , Fields(std::move(fields))
     {
     }
     OpPluginOf(OpPluginOf const&) = default;
 
-    static std::vector<TensorSpec> inputsOf(Policy const& policy)
+    static std::vector<TensorSpec> inputsOf(Fields const& fields)
     {
         std::vector<TensorSpec> in{{Op::kX_NAME, contract::TensorType::kLIKE_X}};
-        for (TensorSpec const& s : METRALE_PRESENT(Op::kINPUTS, [&](FieldValues& v) { policy.visitFields(v); }))
+        for (TensorSpec const& s : METRALE_PRESENT(Op::kINPUTS, [&](FieldValues& v) { visitOpFields(fields, v); }))
         {
             in.push_back(s);
         }
@@ -196,47 +229,31 @@ private:
 
     std::string const& nodeName() const override
     {
-        return mPolicy.names.name;
+        return this->names.name;
     }
     void writeFields(FieldWriter& writer) const override
     {
-        mPolicy.visitFields(writer);
+        visitOpFields(static_cast<Fields const&>(*this), writer);
     }
-    bool isDynamic(int32_t input, int32_t dim, int32_t rank) const override
-    {
-        return mPolicy.isDynamic(input, dim, rank);
-    }
-    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const override
-    {
-        mPolicy.checkDims(dims, nbInputs, allowWildcards);
-    }
+
+    // The op's own (its .cpp): OpPlugin's and PluginCore's virtuals.
+    bool isDynamic(int32_t input, int32_t dim, int32_t rank) const override;
+    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const override;
     void outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out,
-        nvinfer1::IExprBuilder& builder) const override
+        nvinfer1::IExprBuilder& builder) const override;
+    std::vector<nvinfer1::Dims> outputDims(nvinfer1::Dims const* in) const override;
+    cudaError_t launch(OpTensors const& t) const override;
+    std::string describe() const override;
+
+    // The defaults.
+    size_t workspaceSize(nvinfer1::Dims const* /*in*/, int32_t /*xDType*/) const override
     {
-        mPolicy.outputShapes(in, out, builder);
-    }
-    std::vector<nvinfer1::Dims> outputDims(nvinfer1::Dims const* in) const override
-    {
-        return mPolicy.outputDims(in);
-    }
-    size_t workspaceSize(nvinfer1::Dims const* in, int32_t xDType) const override
-    {
-        return mPolicy.workspaceSize(in, xDType);
-    }
-    cudaError_t launch(OpTensors const& t) const override
-    {
-        return mPolicy.launch(t);
-    }
-    std::string describe() const override
-    {
-        return mPolicy.describe();
+        return 0;
     }
     int64_t rows(nvinfer1::Dims const* in) const override
     {
-        return mPolicy.rows(in);
+        return in[kX_IDX].d[0];
     }
-
-    Policy mPolicy;
 };
 
 } // namespace plugin

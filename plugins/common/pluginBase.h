@@ -397,8 +397,8 @@ private:
     std::string formatText(char const* sep) const;
 };
 
-//! The creator of a plugin: Plugin supplies kOP_TYPE, kPLUGIN_VERSION (its contract::<Op>'s),
-//! fieldNames() and create(layerName, fc). kBUILD and kRUNTIME creation parse the same fields.
+//! The creator of a plugin: Plugin supplies Op (its contract::<Op>: type, version, fields) and
+//! create(layerName, fc). kBUILD and kRUNTIME creation parse the same fields.
 template <typename Plugin>
 class ProjectionPluginCreator : public nvinfer1::IPluginCreatorV3One
 {
@@ -413,33 +413,35 @@ public:
         catch (PluginError const& e)
         {
             reportError(nullptr, e.code(),
-                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "' (createPlugin, ",
-                    phase == nvinfer1::TensorRTPhase::kBUILD ? "build" : "runtime", " phase): ", e.what()));
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::Op::kOP_TYPE, " '", name == nullptr ? "" : name,
+                    "' (createPlugin, ", phase == nvinfer1::TensorRTPhase::kBUILD ? "build" : "runtime", " phase): ",
+                    e.what()));
         }
         catch (std::exception const& e)
         {
             reportError(nullptr, nvinfer1::ErrorCode::kINTERNAL_ERROR,
-                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " (createPlugin): ", e.what()));
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::Op::kOP_TYPE, " (createPlugin): ", e.what()));
         }
         catch (...)
         {
             reportError(nullptr, nvinfer1::ErrorCode::kINTERNAL_ERROR,
-                cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " (createPlugin): unknown exception"));
+                cat(kPLUGIN_NAMESPACE, "::", Plugin::Op::kOP_TYPE, " (createPlugin): unknown exception"));
         }
         return nullptr;
     }
 
     nvinfer1::PluginFieldCollection const* getFieldNames() noexcept override
     {
-        return Plugin::fieldNames();
+        static FieldNames const kNAMES{Plugin::Op::kFIELDS};
+        return kNAMES.collection();
     }
     char const* getPluginName() const noexcept override
     {
-        return Plugin::kOP_TYPE;
+        return Plugin::Op::kOP_TYPE;
     }
     char const* getPluginVersion() const noexcept override
     {
-        return Plugin::kPLUGIN_VERSION;
+        return Plugin::Op::kVERSION;
     }
     char const* getPluginNamespace() const noexcept override
     {
@@ -462,9 +464,9 @@ public:
         char const* name, nvinfer1::PluginFieldCollection const*, nvinfer1::TensorRTPhase) noexcept override
     {
         reportError(nullptr, nvinfer1::ErrorCode::kINVALID_ARGUMENT,
-            cat(kPLUGIN_NAMESPACE, "::", Plugin::kOP_TYPE, " '", name == nullptr ? "" : name, "': plugin version ",
+            cat(kPLUGIN_NAMESPACE, "::", Plugin::Op::kOP_TYPE, " '", name == nullptr ? "" : name, "': plugin version ",
                 kOLD.version, " (", kOLD.change,
-                ") is an older metrale op contract; this library implements version ", Plugin::kPLUGIN_VERSION,
+                ") is an older metrale op contract; this library implements version ", Plugin::Op::kVERSION,
                 ": re-export the model with metrale-export"));
         return nullptr;
     }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace metrale
 {
@@ -165,22 +166,48 @@ nvinfer1::PluginField const* FieldReader::find(char const* name) const
     return nullptr;
 }
 
-int32_t FieldReader::toInt(nvinfer1::PluginField const& field) const
+namespace
+{
+//! The value of a one-element numeric field, widened to Wide: int64_t (kINT32, kINT64, kINT16,
+//! kINT8; what "integer") or double (kFLOAT32, kFLOAT64; what "float"); throws "expected one <what>"
+//! or "expected <expected>" (the type TensorRT writes) otherwise.
+template <typename Wide>
+Wide readOne(nvinfer1::PluginField const& field, char const* what, char const* expected)
 {
     using nvinfer1::PluginFieldType;
-    METRALE_REQUIRE(field.data != nullptr && field.length == 1, "field '", field.name,
-        "': expected one integer, found length ", field.length, field.data == nullptr ? " and no data" : "");
-    int64_t value = 0;
-    switch (field.type)
+    METRALE_REQUIRE(field.data != nullptr && field.length == 1, "field '", field.name, "': expected one ", what,
+        ", found length ", field.length, field.data == nullptr ? " and no data" : "");
+    void const* data = field.data;
+    if constexpr (std::is_integral<Wide>::value)
     {
-    case PluginFieldType::kINT32: value = *static_cast<int32_t const*>(field.data); break;
-    case PluginFieldType::kINT64: value = *static_cast<int64_t const*>(field.data); break;
-    case PluginFieldType::kINT16: value = *static_cast<int16_t const*>(field.data); break;
-    case PluginFieldType::kINT8: value = *static_cast<int8_t const*>(field.data); break;
-    default:
-        throw PluginError(cat("field '", field.name, "': expected kINT32, found PluginFieldType ",
-            static_cast<int32_t>(field.type)));
+        switch (field.type)
+        {
+        case PluginFieldType::kINT32: return *static_cast<int32_t const*>(data);
+        case PluginFieldType::kINT64: return *static_cast<int64_t const*>(data);
+        case PluginFieldType::kINT16: return *static_cast<int16_t const*>(data);
+        case PluginFieldType::kINT8: return *static_cast<int8_t const*>(data);
+        default: break;
+        }
     }
+    else
+    {
+        if (field.type == PluginFieldType::kFLOAT32)
+        {
+            return *static_cast<float const*>(data);
+        }
+        if (field.type == PluginFieldType::kFLOAT64)
+        {
+            return *static_cast<double const*>(data);
+        }
+    }
+    throw PluginError(cat("field '", field.name, "': expected ", expected, ", found PluginFieldType ",
+        static_cast<int32_t>(field.type)));
+}
+} // namespace
+
+int32_t FieldReader::toInt(nvinfer1::PluginField const& field) const
+{
+    int64_t const value = readOne<int64_t>(field, "integer", "kINT32");
     METRALE_REQUIRE(value >= std::numeric_limits<int32_t>::min() && value <= std::numeric_limits<int32_t>::max(),
         "field '", field.name, "': ", value, " does not fit in int32");
     return static_cast<int32_t>(value);
@@ -208,18 +235,7 @@ std::string FieldReader::toString(nvinfer1::PluginField const& field) const
 
 float FieldReader::toFloat(nvinfer1::PluginField const& field) const
 {
-    using nvinfer1::PluginFieldType;
-    METRALE_REQUIRE(field.data != nullptr && field.length == 1, "field '", field.name,
-        "': expected one float, found length ", field.length, field.data == nullptr ? " and no data" : "");
-    double value = 0.0;
-    switch (field.type)
-    {
-    case PluginFieldType::kFLOAT32: value = *static_cast<float const*>(field.data); break;
-    case PluginFieldType::kFLOAT64: value = *static_cast<double const*>(field.data); break;
-    default:
-        throw PluginError(cat("field '", field.name, "': expected kFLOAT32, found PluginFieldType ",
-            static_cast<int32_t>(field.type)));
-    }
+    double const value = readOne<double>(field, "float", "kFLOAT32");
     float const rounded = static_cast<float>(value);
     METRALE_REQUIRE(std::isfinite(rounded), "field '", field.name, "': ", value, " is not a finite float32");
     return rounded;
@@ -343,6 +359,13 @@ bool parseFlag(FieldReader const& reader, char const* name)
     int32_t const value = reader.getInt(name);
     METRALE_REQUIRE(value == 0 || value == 1, "field '", name, "': expected 0 or 1, found ", value);
     return value == 1;
+}
+
+int32_t parsePositive(FieldReader const& reader, char const* name, char const* what)
+{
+    int32_t const value = reader.getInt(name);
+    METRALE_REQUIRE(value > 0, "field '", name, "': expected a positive ", what, ", found ", value);
+    return value;
 }
 
 int32_t parseCode(char const* field, std::string const& value, char const* const* values, int32_t nbValues)

@@ -269,6 +269,37 @@ private:
     std::vector<std::pair<char const*, std::string>> mStrings;
 };
 
+//! A Visitor of a format's visitFields that writes its fields as "key=value;..." (the timing cache
+//! ID's and the metadata's op attributes), activation_format aside (PluginBase states it first).
+//! A format has no float fields; one would not compile here.
+class FieldText
+{
+public:
+    void intField(char const* name, int32_t const& value)
+    {
+        add(name, std::to_string(value));
+    }
+    void stringField(char const* name, std::string const& value)
+    {
+        add(name, value);
+    }
+    std::string const& text() const noexcept
+    {
+        return mText;
+    }
+
+private:
+    void add(char const* name, std::string const& value)
+    {
+        if (std::string(name) != "activation_format")
+        {
+            mText += (mText.empty() ? "" : ";") + std::string(name) + "=" + value;
+        }
+    }
+
+    std::string mText;
+};
+
 //! The code of an enumerated string field's value: its index in the contract's values (the order
 //! of the kernels' enum, e.g. W8A8Proj::kWEIGHT_SCALE_GRANULARITY_VALUES -> MetraleWeightScale);
 //! throws "field '<field>': expected a or b, found '<value>'".
@@ -289,6 +320,10 @@ void requireValue(char const* field, int32_t value, int32_t const (&values)[N])
 
 //! Parses a flag field (0 or 1).
 bool parseFlag(FieldReader const& reader, char const* name);
+
+//! Parses an int field that must be positive; throws "field '<name>': expected a positive <what>,
+//! found <value>".
+int32_t parsePositive(FieldReader const& reader, char const* name, char const* what);
 
 //! Parses activation_format against the values an op allows (docs/ops.md, Activation formats): the
 //! code is the value's index in contract::kACTIVATION_FORMATS (MetraleActFormat).

@@ -69,53 +69,83 @@ protected:
     }
 };
 
+//! The walk of the fields that gate a format's inputs (its own, and has_bias), for contractInputs
+//! in its formatInputs.
+template <typename Format>
+auto formatGates(Format const& format, CommonAttributes const& attrs)
+{
+    return [&format, &attrs](FieldValues& gates) {
+        format.visitFields(attrs, gates);
+        visitTailFields(attrs, gates);
+    };
+}
+
+//! The fields of a projection op in contract order: n, k, the grouped op's routing fields (routing:
+//! none for a dense op), the format's, has_bias, family, name: the one field list.
+template <typename Format, typename Visitor, typename... Routing>
+void visitProjectionFields(CommonAttributes const& attrs, Format const& format, Visitor& v, Routing const&... routing)
+{
+    visitHeadFields(attrs, v);
+    (visitRoutingFields(routing, v), ...);
+    format.visitFields(attrs, v);
+    visitTailFields(attrs, v);
+}
+
+//! A format's own fields as "key=value;..." (FieldText), for the timing cache ID and the metadata.
+template <typename Format>
+std::string formatAttributes(Format const& format, CommonAttributes const& attrs)
+{
+    FieldText text;
+    format.visitFields(attrs, text);
+    return text.text();
+}
+
+//! A format's own fields, parsed and checked against the common ones (throws PluginError), and its
+//! inputs after x in contract order (optional ones only when present; the grouped op stacks them):
+//! each format's .cpp defines both (explicit specializations).
+template <typename Format>
+Format parseFormat(FieldReader const& reader, CommonAttributes const& attrs);
+template <typename Format>
+std::vector<InputSpec> formatInputs(Format const& format, CommonAttributes const& attrs);
+
+//! The base of a format: its dense op's contract (metrale/contract.h: type, version, activation
+//! formats, fields, inputs) and, for a format with a grouped-expert op, that op's (else void).
+template <typename OpT, typename GroupedOpT = void>
+struct ProjFormat
+{
+    using Op = OpT;
+    using GroupedOp = GroupedOpT;
+};
+
 //! The plugin of a dense op. Format (W4A16Format, ...) supplies:
-//! - Op, its contract::<op type> (metrale/contract.h): type, version, activation formats, fields,
-//!   inputs;
-//! - parse(reader, attrs): its own fields, checked against the common ones; throws PluginError;
-//! - visitFields(attrs, visitor): the fields after n and k (after the routing fields in the grouped
-//!   op), in contract order, common ones included: the one field list;
-//! - weightInputs(attrs): the inputs after x, in contract order (optional ones only when present);
-//! - describe(): its own attributes as "key=value;..." (timing cache ID and metadata);
-//! - workspaceSize(attrs, m) and launch(attrs, tensors, args): the dense launcher calls.
+//! - Op, its contract::<op type>, from its base ProjFormat<Op, GroupedOp>;
+//! - its fields and visitFields(attrs, visitor): the fields after n and k (after the routing fields
+//!   in the grouped op) and before has_bias, family and name, in contract order, activation_format
+//!   included;
+//! and its .cpp defines parseFormat<Format>, formatInputs<Format>, and DenseProjPlugin<Format>'s
+//! workspaceSize and launchKernel, the dense launcher calls (explicit specializations).
 template <typename FormatT>
 class DenseProjPlugin final : public ProjectionPlugin
 {
 public:
     using Format = FormatT;
     using Op = typename Format::Op;
-    static constexpr char const* kOP_TYPE{Op::kOP_TYPE};
-    static constexpr char const* kPLUGIN_VERSION{Op::kVERSION};
     static_assert(Op::kGROUPED_OF == nullptr, "a dense plugin of a grouped-expert op");
 
     //! Parses and validates the fields (the same for kBUILD and kRUNTIME); throws PluginError.
     static DenseProjPlugin* create(std::string const& layerName, nvinfer1::PluginFieldCollection const* fc)
     {
-        // The parser passes only the fields fieldNames() lists (a plugin_version node attribute,
-        // which the parser finds this creator by, never arrives here).
+        // The parser passes only the fields the creator lists (Op::kFIELDS; a plugin_version node
+        // attribute, which the parser finds the creator by, never arrives here).
         FieldReader const reader(fc, Op::kFIELDS);
         // sizeof, not count(): an op with no activation format has an empty list (FloatProj).
         CommonAttributes attrs = parseCommonAttributes(reader, Op::kACTIVATION_FORMATS,
             static_cast<int32_t>(sizeof(Op::kACTIVATION_FORMATS) / sizeof(char const*)));
-        Format format = Format::parse(reader, attrs);
-        FieldListCheck check(kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
-        visitFields(attrs, format, check);
+        Format format = parseFormat<Format>(reader, attrs);
+        FieldListCheck check(Op::kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
+        visitProjectionFields(attrs, format, check);
         check.finish();
         return new DenseProjPlugin(layerName, std::move(attrs), std::move(format));
-    }
-
-    //! The fields in contract order: n, k, then the format's.
-    template <typename Visitor>
-    static void visitFields(CommonAttributes const& attrs, Format const& format, Visitor& v)
-    {
-        visitHeadFields(attrs, v);
-        format.visitFields(attrs, v);
-    }
-
-    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept
-    {
-        static FieldNames const kNAMES{Op::kFIELDS};
-        return kNAMES.collection();
     }
 
     nvinfer1::IPluginV3* clone() noexcept override
@@ -125,27 +155,26 @@ public:
 
 private:
     DenseProjPlugin(std::string layerName, CommonAttributes attrs, Format format)
-        : ProjectionPlugin({kOP_TYPE, kPLUGIN_VERSION}, std::move(layerName), attrs, format.weightInputs(attrs))
+        : ProjectionPlugin({Op::kOP_TYPE, Op::kVERSION}, std::move(layerName), attrs, formatInputs(format, attrs))
         , mFormat(std::move(format))
     {
     }
     DenseProjPlugin(DenseProjPlugin const&) = default;
 
-    size_t workspaceSize(int64_t m, int32_t /*xDType*/) const override
-    {
-        return mFormat.workspaceSize(mAttrs, m);
-    }
     cudaError_t launch(LaunchArgs args, void const* const* inputs) const override
     {
-        return mFormat.launch(mAttrs, InputTensors(mInputs, inputs + kFIRST_WEIGHT_IDX), args);
+        return launchKernel(InputTensors(mInputs, inputs + kFIRST_WEIGHT_IDX), args);
     }
+    // The format's launcher calls (its .cpp: explicit specializations).
+    size_t workspaceSize(int64_t m, int32_t xDType) const override;
+    cudaError_t launchKernel(InputTensors const& in, LaunchArgs const& run) const;
     std::string describeOpAttributes() const override
     {
-        return mFormat.describe();
+        return formatAttributes(mFormat, mAttrs);
     }
     void writeFields(FieldWriter& writer) const override
     {
-        visitFields(mAttrs, mFormat, writer);
+        visitProjectionFields(mAttrs, mFormat, writer);
     }
 
     Format mFormat;

@@ -9,28 +9,31 @@ namespace metrale
 namespace plugin
 {
 
-FloatFormat FloatFormat::parse(FieldReader const& /*reader*/, CommonAttributes const& /*attrs*/)
+template <>
+FloatFormat parseFormat<FloatFormat>(FieldReader const& /*reader*/, CommonAttributes const& /*attrs*/)
 {
     // n, k, has_bias, family and name are the common fields; FloatProj has no others.
     return FloatFormat{};
 }
 
-std::vector<InputSpec> FloatFormat::weightInputs(CommonAttributes const& attrs) const
+template <>
+std::vector<InputSpec> formatInputs<FloatFormat>(FloatFormat const& format, CommonAttributes const& attrs)
 {
     // Op::kINPUTS: weight, bias (has_bias).
-    return contractInputs(Op::kINPUTS, {{attrs.n, attrs.k}, {attrs.n}},
-        [&](FieldValues& gates) { visitFields(attrs, gates); });
+    return contractInputs(FloatFormat::Op::kINPUTS, {{attrs.n, attrs.k}, {attrs.n}}, formatGates(format, attrs));
 }
 
-size_t FloatFormat::workspaceSize(CommonAttributes const& attrs, int64_t m) const
+template <>
+size_t DenseProjPlugin<FloatFormat>::workspaceSize(int64_t m, int32_t /*xDType*/) const
 {
-    return metrale_float_proj_workspace_size(m, attrs.n, attrs.k);
+    return metrale_float_proj_workspace_size(m, mAttrs.n, mAttrs.k);
 }
 
-cudaError_t FloatFormat::launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const
+template <>
+cudaError_t DenseProjPlugin<FloatFormat>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
 {
-    return metrale_float_proj(run.x, run.xDType, in.required("weight"), in.optional<float>("bias", attrs.hasBias),
-        run.y, run.m, attrs.n, attrs.k, run.workspace, run.workspaceBytes, run.stream);
+    return metrale_float_proj(run.x, run.xDType, in.required("weight"), in.optional<float>("bias", mAttrs.hasBias),
+        run.y, run.m, mAttrs.n, mAttrs.k, run.workspace, run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

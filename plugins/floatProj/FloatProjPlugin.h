@@ -19,25 +19,13 @@ namespace metrale
 namespace plugin
 {
 
-struct FloatFormat
+struct FloatFormat : ProjFormat<contract::FloatProj>
 {
-    using Op = contract::FloatProj;
-
-    //! The fields after n and k, in contract order (checked against Op::kFIELDS at creation).
+    //! The fields after n and k and before has_bias, family and name: none.
     template <typename Visitor>
-    void visitFields(CommonAttributes const& attrs, Visitor& v) const
+    void visitFields(CommonAttributes const& /*attrs*/, Visitor& /*v*/) const
     {
-        visitTailFields(attrs, v);
     }
-
-    static FloatFormat parse(FieldReader const& reader, CommonAttributes const& attrs);
-    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
-    std::string describe() const
-    {
-        return {};
-    }
-    size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
-    cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
 };
 
 } // namespace plugin

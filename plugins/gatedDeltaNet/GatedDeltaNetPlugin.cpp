@@ -99,8 +99,7 @@ Dims gdnDims(std::initializer_list<int64_t> d)
 CausalConv1dOp CausalConv1dOp::parse(FieldReader const& reader)
 {
     CausalConv1dOp op;
-    op.channels = reader.getInt("channels");
-    METRALE_REQUIRE(op.channels > 0, "field 'channels': expected a positive C, found ", op.channels);
+    op.channels = parsePositive(reader, "channels", "C");
     op.kernelSize = reader.getInt("kernel_size");
     METRALE_REQUIRE(gdnOneOf(contract::kGDN_CONV_KERNELS, op.kernelSize), "field 'kernel_size': expected one of ",
         gdnListed(contract::kGDN_CONV_KERNELS), " (the taps the CUDA kernel serves), found ", op.kernelSize);
@@ -108,14 +107,16 @@ CausalConv1dOp CausalConv1dOp::parse(FieldReader const& reader)
     return op;
 }
 
-bool CausalConv1dOp::isDynamic(int32_t input, int32_t dim, int32_t /*rank*/) const
+template <>
+bool OpPluginOf<CausalConv1dOp>::isDynamic(int32_t input, int32_t dim, int32_t /*rank*/) const
 {
     // x's batch and tokens, conv_state's batch.
     return (input == kX_IDX && (dim == kGDN_BATCH_DIM || dim == kGDN_SEQ_DIM))
         || (input == kCONV_STATE_IDX && dim == 0);
 }
 
-void CausalConv1dOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
+template <>
+void OpPluginOf<CausalConv1dOp>::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
 {
     Dims const& x = dims[kX_IDX];
     METRALE_REQUIRE(gdnShaped(x, {kANY, kANY, channels}, allowWildcards), "x: expected [B, S, channels=", channels,
@@ -130,7 +131,8 @@ void CausalConv1dOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allo
         x.d[kGDN_BATCH_DIM]);
 }
 
-void CausalConv1dOp::outputShapes(DimsExprs const* in, DimsExprs* out, nvinfer1::IExprBuilder& b) const
+template <>
+void OpPluginOf<CausalConv1dOp>::outputShapes(DimsExprs const* in, DimsExprs* out, nvinfer1::IExprBuilder& b) const
 {
     out[kCONV_Y_IDX] = in[kX_IDX];
     out[kCONV_STATE_OUT_IDX].nbDims = 3;
@@ -139,12 +141,14 @@ void CausalConv1dOp::outputShapes(DimsExprs const* in, DimsExprs* out, nvinfer1:
     out[kCONV_STATE_OUT_IDX].d[2] = b.constant(kernelSize - 1);
 }
 
-std::vector<Dims> CausalConv1dOp::outputDims(Dims const* in) const
+template <>
+std::vector<Dims> OpPluginOf<CausalConv1dOp>::outputDims(Dims const* in) const
 {
     return {in[kX_IDX], gdnDims({in[kX_IDX].d[kGDN_BATCH_DIM], channels, kernelSize - 1})};
 }
 
-cudaError_t CausalConv1dOp::launch(OpTensors const& t) const
+template <>
+cudaError_t OpPluginOf<CausalConv1dOp>::launch(OpTensors const& t) const
 {
     Dims const& x = t.inDesc[kX_IDX].dims;
     return metrale_causal_conv1d(t.in[kX_IDX], t.xDType, t.in[kCONV_WEIGHT_IDX], t.in[kCONV_STATE_IDX],
@@ -152,7 +156,8 @@ cudaError_t CausalConv1dOp::launch(OpTensors const& t) const
         t.stream);
 }
 
-std::string CausalConv1dOp::describe() const
+template <>
+std::string OpPluginOf<CausalConv1dOp>::describe() const
 {
     return cat("channels=", channels, ";kernel_size=", kernelSize);
 }
@@ -182,14 +187,16 @@ GatedDeltaRuleOp GatedDeltaRuleOp::parse(FieldReader const& reader)
     return op;
 }
 
-bool GatedDeltaRuleOp::isDynamic(int32_t input, int32_t dim, int32_t /*rank*/) const
+template <>
+bool OpPluginOf<GatedDeltaRuleOp>::isDynamic(int32_t input, int32_t dim, int32_t /*rank*/) const
 {
     // x's and ba's batch and tokens, state's batch.
     return ((input == kX_IDX || input == kBA_IDX) && (dim == kGDN_BATCH_DIM || dim == kGDN_SEQ_DIM))
         || (input == kSTATE_IDX && dim == 0);
 }
 
-void GatedDeltaRuleOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
+template <>
+void OpPluginOf<GatedDeltaRuleOp>::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
 {
     Dims const& x = dims[kX_IDX];
     METRALE_REQUIRE(gdnShaped(x, {kANY, kANY, width()}, allowWildcards),
@@ -210,7 +217,8 @@ void GatedDeltaRuleOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool al
     METRALE_REQUIRE(b <= kMAX_GRID_YZ, "x: at most ", kMAX_GRID_YZ, " sequences a launch, found ", b);
 }
 
-void GatedDeltaRuleOp::outputShapes(DimsExprs const* in, DimsExprs* out, nvinfer1::IExprBuilder& b) const
+template <>
+void OpPluginOf<GatedDeltaRuleOp>::outputShapes(DimsExprs const* in, DimsExprs* out, nvinfer1::IExprBuilder& b) const
 {
     out[kRULE_Y_IDX].nbDims = 4;
     out[kRULE_Y_IDX].d[0] = in[kX_IDX].d[kGDN_BATCH_DIM];
@@ -224,13 +232,15 @@ void GatedDeltaRuleOp::outputShapes(DimsExprs const* in, DimsExprs* out, nvinfer
     out[kSTATE_OUT_IDX].d[3] = b.constant(headVDim);
 }
 
-std::vector<Dims> GatedDeltaRuleOp::outputDims(Dims const* in) const
+template <>
+std::vector<Dims> OpPluginOf<GatedDeltaRuleOp>::outputDims(Dims const* in) const
 {
     int64_t const b = in[kX_IDX].d[kGDN_BATCH_DIM];
     return {gdnDims({b, in[kX_IDX].d[kGDN_SEQ_DIM], numVHeads, headVDim}), gdnDims({b, numVHeads, headKDim, headVDim})};
 }
 
-cudaError_t GatedDeltaRuleOp::launch(OpTensors const& t) const
+template <>
+cudaError_t OpPluginOf<GatedDeltaRuleOp>::launch(OpTensors const& t) const
 {
     Dims const& x = t.inDesc[kX_IDX].dims;
     return metrale_gated_delta_rule(t.in[kX_IDX], t.xDType, t.in[kBA_IDX], t.in[kA_LOG_IDX], t.in[kDT_BIAS_IDX],
@@ -238,7 +248,8 @@ cudaError_t GatedDeltaRuleOp::launch(OpTensors const& t) const
         x.d[kGDN_BATCH_DIM], x.d[kGDN_SEQ_DIM], numKHeads, numVHeads, headKDim, headVDim, t.stream);
 }
 
-std::string GatedDeltaRuleOp::describe() const
+template <>
+std::string OpPluginOf<GatedDeltaRuleOp>::describe() const
 {
     return cat("num_k_heads=", numKHeads, ";num_v_heads=", numVHeads, ";head_k_dim=", headKDim,
         ";head_v_dim=", headVDim);

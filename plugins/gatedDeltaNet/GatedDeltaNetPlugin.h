@@ -28,74 +28,21 @@ namespace metrale
 namespace plugin
 {
 
-struct CausalConv1dOp
+struct CausalConv1dOp : OpFields<contract::CausalConv1d>
 {
-    using Op = contract::CausalConv1d;
-
-    int32_t channels{0};
-    int32_t kernelSize{0};
-    NodeNames names;
-
-    template <typename Visitor>
-    void visitFields(Visitor& v) const
-    {
-        v.intField("channels", channels);
-        v.intField("kernel_size", kernelSize);
-        names.visit(v);
-    }
+    int32_t channels{0}, kernelSize{0};
+    static constexpr auto kMEMBERS = std::make_tuple(&CausalConv1dOp::channels, &CausalConv1dOp::kernelSize);
 
     static CausalConv1dOp parse(FieldReader const& reader);
-    bool isDynamic(int32_t input, int32_t dim, int32_t rank) const;
-    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;
-    void outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const;
-    std::vector<nvinfer1::Dims> outputDims(nvinfer1::Dims const* in) const;
-    size_t workspaceSize(nvinfer1::Dims const* /*in*/, int32_t /*xDType*/) const
-    {
-        return 0;
-    }
-    cudaError_t launch(OpTensors const& t) const;
-    std::string describe() const;
-    int64_t rows(nvinfer1::Dims const* in) const
-    {
-        return in[kX_IDX].d[0];
-    }
 };
 
-struct GatedDeltaRuleOp
+struct GatedDeltaRuleOp : OpFields<contract::GatedDeltaRule>
 {
-    using Op = contract::GatedDeltaRule;
-
-    int32_t numKHeads{0};
-    int32_t numVHeads{0};
-    int32_t headKDim{0};
-    int32_t headVDim{0};
-    NodeNames names;
-
-    template <typename Visitor>
-    void visitFields(Visitor& v) const
-    {
-        v.intField("num_k_heads", numKHeads);
-        v.intField("num_v_heads", numVHeads);
-        v.intField("head_k_dim", headKDim);
-        v.intField("head_v_dim", headVDim);
-        names.visit(v);
-    }
+    int32_t numKHeads{0}, numVHeads{0}, headKDim{0}, headVDim{0};
+    static constexpr auto kMEMBERS = std::make_tuple(&GatedDeltaRuleOp::numKHeads, &GatedDeltaRuleOp::numVHeads,
+        &GatedDeltaRuleOp::headKDim, &GatedDeltaRuleOp::headVDim);
 
     static GatedDeltaRuleOp parse(FieldReader const& reader);
-    bool isDynamic(int32_t input, int32_t dim, int32_t rank) const;
-    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;
-    void outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const;
-    std::vector<nvinfer1::Dims> outputDims(nvinfer1::Dims const* in) const;
-    size_t workspaceSize(nvinfer1::Dims const* /*in*/, int32_t /*xDType*/) const
-    {
-        return 0;
-    }
-    cudaError_t launch(OpTensors const& t) const;
-    std::string describe() const;
-    int64_t rows(nvinfer1::Dims const* in) const
-    {
-        return in[kX_IDX].d[0];
-    }
     //! x's last dimension: 2 Hk dk + Hv dv.
     int64_t width() const
     {

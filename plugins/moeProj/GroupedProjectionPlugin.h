@@ -25,7 +25,7 @@
 #ifndef METRALE_GROUPED_PROJ_PLUGIN_H
 #define METRALE_GROUPED_PROJ_PLUGIN_H
 
-#include "../common/pluginBase.h"
+#include "../common/projectionPlugin.h"
 
 #include <string>
 #include <vector>
@@ -112,16 +112,14 @@ protected:
 };
 
 //! The plugin of a grouped-expert op: Format is its dense op's (see DenseProjPlugin) and supplies
-//! besides GroupedOp (the contract's grouped op), groupedWorkspaceSize(attrs, routing, m, xDType) and
-//! groupedLaunch(attrs, routing, tensors, args), the grouped launcher calls.
+//! besides GroupedOp (the contract's grouped op); moeProj/<format>MoEProjPlugin.cpp defines
+//! workspaceSize and launchKernel of GroupedProjPlugin<Format>, the grouped launcher calls.
 template <typename FormatT>
 class GroupedProjPlugin final : public GroupedProjectionPlugin
 {
 public:
     using Format = FormatT;
     using Op = typename Format::GroupedOp;
-    static constexpr char const* kOP_TYPE{Op::kOP_TYPE};
-    static constexpr char const* kPLUGIN_VERSION{Op::kVERSION};
     static_assert(Op::kGROUPED_OF != nullptr && sameText(Op::kGROUPED_OF, Format::Op::kOP_TYPE),
         "GroupedOp must be the grouped-expert op of the format's dense Op (metrale/contract.h)");
 
@@ -131,27 +129,11 @@ public:
         FieldReader const reader(fc, Op::kFIELDS);
         CommonAttributes attrs = parseCommonAttributes(reader, Op::kACTIVATION_FORMATS);
         RoutingAttributes const routing = parseRoutingAttributes(reader);
-        Format format = Format::parse(reader, attrs);
-        FieldListCheck check(kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
-        visitFields(attrs, routing, format, check);
+        Format format = parseFormat<Format>(reader, attrs);
+        FieldListCheck check(Op::kOP_TYPE, Op::kFIELDS, contract::count(Op::kFIELDS));
+        visitProjectionFields(attrs, format, check, routing);
         check.finish();
         return new GroupedProjPlugin(layerName, std::move(attrs), routing, std::move(format));
-    }
-
-    //! The fields in contract order: n, k, the routing fields, then the format's.
-    template <typename Visitor>
-    static void visitFields(
-        CommonAttributes const& attrs, RoutingAttributes const& routing, Format const& format, Visitor& v)
-    {
-        visitHeadFields(attrs, v);
-        visitRoutingFields(routing, v);
-        format.visitFields(attrs, v);
-    }
-
-    static nvinfer1::PluginFieldCollection const* fieldNames() noexcept
-    {
-        static FieldNames const kNAMES{Op::kFIELDS};
-        return kNAMES.collection();
     }
 
     nvinfer1::IPluginV3* clone() noexcept override
@@ -161,29 +143,27 @@ public:
 
 private:
     GroupedProjPlugin(std::string layerName, CommonAttributes attrs, RoutingAttributes routing, Format format)
-        : GroupedProjectionPlugin({kOP_TYPE, kPLUGIN_VERSION}, std::move(layerName), attrs, routing,
-            stackedInputs(format.weightInputs(attrs), routing.numExperts))
+        : GroupedProjectionPlugin({Op::kOP_TYPE, Op::kVERSION}, std::move(layerName), attrs, routing,
+            stackedInputs(formatInputs(format, attrs), routing.numExperts))
         , mFormat(std::move(format))
     {
     }
     GroupedProjPlugin(GroupedProjPlugin const&) = default;
 
-    size_t workspaceSize(int64_t m, int32_t xDType) const override
-    {
-        return mFormat.groupedWorkspaceSize(mAttrs, mRouting, m, xDType);
-    }
     cudaError_t launch(LaunchArgs args, void const* const* inputs) const override
     {
-        return mFormat.groupedLaunch(mAttrs, mRouting, InputTensors(mInputs, inputs + kGROUPED_FIRST_WEIGHT_IDX),
-            withRouting(args, inputs));
+        return launchKernel(InputTensors(mInputs, inputs + kGROUPED_FIRST_WEIGHT_IDX), withRouting(args, inputs));
     }
+    // The format's grouped launcher calls (moeProj/<format>MoEProjPlugin.cpp: explicit specializations).
+    size_t workspaceSize(int64_t m, int32_t xDType) const override;
+    cudaError_t launchKernel(InputTensors const& in, LaunchArgs const& run) const;
     std::string describeOpAttributes() const override
     {
-        return mFormat.describe();
+        return formatAttributes(mFormat, mAttrs);
     }
     void writeFields(FieldWriter& writer) const override
     {
-        visitFields(mAttrs, mRouting, mFormat, writer);
+        visitProjectionFields(mAttrs, mFormat, writer, mRouting);
     }
 
     Format mFormat;

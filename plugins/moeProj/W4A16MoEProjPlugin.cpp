@@ -20,19 +20,19 @@ namespace metrale
 namespace plugin
 {
 
-size_t W4A16Format::groupedWorkspaceSize(
-    CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const
+template <>
+size_t GroupedProjPlugin<W4A16Format>::workspaceSize(int64_t m, int32_t xDType) const
 {
-    return metrale_w4a16_moe_workspace_size(m, routing.topK, routing.numExperts, attrs.n, attrs.k, xDType);
+    return metrale_w4a16_moe_workspace_size(m, mRouting.topK, mRouting.numExperts, mAttrs.n, mAttrs.k, xDType);
 }
 
-cudaError_t W4A16Format::groupedLaunch(
-    CommonAttributes const& attrs, RoutingAttributes const& routing, InputTensors const& in, LaunchArgs const& run) const
+template <>
+cudaError_t GroupedProjPlugin<W4A16Format>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
 {
     return metrale_w4a16_moe_proj(run.x, run.xDType, run.topkIds, run.topkWeights, in.required<int8_t>("weight"),
-        in.required("weight_scale"), in.optional<int8_t>("zero_point", hasZeroPoint),
-        in.optional<float>("bias", attrs.hasBias), run.y, run.m, routing.topK, routing.numExperts, attrs.n, attrs.k,
-        groupSize, routing.combine, run.workspace, run.workspaceBytes, run.stream);
+        in.required("weight_scale"), in.optional<int8_t>("zero_point", mFormat.hasZeroPoint),
+        in.optional<float>("bias", mAttrs.hasBias), run.y, run.m, mRouting.topK, mRouting.numExperts, mAttrs.n,
+        mAttrs.k, mFormat.groupSize, mRouting.combine, run.workspace, run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

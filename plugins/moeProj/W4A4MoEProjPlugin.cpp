@@ -21,21 +21,21 @@ namespace metrale
 namespace plugin
 {
 
-size_t W4A4Format::groupedWorkspaceSize(
-    CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const
+template <>
+size_t GroupedProjPlugin<W4A4Format>::workspaceSize(int64_t m, int32_t xDType) const
 {
     return metrale_w4a4_moe_workspace_size(
-        m, routing.topK, routing.numExperts, attrs.n, attrs.k, xDType, attrs.activationFormat);
+        m, mRouting.topK, mRouting.numExperts, mAttrs.n, mAttrs.k, xDType, mAttrs.activationFormat);
 }
 
-cudaError_t W4A4Format::groupedLaunch(
-    CommonAttributes const& attrs, RoutingAttributes const& routing, InputTensors const& in, LaunchArgs const& run) const
+template <>
+cudaError_t GroupedProjPlugin<W4A4Format>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
 {
     return metrale_w4a4_moe_proj(run.x, run.xDType, run.topkIds, run.topkWeights, in.required<int8_t>("weight"),
         in.required<int8_t>("weight_scale"), in.required<float>("weight_global_scale"),
-        in.optional<float>("input_scale", hasInputScale), attrs.activationFormat,
-        in.optional<float>("bias", attrs.hasBias), run.y, run.m, routing.topK, routing.numExperts, attrs.n, attrs.k,
-        routing.combine, run.workspace, run.workspaceBytes, run.stream);
+        in.optional<float>("input_scale", mFormat.hasInputScale), mAttrs.activationFormat,
+        in.optional<float>("bias", mAttrs.hasBias), run.y, run.m, mRouting.topK, mRouting.numExperts, mAttrs.n,
+        mAttrs.k, mRouting.combine, run.workspace, run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

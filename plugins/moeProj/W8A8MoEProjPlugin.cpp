@@ -23,24 +23,24 @@ namespace metrale
 namespace plugin
 {
 
-size_t W8A8Format::groupedWorkspaceSize(
-    CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const
+template <>
+size_t GroupedProjPlugin<W8A8Format>::workspaceSize(int64_t m, int32_t xDType) const
 {
-    return metrale_w8a8_moe_workspace_size(m, routing.topK, routing.numExperts, attrs.n, attrs.k, xDType,
-        attrs.activationFormat, activationScaleGranularity);
+    return metrale_w8a8_moe_workspace_size(m, mRouting.topK, mRouting.numExperts, mAttrs.n, mAttrs.k, xDType,
+        mAttrs.activationFormat, mFormat.activationScaleGranularity);
 }
 
-cudaError_t W8A8Format::groupedLaunch(
-    CommonAttributes const& attrs, RoutingAttributes const& routing, InputTensors const& in, LaunchArgs const& run) const
+template <>
+cudaError_t GroupedProjPlugin<W8A8Format>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
 {
-    if (staticScale())
+    if (mFormat.staticScale())
     {
         return cudaErrorNotSupported;  // no static-scale grouped kernel (see above)
     }
     return metrale_w8a8_moe_proj(run.x, run.xDType, run.topkIds, run.topkWeights, in.required<int8_t>("weight"),
-        in.required<float>("weight_scale"), weightScaleGranularity, attrs.activationFormat,
-        activationScaleGranularity, in.optional<float>("bias", attrs.hasBias), run.y, run.m, routing.topK,
-        routing.numExperts, attrs.n, attrs.k, routing.combine, run.workspace, run.workspaceBytes, run.stream);
+        in.required<float>("weight_scale"), mFormat.weightScaleGranularity, mAttrs.activationFormat,
+        mFormat.activationScaleGranularity, in.optional<float>("bias", mAttrs.hasBias), run.y, run.m, mRouting.topK,
+        mRouting.numExperts, mAttrs.n, mAttrs.k, mRouting.combine, run.workspace, run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

@@ -22,8 +22,7 @@ constexpr int32_t kFIRST_OPTIONAL_IDX{2};
 RMSNormOp RMSNormOp::parse(FieldReader const& reader)
 {
     RMSNormOp op;
-    op.k = reader.getInt("k");
-    METRALE_REQUIRE(op.k > 0, "field 'k': expected a positive K, found ", op.k);
+    op.k = parsePositive(reader, "k", "K");
     op.epsilon = reader.getFloat("epsilon");
     METRALE_REQUIRE(op.epsilon >= 0.0F, "field 'epsilon': expected a non-negative float, found ", op.epsilon);
     op.weightOffset = parseFlag(reader, "weight_offset") ? 1 : 0;
@@ -33,13 +32,15 @@ RMSNormOp RMSNormOp::parse(FieldReader const& reader)
     return op;
 }
 
-bool RMSNormOp::isDynamic(int32_t input, int32_t dim, int32_t rank) const
+template <>
+bool OpPluginOf<RMSNormOp>::isDynamic(int32_t input, int32_t dim, int32_t rank) const
 {
     // The rows: every dimension of x, residual and gate but the last.
     return input != kWEIGHT_IDX && dim < rank - 1;
 }
 
-void RMSNormOp::checkDims(Dims const* dims, int32_t nbInputs, bool allowWildcards) const
+template <>
+void OpPluginOf<RMSNormOp>::checkDims(Dims const* dims, int32_t nbInputs, bool allowWildcards) const
 {
     Dims const& x = dims[kX_IDX];
     METRALE_REQUIRE(x.nbDims >= 1 && (x.d[x.nbDims - 1] == k || (allowWildcards && x.d[x.nbDims - 1] == -1)),
@@ -64,7 +65,9 @@ void RMSNormOp::checkDims(Dims const* dims, int32_t nbInputs, bool allowWildcard
     }
 }
 
-void RMSNormOp::outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder&) const
+template <>
+void OpPluginOf<RMSNormOp>::outputShapes(
+    nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder&) const
 {
     // y and residual_out have x's shape.
     out[0] = in[kX_IDX];
@@ -74,12 +77,14 @@ void RMSNormOp::outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs*
     }
 }
 
-std::vector<Dims> RMSNormOp::outputDims(Dims const* in) const
+template <>
+std::vector<Dims> OpPluginOf<RMSNormOp>::outputDims(Dims const* in) const
 {
     return std::vector<Dims>(hasResidual ? 2 : 1, in[kX_IDX]);
 }
 
-int64_t RMSNormOp::rows(Dims const* in) const
+template <>
+int64_t OpPluginOf<RMSNormOp>::rows(Dims const* in) const
 {
     int64_t m = 1;
     for (int32_t j = 0; j + 1 < in[kX_IDX].nbDims; ++j)
@@ -89,7 +94,8 @@ int64_t RMSNormOp::rows(Dims const* in) const
     return m;
 }
 
-cudaError_t RMSNormOp::launch(OpTensors const& t) const
+template <>
+cudaError_t OpPluginOf<RMSNormOp>::launch(OpTensors const& t) const
 {
     int32_t next = kFIRST_OPTIONAL_IDX;
     void const* residual = hasResidual ? t.in[next++] : nullptr;
@@ -98,7 +104,8 @@ cudaError_t RMSNormOp::launch(OpTensors const& t) const
         hasResidual ? t.out[1] : nullptr, rows(&t.inDesc[kX_IDX].dims), k, epsilon, weightOffset, t.stream);
 }
 
-std::string RMSNormOp::describe() const
+template <>
+std::string OpPluginOf<RMSNormOp>::describe() const
 {
     return cat("k=", k, ";epsilon=", std::setprecision(9), epsilon, ";weight_offset=", weightOffset,
         ";has_residual=", hasResidual, ";has_gate=", hasGate);

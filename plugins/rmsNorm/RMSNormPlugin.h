@@ -16,41 +16,20 @@ namespace metrale
 namespace plugin
 {
 
-struct RMSNormOp
+struct RMSNormOp : OpFields<contract::RMSNorm>
 {
-    using Op = contract::RMSNorm;
-
     int32_t k{0};
     float epsilon{0.0F};
-    int32_t weightOffset{0};
-    int32_t hasResidual{0};
-    int32_t hasGate{0};
-    NodeNames names;
-
-    template <typename Visitor>
-    void visitFields(Visitor& v) const
-    {
-        v.intField("k", k);
-        v.floatField("epsilon", epsilon);
-        v.intField("weight_offset", weightOffset);
-        v.intField("has_residual", hasResidual);
-        v.intField("has_gate", hasGate);
-        names.visit(v);
-    }
+    int32_t weightOffset{0}, hasResidual{0}, hasGate{0};
+    static constexpr auto kMEMBERS = std::make_tuple(
+        &RMSNormOp::k, &RMSNormOp::epsilon, &RMSNormOp::weightOffset, &RMSNormOp::hasResidual, &RMSNormOp::hasGate);
 
     static RMSNormOp parse(FieldReader const& reader);
-    bool isDynamic(int32_t input, int32_t dim, int32_t rank) const;
-    void checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;
-    void outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const;
-    std::vector<nvinfer1::Dims> outputDims(nvinfer1::Dims const* in) const;
-    size_t workspaceSize(nvinfer1::Dims const* /*in*/, int32_t /*xDType*/) const
-    {
-        return 0;
-    }
-    cudaError_t launch(OpTensors const& t) const;
-    std::string describe() const;
-    int64_t rows(nvinfer1::Dims const* in) const;
 };
+
+//! The rows: the product of x's dimensions but the last.
+template <>
+int64_t OpPluginOf<RMSNormOp>::rows(nvinfer1::Dims const* in) const;
 
 } // namespace plugin
 } // namespace metrale

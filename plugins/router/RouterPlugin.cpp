@@ -29,7 +29,14 @@ RouterOp RouterOp::parse(FieldReader const& reader)
     return op;
 }
 
-void RouterOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
+template <>
+bool OpPluginOf<RouterOp>::isDynamic(int32_t input, int32_t dim, int32_t /*rank*/) const
+{
+    return input == kX_IDX && dim == 0;
+}
+
+template <>
+void OpPluginOf<RouterOp>::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildcards) const
 {
     Dims const& x = dims[kX_IDX];
     METRALE_REQUIRE(x.nbDims == 2 && (x.d[1] == numExperts || (allowWildcards && x.d[1] == -1))
@@ -37,7 +44,9 @@ void RouterOp::checkDims(Dims const* dims, int32_t /*nbInputs*/, bool allowWildc
         "logits: expected [M, num_experts=", numExperts, "], found ", dimsToString(x));
 }
 
-void RouterOp::outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const
+template <>
+void OpPluginOf<RouterOp>::outputShapes(
+    nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& b) const
 {
     for (int32_t o : {kTOPK_IDS_IDX, kTOPK_WEIGHTS_IDX})
     {
@@ -47,7 +56,8 @@ void RouterOp::outputShapes(nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* 
     }
 }
 
-std::vector<Dims> RouterOp::outputDims(Dims const* in) const
+template <>
+std::vector<Dims> OpPluginOf<RouterOp>::outputDims(Dims const* in) const
 {
     Dims y{};
     y.nbDims = 2;
@@ -56,13 +66,15 @@ std::vector<Dims> RouterOp::outputDims(Dims const* in) const
     return {y, y};
 }
 
-cudaError_t RouterOp::launch(OpTensors const& t) const
+template <>
+cudaError_t OpPluginOf<RouterOp>::launch(OpTensors const& t) const
 {
     return metrale_router(t.in[kX_IDX], t.xDType, static_cast<int32_t*>(t.out[kTOPK_IDS_IDX]),
         t.out[kTOPK_WEIGHTS_IDX], t.inDesc[kX_IDX].dims.d[0], numExperts, topK, normalize, t.stream);
 }
 
-std::string RouterOp::describe() const
+template <>
+std::string OpPluginOf<RouterOp>::describe() const
 {
     return cat("num_experts=", numExperts, ";top_k=", topK, ";normalize=", normalize);
 }

@@ -9,40 +9,39 @@ namespace metrale
 namespace plugin
 {
 
-W4A16Format W4A16Format::parse(FieldReader const& reader, CommonAttributes const& attrs)
+template <>
+W4A16Format parseFormat<W4A16Format>(FieldReader const& reader, CommonAttributes const& attrs)
 {
     W4A16Format f;
     f.groupSize = reader.getInt("group_size");
-    requireValue("group_size", f.groupSize, Op::kGROUP_SIZE_VALUES);
+    requireValue("group_size", f.groupSize, W4A16Format::Op::kGROUP_SIZE_VALUES);
     METRALE_REQUIRE(attrs.k % 2 == 0, "field 'k': K=", attrs.k, " is odd (two 4-bit codes a byte)");
     f.hasZeroPoint = parseFlag(reader, "has_zero_point") ? 1 : 0;
     return f;
 }
 
-std::vector<InputSpec> W4A16Format::weightInputs(CommonAttributes const& attrs) const
+template <>
+std::vector<InputSpec> formatInputs<W4A16Format>(W4A16Format const& format, CommonAttributes const& attrs)
 {
     int64_t const n = attrs.n;
-    int64_t const groups = (attrs.k + groupSize - 1) / groupSize;  // a partial last group
+    int64_t const groups = (attrs.k + format.groupSize - 1) / format.groupSize;  // a partial last group
     // Op::kINPUTS: weight, weight_scale, zero_point (has_zero_point), bias (has_bias).
-    return contractInputs(Op::kINPUTS, {{n, attrs.k / 2}, {n, groups}, {n, groups}, {n}},
-        [&](FieldValues& gates) { visitFields(attrs, gates); });
+    using Op = W4A16Format::Op;
+    return contractInputs(Op::kINPUTS, {{n, attrs.k / 2}, {n, groups}, {n, groups}, {n}}, formatGates(format, attrs));
 }
 
-std::string W4A16Format::describe() const
+template <>
+size_t DenseProjPlugin<W4A16Format>::workspaceSize(int64_t m, int32_t /*xDType*/) const
 {
-    return cat("group_size=", groupSize, ";has_zero_point=", hasZeroPoint);
+    return metrale_w4a16_workspace_size(m, mAttrs.n, mAttrs.k, mFormat.groupSize);
 }
 
-size_t W4A16Format::workspaceSize(CommonAttributes const& attrs, int64_t m) const
-{
-    return metrale_w4a16_workspace_size(m, attrs.n, attrs.k, groupSize);
-}
-
-cudaError_t W4A16Format::launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const
+template <>
+cudaError_t DenseProjPlugin<W4A16Format>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
 {
     return metrale_w4a16_proj(run.x, run.xDType, in.required<int8_t>("weight"), in.required("weight_scale"),
-        in.optional<int8_t>("zero_point", hasZeroPoint), in.optional<float>("bias", attrs.hasBias), run.y, run.m,
-        attrs.n, attrs.k, groupSize, run.workspace, run.workspaceBytes, run.stream);
+        in.optional<int8_t>("zero_point", mFormat.hasZeroPoint), in.optional<float>("bias", mAttrs.hasBias), run.y,
+        run.m, mAttrs.n, mAttrs.k, mFormat.groupSize, run.workspace, run.workspaceBytes, run.stream);
 }
 
 } // namespace plugin

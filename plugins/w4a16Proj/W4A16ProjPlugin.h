@@ -19,41 +19,23 @@ namespace metrale
 namespace plugin
 {
 
-struct RoutingAttributes;
-
 //! What W4A16Proj and W4A16MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
-struct W4A16Format
+//! Version 2 of both ops: bfloat16 group scales, a partial last group (graphs of the retired
+//! version are refused by a RetiredPluginCreator, which says why).
+struct W4A16Format : ProjFormat<contract::W4A16Proj, contract::W4A16MoEProj>
 {
-    //! The ops' contract (metrale/contract.h): type, version 2 (bfloat16 group scales, a partial
-    //! last group; graphs of the retired version are refused by a RetiredPluginCreator, which says
-    //! why), activation formats, fields and inputs.
-    using Op = contract::W4A16Proj;
-    using GroupedOp = contract::W4A16MoEProj;
-
     int32_t groupSize{0};
     int32_t hasZeroPoint{0};
 
-    //! The fields after n and k bound to this format's members, in contract order (checked
-    //! against Op::kFIELDS at creation).
+    //! The fields after n and k and before has_bias, family and name, bound to this format's
+    //! members, in contract order (checked against Op::kFIELDS at creation).
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {
         v.intField("group_size", groupSize);
         v.intField("has_zero_point", hasZeroPoint);
         v.stringField("activation_format", attrs.activationFormatName);
-        visitTailFields(attrs, v);
     }
-
-    static W4A16Format parse(FieldReader const& reader, CommonAttributes const& attrs);
-    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
-    std::string describe() const;
-    size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
-    cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
-    // The grouped op's (moeProj/W4A16MoEProjPlugin.cpp).
-    size_t groupedWorkspaceSize(
-        CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const;
-    cudaError_t groupedLaunch(CommonAttributes const& attrs, RoutingAttributes const& routing,
-        InputTensors const& in, LaunchArgs const& run) const;
 };
 
 } // namespace plugin

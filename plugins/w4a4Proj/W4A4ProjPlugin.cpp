@@ -9,40 +9,40 @@ namespace metrale
 namespace plugin
 {
 
-W4A4Format W4A4Format::parse(FieldReader const& reader, CommonAttributes const& attrs)
+template <>
+W4A4Format parseFormat<W4A4Format>(FieldReader const& reader, CommonAttributes const& attrs)
 {
-    METRALE_REQUIRE(attrs.k % kBLOCK == 0, "field 'k': NVFP4 needs K to be a multiple of ", kBLOCK,
-        ", found K=", attrs.k);
+    METRALE_REQUIRE(attrs.k % contract::kNVFP4_BLOCK == 0, "field 'k': NVFP4 needs K to be a multiple of ",
+        contract::kNVFP4_BLOCK, ", found K=", attrs.k);
     W4A4Format f;
     f.hasInputScale = parseFlag(reader, "has_input_scale") ? 1 : 0;
     return f;
 }
 
-std::vector<InputSpec> W4A4Format::weightInputs(CommonAttributes const& attrs) const
+template <>
+std::vector<InputSpec> formatInputs<W4A4Format>(W4A4Format const& format, CommonAttributes const& attrs)
 {
     int64_t const n = attrs.n;
     int64_t const k = attrs.k;
     // Op::kINPUTS: weight, weight_scale, weight_global_scale, input_scale (has_input_scale), bias
     // (has_bias). weight_global_scale and input_scale are per tensor: [1] here, [E] in the grouped op.
-    return contractInputs(Op::kINPUTS, {{n, k / 2}, {n, k / kBLOCK}, {1}, {1}, {n}},
-        [&](FieldValues& gates) { visitFields(attrs, gates); });
+    int64_t const blocks = k / contract::kNVFP4_BLOCK;  // e4m3 scales a row
+    return contractInputs(
+        W4A4Format::Op::kINPUTS, {{n, k / 2}, {n, blocks}, {1}, {1}, {n}}, formatGates(format, attrs));
 }
 
-std::string W4A4Format::describe() const
+template <>
+size_t DenseProjPlugin<W4A4Format>::workspaceSize(int64_t m, int32_t /*xDType*/) const
 {
-    return cat("has_input_scale=", hasInputScale);
+    return metrale_w4a4_workspace_size(m, mAttrs.n, mAttrs.k, mAttrs.activationFormat);
 }
 
-size_t W4A4Format::workspaceSize(CommonAttributes const& attrs, int64_t m) const
-{
-    return metrale_w4a4_workspace_size(m, attrs.n, attrs.k, attrs.activationFormat);
-}
-
-cudaError_t W4A4Format::launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const
+template <>
+cudaError_t DenseProjPlugin<W4A4Format>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
 {
     return metrale_w4a4_proj(run.x, run.xDType, in.required<int8_t>("weight"), in.required<int8_t>("weight_scale"),
-        in.required<float>("weight_global_scale"), in.optional<float>("input_scale", hasInputScale),
-        attrs.activationFormat, in.optional<float>("bias", attrs.hasBias), run.y, run.m, attrs.n, attrs.k,
+        in.required<float>("weight_global_scale"), in.optional<float>("input_scale", mFormat.hasInputScale),
+        mAttrs.activationFormat, in.optional<float>("bias", mAttrs.hasBias), run.y, run.m, mAttrs.n, mAttrs.k,
         run.workspace, run.workspaceBytes, run.stream);
 }
 

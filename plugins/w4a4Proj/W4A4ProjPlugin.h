@@ -20,39 +20,19 @@ namespace metrale
 namespace plugin
 {
 
-struct RoutingAttributes;
-
 //! What W4A4Proj and W4A4MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
-struct W4A4Format
+struct W4A4Format : ProjFormat<contract::W4A4Proj, contract::W4A4MoEProj>
 {
-    //! The ops' contract (metrale/contract.h): type, version, activation formats, fields, inputs.
-    using Op = contract::W4A4Proj;
-    using GroupedOp = contract::W4A4MoEProj;
-    //! Elements per e4m3 block scale.
-    static constexpr int32_t kBLOCK{contract::kNVFP4_BLOCK};
-
     int32_t hasInputScale{0};
 
-    //! The fields after n and k bound to this format's members, in contract order (checked
-    //! against Op::kFIELDS at creation).
+    //! The fields after n and k and before has_bias, family and name, bound to this format's
+    //! members, in contract order (checked against Op::kFIELDS at creation).
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {
         v.stringField("activation_format", attrs.activationFormatName);
         v.intField("has_input_scale", hasInputScale);
-        visitTailFields(attrs, v);
     }
-
-    static W4A4Format parse(FieldReader const& reader, CommonAttributes const& attrs);
-    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
-    std::string describe() const;
-    size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
-    cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
-    // The grouped op's (moeProj/W4A4MoEProjPlugin.cpp).
-    size_t groupedWorkspaceSize(
-        CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const;
-    cudaError_t groupedLaunch(CommonAttributes const& attrs, RoutingAttributes const& routing,
-        InputTensors const& in, LaunchArgs const& run) const;
 };
 
 } // namespace plugin

@@ -22,17 +22,9 @@ namespace metrale
 namespace plugin
 {
 
-struct RoutingAttributes;
-
 //! What W8A8Proj and W8A8MoEProj share: the policy of DenseProjPlugin and GroupedProjPlugin.
-struct W8A8Format
+struct W8A8Format : ProjFormat<contract::W8A8Proj, contract::W8A8MoEProj>
 {
-    //! The ops' contract (metrale/contract.h): type, version, activation formats, fields, inputs.
-    using Op = contract::W8A8Proj;
-    using GroupedOp = contract::W8A8MoEProj;
-    //! Edge of a weight-scale block and of an activation-scale block (block128, row_block128).
-    static constexpr int64_t kBLOCK{contract::kFP8_BLOCK};
-
     std::string weightScaleGranularityName;
     std::string activationScaleGranularityName;
     int32_t weightScaleGranularity{kMETRALE_WSCALE_CHANNEL};
@@ -43,27 +35,15 @@ struct W8A8Format
         return activationScaleGranularity == kMETRALE_ASCALE_TENSOR;
     }
 
-    //! The fields after n and k bound to this format's members, in contract order (checked
-    //! against Op::kFIELDS at creation).
+    //! The fields after n and k and before has_bias, family and name, bound to this format's
+    //! members, in contract order (checked against Op::kFIELDS at creation).
     template <typename Visitor>
     void visitFields(CommonAttributes const& attrs, Visitor& v) const
     {
         v.stringField("weight_scale_granularity", weightScaleGranularityName);
         v.stringField("activation_format", attrs.activationFormatName);
         v.stringField("activation_scale_granularity", activationScaleGranularityName);
-        visitTailFields(attrs, v);
     }
-
-    static W8A8Format parse(FieldReader const& reader, CommonAttributes const& attrs);
-    std::vector<InputSpec> weightInputs(CommonAttributes const& attrs) const;
-    std::string describe() const;
-    size_t workspaceSize(CommonAttributes const& attrs, int64_t m) const;
-    cudaError_t launch(CommonAttributes const& attrs, InputTensors const& in, LaunchArgs const& run) const;
-    // The grouped op's (moeProj/W8A8MoEProjPlugin.cpp).
-    size_t groupedWorkspaceSize(
-        CommonAttributes const& attrs, RoutingAttributes const& routing, int64_t m, int32_t xDType) const;
-    cudaError_t groupedLaunch(CommonAttributes const& attrs, RoutingAttributes const& routing,
-        InputTensors const& in, LaunchArgs const& run) const;
 };
 
 } // namespace plugin

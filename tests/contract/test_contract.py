@@ -64,9 +64,10 @@ def test_an_added_op_appears_in_the_header(monkeypatch):
     monkeypatch.setitem(contract.OPS, "MadeUpNorm", op)
     text = contract_header.to_header()
     assert "struct MadeUpNorm\n" in text
-    assert '{"epsilon", FieldType::kFLOAT, false, 0, 1e-06f, nullptr},' in text
-    assert '{"gamma", TensorType::kBFLOAT16, nullptr, nullptr, "[k]"},' in text
-    assert "{MadeUpNorm::kOP_TYPE, MadeUpNorm::kVERSION, MadeUpNorm::kHAS_PLUGIN," in text
+    assert '{"epsilon", FieldType::kFLOAT, false, 0, 1e-06f, nullptr}' in text
+    assert '{"gamma", TensorType::kBFLOAT16, nullptr, nullptr, "[k]"}' in text
+    assert "opInfo<MadeUpNorm>()" in text[text.index("constexpr OpInfo kOPS[]"):]
+    assert 'METRALE_CONTRACT_OP("MadeUpNorm", 3, "3", "madeup", "x", false, nullptr, 0, nullptr, "bf16");' in text
     assert "kDOMAIN_VERSION{3}" in text
     assert drift(PLUGINS) == []  # no plugin expected
     bad = dataclasses.replace(op, inputs=(contract.Input("gamma", "complex64", ("k",)),))
@@ -193,16 +194,16 @@ def test_the_header_states_the_enumerated_gate_and_the_retired_versions():
     W8A8MoEProj's version 1 as the compatible one (a second creator)."""
     header = contract_header.to_header()
     w8a8 = header[header.index("struct W8A8Proj\n"):header.index("struct W4A4Proj\n")]
-    assert '{"input_scale", TensorType::kFLOAT32, "activation_scale_granularity", "tensor", "[1]"},' in w8a8
-    assert 'kCOMPATIBLE_VERSION{nullptr}' in w8a8 and 'kVERSION{"3"}' in w8a8
+    assert '{"input_scale", TensorType::kFLOAT32, "activation_scale_granularity", "tensor", "[1]"}' in w8a8
+    # type, version number and string, kind, x's name, plugin, grouped-of, nb retired, compatible, default
+    assert 'METRALE_CONTRACT_OP("W8A8Proj", 3, "3", "w8a8", "x", true, nullptr, 2, nullptr, "fp8");' in w8a8
     assert 'kRETIRED[]{{"1", "exact f16 products' in w8a8 and '{"2", "exact f16 products' in w8a8
-    assert "kNB_RETIRED{2}" in w8a8
     moe = header[header.index("struct W8A8MoEProj\n"):]
     moe = moe[:moe.index("\n};")]
-    assert 'kCOMPATIBLE_VERSION{"1"}' in moe and 'kVERSION{"2"}' in moe and "kNB_RETIRED{0}" in moe
+    assert 'METRALE_CONTRACT_OP("W8A8MoEProj", 2, "2", "w8a8", "x", true, "W8A8Proj", 0, "1", "fp8");' in moe
     w4a4 = header[header.index("struct W4A4Proj\n"):]
-    assert '{"input_scale", TensorType::kFLOAT32, "has_input_scale", nullptr, "[1]"},' in w4a4
-    assert "kCOMPATIBLE_VERSION{nullptr}" in w4a4
+    assert '{"input_scale", TensorType::kFLOAT32, "has_input_scale", nullptr, "[1]"}' in w4a4
+    assert 'METRALE_CONTRACT_OP("W4A4Proj", 1, "1", "w4a4", "x", true, nullptr, 0, nullptr, "nvfp4");' in w4a4
     assert "kRETIRED[]{{nullptr, nullptr}}" in w4a4[:w4a4.index("\n};")]
     assert "kMETRALE_ASCALE_TENSOR = 2" in header
 
@@ -243,7 +244,7 @@ def test_a_made_up_attribute_reaches_every_consumer(made_up_attribute, demo_expo
     # (whose visitFields, lacking it, FieldListCheck refuses when a plugin is created)
     assert {p.split(":")[0] for p in contract.stale()} == {str(contract.JSON_PATH), str(contract_header.HEADER_PATH)}
     w4a16 = contract_header.to_header().split("struct W4A16Proj\n")[1].split("\n};")[0]
-    assert '{"made_up", FieldType::kINT, true, 0, 0.0f, nullptr},' in w4a16
+    assert '{"made_up", FieldType::kINT, true, 0, 0.0f, nullptr}' in w4a16
     assert "static constexpr int32_t kMADE_UP_VALUES[]{0, 1, 2};" in contract_header.to_header()
 
 

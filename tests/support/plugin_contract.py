@@ -4,10 +4,11 @@ current): which C++ format serves which op, and that no plugin source restates a
 
 ``drift(plugins_dir)`` returns one line per disagreement (empty: none):
 - every op the contract gives a plugin (``has_plugin``) is a format's ``using Op = contract::<op>;``
-  (dense) or ``using GroupedOp = contract::<op>;`` (grouped), or a non-projection op's policy
-  ``struct <Name>Op`` with ``using Op = contract::<op>;``, in ``plugins/*/*Plugin.h``, registered
+  (dense) or ``using GroupedOp = contract::<op>;`` (grouped), or its base's ``ProjFormat<contract::<op>,
+  contract::<grouped op>>``, or a non-projection op's fields
+  ``struct <Name>Op : OpFields<contract::<op>>``, in ``plugins/*/*Plugin.h``, registered
   in ``common/pluginLibrary.cpp`` as ``ProjectionPluginCreator<DenseProjPlugin<Format>>`` (or
-  ``GroupedProjPlugin``, ``OpPluginOf<Policy>``), with a ``RetiredPluginCreator`` exactly when the
+  ``GroupedProjPlugin``, ``OpPluginOf<Fields>``), with a ``RetiredPluginCreator`` exactly when the
   contract names a retired version (one per retired version, by its index); an op with ``has_plugin=False`` has none;
 - no plugin source (comments stripped; the generated header and plugins/tests aside) spells an op
   type, an activation format or an enumerated string value as a literal: those come from the header.
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from metrale_export import contract
 
-_FORMAT = re.compile(r"^struct (\w+(?:Format|Op))\s*$(.*?)^};", re.M | re.S)
+_FORMAT = re.compile(r"^struct (\w+(?:Format|Op))\b([^\n]*)$(.*?)^};", re.M | re.S)
 
 
 def _code(text: str) -> str:
@@ -32,16 +33,19 @@ def _code(text: str) -> str:
 
 
 def _formats(plugins: Path) -> dict[str, tuple[str, str]]:
-    """op type -> (template, format struct): the formats' ``using Op`` / ``using GroupedOp``, the
-    non-projection policies' ``using Op``."""
+    """op type -> (template, format struct): the formats' ``using Op`` / ``using GroupedOp`` or
+    ProjFormat base, the non-projection ops' OpFields base."""
     out = {}
     for header in sorted(plugins.glob("*/*Plugin.h")):
-        for name, body in _FORMAT.findall(_code(header.read_text())):
+        for name, bases, body in _FORMAT.findall(_code(header.read_text())):
             dense = "OpPluginOf" if name.endswith("Op") else "DenseProjPlugin"
-            for alias, template in (("Op", dense), ("GroupedOp", "GroupedProjPlugin")):
+            # The base's: OpFields<contract::<op>>, ProjFormat<contract::<op>[, contract::<grouped op>]>.
+            base = re.fullmatch(r"\s*:\s*(?:OpFields|ProjFormat)<contract::(\w+)(?:, contract::(\w+))?>\s*", bases)
+            for alias, template, group in (("Op", dense, 1), ("GroupedOp", "GroupedProjPlugin", 2)):
                 m = re.search(rf"\busing {alias} = contract::(\w+);", body)
-                if m:
-                    out[m.group(1)] = (template, name)
+                op = m.group(1) if m else (base.group(group) if base else None)
+                if op:
+                    out[op] = (template, name)
     return out
 
 
