@@ -24,10 +24,8 @@ constexpr int32_t kHEADS_DIM{1};
 constexpr int32_t kLENGTH_DIM{2};
 constexpr int32_t kHEAD_DIM_DIM{3};
 constexpr int32_t kRANK{4};
-//! The launcher unsplit, split, or its own choice (see AttentionPlugin.h).
-constexpr int32_t kNO_SPLIT{0};
-constexpr int32_t kSPLIT{1};
-constexpr int32_t kLAUNCHER_CHOICE{-1};
+//! The launcher's split argument: unsplit, split, or its own choice (see AttentionPlugin.h).
+enum Split : int32_t { kNO_SPLIT = 0, kSPLIT = 1, kLAUNCHER_CHOICE = -1 };
 
 //! The longest seq up to `seq` that the decode rule admits (at most 16 rows a (sequence, kv head)).
 int64_t decodeSeq(int64_t seq, int32_t qHeads, int32_t kvHeads)
