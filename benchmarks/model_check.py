@@ -38,6 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from metrale_export.ops import tolerances
+
 FORMATS = ("w4a16", "w8a8", "w4a4")
 # The logits of two correct evaluations of a W4A16 model (float32 sums in different orders) differ
 # by the bf16 rounding of the activations, not by float32 noise: one ulp of one projection output
@@ -387,7 +389,6 @@ def _w8a8_mma(value: str | None):
 def gpu(root: Path, out: Path, cases: list[str] = ()) -> int:
     import metrale_export.ops.cuda  # noqa: F401  (registers the CUDA kernels)
     from metrale_export.compare.row_invariance import row_invariance
-    from metrale_export.ops import tolerances
 
     pairs = [tuple(c.split(":")) for c in cases] or [(n, f) for n in (*MODELS, BIG) for f in FORMATS]
     refs = np.load(root / "ort_reference.npz")
