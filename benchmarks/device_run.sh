@@ -128,7 +128,8 @@ fi
 if [ "$what" = landed ]; then
   # A landed tree in one call (issue 21's GPU half): build the kernels, the plugin library and the
   # conformance harness, then at once: the conformance driver, every GPU test, `model_check gpu MC_DIR`
-  # (all model x format cases, when MC_DIR was prepared on the CPU at the same commit), and a copy of
+  # (all model x format cases, when MC_DIR was prepared on the CPU at the same commit and carried:
+  # `carry: ["mc"]`, its ONNX files are git-ignored), and a copy of
   # the tree whose contract has another attribute default (W8A8Proj weight_scale_granularity
   # block128), its header regenerated, the plugins rebuilt and the unchanged conformance driver run
   # over them (conformance-changed.log, header.diff).
