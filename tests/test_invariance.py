@@ -97,7 +97,9 @@ def test_without_their_plugins_the_plugin_lowering_expands_them(demo_exports, mo
     a = audit(lowered.graph)
     assert a["left_by_kind"]["norm"] == 4 * DEMO_CONFIG["num_hidden_layers"] + 1
     assert not [n for n in lowered.graph.node if n.op_type == "Attention"]
-    assert a["left_by_kind"]["attention"] == 3 * DEMO_CONFIG["num_hidden_layers"]  # 2 MatMul + Softmax
+    # The expanded attention: 2 MatMul, and the softmax as ReduceMax + ReduceSum (engines/expand.py).
+    assert a["left_by_kind"]["attention"] == 2 * DEMO_CONFIG["num_hidden_layers"]
+    assert a["left_by_kind"]["reduction"] == 2 * DEMO_CONFIG["num_hidden_layers"]
 
 
 def test_engine_promise_is_projections_only_while_anything_is_left():

@@ -44,14 +44,19 @@ def test_expanded_attention_is_within_the_op_bound(graph, path, b, s, t, monkeyp
     k, v = torch.randn(b, 2, t, 64, generator=g), torch.randn(b, 2, t, 64, generator=g)
     (out,) = sess.run(None, {"q": q.numpy(), "k": k.numpy(), "v": v.numpy()})
     assert out.shape == (b, s, 8, 64)
-    # The expansion runs in float32 on the unrounded inputs: compare with the exact float64 value.
+    # The expansion rounds q, k, v and P to bf16 as the op does (docs/ops.md, Attention, Operands).
+    # Within one 64-key block it is the op's arithmetic to float32 noise; over several blocks the
+    # op rounds each block's p against the running maximum, the expansion against the row's, so a
+    # few P elements land one bf16 step apart (6.8e-4 at T = 300). The unrounded float32 formula
+    # was 5e-3 away (a bf16 step of every operand), which both limits reject.
+    ref = A.attention_reference(q, k, v, 0.125).double()
+    err = float((ref - torch.from_numpy(out).double()).abs().max())
+    assert err < (1e-5 if t <= 64 else 1e-3), err
+    # And the op's own bound against the exact float64 value still holds for the expansion.
     probs = torch.softmax((q.double().reshape(b, 2, 4, s, 64) @ k.double()[:, :, None].transpose(-1, -2) * 0.125)
                           .masked_fill(torch.arange(t)[None, :] > (t - s + torch.arange(s))[:, None], float("-inf")),
                           dim=-1)
     exact = (probs @ v.double()[:, :, None]).reshape(b, 8, s, 64).transpose(1, 2)
-    assert np.abs(out - exact.numpy()).max() < 1e-5
-    # And the op's own reference (bf16 operands) agrees within the op's bound.
-    ref = A.attention_reference(q, k, v, 0.125).double()
     bnd = A.bound(q, k, v, 0.125)
     assert bool(((ref - torch.from_numpy(out).double()).abs() <= bnd + 2.0 ** -8 * exact.abs()).all())
 
