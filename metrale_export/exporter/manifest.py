@@ -9,6 +9,8 @@ manifests; ``ops`` lists each metrale node with its attributes as written in the
 
 from __future__ import annotations
 
+import dataclasses
+
 import hashlib
 from collections import Counter
 from pathlib import Path
@@ -76,6 +78,16 @@ def _activation_scales(source: ProjectionSource | None) -> dict:
     return {} if scales is None else {"activation_scales": scales}
 
 
+def _without_unused_expert_form(req, counts: dict):
+    """``req`` with ``moe_experts`` at its default where the model has no experts (no ``/moe/`` op):
+    the expert form then changes nothing in the graph, so it must not change the manifest either
+    (the main job asks for dense experts when TensorRT-RTX builds, a plain export keeps the default;
+    both must give the same bytes)."""
+    if any("/moe/" in k for k in counts):
+        return req
+    return dataclasses.replace(req, moe_experts=type(req)().moe_experts)
+
+
 def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto,
                    source: ProjectionSource | None = None,
                    mtp_proto: onnx.ModelProto | None = None) -> dict:
@@ -86,7 +98,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
 
     ops = metrale_ops(proto.graph)
     config_hash = hashlib.sha256((ckpt.root / "config.json").read_bytes()).hexdigest()
-    req = options.request
+    req = _without_unused_expert_form(options.request, op_counts(ops))
     return {
         "format_version": FORMAT_VERSION,
         "producer": f"metrale-export {__version__}",
