@@ -11,7 +11,8 @@ PyTorch weights are read and quantized on a second thread while this one compute
 
 Invariants: the same checks, bounds and rows, in the same order, as the whole-graph comparison
 (accuracy.py; tested equal on the small models); values no later segment reads are dropped; at
-most two decoder layers' PyTorch weights (this one, the next one being read) are resident.
+most two decoder layers' PyTorch weights (this one, the next one being read) are resident; no kept
+value is a view of ONNX Runtime's memory (a session's arena is freed with its segment).
 """
 
 from __future__ import annotations
@@ -164,7 +165,10 @@ def _ort_segment_all(export_dir: Path, seg_model, seg: Segment, cases, ort_vals:
 def _ort_segment(session, seg: Segment, store: dict, feed: dict) -> None:
     """Run one segment in ONNX Runtime for one case, its inputs from ``store`` or the feed."""
     got = session.run(list(seg.outputs), {v: store[v] if v in store else feed[v] for v in seg.inputs})
-    store.update(zip(seg.outputs, got))
+    # Copies: ONNX Runtime's arrays are views of its buffers, and one kept array holds its session's
+    # whole CPU arena (the segment's activations), so the outputs kept to the end (the presents,
+    # logits) held one arena per segment: +22 MiB a layer at 32B (benchmarks/results/compare-rss-*).
+    store.update(zip(seg.outputs, (np.array(g, copy=True) for g in got)))
 
 
 def _drop_read(store: dict, last_use: dict[str, int], s: int, outputs: list[str]) -> None:
