@@ -38,6 +38,8 @@ struct AttentionOp : OpFields<contract::Attention>
 template <>
 size_t OpPluginOf<AttentionOp>::workspaceSize(nvinfer1::Dims const* in, int32_t xDType) const;
 
+METRALE_OP_PLUGIN_SPECIALIZATIONS(AttentionOp);
+
 } // namespace plugin
 } // namespace metrale
 

@@ -256,6 +256,25 @@ private:
     }
 };
 
+//! Declares the members of OpPluginOf<FieldsT> that the op's .cpp defines as explicit
+//! specializations, so that every translation unit that instantiates the plugin (the creators in
+//! pluginLibrary.cpp) sees them declared before their use, as the standard requires. One line in
+//! each op's header.
+#define METRALE_OP_PLUGIN_SPECIALIZATIONS(FieldsT)                                                                   \
+    template <>                                                                                                    \
+    bool OpPluginOf<FieldsT>::isDynamic(int32_t input, int32_t dim, int32_t rank) const;                           \
+    template <>                                                                                                    \
+    void OpPluginOf<FieldsT>::checkDims(nvinfer1::Dims const* dims, int32_t nbInputs, bool allowWildcards) const;  \
+    template <>                                                                                                    \
+    void OpPluginOf<FieldsT>::outputShapes(                                                                        \
+        nvinfer1::DimsExprs const* in, nvinfer1::DimsExprs* out, nvinfer1::IExprBuilder& builder) const;           \
+    template <>                                                                                                    \
+    std::vector<nvinfer1::Dims> OpPluginOf<FieldsT>::outputDims(nvinfer1::Dims const* in) const;                   \
+    template <>                                                                                                    \
+    cudaError_t OpPluginOf<FieldsT>::launch(OpTensors const& t) const;                                             \
+    template <>                                                                                                    \
+    std::string OpPluginOf<FieldsT>::describe() const
+
 } // namespace plugin
 } // namespace metrale
 

@@ -17,6 +17,18 @@
 #include "../w4a4Proj/W4A4ProjPlugin.h"
 #include "../w8a8Proj/W8A8ProjPlugin.h"
 
+namespace metrale
+{
+namespace plugin
+{
+// The grouped plugins' launcher calls (moeProj/<format>MoEProjPlugin.cpp), declared before the
+// creators below instantiate them.
+METRALE_GROUPED_FORMAT_SPECIALIZATIONS(W4A16Format);
+METRALE_GROUPED_FORMAT_SPECIALIZATIONS(W8A8Format);
+METRALE_GROUPED_FORMAT_SPECIALIZATIONS(W4A4Format);
+} // namespace plugin
+} // namespace metrale
+
 #define METRALE_PLUGIN_API extern "C" __attribute__((visibility("default")))
 
 METRALE_PLUGIN_API void setLoggerFinder(nvinfer1::ILoggerFinder* finder)

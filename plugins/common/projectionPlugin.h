@@ -180,6 +180,19 @@ private:
     Format mFormat;
 };
 
+//! Declares what a format's .cpp defines as explicit specializations (parseFormat, formatInputs,
+//! DenseProjPlugin<Format>'s launcher calls), so that the creators' translation unit sees them
+//! declared before their use. One line in each format's header.
+#define METRALE_PROJ_FORMAT_SPECIALIZATIONS(FormatT)                                                                 \
+    template <>                                                                                                    \
+    FormatT parseFormat<FormatT>(FieldReader const& reader, CommonAttributes const& attrs);                        \
+    template <>                                                                                                    \
+    std::vector<InputSpec> formatInputs<FormatT>(FormatT const& format, CommonAttributes const& attrs);            \
+    template <>                                                                                                    \
+    size_t DenseProjPlugin<FormatT>::workspaceSize(int64_t m, int32_t xDType) const;                               \
+    template <>                                                                                                    \
+    cudaError_t DenseProjPlugin<FormatT>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
+
 } // namespace plugin
 } // namespace metrale
 

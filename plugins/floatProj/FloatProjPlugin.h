@@ -28,6 +28,8 @@ struct FloatFormat : ProjFormat<contract::FloatProj>
     }
 };
 
+METRALE_PROJ_FORMAT_SPECIALIZATIONS(FloatFormat);
+
 } // namespace plugin
 } // namespace metrale
 

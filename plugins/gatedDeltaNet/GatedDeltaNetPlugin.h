@@ -50,6 +50,9 @@ struct GatedDeltaRuleOp : OpFields<contract::GatedDeltaRule>
     }
 };
 
+METRALE_OP_PLUGIN_SPECIALIZATIONS(CausalConv1dOp);
+METRALE_OP_PLUGIN_SPECIALIZATIONS(GatedDeltaRuleOp);
+
 } // namespace plugin
 } // namespace metrale
 

@@ -31,6 +31,8 @@ struct RMSNormOp : OpFields<contract::RMSNorm>
 template <>
 int64_t OpPluginOf<RMSNormOp>::rows(nvinfer1::Dims const* in) const;
 
+METRALE_OP_PLUGIN_SPECIALIZATIONS(RMSNormOp);
+
 } // namespace plugin
 } // namespace metrale
 

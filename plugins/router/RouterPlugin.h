@@ -24,6 +24,8 @@ struct RouterOp : OpFields<contract::Router>
     static RouterOp parse(FieldReader const& reader);
 };
 
+METRALE_OP_PLUGIN_SPECIALIZATIONS(RouterOp);
+
 } // namespace plugin
 } // namespace metrale
 

@@ -35,6 +35,8 @@ struct W4A4Format : ProjFormat<contract::W4A4Proj, contract::W4A4MoEProj>
     }
 };
 
+METRALE_PROJ_FORMAT_SPECIALIZATIONS(W4A4Format);
+
 } // namespace plugin
 } // namespace metrale
 
