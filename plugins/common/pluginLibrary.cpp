@@ -21,11 +21,19 @@ namespace metrale
 {
 namespace plugin
 {
-// The grouped plugins' launcher calls (moeProj/<format>MoEProjPlugin.cpp), declared before the
-// creators below instantiate them.
-METRALE_GROUPED_FORMAT_SPECIALIZATIONS(W4A16Format);
-METRALE_GROUPED_FORMAT_SPECIALIZATIONS(W8A8Format);
-METRALE_GROUPED_FORMAT_SPECIALIZATIONS(W4A4Format);
+// What the formats' .cpp files define as explicit specializations, declared before the creators
+// below instantiate the plugins (the non-projection ops declare theirs in their headers).
+METRALE_PROJ_FORMAT_SPECIALIZATIONS(W4A16Format);
+METRALE_PROJ_FORMAT_SPECIALIZATIONS(W8A8Format);
+METRALE_PROJ_FORMAT_SPECIALIZATIONS(W4A4Format);
+METRALE_PROJ_FORMAT_SPECIALIZATIONS(FloatFormat);
+METRALE_LAUNCH_SPECIALIZATIONS(DenseProjPlugin, W4A16Format);
+METRALE_LAUNCH_SPECIALIZATIONS(DenseProjPlugin, W8A8Format);
+METRALE_LAUNCH_SPECIALIZATIONS(DenseProjPlugin, W4A4Format);
+METRALE_LAUNCH_SPECIALIZATIONS(DenseProjPlugin, FloatFormat);
+METRALE_LAUNCH_SPECIALIZATIONS(GroupedProjPlugin, W4A16Format);
+METRALE_LAUNCH_SPECIALIZATIONS(GroupedProjPlugin, W8A8Format);
+METRALE_LAUNCH_SPECIALIZATIONS(GroupedProjPlugin, W4A4Format);
 } // namespace plugin
 } // namespace metrale
 

@@ -180,18 +180,19 @@ private:
     Format mFormat;
 };
 
-//! Declares what a format's .cpp defines as explicit specializations (parseFormat, formatInputs,
-//! DenseProjPlugin<Format>'s launcher calls), so that the creators' translation unit sees them
-//! declared before their use. One line in each format's header.
+//! Declare what a format's .cpp files define as explicit specializations, before the creators
+//! instantiate the plugins (pluginLibrary.cpp, after the format headers): the format's parseFormat
+//! and formatInputs, and the launcher calls of PluginT<Format> (DenseProjPlugin, GroupedProjPlugin).
 #define METRALE_PROJ_FORMAT_SPECIALIZATIONS(FormatT)                                                                 \
     template <>                                                                                                    \
     FormatT parseFormat<FormatT>(FieldReader const& reader, CommonAttributes const& attrs);                        \
     template <>                                                                                                    \
-    std::vector<InputSpec> formatInputs<FormatT>(FormatT const& format, CommonAttributes const& attrs);            \
+    std::vector<InputSpec> formatInputs<FormatT>(FormatT const& format, CommonAttributes const& attrs)
+#define METRALE_LAUNCH_SPECIALIZATIONS(PluginT, FormatT)                                                             \
     template <>                                                                                                    \
-    size_t DenseProjPlugin<FormatT>::workspaceSize(int64_t m, int32_t xDType) const;                               \
+    size_t PluginT<FormatT>::workspaceSize(int64_t m, int32_t xDType) const;                                       \
     template <>                                                                                                    \
-    cudaError_t DenseProjPlugin<FormatT>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
+    cudaError_t PluginT<FormatT>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
 
 } // namespace plugin
 } // namespace metrale

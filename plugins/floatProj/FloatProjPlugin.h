@@ -28,8 +28,6 @@ struct FloatFormat : ProjFormat<contract::FloatProj>
     }
 };
 
-METRALE_PROJ_FORMAT_SPECIALIZATIONS(FloatFormat);
-
 } // namespace plugin
 } // namespace metrale
 

@@ -169,15 +169,6 @@ private:
     Format mFormat;
 };
 
-//! Declares GroupedProjPlugin<Format>'s launcher calls, which moeProj/<format>MoEProjPlugin.cpp
-//! defines as explicit specializations, where the creators are instantiated (pluginLibrary.cpp,
-//! after the format headers).
-#define METRALE_GROUPED_FORMAT_SPECIALIZATIONS(FormatT)                                                              \
-    template <>                                                                                                    \
-    size_t GroupedProjPlugin<FormatT>::workspaceSize(int64_t m, int32_t xDType) const;                             \
-    template <>                                                                                                    \
-    cudaError_t GroupedProjPlugin<FormatT>::launchKernel(InputTensors const& in, LaunchArgs const& run) const
-
 } // namespace plugin
 } // namespace metrale
 

@@ -38,8 +38,6 @@ struct W4A16Format : ProjFormat<contract::W4A16Proj, contract::W4A16MoEProj>
     }
 };
 
-METRALE_PROJ_FORMAT_SPECIALIZATIONS(W4A16Format);
-
 } // namespace plugin
 } // namespace metrale
 

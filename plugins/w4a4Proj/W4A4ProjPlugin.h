@@ -35,8 +35,6 @@ struct W4A4Format : ProjFormat<contract::W4A4Proj, contract::W4A4MoEProj>
     }
 };
 
-METRALE_PROJ_FORMAT_SPECIALIZATIONS(W4A4Format);
-
 } // namespace plugin
 } // namespace metrale
 

@@ -46,8 +46,6 @@ struct W8A8Format : ProjFormat<contract::W8A8Proj, contract::W8A8MoEProj>
     }
 };
 
-METRALE_PROJ_FORMAT_SPECIALIZATIONS(W8A8Format);
-
 } // namespace plugin
 } // namespace metrale
 
