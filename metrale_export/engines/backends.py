@@ -166,6 +166,10 @@ def captured_polygraphy_log(echo: bool = False):
     records: list[tuple[str, str]] = []
 
     class _Collect(logging.Handler):
+        # A Ctrl-C inside Handler.__init__ (after it registers the handler, before createLock) left
+        # an instance without `lock`, and logging's atexit shutdown then printed a traceback.
+        lock = None
+
         def emit(self, record):
             records.append((record.levelname, record.getMessage()))
             if echo:
