@@ -69,6 +69,7 @@ quantization_options = _compose(
                       "tokenizer.json), a .ids file of token ids (one sequence a line), or random:N."),
     _request_option("quantize_lm_head"),
     _request_option("moe_experts"),
+    _request_option("fuse_projections"),
     click.option("--layers", default=None, metavar="SPEC",
                  help="Export only these decoder layers, e.g. '0' or '0,2' or '1-3' (debugging)."),
     click.option("--dtype", type=click.Choice(sorted(DTYPE_NAMES)), default="float32", show_default=True,

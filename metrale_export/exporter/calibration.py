@@ -259,8 +259,8 @@ class StaticScales:
     def _static(self, spec: ProjSpec) -> bool:
         return spec.kind in STATIC_KINDS and spec.name in self.scales
 
-    def spec(self, name, n, k, family, bias=False, weight_name=None) -> ProjSpec:
-        spec = self.source.spec(name, n, k, family, bias=bias, weight_name=weight_name)
+    def spec(self, name, n, k, family, bias=False, weight_name=None, parts=()) -> ProjSpec:
+        spec = self.source.spec(name, n, k, family, bias=bias, weight_name=weight_name, parts=parts)
         if not self._static(spec):
             return spec
         op = contract.by_kind()[spec.kind]
@@ -275,7 +275,7 @@ class StaticScales:
         if not self._static(spec):
             return self.source.load(spec)
         base = self.source.spec(spec.name, spec.n, spec.k, spec.family, bias="bias" in spec.tensors,
-                                weight_name=spec.source)
+                                weight_name=None if spec.parts else spec.source, parts=spec.parts)
         out = dict(self.source.load(base))
         out["input_scale"] = torch.tensor([self.scales[spec.name]], dtype=torch.float32)
         out = {key: out[key] for key in spec.tensors}

@@ -37,6 +37,9 @@ class ProjSpec:
     attrs: dict[str, object] = field(default_factory=dict)
     # The checkpoint tensor(s) the weight is read from (for messages and the manifest).
     source: str = ""
+    # A fused projection (exporter/fusion.py): its parts, (checkpoint prefix, rows), in row order;
+    # empty for a projection the checkpoint stores as one.
+    parts: tuple[tuple[str, int], ...] = ()
 
     @property
     def op_type(self) -> str | None:

@@ -4,7 +4,8 @@ sources (formats/) and ``StaticScales`` (calibration.py: either of them with sta
 scales).
 
 Invariants:
-- a source answers ``spec`` from the checkpoint's headers alone, before any weight is read, and
+- a source answers ``spec`` from the checkpoint's headers alone, before any weight is read (a
+  fused projection of a declared format also reads its parts' per-tensor scalars), and
   ``load`` returns exactly the tensors its spec names (``ProjSpec.check``);
 - what the manifest records of a source comes from its methods (``describe``,
   ``activation_scales``), never from which attributes it happens to have.
@@ -34,8 +35,10 @@ class ProjectionSource(Protocol):
         ...
 
     def spec(self, name: str, n: int, k: int, family: str, bias: bool = False,
-             weight_name: str | None = None) -> ProjSpec:
-        """The spec of projection ``name`` ([n, k]), checked against the checkpoint's headers."""
+             weight_name: str | None = None, parts: tuple[tuple[str, int], ...] = ()) -> ProjSpec:
+        """The spec of projection ``name`` ([n, k]), checked against the checkpoint's headers;
+        ``parts`` ((checkpoint prefix, rows), in row order): a fused projection of those stored
+        ones (fusion.py; ``fusion.Unfusable`` where this checkpoint cannot make one op of them)."""
         ...
 
     def load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:

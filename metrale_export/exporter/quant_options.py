@@ -54,6 +54,9 @@ class QuantOption:
     absent_elsewhere: bool = False  # outside ``formats`` the manifest leaves the key out, not None
     cli_choices: tuple | None = None  # the CLI's choices where they differ (--weight-quantization auto)
     cli_default: object = None  # the CLI's default where it differs (None: the request's)
+    # The value a manifest that lacks the key stands for, where that is not the default (an option
+    # whose default changes what older exports did: they were made without it).
+    absent: object = None
 
     @property
     def flag_name(self) -> str:
@@ -88,6 +91,8 @@ class QuantOption:
     def from_manifest(self, wq: dict):
         """The request field's value from a manifest's ``weight_quantization`` (None or absent: the
         default: the option did not apply, or the manifest predates it)."""
+        if self.manifest_key not in wq and self.absent is not None:
+            return self.absent
         value = wq.get(self.manifest_key)
         if value is None:
             return self.default
@@ -125,6 +130,11 @@ OPTIONS: tuple[QuantOption, ...] = (
     QuantOption("moe_experts", MOE_LAYOUTS[0], MOE_LAYOUTS, "--moe-experts", "moe_experts",
                 "Quantized MoE experts: grouped-expert ops reading only the routed experts, or one projection "
                 "per expert run on every row (what the qdq lowering can express).", "moe_experts"),
+    # Always recorded; older manifests lack it, and their exports are unfused (exporter/fusion.py).
+    QuantOption("fuse_projections", True, None, "--fuse-projections/--no-fuse-projections", "fuse_projections",
+                "Export q|k|v and gate|up as one op each (fewer launches, one activation read; bits differ "
+                "from the unfused ops', docs/ops.md) or one op per checkpoint projection.",
+                "fuse_projections", absent=False),
 )
 BY_FIELD = {o.field: o for o in OPTIONS}
 

@@ -40,6 +40,8 @@ class QuantRequest:
     scale_search: bool = _DEFAULT["scale_search"]
     # Quantized MoE experts: "grouped" (the grouped-expert ops) or "dense" (one W*Proj per expert).
     moe_experts: str = _DEFAULT["moe_experts"]
+    # q|k|v and gate|up as one op each (exporter/fusion.py).
+    fuse_projections: bool = _DEFAULT["fuse_projections"]
 
     def __post_init__(self):
         check = quant_options.check(self)
@@ -111,13 +113,15 @@ class FloatSource:
         return None
 
     def spec(self, name: str, n: int, k: int, family: str, bias: bool = False,
-             weight_name: str | None = None) -> ProjSpec:
-        """Check the checkpoint's header for ``name``.weight and return the projection's spec."""
+             weight_name: str | None = None, parts: tuple[tuple[str, int], ...] = ()) -> ProjSpec:
+        """Check the checkpoint's header for ``name``.weight (each part's, for a fused projection:
+        their rows concatenated are its weight, fusion.py) and return the projection's spec."""
         ckpt = self.checkpoint
-        weight_name = weight_name or f"{name}.weight"
-        ckpt.expect(weight_name, (n, k), FLOAT_DTYPES)
-        if bias:
-            ckpt.expect(f"{name}.bias", (n,), FLOAT_DTYPES)
+        for part, rows in parts or ((name, n),):
+            ckpt.expect(weight_name or f"{part}.weight", (rows, k), FLOAT_DTYPES)
+            if bias:
+                ckpt.expect(f"{part}.bias", (rows,), FLOAT_DTYPES)
+        weight_name = " + ".join(f"{p}.weight" for p, _ in parts) if parts else (weight_name or f"{name}.weight")
         kind = self.kind_for(family)
         layout = _LAYOUTS.get(kind)
         if layout is None:
@@ -128,14 +132,24 @@ class FloatSource:
         if kind != "none":
             attrs["activation_format"] = DEFAULT_ACTIVATION[kind]
         return ProjSpec(name=name, kind=kind, n=n, k=k, family=family, tensors=tensors,
-                        attrs=attrs, source=weight_name)
+                        attrs=attrs, source=weight_name, parts=tuple(parts))
+
+    def _read(self, spec: ProjSpec, suffix: str) -> torch.Tensor:
+        """The float ``weight`` (``spec.source``) or ``bias`` of ``spec``, a fused spec's parts'
+        concatenated, each checked to be finite."""
+        names = ([f"{p}.{suffix}" for p, _ in spec.parts] if spec.parts
+                 else [spec.source if suffix == "weight" else f"{spec.name}.{suffix}"])
+        ts = [self.checkpoint.get(name) for name in names]
+        for name, t in zip(names, ts):
+            if not all_finite(t):  # sliced: no float32 copy of a large tensor
+                raise CheckpointError(f"{self.checkpoint.root}: tensor {name!r} holds NaN or infinite values")
+        return ts[0] if len(ts) == 1 else torch.cat(ts)
 
     def load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
-        """Read the float weight of ``spec`` and quantize it to the spec's tensors."""
+        """Read the float weight of ``spec`` and quantize it to the spec's tensors (a fused
+        spec's concatenated weight as one)."""
         weight_name = spec.source
-        w = self.checkpoint.get(weight_name)
-        if not all_finite(w):  # sliced: no float32 copy of a large tensor
-            raise CheckpointError(f"{self.checkpoint.root}: tensor {weight_name!r} holds NaN or infinite values")
+        w = self._read(spec, "weight")
         out: dict[str, torch.Tensor]
         if spec.kind == "none":
             # Kept in the stored float dtype: the model converts it once, to the export dtype (no
@@ -156,7 +170,7 @@ class FloatSource:
             out = {"weight": q.weight, "weight_scale": q.weight_scale,
                    "weight_global_scale": q.weight_global_scale}
         if "bias" in spec.tensors:
-            out["bias"] = self.checkpoint.get(f"{spec.name}.bias").to(torch.float32)
+            out["bias"] = self._read(spec, "bias").to(torch.float32)
         if spec.kind == "none":  # the stored float dtype, so only the shape is the spec's
             want = spec.tensors["weight"][0]
             if tuple(w.shape) != tuple(want) or not w.dtype.is_floating_point:

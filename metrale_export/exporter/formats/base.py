@@ -21,6 +21,7 @@ import torch
 from ...contract import ceil_div, op_type_of  # noqa: F401  (ceil_div: for the format modules)
 from ...errors import Check, CheckpointError, InputError
 from ..checkpoint import Checkpoint, all_finite
+from .. import fusion
 from ..projection import ProjSpec
 from ..quantization import FLOAT_DTYPES, FloatSource, QuantRequest
 
@@ -159,8 +160,16 @@ class DeclaredSource:
         """The declared formats' activation scales are dynamic or stored (no calibration entry)."""
         return None
 
+    def scalars(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
+        """The contract's per-tensor scalars of a stored projection (fusion.SCALARS: a few bytes
+        read before the graph is made, for a fused projection's parts to agree on); the formats
+        that store any override it."""
+        return {}
+
     def spec(self, name: str, n: int, k: int, family: str, bias: bool = False,
-             weight_name: str | None = None) -> ProjSpec:
+             weight_name: str | None = None, parts: tuple[tuple[str, int], ...] = ()) -> ProjSpec:
+        if parts:
+            return self._fused_spec(name, n, k, family, bias, parts)
         weight_name = weight_name or f"{name}.weight"
         if weight_name == f"{name}.weight" and self.is_quantized(name, weight_name):
             spec = self.quant_spec(name, n, k, family, bias)
@@ -170,7 +179,22 @@ class DeclaredSource:
             return spec
         return self._float.spec(name, n, k, family, bias=bias, weight_name=weight_name)
 
+    def _fused_spec(self, name: str, n: int, k: int, family: str, bias: bool,
+                    parts: tuple[tuple[str, int], ...]) -> ProjSpec:
+        """A fused projection (fusion.py): float parts as one float weight, stored parts as their
+        tensors concatenated (``Unfusable`` when they differ in format or scalars)."""
+        specs = [self.spec(p, rows, k, family, bias=bias) for p, rows in parts]
+        if all(s.kind == "none" for s in specs):
+            return self._float.spec(name, n, k, family, bias=bias, parts=parts)
+        fused = fusion.combine(name, specs)
+        fusion.check_scalars(name, {s.name: self.scalars(s) for s in specs})
+        return fused
+
     def load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
+        if spec.parts and spec.kind != "none":
+            bias = "bias" in spec.tensors
+            return fusion.concat(spec, [self.load(self.spec(p, rows, spec.k, spec.family, bias=bias))
+                                        for p, rows in spec.parts])
         if spec.kind == "none":
             return self._float.load(spec)
         out = self.quant_load(spec)

@@ -270,11 +270,16 @@ class CompressedTensorsSource(DeclaredSource):
             s = ck.get(f"{name}.weight_scale")
             s = s.to(F32).contiguous() if self.granularity == "block128" else to_channel_scale(s, n)
             return {"weight": w, "weight_scale": s}
+        return {"weight": ck.get(f"{name}.weight_packed").view(torch.int8),
+                "weight_scale": ck.get(f"{name}.weight_scale").view(torch.int8), **self.scalars(spec)}
+
+    def scalars(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
+        if self.kind != "w4a4":
+            return {}
         # NVFP4: compressed-tensors stores the *divisor* global scale G (w = q * (s / G));
         # the contract multiplies by gw, so gw = 1 / G (a float32 division, docs/formats.md).
-        out = {"weight": ck.get(f"{name}.weight_packed").view(torch.int8),
-               "weight_scale": ck.get(f"{name}.weight_scale").view(torch.int8),
-               "weight_global_scale": 1.0 / to_scalar(ck.get(f"{name}.weight_global_scale"))}
+        ck, name = self.checkpoint, spec.name
+        out = {"weight_global_scale": 1.0 / to_scalar(ck.get(f"{name}.weight_global_scale"))}
         if self.act_nvfp4:
             out["input_scale"] = 1.0 / to_scalar(ck.get(f"{name}.input_global_scale"))
         return out

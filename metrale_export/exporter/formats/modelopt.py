@@ -105,14 +105,19 @@ class ModelOptSource(DeclaredSource):
         return ProjSpec(name=name, kind=self.kind, n=n, k=k, family=family, tensors=tensors,
                         attrs=attrs, source=f"{name}.weight")
 
+    def scalars(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
+        if self.kind != "w4a4":
+            return {}
+        ck, name = self.checkpoint, spec.name
+        out = {"weight_global_scale": to_scalar(ck.get(f"{name}.weight_scale_2"))}
+        if "input_scale" in spec.tensors:
+            out["input_scale"] = to_scalar(ck.get(f"{name}.input_scale"))
+        return out
+
     def quant_load(self, spec: ProjSpec) -> dict[str, torch.Tensor]:
         ck, name = self.checkpoint, spec.name
         if self.kind == "w4a4":
-            out = {"weight": ck.get(f"{name}.weight").view(torch.int8),
-                   "weight_scale": ck.get(f"{name}.weight_scale").view(torch.int8),
-                   "weight_global_scale": to_scalar(ck.get(f"{name}.weight_scale_2"))}
-            if "input_scale" in spec.tensors:
-                out["input_scale"] = to_scalar(ck.get(f"{name}.input_scale"))
-            return out
+            return {"weight": ck.get(f"{name}.weight").view(torch.int8),
+                    "weight_scale": ck.get(f"{name}.weight_scale").view(torch.int8), **self.scalars(spec)}
         return {"weight": ck.get(f"{name}.weight").view(torch.int8),
                 "weight_scale": to_channel_scale(ck.get(f"{name}.weight_scale"), spec.n)}

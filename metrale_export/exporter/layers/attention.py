@@ -1,4 +1,4 @@
-"""Qwen3 attention: q/k/v/o projections, per-head q_norm/k_norm, RoPE, grouped-query attention
+"""Qwen3 attention: q/k/v (one fused op, or three) and o projections, per-head q_norm/k_norm, RoPE, grouped-query attention
 with a causal mask over an explicit KV cache.
 
 Invariants: the KV cache is an input ``[B, kv_heads, past, head_dim]`` and the output is the cache
@@ -12,23 +12,21 @@ import torch
 from torch import nn
 
 from ...ops import torch_ops  # noqa: F401  (defines metrale::attention)
+from .. import fusion
 from ..projection import Projection
 from .norm import RMSNorm
 from .rope import apply_rotary
 from ..projection_source import ProjectionSource
 
 
-def attention_plan(cfg, source: ProjectionSource, prefix: str) -> dict:
-    """The q/k/v/o projection specs of one attention layer (headers checked, nothing read)."""
+def attention_plan(cfg, source: ProjectionSource, prefix: str, q_rows: int = 1) -> dict:
+    """The projection specs of one attention block at ``prefix`` (``...self_attn``; headers checked,
+    nothing read): ``qkv_proj`` (or q/k/v, fusion.py) and ``o_proj``. ``q_rows``: q_proj's rows per
+    query element (Qwen3-Next's gated attention: 2, the query and its gate)."""
     h, hd = cfg.hidden_size, cfg.head_dim
     qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
-    bias = cfg.attention_bias
-    return {
-        "q_proj": source.spec(f"{prefix}.self_attn.q_proj", qn, h, "attn", bias=bias),
-        "k_proj": source.spec(f"{prefix}.self_attn.k_proj", kvn, h, "attn", bias=bias),
-        "v_proj": source.spec(f"{prefix}.self_attn.v_proj", kvn, h, "attn", bias=bias),
-        "o_proj": source.spec(f"{prefix}.self_attn.o_proj", h, qn, "attn"),
-    }
+    qkv = fusion.plan(source, prefix, fusion.QKV, (q_rows * qn, kvn, kvn), h, "attn", bias=cfg.attention_bias)
+    return {**qkv, "o_proj": source.spec(f"{prefix}.o_proj", h, qn, "attn")}
 
 
 class AttentionCore(nn.Module):
@@ -75,17 +73,25 @@ class Attention(nn.Module):
         self.scaling = self.head_dim ** -0.5
         # The module's checkpoint prefix ("model.layers.3.self_attn"): the op's name, for messages.
         self.core = AttentionCore(self.heads, self.kv_heads, self.head_dim, self.scaling,
-                                  specs["q_proj"].name.rsplit(".", 1)[0])
-        for name in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            setattr(self, name, Projection(specs[name], dtype))
+                                  specs["o_proj"].name.rsplit(".", 1)[0])
+        for name, spec in specs.items():  # qkv_proj or q_proj, k_proj, v_proj; o_proj
+            setattr(self, name, Projection(spec, dtype))
+        self.qkv_split = fusion.split_sizes(specs, fusion.QKV)
         self.q_norm = self.norm_cls(self.head_dim, cfg.rms_norm_eps, dtype)
         self.k_norm = self.norm_cls(self.head_dim, cfg.rms_norm_eps, dtype)
 
+    def project(self, x):
+        """(q_proj, k_proj, v_proj)'s outputs: the fused op's split, or the three ops'."""
+        if self.qkv_split is not None:
+            return self.qkv_proj(x).split(self.qkv_split, dim=-1)
+        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+
     def forward(self, x, cos, sin, past_k, past_v):
         b, s, _ = x.shape
-        q = self.q_norm(self.q_proj(x).reshape(b, s, self.heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        q, k, v = self.project(x)
+        q = self.q_norm(q.reshape(b, s, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(k.reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.core)
         return self.o_proj(out), k_all, v_all

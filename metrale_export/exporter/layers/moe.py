@@ -30,7 +30,7 @@ from torch import nn
 from ...errors import ConfigError
 from ..experts import LAYOUTS, GroupedExperts, grouped_specs
 from .attention import Attention, attention_plan
-from .ffn import SwiGLU
+from .ffn import SwiGLU, swiglu_specs
 from .qwen3 import DecoderLayer
 from .norm import RMSNorm
 from ..projection_source import ProjectionSource
@@ -125,21 +125,14 @@ def expert_recipes(cfg, moe: MoeConfig, ckpt, prefix: str) -> dict[str, RowRecip
     return out
 
 
-def swiglu_specs(source: ProjectionSource, prefix: str, hidden: int, inter: int, family: str) -> dict:
-    return {
-        "gate_proj": source.spec(f"{prefix}.gate_proj", inter, hidden, family),
-        "up_proj": source.spec(f"{prefix}.up_proj", inter, hidden, family),
-        "down_proj": source.spec(f"{prefix}.down_proj", hidden, inter, family),
-    }
-
-
 def mlp_plan(cfg, moe: MoeConfig, source: ProjectionSource, prefix: str) -> dict:
     """The FFN of layer ``prefix``: a dense SwiGLU (family ``ffn``) or the sparse MoE block."""
     h = cfg.hidden_size
     if not moe.is_sparse(layer_index(prefix)):
         return {"kind": "dense", **swiglu_specs(source, f"{prefix}.mlp", h, cfg.intermediate_size, "ffn")}
     check_expert_count(source.checkpoint, moe, prefix)
-    experts = [swiglu_specs(source, f"{prefix}.mlp.experts.{e}", h, moe.moe_intermediate_size, "moe")
+    # The routed experts' gate and up stay apart: the grouped ops take them so (experts.py).
+    experts = [swiglu_specs(source, f"{prefix}.mlp.experts.{e}", h, moe.moe_intermediate_size, "moe", fuse=False)
                for e in range(moe.num_experts)]
     shared = None
     if moe.shared_expert_intermediate_size:
@@ -325,7 +318,7 @@ class Qwen3MoeDecoderLayer(DecoderLayer):
 
     @staticmethod
     def plan(cfg, source: ProjectionSource, prefix: str) -> dict:
-        return {"self_attn": attention_plan(cfg, source, prefix), "mlp": mlp_plan(cfg, moe_config(cfg), source, prefix)}
+        return {"self_attn": attention_plan(cfg, source, f"{prefix}.self_attn"), "mlp": mlp_plan(cfg, moe_config(cfg), source, prefix)}
 
     @staticmethod
     def plain_tensors(cfg, prefix: str) -> dict[str, tuple[int, ...]]:

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from .attention import Attention, attention_plan
-from .ffn import SwiGLU
+from .ffn import SwiGLU, swiglu_specs
 from .norm import RMSNorm
 from .state import StateSpec
 from ..projection_source import ProjectionSource
@@ -40,14 +40,8 @@ class DecoderLayer(nn.Module):
     @staticmethod
     def plan(cfg, source: ProjectionSource, prefix: str) -> dict:
         """The projection specs of one layer (headers checked, nothing read)."""
-        h = cfg.hidden_size
-        attn = attention_plan(cfg, source, prefix)
-        i = cfg.intermediate_size
-        mlp = {
-            "gate_proj": source.spec(f"{prefix}.mlp.gate_proj", i, h, "ffn"),
-            "up_proj": source.spec(f"{prefix}.mlp.up_proj", i, h, "ffn"),
-            "down_proj": source.spec(f"{prefix}.mlp.down_proj", h, i, "ffn"),
-        }
+        attn = attention_plan(cfg, source, f"{prefix}.self_attn")
+        mlp = swiglu_specs(source, f"{prefix}.mlp", cfg.hidden_size, cfg.intermediate_size, "ffn")
         return {"self_attn": attn, "mlp": mlp}
 
     @staticmethod

@@ -88,12 +88,13 @@ class GatedAttention(Attention):
 
     def forward(self, x, cos, sin, past_k, past_v):
         b, s, _ = x.shape
-        qg = self.q_proj(x).reshape(b, s, self.heads, 2 * self.head_dim)
+        qg, k, v = self.project(x)
+        qg = qg.reshape(b, s, self.heads, 2 * self.head_dim)
         q, gate = qg[..., :self.head_dim], qg[..., self.head_dim:]
         gate = gate.reshape(b, s, self.heads * self.head_dim)
         q = self.q_norm(q).transpose(1, 2)
-        k = self.k_norm(self.k_proj(x).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
-        v = self.v_proj(x).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        k = self.k_norm(k.reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = v.reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_partial_rotary(q, cos, sin), apply_partial_rotary(k, cos, sin)
         out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.core)
         out = out * torch.sigmoid(gate)
@@ -101,16 +102,9 @@ class GatedAttention(Attention):
 
 
 def gated_attention_plan(cfg, source: ProjectionSource, prefix: str) -> dict:
-    """The projections of a gated full-attention block at ``prefix`` (``...self_attn``)."""
-    h, hd = cfg.hidden_size, cfg.head_dim
-    qn, kvn = cfg.num_attention_heads * hd, cfg.num_key_value_heads * hd
-    bias = cfg.attention_bias
-    return {
-        "q_proj": source.spec(f"{prefix}.q_proj", 2 * qn, h, "attn", bias=bias),
-        "k_proj": source.spec(f"{prefix}.k_proj", kvn, h, "attn", bias=bias),
-        "v_proj": source.spec(f"{prefix}.v_proj", kvn, h, "attn", bias=bias),
-        "o_proj": source.spec(f"{prefix}.o_proj", h, qn, "attn"),
-    }
+    """The projections of a gated full-attention block at ``prefix`` (``...self_attn``): q_proj
+    holds each head's query and gate (2 x the query's rows)."""
+    return attention_plan(cfg, source, prefix, q_rows=2)
 
 
 def gated_attention_plain_tensors(cfg, prefix: str) -> dict[str, tuple[int, ...]]:
