@@ -38,6 +38,10 @@ CASES: dict[str, tuple[str, dict, str]] = {
     "hybrid-w4a16": ("hybrid", dict(weight="w4a16"), "float32"),
     "hybrid-w8a8": ("hybrid", dict(weight="w8a8"), "float32"),
     "hybrid-w4a4": ("hybrid", dict(weight="w4a4"), "float32"),
+    # One op per checkpoint projection (--no-fuse-projections): the graphs exported before fusion.
+    "demo-w4a16-unfused": ("demo", dict(weight="w4a16", fuse_projections=False), "float32"),
+    "demo-w4a4-unfused": ("demo", dict(weight="w4a4", fuse_projections=False), "float32"),
+    "hybrid-w8a8-unfused": ("hybrid", dict(weight="w8a8", fuse_projections=False), "float32"),
 }
 # The cases the default test suite exports (the others run under -m slow): the demo's four plain
 # formats come from the suite's shared ``demo_exports`` fixture at no extra cost.

@@ -81,17 +81,19 @@ class Attention(nn.Module):
         self.k_norm = self.norm_cls(self.head_dim, cfg.rms_norm_eps, dtype)
 
     def project(self, x):
-        """(q_proj, k_proj, v_proj)'s outputs: the fused op's split, or the three ops'."""
+        """``i -> `` the output of q_proj, k_proj or v_proj (0, 1, 2): a piece of the fused op's
+        output, or that op's, run when asked (so the unfused graph keeps its node order)."""
         if self.qkv_split is not None:
-            return self.qkv_proj(x).split(self.qkv_split, dim=-1)
-        return self.q_proj(x), self.k_proj(x), self.v_proj(x)
+            return self.qkv_proj(x).split(self.qkv_split, dim=-1).__getitem__
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        return lambda i: projections[i](x)
 
     def forward(self, x, cos, sin, past_k, past_v):
         b, s, _ = x.shape
-        q, k, v = self.project(x)
-        q = self.q_norm(q.reshape(b, s, self.heads, self.head_dim)).transpose(1, 2)
-        k = self.k_norm(k.reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
-        v = v.reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        qkv = self.project(x)
+        q = self.q_norm(qkv(0).reshape(b, s, self.heads, self.head_dim)).transpose(1, 2)
+        k = self.k_norm(qkv(1).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = qkv(2).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
         out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.core)
         return self.o_proj(out), k_all, v_all

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ...errors import ConfigError
-from .attention import Attention, cached_attention
+from .attention import Attention, attention_plan, cached_attention
 from .gdn import GatedDeltaNet, gdn_config, gdn_plain_tensors, gdn_plan, gdn_recipes
 from .state import StateSpec
 from .moe import build_mlp, expert_recipes, layer_index, mlp_plain_tensors, mlp_plan, moe_config
@@ -88,13 +88,13 @@ class GatedAttention(Attention):
 
     def forward(self, x, cos, sin, past_k, past_v):
         b, s, _ = x.shape
-        qg, k, v = self.project(x)
-        qg = qg.reshape(b, s, self.heads, 2 * self.head_dim)
+        qkv = self.project(x)
+        qg = qkv(0).reshape(b, s, self.heads, 2 * self.head_dim)
         q, gate = qg[..., :self.head_dim], qg[..., self.head_dim:]
         gate = gate.reshape(b, s, self.heads * self.head_dim)
         q = self.q_norm(q).transpose(1, 2)
-        k = self.k_norm(k.reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
-        v = v.reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
+        k = self.k_norm(qkv(1).reshape(b, s, self.kv_heads, self.head_dim)).transpose(1, 2)
+        v = qkv(2).reshape(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_partial_rotary(q, cos, sin), apply_partial_rotary(k, cos, sin)
         out, k_all, v_all = cached_attention(q, k, v, past_k, past_v, self.core)
         out = out * torch.sigmoid(gate)
