@@ -39,6 +39,11 @@ def test_proj_slices_mirrors_the_header(n, k, s):
     assert fp.proj_slices(n, k) == s
 
 
+def test_the_gpu_shapes_have_parts_of_equal_and_of_other_slice_counts():
+    flags = [f for k, sizes in fp.FUSED_SHAPES.values() for f in fp.same_slices(k, sizes)]
+    assert True in flags and False in flags
+
+
 ROW_LOCAL = ["w4a16-zp", "w4a16-sym", "w8a8-channel-row", "w8a8-block128-row"]
 SHAPES = {"qkv": (256, (256, 128, 128)), "gate_up": (384, (384, 384))}
 

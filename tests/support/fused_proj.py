@@ -31,6 +31,22 @@ def proj_slices(n: int, k: int) -> int:
     return s if s < nkb else (nkb if nkb > 0 else 1)
 
 
+# Qwen3-shaped fused weights: name -> (K, the parts' row counts). Both kinds of part appear: one
+# whose projSlices equals the fused weight's (the same summation order, so the same bits are
+# expected) and one where they differ (tests/ops/test_fused_quant.py checks that both appear).
+FUSED_SHAPES = {
+    "qkv-k1024": (1024, (1024, 512, 512)),   # q 8 x 128, k and v 4 x 128: S 8 for all
+    "gate_up-k1024": (1024, (3072, 3072)),   # Qwen3-0.6B's MLP: S 8 for both
+    "gate_up-1.7b": (2048, (6144, 6144)),    # Qwen3-1.7B's MLP: fused S 4, parts S 8
+    "qkv-8b": (4096, (4096, 1024, 1024)),    # Qwen3-8B's attention: S 8 for all
+}
+
+
+def same_slices(k: int, sizes) -> list[bool]:
+    """Per part: whether its projSlices equals the fused weight's."""
+    return [proj_slices(n, k) == proj_slices(sum(sizes), k) for n in sizes]
+
+
 # name -> (op, options of tests/gpu/test_proj_kernels.py's Layer).
 FORMATS = {
     "w4a16-zp": ("w4a16", dict(group_size=128, symmetric=False, bias=False)),
