@@ -79,19 +79,26 @@ def quantize(op: str, o: dict, w: torch.Tensor, search: bool = False) -> dict:
     return dict(weight=q.weight, weight_scale=q.weight_scale, weight_global_scale=q.weight_global_scale)
 
 
+def _block_rows(t: torch.Tensor, r0: int, n: int, total: int) -> torch.Tensor:
+    """The 128-row blocks of W8A8 block128 scales ``t`` that rows r0..r0+n cover, which must be whole
+    blocks (the last part may end in a partial one)."""
+    if r0 % FP8_BLOCK or (n % FP8_BLOCK and r0 + n != total):
+        raise ValueError(f"block128 scales: part rows {r0}..{r0 + n} are not whole 128-row blocks")
+    return t[r0 // FP8_BLOCK:(r0 + n + FP8_BLOCK - 1) // FP8_BLOCK]
+
+
 def row_slices(op: str, o: dict, q: dict, sizes) -> list[dict]:
     """The operands of each part's rows of a fused quantized weight ``q`` (the parts in order).
     block128 W8A8 scales cover 128 rows each: a part boundary off a multiple of 128 is an error."""
     out, r0 = [], 0
+    block_scales = op == "w8a8" and o["gran"] == "block128"
     for n in sizes:
         part = {}
         for key, t in q.items():
             if t is None or key == "weight_global_scale":
                 part[key] = t
-            elif op == "w8a8" and key == "weight_scale" and o["gran"] == "block128":
-                if r0 % FP8_BLOCK or (n % FP8_BLOCK and r0 + n != sum(sizes)):
-                    raise ValueError(f"block128 scales: part rows {r0}..{r0 + n} are not whole 128-row blocks")
-                part[key] = t[r0 // FP8_BLOCK:(r0 + n + FP8_BLOCK - 1) // FP8_BLOCK]
+            elif block_scales and key == "weight_scale":
+                part[key] = _block_rows(t, r0, n, sum(sizes))
             else:
                 part[key] = t[r0:r0 + n]
         out.append(part)
