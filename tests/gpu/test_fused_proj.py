@@ -19,7 +19,8 @@ block128 weights, row and row_block128 fp8 activations) and W4A4 (nvfp4 activati
   float weight's) stays within fused_proj.W4A4_FUSED_ERROR_RATIO of its own quantization's. No
   docs/ops.md bound can relate those two outputs: they differ by ~9% (every weight rounded anew).
 Skipped, with the reason, where no CUDA device is present; a CUDA machine without the built
-library fails. About 2 minutes on an H200 (weights quantized on the CPU without the search).
+library fails. Estimated at about 2 minutes on an H200 (not yet run there; the weights are quantized
+on the CPU without the search, which the fused-vs-parts equalities do not need).
 """
 
 from __future__ import annotations
