@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -44,6 +44,13 @@
 #  invariance with skewed routing), tests/gpu/test_moe_kernels.py's W4A16 cases with the fused path on
 #  (bitwise the dense kernel per expert), then `bench_moe --fused` (W4A16 decode, default and fused
 #  paths in one run); writes gpu.txt, tests.log, bench.log, moe-*.md/json; under 6 minutes)
+# (fused: issue 20's fused projections (qkv_proj, gate_up_proj) on a carried build/plugins or one built
+#  here (make -C plugins -j16, about a minute): tests/gpu/test_fused_proj.py (the fused op against the
+#  float64 contract, bitwise row invariance, each part's columns against the unfused part op: bitwise
+#  where projSlices agree), narrowed by the -k expression, then benchmarks/bench_fused.py (a Qwen3-8B /
+#  32B decode layer's projections, fused vs unfused, W4A16 / W8A8 / W4A4 at M = 1, 2, 4, 8, 16);
+#  FUSED_BENCH_ARGS adds options to it (e.g. "--layers 8B --formats w4a16"). Writes gpu.txt,
+#  (build.log,) tests.log, bench.log, fused-*.md and fused-*.json; under 6 minutes with the build)
 # (all: tests, the fp8 accuracy table of benchmarks/fp8_accuracy.py, the kernel benchmark)
 # Running a copy of a tree (.devicecarry/<name>), set METRALE_COMMIT=<its commit>: the results file
 # records it (else `git rev-parse HEAD`, which there names the checkout around the copy).
@@ -176,6 +183,19 @@ if [ "$what" = gdnfix ]; then
 fi
 if [ ! -f build/plugins/libmetrale_kernels.so ]; then
   build_plugins
+fi
+if [ "$what" = fused ]; then
+  record_commit
+  SECONDS=0
+  timeout 180 python3 -m pytest tests/gpu/test_fused_proj.py -m gpu -rs -q --confcutdir=tests/gpu \
+    -p no:cacheprovider --durations=6 ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
+  echo "test_fused_proj exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|error|differ|FAILED" "$OUT/tests.log" | tail -20
+  SECONDS=0
+  timeout 110 python3 -m benchmarks.bench_fused "$OUT" ${FUSED_BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+  echo "bench_fused exit $? after ${SECONDS} s" | tee -a "$OUT/bench.log"
+  tail -45 "$OUT/bench.log"
+  exit 0
 fi
 if [ "$what" = gdnwhole ]; then
   conformance_in_background 300
