@@ -28,8 +28,8 @@ def test_demo_export_lists_its_attention_and_norm_ops(demo_exports):
     counts = {"Attention": layers, "RMSNorm": 4 * layers + 1, "FloatProj": 1}
     kinds = {"Attention": "attention", "RMSNorm": "norm", "FloatProj": "float projection"}
     plugin = {t: contract.op(t).has_plugin for t in counts}
-    assert len(ri["covers"]) == 7 * layers + sum(n for t, n in counts.items() if plugin[t])
-    assert {c["name"] for c in ri["covers"]} >= {"model.layers.0.self_attn.q_proj", "model.layers.1.mlp.down_proj"}
+    assert len(ri["covers"]) == 4 * layers + sum(n for t, n in counts.items() if plugin[t])  # 4 fused projections
+    assert {c["name"] for c in ri["covers"]} >= {"model.layers.0.self_attn.qkv_proj", "model.layers.1.mlp.down_proj"}
     assert ri["left_by_kind"] == {kinds[t]: n for t, n in counts.items() if not plugin[t]}
     left = ri["left_to_tensorrt"]
     for layer in range(layers):

@@ -72,8 +72,8 @@ def _describe(s: ProjSpec) -> str:
     return f"{s.kind} {sorted(s.attrs.items())} ({tensors})"
 
 
-def combine(name: str, specs: list[ProjSpec]) -> ProjSpec:
-    """The fused spec of ``specs`` (the parts as a declared format stores them), or ``Unfusable``."""
+def _check_alike(name: str, specs: list[ProjSpec]) -> None:
+    """``Unfusable`` unless the parts share a format and their blocks end at part boundaries."""
     first = specs[0]
     for s in specs[1:]:
         if (s.kind, s.attrs, s.family, _describe(s)) != (first.kind, first.attrs, first.family, _describe(first)):
@@ -82,6 +82,12 @@ def combine(name: str, specs: list[ProjSpec]) -> ProjSpec:
     if blocked:
         raise Unfusable(f"{name}: {blocked[0]} has {BLOCK_ROWS}-row weight blocks but not a multiple of "
                         f"{BLOCK_ROWS} rows")
+
+
+def combine(name: str, specs: list[ProjSpec]) -> ProjSpec:
+    """The fused spec of ``specs`` (the parts as a declared format stores them), or ``Unfusable``."""
+    _check_alike(name, specs)
+    first = specs[0]
     tensors = {key: (shape if key in SCALARS else (sum(s.tensors[key][0][0] for s in specs), *shape[1:]), dtype)
                for key, (shape, dtype) in first.tensors.items()}
     return dataclasses.replace(first, name=name, n=sum(s.n for s in specs), tensors=tensors,

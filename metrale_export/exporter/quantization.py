@@ -116,12 +116,7 @@ class FloatSource:
              weight_name: str | None = None, parts: tuple[tuple[str, int], ...] = ()) -> ProjSpec:
         """Check the checkpoint's header for ``name``.weight (each part's, for a fused projection:
         their rows concatenated are its weight, fusion.py) and return the projection's spec."""
-        ckpt = self.checkpoint
-        for part, rows in parts or ((name, n),):
-            ckpt.expect(weight_name or f"{part}.weight", (rows, k), FLOAT_DTYPES)
-            if bias:
-                ckpt.expect(f"{part}.bias", (rows,), FLOAT_DTYPES)
-        weight_name = " + ".join(f"{p}.weight" for p, _ in parts) if parts else (weight_name or f"{name}.weight")
+        weight_name = self._expect(name, n, k, bias, weight_name, parts)
         kind = self.kind_for(family)
         layout = _LAYOUTS.get(kind)
         if layout is None:
@@ -133,6 +128,16 @@ class FloatSource:
             attrs["activation_format"] = DEFAULT_ACTIVATION[kind]
         return ProjSpec(name=name, kind=kind, n=n, k=k, family=family, tensors=tensors,
                         attrs=attrs, source=weight_name, parts=tuple(parts))
+
+    def _expect(self, name: str, n: int, k: int, bias: bool, weight_name: str | None,
+                parts: tuple[tuple[str, int], ...]) -> str:
+        """Check the headers of the weight (and bias) of ``name`` or of its parts; the weight's
+        name (the parts' joined with " + ")."""
+        for part, rows in parts or ((name, n),):
+            self.checkpoint.expect(weight_name or f"{part}.weight", (rows, k), FLOAT_DTYPES)
+            if bias:
+                self.checkpoint.expect(f"{part}.bias", (rows,), FLOAT_DTYPES)
+        return " + ".join(f"{p}.weight" for p, _ in parts) if parts else (weight_name or f"{name}.weight")
 
     def _read(self, spec: ProjSpec, suffix: str) -> torch.Tensor:
         """The float ``weight`` (``spec.source``) or ``bias`` of ``spec``, a fused spec's parts'

@@ -24,18 +24,20 @@ from metrale_export.ops import tolerances
 from metrale_export.ops.ort import load_graph
 
 LAYERS, MIDDLE = 5, 2
-# Per layer: 7 W4A16 projections, 4 RMSNorms (input, q, k, post-attention with the residual add)
-# and the Attention; after the layers the final norm and lm_head (FloatProj).
-OPS_PER_LAYER, OPS_AFTER = 12, 2
+# Per layer: 4 W4A16 projections (qkv, o, gate_up, down: fused), 4 RMSNorms (input, q, k,
+# post-attention with the residual add) and the Attention; after the layers the final norm and
+# lm_head (FloatProj).
+OPS_PER_LAYER, OPS_AFTER = 9, 2
 CASES = (Case("prefill", 2, 5, 0), Case("decode", 2, 1, 4))
+CONFIG = dict(demo.DEMO_CONFIG, num_hidden_layers=LAYERS, hidden_size=128, intermediate_size=256,
+              num_attention_heads=2, num_key_value_heads=1)
 
 
 @pytest.fixture(scope="module")
 def five_layer_w4a16(tmp_path_factory):
     """A 5-layer demo-shaped checkpoint (hidden 128) exported in W4A16 (weights inline)."""
     base = tmp_path_factory.mktemp("five")
-    cfg = dict(demo.DEMO_CONFIG, num_hidden_layers=LAYERS, hidden_size=128, intermediate_size=256,
-               num_attention_heads=2, num_key_value_heads=1)
+    cfg = CONFIG
     (base / "ckpt").mkdir()
     (base / "ckpt" / "config.json").write_text(json.dumps(cfg))
     save_file(demo.demo_tensors(cfg), str(base / "ckpt" / "model.safetensors"), metadata={"format": "pt"})
@@ -84,15 +86,16 @@ def test_every_piece_within_its_bound(five_layer_w4a16):
 
 
 def test_one_weight_scale_times_1_5_in_a_middle_layer_fails(five_layer_w4a16, tmp_path):
-    name = f"model.layers.{MIDDLE}.self_attn.v_proj.weight_scale"
+    name = f"model.layers.{MIDDLE}.self_attn.qkv_proj.weight_scale"
+    v_row = (CONFIG["num_attention_heads"] + CONFIG["num_key_value_heads"]) * CONFIG["head_dim"] + 5  # v_proj's row 5
 
     def edit(a):
-        a[5, 0] *= 1.5
+        a[v_row, 0] *= 1.5
 
     out = _tampered(five_layer_w4a16, tmp_path, name, edit)
     r = CliRunner().invoke(cli, ["compare", str(out)])
     assert r.exit_code == 1, r.output
-    assert f"layer {MIDDLE}: model.layers.{MIDDLE}.self_attn.v_proj (W4A16Proj" in r.output
+    assert f"layer {MIDDLE}: model.layers.{MIDDLE}.self_attn.qkv_proj (W4A16Proj" in r.output
     assert "NO" in r.output
 
 

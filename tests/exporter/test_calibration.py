@@ -126,7 +126,7 @@ def test_layer_by_layer_amax_is_the_whole_models(demo_checkpoint):
             model(ids, torch.arange(len(seq)).reshape(1, -1), *[s.example(1, 0, torch.float32, "cpu")
                                                                for _, s in model.state_specs()])
     assert got == want
-    assert "lm_head" in got and len(got) == 1 + 7 * 2  # every projection of the 2 layers, and the head
+    assert "lm_head" in got and len(got) == 1 + 4 * 2  # every (fused) projection of the 2 layers, and the head
     assert all(a > 0 for a in got.values())
 
 
@@ -170,7 +170,7 @@ def test_static_w8a8_export_has_tensor_scales_and_version_3_nodes(static_w8a8):
     calib = manifest["activation_scales"]["calibration"]
     assert calib["data"] == "random:64" and calib["tokens"] == 64
     projections = {k: v for k, v in manifest["op_counts"].items() if k.split("/")[0] in contract.projections()}
-    assert projections == {"W8A8Proj/attn/fp8": 8, "W8A8Proj/ffn/fp8": 6}
+    assert projections == {"W8A8Proj/attn/fp8": 4, "W8A8Proj/ffn/fp8": 4}  # qkv, o; gate_up, down
 
 
 def test_static_export_is_deterministic(static_w8a8, demo_checkpoint, tmp_path):
@@ -194,7 +194,7 @@ def test_static_w4a4_export_gives_every_projection_an_input_scale(demo_checkpoin
     done = _static(demo_checkpoint, tmp_path / "w4a4", weight="w4a4", quantize_lm_head=True)
     model = onnx.load(str(done.out_dir / "model.onnx"))
     nodes = [n for n in model.graph.node if n.domain == contract.DOMAIN and n.op_type in contract.projections()]
-    assert len(nodes) == 15  # 14 projections and the head
+    assert len(nodes) == 9  # 8 (fused) projections and the head
     for n in nodes:
         a = {x.name: onnx.helper.get_attribute_value(x) for x in n.attribute}
         assert a["has_input_scale"] == 1 and "plugin_version" not in a  # W4A4Proj version 1

@@ -87,7 +87,7 @@ def test_export_matches_pytorch_reference(mo_checkpoints, tmp_path, algo):
     result, report = T.export_and_compare(mo_checkpoints[algo], tmp_path / "out")
     ops = [o for o in result.manifest["ops"] if o["op_type"] in contract.projections()]
     assert [o["op_type"] for o in result.manifest["ops"]].count("Attention") == T.TINY["num_hidden_layers"]
-    assert len(ops) == 14 and {o["op_type"] for o in ops} == {"W4A4Proj" if algo == "NVFP4" else "W8A8Proj"}
+    assert len(ops) == 8 and {o["op_type"] for o in ops} == {"W4A4Proj" if algo == "NVFP4" else "W8A8Proj"}
     if algo == "NVFP4":
         assert all(o["has_input_scale"] == 1 for o in ops)
     assert report.ok, [(r.case, r.output, r.rel_error) for r in report.rows if not r.ok]

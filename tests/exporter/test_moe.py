@@ -86,7 +86,7 @@ def test_layer_plan_follows_sparse_step_and_mlp_only_layers(tmp_path):
     assert kinds == ["SwiGLU", "SparseMoE", "SwiGLU", "SwiGLU"]
     fams = {n: p.spec.family for n, p in model.projections()}
     assert fams["model.layers.1.mlp.experts.5.gate_proj"] == "moe"
-    assert fams["model.layers.0.mlp.up_proj"] == "ffn"
+    assert fams["model.layers.0.mlp.gate_up_proj"] == "ffn"
 
 
 @pytest.mark.parametrize("norm_topk_prob", [True, False])
@@ -155,8 +155,8 @@ def test_quantized_export_matches_torch_reference(hf_moe, ids, tmp_path, fmt):
     out = export(path, tmp_path / fmt, ExportOptions(request=request)).out_dir
     ops = _projection_nodes(out, attention_layers=2, sparse_layers=1)
     fams = [_attr(n, "family").decode() for n in ops]
-    # one sparse layer: gate, up, down grouped; one dense FFN; two attention layers
-    assert (fams.count("moe"), fams.count("ffn"), fams.count("attn")) == (3, 3, 8)
+    # one sparse layer: gate, up, down grouped; one dense FFN (gate_up, down); two attention layers (qkv, o)
+    assert (fams.count("moe"), fams.count("ffn"), fams.count("attn")) == (3, 2, 4)
     moe = [n for n in ops if n.op_type.endswith("MoEProj")]
     assert [(_attr(n, "name").decode().rsplit(".", 1)[1], _attr(n, "combine"), _attr(n, "num_experts"),
              _attr(n, "top_k")) for n in moe] == [("gate_proj", 0, 4, 2), ("up_proj", 0, 4, 2), ("down_proj", 1, 4, 2)]
@@ -223,6 +223,6 @@ def test_512_experts_export_as_a_handful_of_nodes(tmp_path):
                             moe_intermediate_size=16), tmp_path / "hf")
     out = export(tmp_path / "hf", tmp_path / "o", ExportOptions(request=QuantRequest(weight="w8a8"))).out_dir
     ops = _projection_nodes(out, attention_layers=1, sparse_layers=1)
-    assert sorted(n.op_type for n in ops) == ["W8A8MoEProj"] * 3 + ["W8A8Proj"] * 4
+    assert sorted(n.op_type for n in ops) == ["W8A8MoEProj"] * 3 + ["W8A8Proj"] * 2  # qkv, o
     down = next(n for n in ops if n.op_type == "W8A8MoEProj" and _attr(n, "combine") == 1)
     assert (_attr(down, "num_experts"), _attr(down, "top_k")) == (512, 10)

@@ -175,7 +175,7 @@ def test_mtp_export_matches_torch_reference(hf_mtp, ids, tmp_path, fmt):
     nodes = [n for n in graph.node if n.domain == contract.DOMAIN]
     names = {next(a.s.decode() for a in n.attribute if a.name == "name"): n.op_type for n in nodes}
     assert names["mtp.fc"] in contract.projections()
-    assert names["mtp.layers.0.self_attn.q_proj"] in contract.projections()
+    assert names["mtp.layers.0.self_attn.qkv_proj"] in contract.projections()
     assert names["mtp.layers.0.mlp.experts.up_proj"].endswith("MoEProj")
     assert [n.op_type for n in nodes].count("Attention") == 1
     assert names["mtp.norm"] == names["mtp.pre_fc_norm_hidden"] == "RMSNorm"

@@ -88,9 +88,9 @@ def test_layer_kinds_and_states(hf_next, tmp_path):
     assert families["model.layers.0.linear_attn.in_proj_qkvz"] == "gdn"
     assert families["model.layers.0.linear_attn.out_proj"] == "gdn"
     assert families["model.layers.0.mlp.experts.3.down_proj"] == "moe"
-    assert families["model.layers.0.mlp.shared_expert.up_proj"] == "moe"
-    assert families["model.layers.1.mlp.gate_proj"] == "ffn"
-    assert families["model.layers.1.self_attn.q_proj"] == "attn"
+    assert families["model.layers.0.mlp.shared_expert.gate_up_proj"] == "moe"
+    assert families["model.layers.1.mlp.gate_up_proj"] == "ffn"
+    assert families["model.layers.1.self_attn.qkv_proj"] == "attn"
 
 
 def test_torch_reference_matches_transformers(hf_next, ids):

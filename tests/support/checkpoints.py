@@ -60,6 +60,18 @@ def write_small_demo(out: Path, **overrides) -> Path:
     return out
 
 
+def stored_weight(tensors: dict[str, torch.Tensor], prefix: str) -> torch.Tensor:
+    """The checkpoint weight behind projection ``prefix`` of an export: a fused projection's
+    (``qkv_proj``, ``gate_up_proj``: exporter/fusion.py) is its parts' rows concatenated."""
+    from metrale_export.exporter import fusion
+
+    stem, _, leaf = prefix.rpartition(".")
+    for fused, parts in (fusion.QKV, fusion.GATE_UP):
+        if leaf == fused:
+            return torch.cat([tensors[f"{stem}.{p}.weight"] for p in parts])
+    return tensors[f"{prefix}.weight"]
+
+
 def projection_names(cfg: dict | None = None) -> list[str]:
     layers = (cfg or TINY)["num_hidden_layers"]
     return [f"model.layers.{i}.{s}" for i in range(layers) for s in PROJ_SUFFIXES]
