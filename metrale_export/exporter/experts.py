@@ -1,6 +1,7 @@
 """The routed experts of a MoE layer as grouped-expert ops (docs/ops.md, "Grouped-expert ops").
 
-``GroupedSpec`` stacks the per-expert ``ProjSpec`` of one projection (``gate_proj``, ``up_proj`` or
+``GroupedSpec`` stacks the per-expert ``ProjSpec`` of one projection (``gate_up_proj``: each
+expert's gate and up rows fused, exporter/fusion.py; ``gate_proj`` and ``up_proj`` unfused;
 ``down_proj``) along a leading expert axis; ``GroupedProjection`` calls the grouped op of the
 weight format, so tracing yields one node per projection and layer, whatever the expert count.
 
@@ -119,27 +120,32 @@ class GroupedProjection(nn.Module):
 
 
 class GroupedExperts(nn.Module):
-    """The routed SwiGLU experts: ``down(silu(gate(x)) * up(x))`` per (row, slot), combined."""
+    """The routed SwiGLU experts: ``down(silu(gate(x)) * up(x))`` per (row, slot), combined; gate
+    and up one grouped node (``gate_up_proj``, each expert's rows ``[gate; up]``) or two."""
 
     def __init__(self, specs: dict[str, GroupedSpec], dtype: torch.dtype):
         super().__init__()
-        self.gate_proj = GroupedProjection(specs["gate_proj"], dtype)
-        self.up_proj = GroupedProjection(specs["up_proj"], dtype)
-        self.down_proj = GroupedProjection(specs["down_proj"], dtype)
+        for name, spec in specs.items():  # gate_up_proj or gate_proj, up_proj; down_proj
+            setattr(self, name, GroupedProjection(spec, dtype))
+        self.fused = "gate_up_proj" in specs
 
     def forward(self, x2, topk_ids, topk_weights):
-        h = torch.nn.functional.silu(self.gate_proj(x2, topk_ids)) * self.up_proj(x2, topk_ids)
-        return self.down_proj(h, topk_ids, topk_weights)
+        if self.fused:
+            gate, up = self.gate_up_proj(x2, topk_ids).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate_proj(x2, topk_ids), self.up_proj(x2, topk_ids)
+        return self.down_proj(torch.nn.functional.silu(gate) * up, topk_ids, topk_weights)
 
 
 def grouped_specs(prefix: str, experts: list[dict], top_k: int) -> dict[str, GroupedSpec] | None:
-    """The grouped specs of ``{prefix}.experts`` from the per-expert SwiGLU specs, or None when the
-    experts stay unquantized (no grouped op for float weights: the dense form serves them)."""
-    if experts[0]["gate_proj"].kind == "none":
-        kinds = {s.kind for e in experts for s in e.values()}
+    """The grouped specs of ``{prefix}.experts`` from the per-expert SwiGLU specs (gate|up fused
+    in every expert or in none), or None when the experts stay unquantized (no grouped op for
+    float weights: the dense form serves them)."""
+    kinds = {s.kind for e in experts for s in e.values()}
+    if "none" in kinds:
         if kinds != {"none"}:
             raise ExportError(f"{prefix}.experts: experts mix unquantized and quantized projections ({sorted(kinds)}); "
                               "export with --moe-experts dense")
         return None
     return {p: GroupedSpec(f"{prefix}.experts.{p}", tuple(e[p] for e in experts), top_k, p == "down_proj")
-            for p in ("gate_proj", "up_proj", "down_proj")}
+            for p in experts[0]}

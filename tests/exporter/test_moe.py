@@ -85,7 +85,7 @@ def test_layer_plan_follows_sparse_step_and_mlp_only_layers(tmp_path):
     # transformers: sparse where (i + 1) % decoder_sparse_step == 0 and i not in mlp_only_layers
     assert kinds == ["SwiGLU", "SparseMoE", "SwiGLU", "SwiGLU"]
     fams = {n: p.spec.family for n, p in model.projections()}
-    assert fams["model.layers.1.mlp.experts.5.gate_proj"] == "moe"
+    assert fams["model.layers.1.mlp.experts.5.gate_up_proj"] == "moe"  # float experts: the dense form
     assert fams["model.layers.0.mlp.gate_up_proj"] == "ffn"
 
 
@@ -149,17 +149,18 @@ def _attr(node, name):
 
 @pytest.mark.parametrize("fmt", ["w8a8", "w4a16", "w4a4"])
 def test_quantized_export_matches_torch_reference(hf_moe, ids, tmp_path, fmt):
-    """Grouped-expert ops: three nodes for the sparse layer (gate, up, down with the combine)."""
+    """Grouped-expert ops: two nodes for the sparse layer (gate|up fused, down with the combine)."""
     _, path = hf_moe
     request = QuantRequest(weight=fmt, group_size=32)
     out = export(path, tmp_path / fmt, ExportOptions(request=request)).out_dir
     ops = _projection_nodes(out, attention_layers=2, sparse_layers=1)
     fams = [_attr(n, "family").decode() for n in ops]
-    # one sparse layer: gate, up, down grouped; one dense FFN (gate_up, down); two attention layers (qkv, o)
-    assert (fams.count("moe"), fams.count("ffn"), fams.count("attn")) == (3, 2, 4)
+    # one sparse layer: gate_up, down grouped; one dense FFN (gate_up, down); two attention layers (qkv, o)
+    assert (fams.count("moe"), fams.count("ffn"), fams.count("attn")) == (2, 2, 4)
     moe = [n for n in ops if n.op_type.endswith("MoEProj")]
     assert [(_attr(n, "name").decode().rsplit(".", 1)[1], _attr(n, "combine"), _attr(n, "num_experts"),
-             _attr(n, "top_k")) for n in moe] == [("gate_proj", 0, 4, 2), ("up_proj", 0, 4, 2), ("down_proj", 1, 4, 2)]
+             _attr(n, "top_k")) for n in moe] == [("gate_up_proj", 0, 4, 2), ("down_proj", 1, 4, 2)]
+    assert _attr(moe[0], "n") == 2 * _attr(moe[1], "k")  # each expert's [gate; up] rows
     got = ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS)
     want = torch_steps(reference_model(path, request), ids, CHUNKS)
     for n, a, b in zip(CHUNKS, got, want):
@@ -218,11 +219,11 @@ def test_top_k_ties_take_the_lower_expert_id():
 
 
 def test_512_experts_export_as_a_handful_of_nodes(tmp_path):
-    """Qwen3-Next's expert count: one sparse layer is 3 grouped nodes, not 3 x 512."""
+    """Qwen3-Next's expert count: one sparse layer is 2 grouped nodes (gate|up, down), not 3 x 512."""
     save_random(tiny_config(num_experts=512, num_experts_per_tok=10, num_hidden_layers=1, mlp_only_layers=[],
                             moe_intermediate_size=16), tmp_path / "hf")
     out = export(tmp_path / "hf", tmp_path / "o", ExportOptions(request=QuantRequest(weight="w8a8"))).out_dir
     ops = _projection_nodes(out, attention_layers=1, sparse_layers=1)
-    assert sorted(n.op_type for n in ops) == ["W8A8MoEProj"] * 3 + ["W8A8Proj"] * 2  # qkv, o
+    assert sorted(n.op_type for n in ops) == ["W8A8MoEProj"] * 2 + ["W8A8Proj"] * 2  # gate_up, down; qkv, o
     down = next(n for n in ops if n.op_type == "W8A8MoEProj" and _attr(n, "combine") == 1)
     assert (_attr(down, "num_experts"), _attr(down, "top_k")) == (512, 10)

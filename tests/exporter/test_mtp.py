@@ -176,7 +176,7 @@ def test_mtp_export_matches_torch_reference(hf_mtp, ids, tmp_path, fmt):
     names = {next(a.s.decode() for a in n.attribute if a.name == "name"): n.op_type for n in nodes}
     assert names["mtp.fc"] in contract.projections()
     assert names["mtp.layers.0.self_attn.qkv_proj"] in contract.projections()
-    assert names["mtp.layers.0.mlp.experts.up_proj"].endswith("MoEProj")
+    assert names["mtp.layers.0.mlp.experts.gate_up_proj"].endswith("MoEProj")
     assert [n.op_type for n in nodes].count("Attention") == 1
     assert names["mtp.norm"] == names["mtp.pre_fc_norm_hidden"] == "RMSNorm"
     assert all(next(a.i for a in n.attribute if a.name == "weight_offset") == 1

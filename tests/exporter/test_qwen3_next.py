@@ -149,8 +149,8 @@ def _quantized_case(path, ids, tmp_path, fmt):
             and next(a.s.decode() for a in n.attribute if a.name == "name") == "lm_head"] == ["head"]
     names = {next(a.s.decode() for a in n.attribute if a.name == "name"): n.op_type
              for n in graph.node if n.domain == contract.DOMAIN}
-    # the routed experts: three grouped nodes; the shared expert stays a dense projection
-    assert sorted(t for t in names.values() if t.endswith("MoEProj")) == [names["model.layers.0.mlp.experts.up_proj"]] * 3
+    # the routed experts: two grouped nodes (gate|up, down); the shared expert stays a dense projection
+    assert sorted(t for t in names.values() if t.endswith("MoEProj")) == [names["model.layers.0.mlp.experts.gate_up_proj"]] * 2
     assert names["model.layers.0.mlp.shared_expert.down_proj"].endswith("Proj") and \
         not names["model.layers.0.mlp.shared_expert.down_proj"].endswith("MoEProj")
     got = ort_steps(reference_session(out / "model.onnx"), ids, CHUNKS)

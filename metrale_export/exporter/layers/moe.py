@@ -131,9 +131,7 @@ def mlp_plan(cfg, moe: MoeConfig, source: ProjectionSource, prefix: str) -> dict
     if not moe.is_sparse(layer_index(prefix)):
         return {"kind": "dense", **swiglu_specs(source, f"{prefix}.mlp", h, cfg.intermediate_size, "ffn")}
     check_expert_count(source.checkpoint, moe, prefix)
-    # The routed experts' gate and up stay apart: the grouped ops take them so (experts.py).
-    experts = [swiglu_specs(source, f"{prefix}.mlp.experts.{e}", h, moe.moe_intermediate_size, "moe", fuse=False)
-               for e in range(moe.num_experts)]
+    experts = _expert_specs(source, f"{prefix}.mlp.experts", h, moe)
     shared = None
     if moe.shared_expert_intermediate_size:
         shared = swiglu_specs(source, f"{prefix}.mlp.shared_expert", h, moe.shared_expert_intermediate_size, "moe")
@@ -141,6 +139,17 @@ def mlp_plan(cfg, moe: MoeConfig, source: ProjectionSource, prefix: str) -> dict
     if experts_layout(source) == "grouped":
         grouped = grouped_specs(f"{prefix}.mlp", experts, moe.top_k)
     return {"kind": "moe", "experts": experts, "grouped": grouped, "shared_expert": shared}
+
+
+def _expert_specs(source: ProjectionSource, prefix: str, hidden: int, moe: MoeConfig) -> list[dict]:
+    """Each routed expert's SwiGLU specs: gate|up fused in every expert, or in none (one grouped
+    node has one layout: a checkpoint whose experts cannot all fuse keeps them apart)."""
+    inter = moe.moe_intermediate_size
+    experts = [swiglu_specs(source, f"{prefix}.{e}", hidden, inter, "moe") for e in range(moe.num_experts)]
+    if len({"gate_up_proj" in e for e in experts}) > 1:
+        experts = [swiglu_specs(source, f"{prefix}.{e}", hidden, inter, "moe", fuse=False)
+                   for e in range(moe.num_experts)]
+    return experts
 
 
 def experts_layout(source: ProjectionSource) -> str:
