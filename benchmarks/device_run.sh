@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -44,6 +44,13 @@
 #  invariance with skewed routing), tests/gpu/test_moe_kernels.py's W4A16 cases with the fused path on
 #  (bitwise the dense kernel per expert), then `bench_moe --fused` (W4A16 decode, default and fused
 #  paths in one run); writes gpu.txt, tests.log, bench.log, moe-*.md/json; under 6 minutes)
+# (moelayer: issue 22's whole MoE layer at decode (router gate float_proj, router, fused gate_up,
+#  SwiGLU, down with the combine; and gate, up unfused) eager and replayed in a CUDA graph, beside the
+#  memory bound of the same run: benchmarks/bench_moe_layer.py, M = 1, 4, 16, 64, W4A16 / W8A8 / W4A4,
+#  both Qwen3 MoE shapes, uniform and Zipf routing; builds the kernels unless build/plugins is carried
+#  (make -C plugins -j16, about a minute); the benchmark gets what is left of 225 s (at least 30 s), so
+#  the mode stays under 4 minutes; MOELAYER_ARGS adds options (e.g. "--formats w4a16 --m 1,64").
+#  Writes gpu.txt, (build.log,) bench-moe-layer.log, moe-layer-*.md and moe-layer-*.json)
 # (fused: issue 20's fused projections (qkv_proj, gate_up_proj) on a carried build/plugins or one built
 #  here (make -C plugins -j16, about a minute): tests/gpu/test_fused_proj.py (the fused op against the
 #  float64 contract, bitwise row invariance, each part's columns against the unfused part op: bitwise
@@ -183,6 +190,16 @@ if [ "$what" = gdnfix ]; then
 fi
 if [ ! -f build/plugins/libmetrale_kernels.so ]; then
   build_plugins
+fi
+if [ "$what" = moelayer ]; then
+  record_commit
+  left=$((225 - SECONDS)); [ "$left" -lt 30 ] && left=30
+  SECONDS=0
+  timeout "$left" python3 -m benchmarks.bench_moe_layer --out "$OUT" ${MOELAYER_ARGS:-} > "$OUT/bench-moe-layer.log" 2>&1
+  echo "bench_moe_layer exit $? after ${SECONDS} s (limit ${left} s)" | tee -a "$OUT/bench-moe-layer.log"
+  grep -vE '^\{' "$OUT/bench-moe-layer.log" | grep -E "Error|error|Traceback" | tail -6
+  cat "$OUT"/moe-layer-*.md 2>/dev/null
+  exit 0
 fi
 if [ "$what" = fused ]; then
   record_commit

@@ -1,0 +1,293 @@
+"""A whole routed-MoE layer at decode, as the export runs it, eager and replayed in a CUDA graph
+(issue 22), with the memory bound measured in the same run.
+
+    python -m benchmarks.bench_moe_layer [--out DIR] [--shapes 30B-A3B,...] [--formats w4a16,...]
+                                         [--m 1,4,16,64]
+
+The layer (SparseMoE.forward of a quantized export, its routed experts; the shared expert of
+Qwen3-Next is not part of it): the router gate through ``metrale::float_proj`` (bf16 weight
+[E, H], what ``use_float_ops`` runs), ``metrale::router`` (softmax, top-k, renormalized), the
+fused ``gate_up_proj`` grouped op (per expert the rows [gate; up], N = 2I, combine=0), the SwiGLU
+on its two halves (``silu(gate) * up``, GroupedExperts.forward) and ``down_proj`` with the
+combine; ``unfused``: gate and up as two grouped ops (the export of experts that cannot fuse).
+Every op is the torch op on its CUDA kernel (metrale_export.ops.cuda).
+
+Routing under test: the router picks exactly the ids of ``bench_moe.routing`` (uniform, or Zipf
+s = 1.2): the gate weight is one-hot (expert e reads x's column e), and x's columns of a row's
+chosen experts hold logits 8, 7.5, 7, ... over noise in [-1, 1] (``router_input``); the router's
+ids are checked against the routing once per row of the table (``router_ids_match``).
+
+Timing, in the same run: ``eager``: REPS layer calls launched back to back from Python between two
+CUDA events, per call, median of REPLAYS; ``graph``: the same REPS calls captured once into a CUDA
+graph, per call, median of REPLAYS replays (bench_kernels.time_graph). Both rotate over layer
+copies (weights and router) whose touched expert bytes at M = 1 exceed 2.2x the 60 MB L2, and over
+REPS routings, so no replay reads its experts from L2. Bound: the distinct experts' gate, up and
+down bytes (codes and scales, mean over the routings) over the device-to-device copy bandwidth
+measured in this run (read + write, bench_kernels.copy_bandwidth); the target is graph fused /
+bound <= 1.25. ``host_sync``: one eager call under ``torch.cuda.set_sync_debug_mode("error")``
+(a synchronizing torch call raises); a capture that fails is reported in the row (an engine could
+not capture the layer either) with the stages that fail alone. Writes
+``moe-layer-YYYYMMDD-HHMM-<commit>.md`` / ``.json`` into ``--out`` (default $OUT or
+benchmarks/results), rewritten after every shape and format.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import statistics
+from pathlib import Path
+
+import torch
+
+from benchmarks.bench_kernels import REPLAYS, _commit, _copies, bench_parser, copy_bandwidth, require_cuda, time_graph
+from benchmarks.bench_moe import FORMATS, M_DECODE, REPS, ROUTINGS, SHAPES, SLOT_MAX, Proj, routing
+
+LOGIT_TOP, LOGIT_STEP = 8.0, 0.5  # a row's chosen experts' logits: 8, 7.5, 7, ... (noise: [-1, 1])
+TARGET = 1.25
+
+
+def router_weight(e: int, h: int, device="cuda") -> torch.Tensor:
+    """The one-hot router gate [E, H] bf16: expert e's logit is x's column e."""
+    if e > h:
+        raise ValueError(f"router_weight: {e} experts need a hidden size >= {e}, found {h}")
+    w = torch.zeros(e, h, dtype=torch.bfloat16, device=device)
+    w[torch.arange(e), torch.arange(e)] = 1.0
+    return w
+
+
+def router_input(ids: torch.Tensor, h: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """x [M, H] bf16 whose logits through ``router_weight`` rank row r's experts ``ids[r]`` first, in
+    that order (LOGIT_TOP - j * LOGIT_STEP for slot j), every other column noise in [-1, 1]."""
+    m, k = ids.shape
+    if LOGIT_TOP - (k - 1) * LOGIT_STEP <= 1.0:
+        raise ValueError(f"router_input: top_k={k} leaves the last chosen logit within the noise")
+    x = torch.rand(m, h, generator=generator, device=ids.device) * 2 - 1
+    top = LOGIT_TOP - LOGIT_STEP * torch.arange(k, device=ids.device, dtype=torch.float32)
+    x.scatter_(1, ids.to(torch.int64), top.expand(m, k))
+    return x.to(torch.bfloat16)
+
+
+def distinct_experts(ids: torch.Tensor) -> int:
+    """How many different experts the routing ``ids`` [M, top_k] touches."""
+    return int(torch.unique(ids).numel())
+
+
+def bound_seconds(distinct: float, expert_bytes: int, copy_tbs: float) -> float:
+    """The memory bound of one layer call: the distinct experts' bytes at the copy bandwidth
+    (TB/s, read + write, as bench_kernels.copy_bandwidth measures it and bench_moe divides)."""
+    return distinct * expert_bytes / (copy_tbs * 1e12)
+
+
+def layer_copies(expert_bytes: int, top_k: int) -> int:
+    """Layer copies to rotate over so that the experts one M = 1 call touches exceed 2.2x the L2."""
+    return _copies(expert_bytes * top_k)
+
+
+def path_of(m: int, top_k: int) -> str:
+    return "slots" if m * top_k <= SLOT_MAX else "sorted"
+
+
+class Layer:
+    """One MoE layer's routed experts in one format: router gate, fused gate|up, gate and up, down."""
+
+    def __init__(self, fmt: str, h: int, inter: int, e: int, top_k: int, seed: int):
+        self.h, self.e, self.top_k = h, e, top_k
+        self.router_w = router_weight(e, h)
+        self.gate_up = Proj(fmt, e, 2 * inter, h, seed)
+        self.gate, self.up = Proj(fmt, e, inter, h, seed + 1), Proj(fmt, e, inter, h, seed + 2)
+        self.down = Proj(fmt, e, h, inter, seed + 3)
+        self.expert_bytes = self.gate_up.expert_bytes + self.down.expert_bytes
+
+    def route(self, x):
+        logits = torch.ops.metrale.float_proj(x, self.router_w, None, self.e, self.h, "moe", "bench.mlp.gate")
+        return torch.ops.metrale.router(logits, self.e, self.top_k, 1, "moe", "bench.mlp.router")
+
+    def swiglu_in(self, x, ids, fused: bool):
+        if fused:
+            gate, up = self.gate_up.grouped(x, ids).chunk(2, dim=-1)
+        else:
+            gate, up = self.gate.grouped(x, ids), self.up.grouped(x, ids)
+        return torch.nn.functional.silu(gate) * up
+
+    def forward(self, x, fused: bool = True):
+        ids, w = self.route(x)
+        return self.down.grouped(self.swiglu_in(x, ids, fused), ids, w)
+
+    def stages(self, x):
+        """Each op of the fused layer alone (which one fails a capture)."""
+        ids, w = self.route(x)
+        act = self.swiglu_in(x, ids, True)
+        gu = self.gate_up.grouped(x, ids)
+        logits = torch.ops.metrale.float_proj(x, self.router_w, None, self.e, self.h, "moe", "bench.mlp.gate")
+        return {"float_proj": lambda: torch.ops.metrale.float_proj(x, self.router_w, None, self.e, self.h, "moe", "g"),
+                "router": lambda: torch.ops.metrale.router(logits, self.e, self.top_k, 1, "moe", "r"),
+                "gate_up": lambda: self.gate_up.grouped(x, ids),
+                "swiglu": lambda: torch.nn.functional.silu(gu[..., :gu.shape[-1] // 2]) * gu[..., gu.shape[-1] // 2:],
+                "down": lambda: self.down.grouped(act, ids, w)}
+
+
+def time_eager(calls, reps: int = REPS, replays: int = REPLAYS) -> float:
+    """Median seconds of one call when ``calls(0..reps-1)`` are launched back to back from Python."""
+    for i in range(3):
+        calls(i)
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for i in range(reps):
+            calls(i)
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3 / reps)
+    return statistics.median(times)
+
+
+def host_sync(call) -> str | None:
+    """None, or the error a synchronizing torch call raised in ``call()`` under sync debug mode."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+        return None
+    except RuntimeError as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        torch.cuda.synchronize()
+
+
+def try_graph(calls, probe=None) -> tuple[float | None, str | None]:
+    """(time_graph seconds, None), or (None, why the capture failed: the error and the stages of
+    ``probe()`` (name -> call) that fail a capture alone)."""
+    try:
+        return time_graph(calls, reps=REPS), None
+    except RuntimeError as exc:
+        torch.cuda.synchronize()
+        why = f"{type(exc).__name__}: {exc}"[:300]
+    failing = []
+    for name, stage in (probe() if probe else {}).items():
+        try:
+            time_graph(lambda i, s=stage: s(), reps=1, replays=1)
+        except RuntimeError:
+            torch.cuda.synchronize()
+            failing.append(name)
+    return None, why + (f" (failing alone: {', '.join(failing)})" if failing else "")
+
+
+def router_ids_match(layer: Layer, xs: list, routes: list) -> bool:
+    """The router picks exactly the routing under test, in its order (checked outside the timing)."""
+    return all(torch.equal(layer.route(x)[0], ids) for x, (ids, _) in zip(xs, routes))
+
+
+def measure_row(layers: list, m: int, kind: str, copy_tbs: float) -> dict:
+    """One (M, routing) row over the rotated layer copies."""
+    first = layers[0]
+    routes = [routing(m, first.e, first.top_k, kind, 100 * m + r) for r in range(REPS)]
+    g = torch.Generator(device="cuda").manual_seed(m)
+    xs = [router_input(ids, first.h, g) for ids, _ in routes]
+
+    def calls(fused):
+        return lambda i: layers[i % len(layers)].forward(xs[i % REPS], fused)
+
+    distinct = statistics.mean(distinct_experts(ids) for ids, _ in routes)
+    bound = bound_seconds(distinct, first.expert_bytes, copy_tbs)
+    row = dict(m=m, routing=kind, path=path_of(m, first.top_k), distinct=distinct, bound_us=bound * 1e6,
+               router_ids_match=router_ids_match(first, xs, routes), host_sync=host_sync(lambda: first.forward(xs[0])))
+    row["eager_us"] = time_eager(calls(True)) * 1e6
+    for key, fused in (("graph_us", True), ("graph_unfused_us", False)):
+        t, why = try_graph(calls(fused), lambda: first.stages(xs[0]))
+        row[key] = None if t is None else t * 1e6
+        if why:
+            row[f"{key[:-3]}_error"] = why
+    if row["graph_us"] is not None:
+        row.update(vs_bound=row["graph_us"] / row["bound_us"], eager_over_graph=row["eager_us"] / row["graph_us"])
+    return row
+
+
+def bench_format(shape: str, fmt: str, m_values, copy_tbs: float) -> list[dict]:
+    h, inter, e, top_k = SHAPES[shape]
+    probe = Layer(fmt, h, inter, e, top_k, 1)
+    layers = [probe] + [Layer(fmt, h, inter, e, top_k, 10 * c + 1) for c in range(1, layer_copies(probe.expert_bytes, top_k))]
+    rows = []
+    for m in m_values:
+        for kind in ROUTINGS:
+            row = dict(shape=shape, fmt=fmt, layers=len(layers), expert_bytes=probe.expert_bytes,
+                       **measure_row(layers, m, kind, copy_tbs))
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    return rows
+
+
+def _us(v) -> str:
+    return "capture failed" if v is None else f"{v:.1f}"
+
+
+def _ratio(v) -> str:
+    return "n/a" if v is None else f"{v:.2f}"
+
+
+def table(rows: list, device: str, commit: str, copy_tbs: float) -> list[str]:
+    lines = [f"# Whole MoE layer at decode, eager and CUDA graph, {device}, commit {commit}", "",
+             f"copy bandwidth (read + write) measured in this run: {copy_tbs:.2f} TB/s. bound: the distinct experts' "
+             f"gate + up + down bytes / that bandwidth; target graph fused / bound <= {TARGET}. The layer: float_proj "
+             "router gate, router, gate_up (or gate, up), SwiGLU, down with the combine; per call, median.", "",
+             "| shape | format | M | routing | path | distinct experts | bound us | eager fused us | graph fused us | "
+             "graph unfused us | graph fused / bound | eager / graph | router ids | host sync |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['fmt']} | {r['m']} | {r['routing']} | {r['path']} | {r['distinct']:.1f} | "
+                     f"{r['bound_us']:.1f} | {r['eager_us']:.1f} | {_us(r['graph_us'])} | {_us(r['graph_unfused_us'])} | "
+                     f"{_ratio(r.get('vs_bound'))} | {_ratio(r.get('eager_over_graph'))} | "
+                     f"{'ok' if r['router_ids_match'] else 'DIFFER'} | {'none' if r['host_sync'] is None else 'SYNCS'} |")
+    errors = [f"- {r['shape']} {r['fmt']} M={r['m']} {r['routing']}: {k}: {r[k]}" for r in rows
+              for k in ("host_sync", "graph_error", "graph_unfused_error") if r.get(k)]
+    return lines + ([""] + errors if errors else [])
+
+
+def write(out: Path, stamp: str, rows: list, copy_tbs: float) -> Path:
+    device, commit = torch.cuda.get_device_name(), _commit()
+    base = out / f"moe-layer-{stamp}-{commit[:7]}"
+    base.with_suffix(".md").write_text("\n".join(table(rows, device, commit, copy_tbs)) + "\n")
+    base.with_suffix(".json").write_text(json.dumps(dict(device=device, commit=commit, torch=torch.__version__,
+                                                         copy_tbs=copy_tbs, reps=REPS, replays=REPLAYS, rows=rows),
+                                                    indent=1))
+    return base
+
+
+def _list(text: str, allowed) -> list:
+    items = [type(next(iter(allowed)))(t) for t in text.split(",") if t]
+    bad = [i for i in items if i not in allowed]
+    if bad:
+        raise SystemExit(f"bench_moe_layer: {bad} not among {list(allowed)}")
+    return items
+
+
+def main(argv=None) -> int:
+    ap = bench_parser(__doc__)
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--formats", default=",".join(FORMATS))
+    ap.add_argument("--m", default=",".join(map(str, M_DECODE)))
+    args = ap.parse_args(argv)
+    shapes, formats = _list(args.shapes, tuple(SHAPES)), _list(args.formats, FORMATS)
+    m_values = _list(args.m, M_DECODE)
+    require_cuda("bench_moe_layer")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    copy_tbs = copy_bandwidth()
+    print(f"{torch.cuda.get_device_name()}: copy {copy_tbs:.2f} TB/s", flush=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
+    rows: list = []
+    for shape in shapes:
+        for fmt in formats:
+            rows += bench_format(shape, fmt, m_values, copy_tbs)
+            torch.cuda.empty_cache()
+            base = write(out, stamp, rows, copy_tbs)
+    print(base.with_suffix(".md").read_text())
+    print(f"wrote {base}.md and {base}.json")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
