@@ -1,5 +1,7 @@
-"""A whole routed-MoE layer at decode, as the export runs it, eager and replayed in a CUDA graph
-(issue 22), with the memory bound measured in the same run.
+"""A whole routed-MoE layer at decode, eager and in a CUDA graph, beside its memory bound (issue 22).
+
+The layer as the export runs it, timed eager and replayed in a CUDA graph, with the memory bound
+measured in the same run.
 
     python -m benchmarks.bench_moe_layer [--out DIR] [--shapes 30B-A3B,...] [--formats w4a16,...]
                                          [--m 1,4,16,64]
@@ -194,6 +196,7 @@ def measure_row(layers: list, m: int, kind: str, copy_tbs: float) -> dict:
     distinct = statistics.mean(distinct_experts(ids) for ids, _ in routes)
     bound = bound_seconds(distinct, first.expert_bytes, copy_tbs)
     row = dict(m=m, routing=kind, path=path_of(m, first.top_k), distinct=distinct, bound_us=bound * 1e6,
+               router_gate_us=bound_seconds(1, first.router_w.numel() * 2, copy_tbs) * 1e6,
                router_ids_match=router_ids_match(first, xs, routes), host_sync=host_sync(lambda: first.forward(xs[0])))
     row["eager_us"] = time_eager(calls(True)) * 1e6
     for key, fused in (("graph_us", True), ("graph_unfused_us", False)):
@@ -232,14 +235,15 @@ def table(rows: list, device: str, commit: str, copy_tbs: float) -> list[str]:
     lines = [f"# Whole MoE layer at decode, eager and CUDA graph, {device}, commit {commit}", "",
              f"copy bandwidth (read + write) measured in this run: {copy_tbs:.2f} TB/s. bound: the distinct experts' "
              f"gate + up + down bytes / that bandwidth; target graph fused / bound <= {TARGET}. The layer: float_proj "
-             "router gate, router, gate_up (or gate, up), SwiGLU, down with the combine; per call, median.", "",
+             "router gate, router, gate_up (or gate, up), SwiGLU, down with the combine; per call, median. router gate us: "
+             "the router gate's bf16 [E, H] weight at that bandwidth (read every call, not in the bound).", "",
              "| shape | format | M | routing | path | distinct experts | bound us | eager fused us | graph fused us | "
-             "graph unfused us | graph fused / bound | eager / graph | router ids | host sync |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "graph unfused us | graph fused / bound | eager / graph | router gate us | router ids | host sync |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['shape']} | {r['fmt']} | {r['m']} | {r['routing']} | {r['path']} | {r['distinct']:.1f} | "
                      f"{r['bound_us']:.1f} | {r['eager_us']:.1f} | {_us(r['graph_us'])} | {_us(r['graph_unfused_us'])} | "
-                     f"{_ratio(r.get('vs_bound'))} | {_ratio(r.get('eager_over_graph'))} | "
+                     f"{_ratio(r.get('vs_bound'))} | {_ratio(r.get('eager_over_graph'))} | {r['router_gate_us']:.1f} | "
                      f"{'ok' if r['router_ids_match'] else 'DIFFER'} | {'none' if r['host_sync'] is None else 'SYNCS'} |")
     errors = [f"- {r['shape']} {r['fmt']} M={r['m']} {r['routing']}: {k}: {r[k]}" for r in rows
               for k in ("host_sync", "graph_error", "graph_unfused_error") if r.get(k)]

@@ -49,3 +49,19 @@ def test_layer_copies_exceed_the_l2_at_m1():
 
 def test_path_follows_the_slot_bound():
     assert bml.path_of(8, 8) == "slots" and bml.path_of(9, 8) == "sorted" and bml.path_of(64, 10) == "sorted"
+
+
+def test_the_table_shows_a_failed_capture_and_a_host_sync():
+    ok = dict(shape="30B-A3B", fmt="w4a16", m=1, routing="uniform", path="slots", distinct=8.0, bound_us=5.0,
+              router_gate_us=0.1, eager_us=90.0, graph_us=6.0, graph_unfused_us=7.0, vs_bound=1.2,
+              eager_over_graph=15.0, router_ids_match=True, host_sync=None)
+    bad = dict(ok, m=64, path="sorted", graph_us=None, vs_bound=None, eager_over_graph=None, router_ids_match=False,
+               host_sync="RuntimeError: called a synchronizing CUDA operation", graph_error="RuntimeError: capture")
+    del bad["vs_bound"], bad["eager_over_graph"]
+    lines = bml.table([ok, bad], "GPU", "abc1234", 4.0)
+    rows = [line for line in lines if line.startswith("| 30B-A3B")]
+    assert len(rows) == 2 and all(r.count("|") == lines[4].count("|") for r in rows)
+    assert "| 6.0 | 7.0 | 1.20 | 15.00 |" in rows[0] and rows[0].endswith("| ok | none |")
+    assert "capture failed" in rows[1] and rows[1].endswith("| DIFFER | SYNCS |")
+    assert any("M=64 uniform: graph_error: RuntimeError: capture" in line for line in lines)
+    assert any("M=64 uniform: host_sync: RuntimeError" in line for line in lines)
