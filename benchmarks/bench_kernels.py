@@ -107,17 +107,20 @@ def _weights(n: int, k: int, dev: torch.device):
     q4 = w4a16.quantize(w, 128, True, search=False)
     q8 = w8a8.quantize(w, "channel")
     qf = w4a4.quantize(w, search=False)
-    return w, q4, q8, qf
+    # The official FP8 Qwen3 checkpoints' format: 128x128 weight blocks (row_block128 activations).
+    q8b = w8a8.quantize(w, "block128")
+    return w, q4, q8, qf, q8b
 
 
 def bench_shape(name: str, n: int, k: int, m_values, out_rows: list, copy_tbs: float) -> None:
     dev = torch.device("cuda")
-    w, q4, q8, qf = _weights(n, k, dev)
+    w, q4, q8, qf, q8b = _weights(n, k, dev)
     wb = w.to(torch.bfloat16)
     bytes_bf16 = n * k * 2
     bytes_w4 = q4.weight.numel() + q4.weight_scale.numel() * q4.weight_scale.element_size()
     bytes_w8 = q8.weight.numel() + q8.weight_scale.numel() * 4
     bytes_f4 = qf.weight.numel() + qf.weight_scale.numel() + 4
+    bytes_w8b = q8b.weight.numel() + q8b.weight_scale.numel() * 4
     bytes_tiny = n * k // 2 + (k // 128) * n * 4
 
     def rep(t: torch.Tensor, nbytes: int):
@@ -128,6 +131,7 @@ def bench_shape(name: str, n: int, k: int, m_values, out_rows: list, copy_tbs: f
     c_w8 = list(zip(rep(q8.weight, bytes_w8), rep(q8.weight_scale, bytes_w8)))
     gwf = qf.weight_global_scale.to(dev)
     c_f4 = list(zip(rep(qf.weight, bytes_f4), rep(qf.weight_scale, bytes_f4)))
+    c_w8b = list(zip(rep(q8b.weight, bytes_w8b), rep(q8b.weight_scale, bytes_w8b)))
     # cuBLASLt FP8 anchor: e4m3 weight (column-major [k, n] view), per-row scales.
     c_fp8 = [cw.view(torch.float8_e4m3fn) for cw, _ in c_w8]
     sw_row = q8.weight_scale.to(dev).reshape(1, n)
@@ -158,6 +162,9 @@ def bench_shape(name: str, n: int, k: int, m_values, out_rows: list, copy_tbs: f
             x, c_w4[i % len(c_w4)][0], c_w4[i % len(c_w4)][1], None, None, y, n, k, 128)), bytes_w4)
         put("w8a8", time_graph(lambda i: mcuda.launch_w8a8(
             x, c_w8[i % len(c_w8)][0], c_w8[i % len(c_w8)][1], None, y, n, k, "channel", "fp8", "row")), bytes_w8)
+        put("w8a8_block", time_graph(lambda i: mcuda.launch_w8a8(
+            x, c_w8b[i % len(c_w8b)][0], c_w8b[i % len(c_w8b)][1], None, y, n, k, "block128", "fp8",
+            "row_block128")), bytes_w8b)
         put("w4a4", time_graph(lambda i: mcuda.launch_w4a4(
             x, c_f4[i % len(c_f4)][0], c_f4[i % len(c_f4)][1], gwf, None, None, y, n, k, "nvfp4")), bytes_f4)
         # cuBLASLt FP8 (the GEMM only; M padded to 16 where it needs it).
@@ -201,9 +208,12 @@ def targets(row: dict, copy_tbs: float) -> dict:
     return {k: dict(met=bool(v[0]), measured=v[1], needed=v[2]) for k, v in t.items()}
 
 
-COLS = ("bf16_cublas", "fp8_cublaslt", "int4_tinygemm", "w4a16", "w8a8", "w4a4")
+COLS = ("bf16_cublas", "fp8_cublaslt", "int4_tinygemm", "w4a16", "w8a8", "w8a8_block", "w4a4")
 # Each op against the best non-invariant kernel measured in the same run (issue 11's ratio).
-ANCHORS = {"w4a16": ("bf16_cublas", "int4_tinygemm"), "w8a8": ("fp8_cublaslt",), "w4a4": ("bf16_cublas",)}
+# w8a8_block (block128 weights, row_block128 activations) against the per-channel FP8 cuBLASLt GEMM:
+# the same FP8 bytes and FLOPs; cuBLASLt's own block scaling is not measured.
+ANCHORS = {"w4a16": ("bf16_cublas", "int4_tinygemm"), "w8a8": ("fp8_cublaslt",), "w8a8_block": ("fp8_cublaslt",),
+           "w4a4": ("bf16_cublas",)}
 RATIO_TARGET = 1.05
 
 
@@ -301,17 +311,18 @@ def main(argv=None) -> int:
     shapes = {k: SHAPES[k] for k in ("8B-down", "32B-up")} if args.quick else SHAPES
     m_values = (1, 16, 4096) if args.quick else M_VALUES
     rows: list = []
-    for name, (n, k) in shapes.items():
-        bench_shape(name, n, k, m_values, rows, copy_tbs)
-        torch.cuda.empty_cache()
     stamp = dt.datetime.now(dt.timezone.utc)
     result = dict(date=stamp.isoformat(timespec="seconds"), commit=_commit(), device=props.name,
                   torch=torch.__version__, copy_tbs=copy_tbs, reps=REPS, replays=REPLAYS, rows=rows)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    # benchmarks/results naming: <kind>-YYYYMMDD-HHMM-<commit>; the JSON is the record.
+    # benchmarks/results naming: <kind>-YYYYMMDD-HHMM-<commit>; the JSON is the record, rewritten
+    # after every shape (a run cut short keeps the shapes it finished).
     base = out / f"kernels-{stamp:%Y%m%d-%H%M}-{result['commit'][:7]}"
-    base.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    for name, (n, k) in shapes.items():
+        bench_shape(name, n, k, m_values, rows, copy_tbs)
+        torch.cuda.empty_cache()
+        base.with_suffix(".json").write_text(json.dumps(result, indent=1))
     print("\n".join(ratio_table(rows)))
     print(f"wrote {base}.json (its tables: python -m benchmarks.bench_kernels --render {base}.json)")
     return 0
