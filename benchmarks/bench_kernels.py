@@ -244,7 +244,7 @@ def _cell(row, key):
 
 def header() -> str:
     return (f"{'shape':9} {'M':>5} " + " ".join(f"{c[:13]:>13}" for c in COLS)
-            + "  | w4a16 TB/s TF/s | w8a8 TB/s TF/s | w4a4 TB/s TF/s | ratio w4a16 w8a8 w4a4 | targets")
+            + "  | w4a16 TB/s TF/s | w8a8 TB/s TF/s | w4a4 TB/s TF/s | ratio " + " ".join(ANCHORS) + " | targets")
 
 
 def format_row(row: dict) -> str:
