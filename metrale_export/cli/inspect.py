@@ -162,6 +162,8 @@ def _manifest_summary(m: dict) -> dict:
         summary["mtp"] = {k: m["mtp"][k] for k in ("onnx", "op_counts")}
         summary["mtp"]["inputs"] = {v["name"]: v["shape"] for v in m["mtp"]["inputs"]}
         summary["mtp"]["outputs"] = {v["name"]: v["shape"] for v in m["mtp"]["outputs"]}
+    if "fusion" in m:  # fused groups kept one op per part (exporter/fusion.py)
+        summary["fusion"] = m["fusion"]
     return summary
 
 
@@ -267,6 +269,14 @@ def _echo_model(s: dict) -> None:
     click.echo(f"model: {s['model']}, weights: {fmt}" + (f" ({extra})" if extra else ""))
     if declared != "absent":  # manifests written before the declared format was recorded lack it
         click.echo(f"declared format: {describe_text(declared)}")
+    _echo_kept_apart((s.get("fusion") or {}).get("kept_apart") or {})
+
+
+def _echo_kept_apart(apart: dict) -> None:
+    """The fused groups that stayed one op per part, with the first one's reason."""
+    if apart:
+        click.echo(f"kept apart: {len(apart)} fused group(s) stay one op per part ({next(iter(apart.values()))}"
+                   + (", ..." if len(apart) > 1 else "") + ")")
 
 
 def _echo_mtp(h: dict) -> None:

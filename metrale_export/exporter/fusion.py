@@ -31,7 +31,7 @@ import dataclasses
 import torch
 
 from ..errors import ExportError
-from .projection import ProjSpec
+from .projection import Projection, ProjSpec
 from .projection_source import ProjectionSource
 
 # (fused name, its parts in row order), under the module prefix ("model.layers.0.self_attn").
@@ -121,4 +121,32 @@ def concat(spec: ProjSpec, loaded: list[dict[str, torch.Tensor]]) -> dict[str, t
             out[key] = ts[0]
         else:
             out[key] = torch.cat(ts)
+    return out
+
+
+def _unfused_groups(model):
+    """(fused name, its parts' specs) for every group of ``model`` that is one op per part."""
+    for _, module in model.named_modules():
+        for fused, names in (QKV, GATE_UP):
+            parts = [getattr(module, n, None) for n in names]
+            if not hasattr(module, fused) and all(isinstance(p, Projection) for p in parts):
+                specs = [p.spec for p in parts]
+                yield f"{specs[0].name.rsplit('.', 1)[0]}.{fused}", specs
+
+
+def kept_apart(model, source: ProjectionSource) -> dict[str, str]:
+    """The groups of ``model`` that the request fuses but this checkpoint could not (fused name ->
+    the reason, one line): the manifest's ``fusion.kept_apart``, asked again of ``source``."""
+    if not getattr(source.request, "fuse_projections", False):
+        return {}
+    from .layers.views import with_recipes
+
+    source = with_recipes(source, getattr(model, "recipes", {}))
+    out = {}
+    for name, specs in _unfused_groups(model):
+        try:
+            source.spec(name, sum(s.n for s in specs), specs[0].k, specs[0].family,
+                        bias="bias" in specs[0].tensors, parts=tuple((s.name, s.n) for s in specs))
+        except Unfusable as e:
+            out[name] = str(e)
     return out

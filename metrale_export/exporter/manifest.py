@@ -88,6 +88,15 @@ def _without_unused_expert_form(req, counts: dict):
     return dataclasses.replace(req, moe_experts=type(req)().moe_experts)
 
 
+def _fusion(model, source: ProjectionSource | None) -> dict:
+    """The manifest's ``fusion`` entry: the groups the request fuses that stayed one op per part,
+    each with its reason (exporter/fusion.py), or nothing."""
+    from .fusion import kept_apart
+
+    apart = kept_apart(model, source) if source is not None else {}
+    return {"fusion": {"kept_apart": dict(sorted(apart.items()))}} if apart else {}
+
+
 def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelProto,
                    source: ProjectionSource | None = None,
                    mtp_proto: onnx.ModelProto | None = None) -> dict:
@@ -126,5 +135,7 @@ def build_manifest(ckpt, cfg, model, options, out_dir: Path, proto: onnx.ModelPr
         "inputs": [_value_info(v) for v in proto.graph.input],
         "outputs": [_value_info(v) for v in proto.graph.output],
         **({"mtp": mtp_entry(mtp_proto)} if mtp_proto is not None else {}),
+        # Only where a fused group stayed apart (other manifests keep their bytes).
+        **_fusion(model, source),
         "files": {p.name: sha256_file(p) for p in sorted(out_dir.iterdir()) if p.is_file()},
     }

@@ -11,7 +11,10 @@ import json
 import onnx
 import pytest
 import torch
+from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
+
+from metrale_export.cli.main import cli
 
 from metrale_export.exporter import fusion
 from metrale_export.exporter.checkpoint import Checkpoint
@@ -68,6 +71,7 @@ def test_export_fuses_qkv_and_gate_up_and_the_flag_keeps_them_apart(small, tmp_p
     assert not any("qkv_proj" in n or "gate_up_proj" in n for n in unfused)
     manifest = json.loads((apart.out_dir / "manifest.json").read_text())
     assert manifest["weight_quantization"]["fuse_projections"] is False
+    assert "fusion" not in manifest and "fusion" not in fused.manifest  # nothing kept apart
 
 
 def _fused_and_parts(source, cfg=DEMO_CONFIG):
@@ -143,6 +147,10 @@ def test_declared_parts_with_different_scalars_stay_apart(modelopt_nvfp4, tmp_pa
     result = export(ckpt, tmp_path / "out", ExportOptions(request=QuantRequest(weight="declared")))
     ops = _proj_ops(result.out_dir / "model.onnx")
     assert f"{ATTN}.k_proj" in ops and f"model.layers.1.self_attn.qkv_proj" in ops  # only layer 0 differs
+    apart = result.manifest["fusion"]["kept_apart"]
+    assert list(apart) == [f"{ATTN}.qkv_proj"] and "different weight_global_scale" in apart[f"{ATTN}.qkv_proj"]
+    shown = CliRunner().invoke(cli, ["inspect", str(result.out_dir)])
+    assert shown.exit_code == 0 and "kept apart: 1 fused group(s)" in shown.output, shown.output
 
 
 def _spec(name, n, kind="w8a8", gran="block128", k=256):
