@@ -52,7 +52,7 @@ def plan(source: ProjectionSource, prefix: str, group: tuple, rows: tuple[int, .
     """The specs of one group: ``{fused: spec}`` when the request fuses and the source can,
     else ``{part: spec}`` for each part (``rows``: each part's N, in the group's order)."""
     fused, names = group
-    if getattr(source.request, "fuse_projections", False):
+    if source.request.fuse_projections:
         parts = tuple((f"{prefix}.{p}", n) for p, n in zip(names, rows))
         try:
             return {fused: source.spec(f"{prefix}.{fused}", sum(rows), k, family, bias=bias, parts=parts)}
@@ -124,29 +124,46 @@ def concat(spec: ProjSpec, loaded: list[dict[str, torch.Tensor]]) -> dict[str, t
     return out
 
 
-def _unfused_groups(model):
-    """(fused name, its parts' specs) for every group of ``model`` that is one op per part."""
-    for _, module in model.named_modules():
-        for fused, names in (QKV, GATE_UP):
-            parts = [getattr(module, n, None) for n in names]
-            if not hasattr(module, fused) and all(isinstance(p, Projection) for p in parts):
-                specs = [p.spec for p in parts]
-                yield f"{specs[0].name.rsplit('.', 1)[0]}.{fused}", specs
+def _candidates(module, fused: str, names: tuple[str, ...]) -> tuple[str, list[list[ProjSpec]]] | None:
+    """(the group's fused name, the parts' specs of each op it could have been), or None (the group
+    is fused, or ``module`` has none): one op for dense projections, one per expert for the routed
+    experts' grouped gate and up (fused in all or in none)."""
+    parts = [getattr(module, n, None) for n in names]
+    if hasattr(module, fused) or not all(hasattr(p, "spec") for p in parts):
+        return None
+    specs = [p.spec for p in parts]
+    name = f"{specs[0].name.rsplit('.', 1)[0]}.{fused}"
+    if all(isinstance(p, Projection) for p in parts):
+        return name, [specs]
+    return name, [list(e) for e in zip(*(s.experts for s in specs))]  # GroupedSpec (experts.py)
+
+
+def _why_apart(source: ProjectionSource, fused: str, candidates: list[list[ProjSpec]]) -> str | None:
+    """The first candidate's ``Unfusable`` reason (None: every one fuses)."""
+    for specs in candidates:
+        name = f"{specs[0].name.rsplit('.', 1)[0]}.{fused}"
+        try:
+            source.spec(name, sum(s.n for s in specs), specs[0].k, specs[0].family,
+                        bias="bias" in specs[0].tensors, parts=tuple((s.name, s.n) for s in specs))
+        except Unfusable as e:
+            return str(e)
+    return None
 
 
 def kept_apart(model, source: ProjectionSource) -> dict[str, str]:
     """The groups of ``model`` that the request fuses but this checkpoint could not (fused name ->
-    the reason, one line): the manifest's ``fusion.kept_apart``, asked again of ``source``."""
-    if not getattr(source.request, "fuse_projections", False):
+    the reason, one line): the manifest's ``fusion.kept_apart``. The plan's question asked again
+    of ``source`` (headers and a few scalars), not state carried from the plan."""
+    if not source.request.fuse_projections:
         return {}
     from .layers.views import with_recipes
 
     source = with_recipes(source, getattr(model, "recipes", {}))
     out = {}
-    for name, specs in _unfused_groups(model):
-        try:
-            source.spec(name, sum(s.n for s in specs), specs[0].k, specs[0].family,
-                        bias="bias" in specs[0].tensors, parts=tuple((s.name, s.n) for s in specs))
-        except Unfusable as e:
-            out[name] = str(e)
+    groups = [g for _, module in model.named_modules() for fused, names in (QKV, GATE_UP)
+              if (g := _candidates(module, fused, names)) is not None]
+    for name, candidates in groups:
+        reason = _why_apart(source, name.rsplit(".", 1)[1], candidates)
+        if reason is not None:
+            out[name] = reason
     return out

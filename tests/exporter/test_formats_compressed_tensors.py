@@ -116,6 +116,11 @@ def test_export_matches_pytorch_reference(ct_checkpoints, tmp_path, scheme):
     # calibrates each module's global scale alone (llm-compressor gives q|k|v and gate|up one:
     # update_fused_layer_weight_global_scales), so the parts differ and stay one op each.
     assert len(projections) == (14 if scheme == "NVFP4" else 8)
+    apart = result.manifest.get("fusion", {}).get("kept_apart", {})
+    layers = T.TINY["num_hidden_layers"]
+    assert sorted(apart) == (sorted(f"model.layers.{i}.{g}" for i in range(layers)
+                                    for g in ("self_attn.qkv_proj", "mlp.gate_up_proj")) if scheme == "NVFP4" else [])
+    assert all("different weight_global_scale" in r for r in apart.values())
     assert [op["op_type"] for op in ops if op["name"] == "lm_head"] == ["FloatProj"]
     assert [op["op_type"] for op in ops].count("Attention") == T.TINY["num_hidden_layers"]
     assert report.ok, [(r.case, r.output, r.rel_error) for r in report.rows if not r.ok]
