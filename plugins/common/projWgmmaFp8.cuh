@@ -214,6 +214,94 @@ __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantKernel(const void* __r
     }
 }
 
+/* Bytes of the block-scaled FP8 kernel's activation scales, [nkb, 8 mg] float32 (block-major, so
+ * that a stage's token tile of one block is one contiguous bulk copy). */
+inline size_t wgFp8BlockScaleBytes(int64_t m, int64_t k)
+{
+    const size_t mg = static_cast<size_t>((m + 7) / 8);
+    const size_t nkb = static_cast<size_t>((k + 127) / 128);
+    return (nkb * mg * 8 * 4 + 255) / 256 * 256;
+}
+
+/*
+ * The row_block128 fp8 pre-pass fused with the operand layout (the block-scaled FP8 kernel's): one
+ * CTA (kACT_THREADS threads) per row m of the 8 mg rows; the 8 consecutive threads of a 128-k block
+ * hold its 8 chunks of 16 k. Row m < M, block b: sx = amax / 448 over the block's elements inside K
+ * (1 where amax == 0), the e4m3 bytes e4m3(bf16(x) / sx) into the wgFp8OperandOffset layout, +0 past
+ * K; sxT[b, m] = sx. Rows M .. 8 mg - 1: bytes +0 and sxT 0. The same values as quantFp8Kernel's
+ * row_block128 branch (the same roundings; the amax a max, whose order changes nothing) followed by
+ * wgFp8OperandKernel. K a multiple of 16, x 16-byte aligned (the launcher checks).
+ */
+__global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantBlockKernel(const void* __restrict__ x, int32_t dtype,
+    uint8_t* __restrict__ out, float* __restrict__ sxT, int M, int K, int mg)
+{
+    static_assert(kACT_THREADS % 32 == 0, "whole warps: a block's 8 chunks are 8 lanes of one warp");
+    const int m = blockIdx.x;
+    const int nch = ((K + 127) >> 7) * 8;  // 16-k chunks of the operand's row, whole blocks
+    const int kch = K >> 4;                // those inside K
+    const size_t rowOff = static_cast<size_t>(m >> 3) * 1024 + static_cast<size_t>(m & 7) * 16;
+    const size_t blockStride = static_cast<size_t>(mg) * 1024;
+    const size_t base = static_cast<size_t>(m) * K;
+    const int mp = 8 * mg;
+    for (int c0 = 0; c0 < nch; c0 += kACT_THREADS)  // the same trip count in every thread (the shuffles)
+    {
+        const int c = c0 + static_cast<int>(threadIdx.x);
+        float v[16];
+        float amax = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 16; ++e)
+        {
+            v[e] = 0.0f;
+        }
+        if (m < M && c < kch)
+        {
+            loadX16Bf16(x, dtype, base + 16 * static_cast<size_t>(c), v);
+#pragma unroll
+            for (int e = 0; e < 16; ++e)
+            {
+                amax = fmaxf(amax, fabsf(v[e]));
+            }
+        }
+        // The block's amax over its 8 lanes (nch and kACT_THREADS are multiples of 8).
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
+        amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 4));
+        if (c >= nch)
+        {
+            continue;
+        }
+        const float s = amax > 0.0f ? __fdiv_rn(amax, kE4M3_MAX) : 1.0f;
+        uint32_t w[4] = {0u, 0u, 0u, 0u};
+        if (m < M && c < kch)
+        {
+#pragma unroll
+            for (int e = 0; e < 16; ++e)
+            {
+                w[e >> 2] |= static_cast<uint32_t>(e4m3Encode(__fdiv_rn(v[e], s))) << (8 * (e & 3));
+            }
+        }
+        *reinterpret_cast<uint4*>(out + (c >> 3) * blockStride + rowOff + (c & 7) * 128) = make_uint4(w[0], w[1], w[2], w[3]);
+        if ((c & 7) == 0)
+        {
+            sxT[static_cast<size_t>(c >> 3) * mp + m] = m < M ? s : 0.0f;
+        }
+    }
+}
+
+/* sxT[b, m] = sx[m, b] (the split pre-pass's row-major [M, nkb] scales, block-major for the
+ * block-scaled FP8 kernel), 0 for the rows M .. 8 mg - 1. */
+__global__ void wgFp8BlockScaleKernel(const float* __restrict__ sx, float* __restrict__ sxT, int M, int nkb, int mg)
+{
+    const int mp = 8 * mg;
+    const int i = static_cast<int>(blockIdx.x) * blockDim.x + static_cast<int>(threadIdx.x);
+    if (i < nkb * mp)
+    {
+        const int b = i / mp;
+        const int m = i - b * mp;
+        sxT[i] = m < M ? sx[static_cast<size_t>(m) * nkb + b] : 0.0f;
+    }
+}
+
 /* d = (scaleD ? d : 0) + A * B: wgmma m64nNk32 e4m3 x e4m3, both operands through shared-memory
  * descriptors, float32 results. */
 template <int kN>
@@ -311,24 +399,41 @@ __device__ __forceinline__ void tmaLoad2d(void* dst, const CUtensorMap* map, int
         : "memory");
 }
 
+/* The scales a block-scaled FP8 kernel applies per 128-k block (kSc, a bit set; 0: row x channel,
+ * the scales once in the epilogue): kSC_BLOCK_W block128 weights (sw[n / 128, b]), kSC_BLOCK_X
+ * row_block128 activations (sx[m, b]). */
+constexpr int kSC_BLOCK_W = 1;
+constexpr int kSC_BLOCK_X = 2;
+// The weight-scale row a block128 CTA keeps in shared memory: K up to 512 blocks (65536).
+constexpr int kFP8_SW_MAX = 512;
+
 /* Shared memory (bytes, from a 1024-byte aligned base): kST stages of [the weights' kWG_ROWS rows x
- * 128 k (swizzled) | kN token rows x 128 k], then the full / empty mbarriers. */
-template <int kN, int kST>
+ * 128 k (swizzled) | kN token rows x 128 k], then the full / empty mbarriers; with per-block scales
+ * (kSc) then the token scales (kSC_BLOCK_X: kST stages of kN floats, each filled with its stage;
+ * else kN floats, the tile's sx[m], written once) and the CTA's weight-scale row (kSC_BLOCK_W:
+ * kFP8_SW_MAX floats). */
+template <int kN, int kST, int kSc = 0>
 struct WgFp8Layout
 {
     static constexpr int kA = kWG_ROWS * 128;
     static constexpr int kStage = kA + kN * 128;
     static constexpr int kBar = kST * kStage;
-    static constexpr int kSmem = 1024 + kBar + 2 * kST * 8;  // + the alignment of the base
+    static constexpr int kSx = kBar + 2 * kST * 8;
+    static constexpr int kSxBytes = kSc == 0 ? 0 : ((kSc & kSC_BLOCK_X) ? kST : 1) * kN * 4;
+    static constexpr int kSw = kSx + kSxBytes;
+    static constexpr int kSmem = 1024 + kSw + ((kSc & kSC_BLOCK_W) ? kFP8_SW_MAX * 4 : 0);  // + the base's alignment
     static_assert(kSmem <= 227 * 1024, "shared memory");
     static_assert(kStage % 1024 == 0, "1024-byte aligned stages (the 128-byte swizzle)");
+    static_assert(kSx % 16 == 0, "16-byte aligned token scales (the bulk copy)");
 };
 
 /* Stages per token tile: as many as the shared memory holds, at most 12. */
-template <int kN>
+template <int kN, int kSc = 0>
 constexpr int wgFp8Stages()
 {
-    constexpr int fit = (227 * 1024 - 1024 - 256) / (kWG_ROWS * 128 + kN * 128);
+    constexpr int perStage = kWG_ROWS * 128 + kN * 128 + 16 + ((kSc & kSC_BLOCK_X) ? kN * 4 : 0);
+    constexpr int fixed = 1024 + (kSc != 0 && !(kSc & kSC_BLOCK_X) ? kN * 4 : 0) + ((kSc & kSC_BLOCK_W) ? kFP8_SW_MAX * 4 : 0);
+    constexpr int fit = (227 * 1024 - fixed) / perStage;
     return fit < 12 ? fit : 12;
 }
 
@@ -343,7 +448,7 @@ constexpr int wgFp8Stages()
  * benchmarks/results/w8a8-stages-20261202-1533-4a278e6.md). The scales were written by the
  * pre-pass (sx) or are weights, read-only here (the non-coherent path).
  */
-template <class P, int kN>
+template <class P, int kN, bool kScaled = false>
 __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const float (&tot)[kN / 2],
     void* __restrict__ Y, int M, int N, int32_t yDtype, int m0, const int (&nRow)[2], const bool (&nOk)[2], int t)
 {
@@ -355,7 +460,7 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
         for (int e = 0; e < 2; ++e)
         {
             const int m = m0 + 8 * j + 2 * t + e;
-            sxv[2 * j + e] = m < M ? __ldg(p.sx + m) : 0.0f;
+            sxv[2 * j + e] = m < M && !kScaled ? __ldg(p.sx + m) : 0.0f;
         }
     }
     float swv[2];
@@ -363,7 +468,7 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr)
     {
-        swv[hr] = nOk[hr] ? __ldg(p.scale + nRow[hr]) : 0.0f;
+        swv[hr] = nOk[hr] && !kScaled ? __ldg(p.scale + nRow[hr]) : 0.0f;
         bv[hr] = nOk[hr] && p.bias != nullptr ? __ldg(p.bias + nRow[hr]) : 0.0f;
     }
 #pragma unroll
@@ -383,7 +488,9 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
                 const int m = m0 + 8 * j + 2 * t + e;
                 if (m < M)
                 {
-                    float v = __fmul_rn(__fmul_rn(tot[4 * j + 2 * hr + e], sxv[2 * j + e]), swv[hr]);
+                    // kScaled: the blocks were scaled at their promotion (consumeWgmmaFp8)
+                    float v = kScaled ? tot[4 * j + 2 * hr + e]
+                                      : __fmul_rn(__fmul_rn(tot[4 * j + 2 * hr + e], sxv[2 * j + e]), swv[hr]);
                     if (p.bias != nullptr)
                     {
                         v = __fadd_rn(v, bv[hr]);
@@ -401,13 +508,20 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
  * final = final + partial. The wait drains this warpgroup's pipe once per block (the promotion reads
  * the block's result; reading it while another group is in flight makes ptxas serialize the wgmmas,
  * C7514); the CTA's other consumer warpgroup issues meanwhile.
+ * Per-block scales (kSc != 0, the block-scaled variants): the promotion is
+ * final = final + (partial * sx[m, b]) * sw[n, b] (__fmul_rn, __fmul_rn, __fadd_rn), the CPU
+ * reference's order, and the epilogue adds the bias alone. sx[m, b] comes from the stage (kSC_BLOCK_X,
+ * read while the block's wgmmas run and before the stage is released) or is the tile's sx[m] (held in
+ * registers); sw[n, b] is the CTA's one block128 scale of block b (its 128 rows start at a multiple
+ * of 128; shared memory) or sw[n] (channel, in registers).
  */
-template <class P, int kN, int kST, bool kHoist = false>
-__device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, uint64_t* full,
-    uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb, int m0, int n0)
+template <class P, int kN, int kST, bool kHoist = false, int kSc = 0>
+__device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, const float* sxS,
+    const float* swS, uint64_t* full, uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb,
+    int m0, int n0)
 {
 #ifdef METRALE_SM90A
-    using L = WgFp8Layout<kN, kST>;
+    using L = WgFp8Layout<kN, kST, kSc>;
     constexpr int kACC = kN / 2;  // accumulators per thread: kN / 8 n8 column tiles x 4
     const int tid = threadIdx.x;
     const int warpId = tid >> 5;
@@ -433,6 +547,29 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
         fin[e] = 0.0f;
         pt[e] = 0.0f;
     }
+    constexpr int kSXV = kSc != 0 ? kN / 4 : 1;
+    float sxv[kSXV];  // the block's token scales: token m0 + 8 j + 2 t + e at 2 j + e
+    float swc[2];     // channel weight scales of the thread's two rows (kSc without kSC_BLOCK_W)
+#pragma unroll
+    for (int i = 0; i < kSXV; ++i)
+    {
+        sxv[i] = 0.0f;
+    }
+    if constexpr (kSc != 0 && !(kSc & kSC_BLOCK_X))
+    {
+#pragma unroll
+        for (int j = 0; j < kN / 8; ++j)
+        {
+            const float2 v = *reinterpret_cast<const float2*>(sxS + 8 * j + 2 * t);
+            sxv[2 * j] = v.x;
+            sxv[2 * j + 1] = v.y;
+        }
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr)
+    {
+        swc[hr] = kSc != 0 && !(kSc & kSC_BLOCK_W) && nOk[hr] ? __ldg(p.scale + nRow[hr]) : 0.0f;
+    }
     int slot = 0;
     uint32_t phase = 0;
 #pragma unroll 1
@@ -452,16 +589,53 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
                 q > 0 ? 1 : 0);
         }
         wgCommit();
+        float swb = 0.0f;
+        if constexpr ((kSc & kSC_BLOCK_X) != 0)
+        {
+            const float* sxb = sxS + slot * kN;  // this stage's token scales, read while the wgmmas run
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+            {
+                const float2 v = *reinterpret_cast<const float2*>(sxb + 8 * j + 2 * t);
+                sxv[2 * j] = v.x;
+                sxv[2 * j + 1] = v.y;
+            }
+        }
+        if constexpr ((kSc & kSC_BLOCK_W) != 0)
+        {
+            swb = swS[kb];
+        }
         wgWait<0>();
         fenceRegs(pt);
         if (lane == 0)
         {
             mbarArrive(&empty[slot]);
         }
-#pragma unroll
-        for (int e = 0; e < kACC; ++e)
+        if constexpr (kSc == 0)
         {
-            fin[e] = __fadd_rn(fin[e], pt[e]);  // the promotion, once per 128-k block
+#pragma unroll
+            for (int e = 0; e < kACC; ++e)
+            {
+                fin[e] = __fadd_rn(fin[e], pt[e]);  // the promotion, once per 128-k block
+            }
+        }
+        else
+        {
+#pragma unroll
+            for (int j = 0; j < kN / 8; ++j)
+            {
+#pragma unroll
+                for (int hr = 0; hr < 2; ++hr)
+                {
+                    const float sw = (kSc & kSC_BLOCK_W) ? swb : swc[hr];
+#pragma unroll
+                    for (int e = 0; e < 2; ++e)
+                    {
+                        const int i = 4 * j + 2 * hr + e;  // the promotion with the block's scales
+                        fin[i] = __fadd_rn(fin[i], __fmul_rn(__fmul_rn(pt[i], sxv[2 * j + e]), sw));
+                    }
+                }
+            }
         }
         if (++slot == kST)
         {
@@ -469,7 +643,11 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
             phase ^= 1u;
         }
     }
-    if constexpr (kHoist)
+    if constexpr (kSc != 0)
+    {
+        wgFp8Epilogue<P, kN, true>(p, fin, Y, M, N, yDtype, m0, nRow, nOk, t);
+    }
+    else if constexpr (kHoist)
     {
         wgFp8Epilogue<P, kN>(p, fin, Y, M, N, yDtype, m0, nRow, nOk, t);
     }
@@ -480,13 +658,15 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #endif
 }
 
-template <class P, int kN, int kST, bool kHoist = false>
+/* kSc: the per-block scales (kSC_BLOCK_W / kSC_BLOCK_X; 0: row x channel). sxT: the token scales
+ * block-major, [nkb, 8 mg] (kSC_BLOCK_X only; else null, the tile's sx[m] read from p.sx). */
+template <class P, int kN, int kST, bool kHoist = false, int kSc = 0>
 __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __grid_constant__ CUtensorMap wmap,
-    const typename P::Params p, const uint8_t* __restrict__ Xw, void* __restrict__ Y, int M, int N, int K,
-    int32_t yDtype)
+    const typename P::Params p, const uint8_t* __restrict__ Xw, const float* __restrict__ sxT, void* __restrict__ Y,
+    int M, int N, int K, int32_t yDtype)
 {
 #ifdef METRALE_SM90A
-    using L = WgFp8Layout<kN, kST>;
+    using L = WgFp8Layout<kN, kST, kSc>;
     extern __shared__ __align__(1024) uint8_t smemRaw[];
     uint8_t* smem = smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
@@ -497,6 +677,23 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __gri
     int m0 = 0;
     int n0 = 0;
     wgRasterTile(kN, m0, n0);
+    float* sxS = reinterpret_cast<float*>(smem + L::kSx);
+    float* swS = reinterpret_cast<float*>(smem + L::kSw);
+    if constexpr (kSc != 0 && !(kSc & kSC_BLOCK_X))
+    {
+        for (int i = tid; i < kN; i += kWG_THREADS)  // the tile's one scale a token (0 past M: never stored)
+        {
+            sxS[i] = m0 + i < M ? p.sx[m0 + i] : 0.0f;
+        }
+    }
+    if constexpr ((kSc & kSC_BLOCK_W) != 0)
+    {
+        const float* row = p.scale + static_cast<size_t>(n0 >> 7) * p.kBlocks;  // n0 % 128 == 0
+        for (int i = tid; i < nkb; i += kWG_THREADS)
+        {
+            swS[i] = row[i];
+        }
+    }
     if (tid == 0)
     {
         for (int s = 0; s < kST; ++s)
@@ -513,11 +710,17 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __gri
         if (tid == 128 * kWG_CONSUMERS)
         {
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
-            const uint32_t bytesB = static_cast<uint32_t>(min(kN, 8 * mg - m0)) * 128u;
+            const uint32_t rowsB = static_cast<uint32_t>(min(kN, 8 * mg - m0));
+            const uint32_t bytesB = rowsB * 128u;
+            const uint32_t bytesS = (kSc & kSC_BLOCK_X) ? rowsB * 4u : 0u;  // a multiple of 32
             produceStages<kST>(SliceCursor(nkb, 1), nkb, full, empty, [&](int slot, int kb) {
                 uint8_t* st = smem + slot * L::kStage;
-                mbarExpectTx(&full[slot], bytesB + static_cast<uint32_t>(L::kA));  // the box counts whole
+                mbarExpectTx(&full[slot], bytesB + bytesS + static_cast<uint32_t>(L::kA));  // the box counts whole
                 bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
+                if constexpr ((kSc & kSC_BLOCK_X) != 0)
+                {
+                    bulkCopy(sxS + slot * kN, sxT + static_cast<size_t>(kb) * 8 * mg + m0, bytesS, &full[slot]);
+                }
                 tmaLoad2d(st, &wmap, kb * 128, n0, &full[slot]);
             });
         }
@@ -525,7 +728,7 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __gri
     else
     {
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
-        consumeWgmmaFp8<P, kN, kST, kHoist>(p, smemAddr(smem), full, empty, Y, M, N, yDtype, nkb, m0, n0);
+        consumeWgmmaFp8<P, kN, kST, kHoist, kSc>(p, smemAddr(smem), sxS, swS, full, empty, Y, M, N, yDtype, nkb, m0, n0);
     }
 #else
     __trap();  // launched only where wgFp8Available() found sm_90a machine code
@@ -570,21 +773,36 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <class P, int kN, bool kHoist = false>
-inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream)
+template <class P, int kN, bool kHoist = false, int kSc = 0>
+inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw,
+    const float* sxT, void* y, int m, int n, int k, int32_t yDtype, cudaStream_t stream)
 {
-    constexpr int kST = wgFp8Stages<kN>();
-    using L = WgFp8Layout<kN, kST>;
-    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist>;
-    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist>>(L::kSmem);
+    constexpr int kST = wgFp8Stages<kN, kSc>();
+    using L = WgFp8Layout<kN, kST, kSc>;
+    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc>;
+    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
     }
     const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN, 1);
-    kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(map, p, Xw, y, m, n, k, yDtype);
+    kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(map, p, Xw, sxT, y, m, n, k, yDtype);
     return cudaGetLastError();
+}
+
+/* The token tile's launch of the block-scaled kernel (kSc != 0). */
+template <class P, int kSc>
+inline cudaError_t launchProjWgmmaFp8Scaled(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw,
+    const float* sxT, void* y, int m, int n, int k, int32_t yDtype, cudaStream_t stream)
+{
+    switch (wgFp8TokenTile(m, n))
+    {
+    case 8: return launchProjWgmmaFp8N<P, 8, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    case 16: return launchProjWgmmaFp8N<P, 16, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    case 32: return launchProjWgmmaFp8N<P, 32, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    case 64: return launchProjWgmmaFp8N<P, 64, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    default: return launchProjWgmmaFp8N<P, 128, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    }
 }
 
 /* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes;
@@ -604,21 +822,52 @@ inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t
     {
         switch (tile)
         {
-        case 8: return launchProjWgmmaFp8N<P, 8, true>(map, p, Xw, y, m, n, k, yDtype, stream);
-        case 16: return launchProjWgmmaFp8N<P, 16, true>(map, p, Xw, y, m, n, k, yDtype, stream);
-        case 32: return launchProjWgmmaFp8N<P, 32, true>(map, p, Xw, y, m, n, k, yDtype, stream);
-        case 64: return launchProjWgmmaFp8N<P, 64, true>(map, p, Xw, y, m, n, k, yDtype, stream);
-        default: return launchProjWgmmaFp8N<P, 128, true>(map, p, Xw, y, m, n, k, yDtype, stream);
+        case 8: return launchProjWgmmaFp8N<P, 8, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+        case 16: return launchProjWgmmaFp8N<P, 16, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+        case 32: return launchProjWgmmaFp8N<P, 32, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+        case 64: return launchProjWgmmaFp8N<P, 64, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+        default: return launchProjWgmmaFp8N<P, 128, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
         }
     }
     switch (tile)
     {
-    case 8: return launchProjWgmmaFp8N<P, 8>(map, p, Xw, y, m, n, k, yDtype, stream);
-    case 16: return launchProjWgmmaFp8N<P, 16>(map, p, Xw, y, m, n, k, yDtype, stream);
-    case 32: return launchProjWgmmaFp8N<P, 32>(map, p, Xw, y, m, n, k, yDtype, stream);
-    case 64: return launchProjWgmmaFp8N<P, 64>(map, p, Xw, y, m, n, k, yDtype, stream);
-    default: return launchProjWgmmaFp8N<P, 128>(map, p, Xw, y, m, n, k, yDtype, stream);
+    case 8: return launchProjWgmmaFp8N<P, 8>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+    case 16: return launchProjWgmmaFp8N<P, 16>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+    case 32: return launchProjWgmmaFp8N<P, 32>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+    case 64: return launchProjWgmmaFp8N<P, 64>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+    default: return launchProjWgmmaFp8N<P, 128>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
     }
+}
+
+/* The block-scaled FP8 variant (block128 weights and/or row_block128 activations, p.blockScales /
+ * p.nbx > 1; not both absent: that is launchProjWgmmaFp8) on the operand Xw, the block-major token
+ * scales sxT (row_block128) or p.sx (row / tensor), the weights p.codes. Block128 weights need
+ * ceil(K / 128) <= kFP8_SW_MAX (the launcher checks: wgFp8BlocksServe). */
+template <class P>
+inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream)
+{
+    CUtensorMap map;
+    const cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    const int sc = (p.blockScales ? kSC_BLOCK_W : 0) | (p.nbx > 1 ? kSC_BLOCK_X : 0);
+    switch (sc)
+    {
+    case kSC_BLOCK_W: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+    case kSC_BLOCK_X: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_X>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    case kSC_BLOCK_W | kSC_BLOCK_X:
+        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    default: return cudaErrorInvalidValue;
+    }
+}
+
+/* Whether the block-scaled FP8 variant serves a weight of k columns (a function of the shape). */
+inline bool wgFp8BlocksServe(bool blockWeights, int64_t k)
+{
+    return !blockWeights || (k + 127) / 128 <= kFP8_SW_MAX;
 }
 
 /* Whether this device runs the FP8 wgmma variant (its sm_90a machine code loaded). */
@@ -636,6 +885,27 @@ inline cudaError_t wgFp8Quant(const void* x, int32_t dtype, const float* inputSc
     const int mg = static_cast<int>((m + 7) / 8);
     wgFp8QuantKernel<<<8 * mg, kACT_THREADS, 0, stream>>>(x, dtype, inputScale, static_cast<uint8_t*>(dst), sx,
         static_cast<int>(m), static_cast<int>(k), mg);
+    return cudaGetLastError();
+}
+
+/* The row_block128 pre-pass fused with the operand layout (wgFp8QuantBlockKernel): the operand and
+ * the block-major token scales sxT straight from x. */
+inline cudaError_t wgFp8QuantBlock(const void* x, int32_t dtype, int64_t m, int64_t k, void* dst, float* sxT,
+    cudaStream_t stream)
+{
+    const int mg = static_cast<int>((m + 7) / 8);
+    wgFp8QuantBlockKernel<<<8 * mg, kACT_THREADS, 0, stream>>>(x, dtype, static_cast<uint8_t*>(dst), sxT,
+        static_cast<int>(m), static_cast<int>(k), mg);
+    return cudaGetLastError();
+}
+
+/* sxT (block-major [nkb, 8 mg]) from the split pre-pass's row-major sx [m, nkb]. */
+inline cudaError_t wgFp8BlockScales(const float* sx, int64_t m, int64_t k, float* sxT, cudaStream_t stream)
+{
+    const int mg = static_cast<int>((m + 7) / 8);
+    const int nkb = static_cast<int>((k + 127) / 128);
+    const int total = nkb * 8 * mg;
+    wgFp8BlockScaleKernel<<<(total + 255) / 256, 256, 0, stream>>>(sx, sxT, static_cast<int>(m), nkb, mg);
     return cudaGetLastError();
 }
 

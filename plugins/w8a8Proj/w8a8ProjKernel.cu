@@ -38,12 +38,12 @@ size_t scaleBytes(int64_t m, int64_t k, int32_t actScaleGranularity)
     return alignUp(static_cast<size_t>(m) * static_cast<size_t>(actScaleColumns(k, actScaleGranularity)) * 4, kWS_ALIGN);
 }
 
-/* The operand region after xq and sx: the bf16 tier's wgmma operand, or the FP8 variant's (which
- * the larger of the two holds at every m). */
+/* The operand region after xq and sx: the bf16 tier's wgmma operand, or the FP8 variant's followed
+ * by the block-scaled variant's block-major token scales (the region holds the larger at every m). */
 size_t fp8OperandRegion(int64_t m, int64_t k)
 {
     const size_t a = wgExtraBytes(m, k);
-    const size_t b = wgFp8OperandBytes(m, k);
+    const size_t b = wgFp8OperandBytes(m, k) + wgFp8BlockScaleBytes(m, k);
     return a > b ? a : b;
 }
 
@@ -176,18 +176,27 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     float* sx = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + operandBytes(m, k));
     p.sx = sx;
     const bool rowChannel = p.blockScales == 0 && p.nbx == 1;  // the FP8 wgmma kernel's scales
-    const Fp8Variant var = rowChannel ? fp8VariantSelected() : Fp8Variant{false, false, false};
+    // The block-scaled FP8 kernel: per-block scales at the promotion (a function of the weight's shape:
+    // block128 weights up to kFP8_SW_MAX blocks of K; beyond, the exact path at every m).
+    const bool blocks = !rowChannel && wgFp8BlocksServe(p.blockScales != 0, k);
+    const Fp8Variant var = rowChannel || blocks ? fp8VariantSelected() : Fp8Variant{false, false, false};
     void* xw = static_cast<uint8_t*>(workspace) + operandBytes(m, k) + scaleBytes(m, k, act_scale_granularity);
+    float* sxT = reinterpret_cast<float*>(static_cast<uint8_t*>(xw) + wgFp8OperandBytes(m, k));
+    const uint8_t* xwc = static_cast<const uint8_t*>(xw);
     if (var.wgmma && var.fused && aligned(x, 16))
     {
         // One pass from x to the e4m3 operand and sx (the same values as the two passes below).
-        cudaError_t e = wgFp8Quant(x, x_dtype, staticScale ? input_scale : nullptr, m, k, xw, sx, stream);
+        cudaError_t e = p.nbx > 1 ? wgFp8QuantBlock(x, x_dtype, m, k, xw, sxT, stream)
+                                  : wgFp8Quant(x, x_dtype, staticScale ? input_scale : nullptr, m, k, xw, sx, stream);
         if (e != cudaSuccess)
         {
             return e;
         }
-        return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
-            stream, var.hoist);
+        if (!rowChannel)
+        {
+            return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream);
+        }
+        return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist);
     }
     if (staticScale)
     {
@@ -216,8 +225,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
             {
                 return e;
             }
-            return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, static_cast<const uint8_t*>(xw), y, mi, ni, ki, x_dtype,
-                stream, var.hoist);
+            return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist);
         }
         // The exact path (METRALE_W8A8_MMA=exact, or no sm_90a code): the bf16-format wgmma tier
         // where it serves m, on the f16 values laid out for it.
@@ -234,5 +242,22 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         return dispatchProjGemm<W8A8Fp8Policy<false>>(p, X, wg,
             static_cast<uint8_t*>(workspace) + fp8PartOffset(m, k, act_scale_granularity), y, mi, ni, ki, x_dtype, stream);
     }
+    if (var.wgmma)
+    {
+        // The block-scaled FP8 kernel on the split pre-pass's values (wg-base, or x not 16-byte
+        // aligned): the same operand and scales as the fused pass, so the same bits.
+        e = wgFp8Operand(xq, m, k, xw, stream);
+        if (e == cudaSuccess && p.nbx > 1)
+        {
+            e = wgFp8BlockScales(sx, m, k, sxT, stream);
+        }
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream);
+    }
+    // The exact path of the block-scaled variants (METRALE_W8A8_MMA=exact, no sm_90a code, or block128
+    // weights past kFP8_SW_MAX blocks of K).
     return dispatchProjGemm<W8A8Fp8Policy<true>>(p, X, false, nullptr, y, mi, ni, ki, x_dtype, stream);
 }

@@ -12,8 +12,8 @@ block128 weights, row and row_block128 fp8 activations) and W4A4 (nvfp4 activati
   "One instruction, one order"; mma rows and columns are independent), so a part's columns of the
   fused output equal the part op's output bit for bit where projSlices(n_fused, k) ==
   projSlices(n_part, k), at every M; where they differ, both are within the bound of the one float64
-  evaluation. The FP8 wgmma kernel (W8A8 channel weights, row activations, sm_90) has no slices (per
-  128-k block in ascending order, KERNELS.md), so there the bits are equal at every shape. W4A4's
+  evaluation. The FP8 wgmma kernel (W8A8 fp8 activations, every scale granularity, sm_90) has no slices
+  (per 128-k block in ascending order, KERNELS.md), so there the bits are equal at every shape. W4A4's
   global scale is the concatenation's: the part holding its amax keeps its codes (so the bitwise
   rule applies to it); another part's codes differ, and its quantization error (output against the
   float weight's) stays within fused_proj.W4A4_FUSED_ERROR_RATIO of its own quantization's. No
@@ -74,8 +74,10 @@ def _bits(y: torch.Tensor) -> torch.Tensor:
 
 
 def _fp8_wgmma(op: str, o: dict) -> bool:
-    """Whether the call runs W8A8's FP8 wgmma kernel (no slices: one order at every shape)."""
-    return (op == "w8a8" and o["gran"] == "channel" and o["act"] == "fp8" and o["agran"] in ("row", "tensor")
+    """Whether the call runs W8A8's FP8 wgmma kernel (no slices: one order at every shape; every
+    scale granularity, the block-scaled ones scaling each block at its promotion; K here is far
+    below the block128 kernel's limit of 512 blocks)."""
+    return (op == "w8a8" and o["act"] == "fp8"
             and torch.cuda.get_device_capability()[0] == 9 and os.environ.get("METRALE_W8A8_MMA") != "exact")
 
 

@@ -1,9 +1,11 @@
 """GPU tests of W8A8Proj version 3's default kernel, FP8 wgmma (plugins/common/projWgmmaFp8.cuh).
 
-fp8 activations with per-row (or the static tensor) activation scales and per-channel weight
-scales multiply on `wgmma m64nNk32 e4m3`, promoted to float32 once per 128-k block, at every M
-(docs/ops.md, fp8 activation format). Its bits are its own (not the retired versions' exact f16
-products), so it is checked against itself and against the stated bound:
+fp8 activations multiply on `wgmma m64nNk32 e4m3`, promoted to float32 once per 128-k block, at
+every M (docs/ops.md, fp8 activation format): with per-row (or the static tensor) activation scales
+and per-channel weight scales the scales come once in the epilogue; the block-scaled variants
+(block128 weights and/or row_block128 activations) scale each block at its promotion,
+acc + (P_b * sx[m, b]) * sw[n, b]. Its bits are its own (not the exact f16 products of the retired
+versions and of the exact path), so it is checked against itself and against the stated bound:
 - bitwise row invariance: every tested row of an M-row launch (the first 64 and the last 8 of the
   batch) equals the 1-row launch of that row, for M = 2 .. 4096 across every token tile (8, 16, 32,
   64, 128), on narrow and wide weights, K with a partial last block and K = 12288;
@@ -37,7 +39,7 @@ if torch.cuda.get_device_capability() != (9, 0):
 
 from metrale_export.ops import cuda as mcuda  # noqa: E402
 from metrale_export.ops import tolerances, w8a8  # noqa: E402
-from metrale_export.ops.numerics import bf16_round, e4m3_from_bits  # noqa: E402
+from metrale_export.ops.numerics import FP8_BLOCK, bf16_round, e4m3_from_bits  # noqa: E402
 
 DEV = torch.device("cuda")
 ENV = "METRALE_W8A8_MMA"
@@ -53,26 +55,35 @@ ELEMENT_BOUND = tolerances.OP_FP8_ELEMENT
 # (M, dtype of x and y) of the run-to-run and error checks.
 RUN_CASES = ((1, torch.float32), (33, torch.bfloat16), (1000, torch.float32), (4096, torch.float16))
 
-# (N, K, activation scale granularity, bias)
+# (N, K, activation scale granularity, bias, weight scale granularity)
 CASES = [
-    (200, 1040, "row", True),       # odd N, a partial last block (16 k)
-    (197, 272, "tensor", False),    # the static scale
-    (4096, 12288, "row", False),    # K = 12288 (8B-down), token tile 128 at large M
-    (16400, 1040, "tensor", True),  # wide weights, 129 weight tiles
+    (200, 1040, "row", True, "channel"),       # odd N, a partial last block (16 k)
+    (197, 272, "tensor", False, "channel"),    # the static scale
+    (4096, 12288, "row", False, "channel"),    # K = 12288 (8B-down), token tile 128 at large M
+    (16400, 1040, "tensor", True, "channel"),  # wide weights, 129 weight tiles
+    # The block-scaled variants (the official FP8 Qwen3 checkpoints' block128 x row_block128, and
+    # each alone): odd N past a 128-row block, a partial last block, the static scale with block
+    # weights, K = 12288, wide weights.
+    (300, 400, "row_block128", True, "block128"),
+    (197, 272, "row", False, "block128"),
+    (136, 1040, "row_block128", False, "channel"),
+    (300, 400, "tensor", False, "block128"),
+    (4096, 12288, "row_block128", False, "block128"),
+    (16400, 1040, "row_block128", True, "block128"),
 ]
 
 
 def _case_id(c):
-    n, k, agran, bias = c
-    return f"n{n}-k{k}-{agran}" + ("-bias" if bias else "")
+    n, k, agran, bias, gran = c
+    return f"n{n}-k{k}-{gran}-{agran}" + ("-bias" if bias else "")
 
 
 class Fp8Layer:
-    def __init__(self, n: int, k: int, agran: str, bias: bool, seed: int):
+    def __init__(self, n: int, k: int, agran: str, bias: bool, seed: int, gran: str = "channel"):
         g = torch.Generator().manual_seed(seed)
-        self.n, self.k, self.agran = n, k, agran
+        self.n, self.k, self.agran, self.gran = n, k, agran, gran
         w = torch.randn(n, k, generator=g) * 0.05
-        q = w8a8.quantize(w, "channel")
+        q = w8a8.quantize(w, gran)
         self.weight, self.weight_scale = q.weight, q.weight_scale
         self.bias = torch.randn(n, generator=g) if bias else None
         self.w_gpu, self.s_gpu = self.weight.to(DEV), self.weight_scale.to(DEV)
@@ -85,7 +96,7 @@ class Fp8Layer:
 
     def launch(self, x2: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         si = None if self.input_scale is None else self.input_scale.to(DEV)
-        return mcuda.launch_w8a8(x2, self.w_gpu, self.s_gpu, self.b_gpu, y, self.n, self.k, "channel", "fp8",
+        return mcuda.launch_w8a8(x2, self.w_gpu, self.s_gpu, self.b_gpu, y, self.n, self.k, self.gran, "fp8",
                                  self.agran, input_scale=si)
 
     def run(self, x: torch.Tensor) -> torch.Tensor:
@@ -95,14 +106,21 @@ class Fp8Layer:
         return y
 
     def float64_reference(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """The exact e4m3 products summed in float64, times sx * sw, plus bias; and the per-element
-        sum of |terms| (same scaling) for the element-wise bound."""
+        """The exact e4m3 products summed in float64, times sx * sw (per 128-k block where either is
+        per block), plus bias; and the per-element sum of |terms| (same scaling) for the element-wise
+        bound."""
         xq, sx = w8a8.quantize_activation(x.cpu(), self.agran, self.input_scale)
         a = xq.to(torch.float64).to(DEV)
         b = e4m3_from_bits(self.weight).to(torch.float64).to(DEV)
-        scale = sx[:, :1].to(torch.float64).to(DEV) * self.weight_scale.to(torch.float64).to(DEV)[None, :]
-        acc = (a @ b.T) * scale
-        mag = (a.abs() @ b.abs().T) * scale.abs()
+        sx64 = sx.to(torch.float64).to(DEV)
+        sw = w8a8.expand_weight_scale(self.weight_scale, self.gran, self.n, self.k).to(torch.float64).to(DEV)
+        acc = torch.zeros(a.shape[0], self.n, dtype=torch.float64, device=DEV)
+        mag = torch.zeros_like(acc)
+        for blk in range(-(-self.k // FP8_BLOCK)):
+            ks = slice(blk * FP8_BLOCK, min(self.k, (blk + 1) * FP8_BLOCK))
+            scale = sx64[:, blk if sx64.shape[1] > 1 else 0, None] * sw[None, :, blk * FP8_BLOCK]
+            acc += (a[:, ks] @ b[:, ks].T) * scale
+            mag += (a[:, ks].abs() @ b[:, ks].abs().T) * scale.abs()
         if self.bias is not None:
             acc = acc + self.bias.to(torch.float64).to(DEV)[None, :]
         return acc, mag
@@ -122,8 +140,8 @@ def default_kernel(monkeypatch):
 
 @pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
 def test_rows_bitwise_identical_whatever_m(case, default_kernel):
-    n, k, agran, bias = case
-    layer = Fp8Layer(n, k, agran, bias, seed=7)
+    n, k, agran, bias, gran = case
+    layer = Fp8Layer(n, k, agran, bias, seed=7, gran=gran)
     big = max(M_VALUES)
     x = _inputs(big, k, torch.float32, seed=99).to(DEV)
     layer.set_input_scale(x.cpu())
@@ -146,8 +164,8 @@ def test_rows_bitwise_identical_whatever_m(case, default_kernel):
 
 @pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
 def test_run_to_run_identical_and_within_the_fp8_bound(case, default_kernel, monkeypatch):
-    n, k, agran, bias = case
-    layer = Fp8Layer(n, k, agran, bias, seed=11)
+    n, k, agran, bias, gran = case
+    layer = Fp8Layer(n, k, agran, bias, seed=11, gran=gran)
     bad = []
     for m, dtype in RUN_CASES:
         x = _inputs(m, k, dtype, seed=5 + m).to(DEV)
@@ -184,8 +202,8 @@ VARIANT_M = (1, 17, 33, 64, 65, 127, 128, 129, 256, 1000, 4096)
 
 @pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
 def test_launch_variants_give_the_same_bits(case, monkeypatch):
-    n, k, agran, bias = case
-    layer = Fp8Layer(n, k, agran, bias, seed=13)
+    n, k, agran, bias, gran = case
+    layer = Fp8Layer(n, k, agran, bias, seed=13, gran=gran)
     bad = []
     for m in VARIANT_M:
         for dtype in ((torch.float32, torch.float16, torch.bfloat16) if m in (65, 1000) else (torch.float32,)):
@@ -202,3 +220,24 @@ def test_launch_variants_give_the_same_bits(case, monkeypatch):
                     bad.append(f"m={m} {dtype} {v}: {nd} elements differ from the default's bits")
             monkeypatch.delenv(ENV, raising=False)
     assert not bad, f"{_case_id(case)}:\n" + "\n".join(bad[:20])
+
+
+def test_block_weights_past_the_scale_row_run_the_exact_path(monkeypatch):
+    """block128 weights with more than 512 blocks of K (kFP8_SW_MAX: the CTA's weight-scale row in
+    shared memory) run the exact path at every M (a function of the shape, so rows stay invariant):
+    the bits of METRALE_W8A8_MMA=exact; at 512 blocks the FP8 kernel runs (bits of its own)."""
+    bad = []
+    for k, fp8 in ((512 * FP8_BLOCK + 16, False), (512 * FP8_BLOCK, True)):
+        layer = Fp8Layer(128, k, "row_block128", False, seed=23, gran="block128")
+        for m in (1, 40):
+            x = _inputs(m, k, torch.float32, seed=29 + m).to(DEV)
+            monkeypatch.delenv(ENV, raising=False)
+            y = layer.run(x)
+            monkeypatch.setenv(ENV, "exact")
+            y_exact = layer.run(x)
+            monkeypatch.delenv(ENV)
+            same = torch.equal(y.view(torch.int32), y_exact.view(torch.int32))
+            if same == fp8:
+                bad.append(f"k={k} m={m}: " + ("the exact path's bits: the FP8 kernel did not run" if fp8
+                                               else "not the exact path's bits past 512 blocks"))
+    assert not bad, "\n".join(bad)
