@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -14,6 +14,8 @@
 #  exact f16 path) on a carried build (it builds nothing): its SASS gates where cuobjdump is there,
 #  tests/gpu/test_w8a8_fp8_wgmma.py, the W8A8 channel projection tests,
 #  benchmarks/bench_w8a8_variants.py (exact vs wgmma vs FP8 cuBLASLt at M = 1..4096); under 8 minutes)
+# (w8a8blk: issue 20's block-scaled W8A8 on the FP8 wgmma kernel: a smoke run, the FP8 gates, the
+#  W8A8 / FP8 wgmma / fused-projection GPU tests, bench_kernels (BENCH_ARGS) in what is left of 560 s)
 # (w8a8v: the launch variants of W8A8Proj version 3's FP8 wgmma kernel (METRALE_W8A8_MMA = wg-base,
 #  wg-q, wg-qe: the fused pre-pass, the hoisted epilogue; the same bits), built here unless carried: the SASS gates of the FP8 kernels where cuobjdump is there,
 #  tests/gpu/test_w8a8_fp8_wgmma.py (the variants bitwise equal to the default), the W8A8 channel
@@ -286,6 +288,30 @@ if [ "$what" = w8a8wg ]; then
   timeout 120 python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \
     -k "w8a8 and channel" 2>&1 | tee "$OUT/tests-w8a8-exact.log" | tail -6
   timeout 170 python3 -m benchmarks.bench_w8a8_variants --out "$OUT" 2>&1 | tee "$OUT/bench-w8a8wg.log" | tail -16
+fi
+if [ "$what" = w8a8blk ]; then
+  # Issue 20's block-scaled W8A8 on the FP8 wgmma kernel, on a carried build: a smoke run (each scale
+  # combination against the CPU reference; a hang costs its 60 s), the SASS gates of the FP8 kernels
+  # where cuobjdump is there, tests/gpu/test_w8a8_fp8_wgmma.py, the W8A8 projection and fused
+  # projection tests, then the kernel benchmark (every op, all shapes and M unless BENCH_ARGS says
+  # e.g. --quick) with what is left of 560 s.
+  [ -f build/plugins/libmetrale_kernels.so ] || { echo "w8a8blk builds nothing: carry build/plugins"; exit 2; }
+  record_commit
+  SECONDS=0
+  timeout 60 python3 -m benchmarks.diagnostics.w8a8_block_smoke > "$OUT/smoke.txt" 2>&1
+  rc=$?; cat "$OUT/smoke.txt" | tail -14; echo "smoke exit $rc after ${SECONDS} s"
+  [ "$rc" -eq 0 ] || exit 1
+  { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel 'projWgmmaFp8|wgFp8Quant' \
+      --out "$OUT/gates-w8a8blk.md"; } > "$OUT/gates-w8a8blk.log" 2>&1; tail -3 "$OUT/gates-w8a8blk.log"
+  timeout 170 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py tests/gpu/test_proj_kernels.py \
+    tests/gpu/test_fused_proj.py -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
+    -k "${kexpr:-w8a8 or fp8_wgmma}" > "$OUT/tests.log" 2>&1
+  echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"; grep -E "passed|failed|FAILED" "$OUT/tests.log" | tail -12
+  left=$((560 - SECONDS)); [ "$left" -lt 30 ] && left=30
+  timeout "$left" python3 -m benchmarks.bench_kernels --out "$OUT" ${BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
+  echo "bench_kernels exit $? after ${SECONDS} s (limit ${left} s)" | tee -a "$OUT/bench.log"
+  tail -30 "$OUT/bench.log"
+  exit 0
 fi
 if [ "$what" = w8a8v ]; then
   { command -v cuobjdump >/dev/null && timeout 60 python3 -m benchmarks.sass_gates --kernel 'projWgmmaFp8|wgFp8Quant' \

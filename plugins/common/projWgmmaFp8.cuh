@@ -607,9 +607,12 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
         }
         wgWait<0>();
         fenceRegs(pt);
-        if (lane == 0)
+        if constexpr ((kSc & kSC_BLOCK_X) == 0)
         {
-            mbarArrive(&empty[slot]);
+            if (lane == 0)
+            {
+                mbarArrive(&empty[slot]);
+            }
         }
         if constexpr (kSc == 0)
         {
@@ -634,6 +637,17 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
                         const int i = 4 * j + 2 * hr + e;  // the promotion with the block's scales
                         fin[i] = __fadd_rn(fin[i], __fmul_rn(__fmul_rn(pt[i], sxv[2 * j + e]), sw));
                     }
+                }
+            }
+            if constexpr ((kSc & kSC_BLOCK_X) != 0)
+            {
+                // The stage holds this block's token scales: released only after the promotion has
+                // consumed every lane's loads of them (an arrival right after the loads could
+                // overtake them, as the ring's did at 32ab8e0), the warp synchronized for the order.
+                __syncwarp();
+                if (lane == 0)
+                {
+                    mbarArrive(&empty[slot]);
                 }
             }
         }
