@@ -73,7 +73,8 @@ W4A16 = OpSpec(
 # "tensor", its input_scale from calibration); version 1 is the dynamic scales alone.
 W8A8_VERSION = 3
 W8A8_FP8_ARITHMETIC = ("FP8 e4m3 products summed in the FP8 tensor core's accumulator within each 128-k block, "
-                       "promoted to float32 every 128 k, per-row x per-channel scales in the epilogue")
+                       "promoted to float32 every 128 k, per-row x per-channel scales in the epilogue "
+                       "(block scales: each block scaled at its promotion)")
 W8A8 = OpSpec(
     "W8A8Proj", "w8a8", W8A8_VERSION, "FP8",
     inputs=(Input("weight", "int8", ("n", "k"), doc="FP8 e4m3fn bit patterns", encoding="e4m3fn"),

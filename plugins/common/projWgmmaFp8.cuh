@@ -1,6 +1,6 @@
 /*
- * The FP8 wgmma kernel of W8A8Proj version 3 (fp8 activations, per-row activation x per-channel
- * weight scales), sm_90a, at every m: `wgmma m64nNk32 e4m3 x e4m3` on both operands from shared
+ * The FP8 wgmma kernel of W8A8Proj version 3 (fp8 activations: per-row activation x per-channel
+ * weight scales, and the block-scaled variants, kSc), sm_90a, at every m: `wgmma m64nNk32 e4m3 x e4m3` on both operands from shared
  * memory. It is the version's default (w8a8ProjKernel.cu); its bits are its own (FP8 wgmma and the
  * f16 mma.sync of the exact path never share bits), which is why W8A8Proj versions 1 and 2 (the
  * exact path's) are refused (docs/ops.md, Older exports).

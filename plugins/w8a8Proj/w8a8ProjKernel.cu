@@ -13,8 +13,10 @@
  * one of the two at every m, so rows stay bitwise invariant. The FP8 kernel's default launch fuses
  * the quantization with its operand layout (wgFp8QuantKernel) and hoists the epilogue's scale reads
  * (wgFp8Epilogue); METRALE_W8A8_MMA=wg-base / wg-q keep the earlier launches, with the same bits. The block-scaled variants (block128
- * weights, row_block128 activations) have no wgmma tier yet: the exact path (per-block scales) at
- * every m, within the same bound.
+ * weights and/or row_block128 activations) run the same kernel with each 128-k block scaled at its
+ * promotion (launchProjWgmmaFp8Blocks; their fused pre-pass wgFp8QuantBlock for row_block128), and
+ * the exact path (per-block scales) under METRALE_W8A8_MMA=exact, without sm_90a code, or for
+ * block128 weights past kFP8_SW_MAX blocks of K (a function of the shape).
  * K must be a multiple of 16 (16-byte weight rows); other K return cudaErrorNotSupported.
  */
 #include "metrale/kernels.h"

@@ -140,7 +140,7 @@ struct W4A16Proj
     static constexpr Output kOUTPUTS[]{{"y", TensorType::kLIKE_X, nullptr, "[m, n]"}};
 };
 
-//! W8A8Proj: FP8 weights (w8a8). x: [M, K], float32, float16 or bfloat16; y: [M, N], the dtype of x; fp8 activations: FP8 e4m3 products summed in the FP8 tensor core's accumulator within each 128-k block, promoted to float32 every 128 k, per-row x per-channel scales in the epilogue
+//! W8A8Proj: FP8 weights (w8a8). x: [M, K], float32, float16 or bfloat16; y: [M, N], the dtype of x; fp8 activations: FP8 e4m3 products summed in the FP8 tensor core's accumulator within each 128-k block, promoted to float32 every 128 k, per-row x per-channel scales in the epilogue (block scales: each block scaled at its promotion)
 struct W8A8Proj
 {
     METRALE_CONTRACT_OP("W8A8Proj", 3, "3", "w8a8", "x", true, nullptr, 2, nullptr, "fp8"); static constexpr Retired kRETIRED[]{{"1", "exact f16 products summed in float32; version 3 multiplies on the FP8 tensor core"}, {"2", "exact f16 products summed in float32; version 3 multiplies on the FP8 tensor core"}, {nullptr, nullptr}}; static constexpr char const* kACTIVATION_FORMATS[]{"bf16", "fp8"};
