@@ -416,7 +416,7 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--m", default=",".join(map(str, M_DECODE)))
     ap.add_argument("--profile", action="store_true", help="per row, the device time and launches of each kernel")
-    ap.add_argument("--variant", default=None, help=f"each row also with {VARIANT_ENV}=VARIANT (e.g. pdl)")
+    ap.add_argument("--variant", default=None, choices=("wide",), help=f"each row also with {VARIANT_ENV}=VARIANT")
     args = ap.parse_args(argv)
     shapes, formats = _list(args.shapes, tuple(SHAPES)), _list(args.formats, FORMATS)
     m_values = _list(args.m, M_DECODE)
