@@ -23,7 +23,8 @@
  *      (projGemmTile / projStreamTile, plugins/common) on that expert's weights and rows;
  *   5. scatter back to [M, top_k, N] (combine=0), or the combine (combine=1): per row, the slots in
  *      ascending expert id, acc = +0, acc = acc + y * w in float32 (__fmul_rn / __fadd_rn), one
- *      rounding to the dtype of x.
+ *      rounding to the dtype of x (moeCombineKernel, or moeCombineWideKernel under
+ *      METRALE_MOE_DECODE=wide: the same arithmetic, more CTAs, the loads ahead of the sums).
  *
  * Invariants (row invariance): per expert the arithmetic is the dense op's, operand for operand
  * (the same tile functions, the same slices projSlices(n, k), the weights of that expert); the
