@@ -221,7 +221,11 @@ def measure_row(layers: list, m: int, kind: str, copy_tbs: float, profile: bool 
     if row["graph_us"] is not None:
         row.update(vs_bound=row["graph_us"] / row["bound_us"], eager_over_graph=row["eager_us"] / row["graph_us"])
     if profile:
-        row["profile"] = profile_layer(calls(True))
+        try:
+            row["profile"] = profile_layer(calls(True))
+        except (RuntimeError, ValueError) as exc:  # the timing rows stand without it
+            torch.cuda.synchronize()
+            row["profile_error"] = f"{type(exc).__name__}: {exc}"[:300]
     return row
 
 
@@ -373,8 +377,10 @@ def table(rows: list, device: str, commit: str, copy_tbs: float) -> list[str]:
 def profile_table(rows: list) -> list[str]:
     """The --profile table: per row that has a ``profile`` (kernel_profile), a line with the sum of its
     kernels and the span per call, then one line per kernel name, largest first."""
+    failed = [f"- {r['shape']} {r['fmt']} M={r['m']} {r['routing']} {_path(r)}: profile_error: {r['profile_error']}"
+              for r in rows if r.get("profile_error")]
     rows = [r for r in rows if r.get("profile")]
-    if not rows:
+    if not rows and not failed:
         return []
     lines = ["", "## Device time per kernel (torch.profiler, --profile)", "",
              f"The fused layer, {PROFILE_REPLAYS} graph replays of {REPS} calls each (source eager: the same calls "
@@ -389,7 +395,7 @@ def profile_table(rows: list) -> list[str]:
         lines.append(f"{head} all kernels (span {p['span_us']:.1f} us) | {p['busy_us']:.1f} | {p['launches']:.1f} | 1.00 |")
         for k in p["kernels"]:
             lines.append(f"{head} `{k['name']}` | {k['us']:.2f} | {k['launches']:.2f} | {k['share']:.2f} |")
-    return lines
+    return lines + ([""] + failed if failed else [])
 
 
 def write(out: Path, stamp: str, rows: list, copy_tbs: float) -> Path:

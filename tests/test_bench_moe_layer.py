@@ -141,3 +141,12 @@ def test_the_profile_table_and_the_variant_path():
     assert body[0].endswith("| graph | all kernels (span 14.4 us) | 12.0 | 6.0 | 1.00 |")
     assert body[1].endswith("| `moeSlotKernel<A, V>` | 6.00 | 1.00 | 0.50 |")
     assert "| `moeCombineKernel` | 1.00 | 2.00 | 0.08 |" in body[3]
+
+
+def test_the_profile_table_names_a_failed_profile():
+    row = dict(shape="30B-A3B", fmt="w4a4", m=16, routing="zipf", path="sorted", variant="wide",
+               profile_error="ValueError: kernel_profile: no device activity recorded (eager)")
+    lines = bml.profile_table([row])
+    assert not any(line.startswith("| 30B-A3B") for line in lines)
+    assert lines[-1] == ("- 30B-A3B w4a4 M=16 zipf sorted (wide): profile_error: ValueError: kernel_profile: "
+                         "no device activity recorded (eager)")
