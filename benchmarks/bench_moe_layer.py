@@ -4,7 +4,7 @@ The layer as the export runs it, timed eager and replayed in a CUDA graph, with 
 measured in the same run.
 
     python -m benchmarks.bench_moe_layer [--out DIR] [--shapes 30B-A3B,...] [--formats w4a16,...]
-                                         [--m 1,4,16,64]
+                                         [--m 1,4,16,64] [--profile] [--variant NAME]
 
 The layer (SparseMoE.forward of a quantized export, its routed experts; the shared expert of
 Qwen3-Next is not part of it): the router gate through ``metrale::float_proj`` (bf16 weight
@@ -31,13 +31,24 @@ bound <= 1.25. ``host_sync``: one eager call under ``torch.cuda.set_sync_debug_m
 not capture the layer either) with the stages that fail alone. Writes
 ``moe-layer-YYYYMMDD-HHMM-<commit>.md`` / ``.json`` into ``--out`` (default $OUT or
 benchmarks/results), rewritten after every shape and format.
+
+``--profile``: per row, one torch.profiler pass over PROFILE_REPLAYS replays of the fused layer's
+graph (REPS calls each; eager calls where the profiler sees no kernel in the replays, or the capture
+failed), and a second table (and ``profile`` in the row's JSON): per kernel name, its device
+microseconds per layer call and its launches per layer call, with the sum of the kernels' durations
+(``busy``) and the first start to the last end (``span``) per call; span - busy is the device idle
+between the kernels. ``--variant NAME``: each row measured a second time with
+``METRALE_MOE_DECODE=NAME`` (read by the grouped launchers at each call, so at capture; the path
+column shows ``path (NAME)``), in the same run.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import statistics
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -47,6 +58,8 @@ from benchmarks.bench_moe import FORMATS, M_DECODE, REPS, ROUTINGS, SHAPES, SLOT
 
 LOGIT_TOP, LOGIT_STEP = 8.0, 0.5  # a row's chosen experts' logits: 8, 7.5, 7, ... (noise: [-1, 1])
 TARGET = 1.25
+PROFILE_REPLAYS = 3  # graph replays (of REPS layer calls each) under the profiler
+VARIANT_ENV = "METRALE_MOE_DECODE"  # the grouped launchers' decode variant (moeProj/moeProjKernel.cuh)
 
 
 def router_weight(e: int, h: int, device="cuda") -> torch.Tensor:
@@ -183,8 +196,9 @@ def router_ids_match(layer: Layer, xs: list, routes: list) -> bool:
     return all(torch.equal(layer.route(x)[0], ids) for x, (ids, _) in zip(xs, routes))
 
 
-def measure_row(layers: list, m: int, kind: str, copy_tbs: float) -> dict:
-    """One (M, routing) row over the rotated layer copies."""
+def measure_row(layers: list, m: int, kind: str, copy_tbs: float, profile: bool = False) -> dict:
+    """One (M, routing) row over the rotated layer copies (``profile``: with profile_layer's kernels
+    of the fused layer under ``profile``)."""
     first = layers[0]
     routes = [routing(m, first.e, first.top_k, kind, 100 * m + r) for r in range(REPS)]
     g = torch.Generator(device="cuda").manual_seed(m)
@@ -206,20 +220,126 @@ def measure_row(layers: list, m: int, kind: str, copy_tbs: float) -> dict:
             row[f"{key[:-3]}_error"] = why
     if row["graph_us"] is not None:
         row.update(vs_bound=row["graph_us"] / row["bound_us"], eager_over_graph=row["eager_us"] / row["graph_us"])
+    if profile:
+        try:
+            row["profile"] = profile_layer(calls(True))
+        except (RuntimeError, ValueError) as exc:  # the timing rows stand without it
+            torch.cuda.synchronize()
+            row["profile_error"] = f"{type(exc).__name__}: {exc}"[:300]
     return row
 
 
-def bench_format(shape: str, fmt: str, m_values, copy_tbs: float) -> list[dict]:
+def short_kernel_name(name: str, width: int = 90) -> str:
+    """A kernel's demangled name without ``void``, its argument list, ``metrale::`` and
+    ``(anonymous namespace)::``, cut to ``width`` characters (the template arguments stay: they name
+    the tier and the policy)."""
+    name = name.strip()
+    if name.startswith("void "):
+        name = name[5:]
+    for prefix in ("(anonymous namespace)::", "metrale::"):
+        name = name.replace(prefix, "")
+    depth = 0
+    for i, ch in enumerate(name):
+        depth += (ch == "<") - (ch == ">")
+        if ch == "(" and depth == 0 and i > 0:
+            name = name[:i].rstrip()
+            break
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
+def device_events(events) -> list[tuple[str, float, float]]:
+    """(name, start us, end us) of the device activities (kernels, memcpy, memset) among torch.profiler's
+    events (``prof.events()``: FunctionEvent with ``device_type``, ``name``, ``time_range``)."""
+    cuda = torch.autograd.DeviceType.CUDA
+    return [(e.name, float(e.time_range.start), float(e.time_range.end)) for e in events
+            if getattr(e, "device_type", None) == cuda]
+
+
+def kernel_profile(kernels: list[tuple[str, float, float]], calls: int, source: str) -> dict:
+    """Per kernel name (short_kernel_name): device us per layer call and launches per call over
+    ``calls`` layer calls, largest first; ``busy_us``: the kernels' durations per call; ``span_us``:
+    the first start to the last end per call."""
+    if calls < 1:
+        raise ValueError(f"kernel_profile: calls must be >= 1, found {calls}")
+    if not kernels:
+        raise ValueError(f"kernel_profile: no device activity recorded ({source})")
+    per: dict[str, list[float]] = {}
+    for name, start, end in kernels:
+        if end < start:
+            raise ValueError(f"kernel_profile: {name} ends ({end}) before it starts ({start})")
+        per.setdefault(short_kernel_name(name), []).append(end - start)
+    busy = sum(sum(d) for d in per.values())
+    span = max(e for _, _, e in kernels) - min(s for _, s, _ in kernels)
+    rows = [dict(name=n, us=sum(d) / calls, launches=len(d) / calls, share=sum(d) / busy if busy > 0 else 0.0)
+            for n, d in per.items()]
+    rows.sort(key=lambda r: (-r["us"], r["name"]))
+    return dict(source=source, calls=calls, busy_us=busy / calls, span_us=span / calls,
+                launches=len(kernels) / calls, kernels=rows)
+
+
+def profile_layer(calls, reps: int = REPS, replays: int = PROFILE_REPLAYS) -> dict:
+    """kernel_profile of ``replays`` graph replays of ``calls(0..reps-1)``, or of the same calls
+    eager where the capture fails or the profiler records no device activity in the replays."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def run(body):
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            body()
+            torch.cuda.synchronize()
+        return device_events(prof.events())
+
+    for i in range(3):
+        calls(i)
+    run(lambda: calls(0))  # the profiler's tracing up before the graph is instantiated (discarded)
+    kernels = []
+    try:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(reps):
+                calls(i)
+        g.replay()
+        torch.cuda.synchronize()
+        kernels = run(lambda: [g.replay() for _ in range(replays)])
+        del g
+    except RuntimeError:
+        torch.cuda.synchronize()
+    if kernels:
+        return kernel_profile(kernels, reps * replays, "graph")
+    kernels = run(lambda: [calls(i) for _ in range(replays) for i in range(reps)])
+    return kernel_profile(kernels, reps * replays, "eager")
+
+
+@contextmanager
+def decode_variant(name: str | None):
+    """METRALE_MOE_DECODE=name (None: unset) for the block, restored after."""
+    old = os.environ.get(VARIANT_ENV)
+    if name is None:
+        os.environ.pop(VARIANT_ENV, None)
+    else:
+        os.environ[VARIANT_ENV] = name
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(VARIANT_ENV, None)
+        else:
+            os.environ[VARIANT_ENV] = old
+
+
+def bench_format(shape: str, fmt: str, m_values, copy_tbs: float, profile: bool = False,
+                 variants=(None,)) -> list[dict]:
     h, inter, e, top_k = SHAPES[shape]
     probe = Layer(fmt, h, inter, e, top_k, 1)
     layers = [probe] + [Layer(fmt, h, inter, e, top_k, 10 * c + 1) for c in range(1, layer_copies(probe.expert_bytes, top_k))]
     rows = []
     for m in m_values:
         for kind in ROUTINGS:
-            row = dict(shape=shape, fmt=fmt, layers=len(layers), expert_bytes=probe.expert_bytes,
-                       **measure_row(layers, m, kind, copy_tbs))
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            for variant in variants:
+                with decode_variant(variant):
+                    row = dict(shape=shape, fmt=fmt, layers=len(layers), expert_bytes=probe.expert_bytes,
+                               variant=variant, **measure_row(layers, m, kind, copy_tbs, profile))
+                rows.append(row)
+                print(json.dumps(row), flush=True)
     return rows
 
 
@@ -229,6 +349,10 @@ def _us(v) -> str:
 
 def _ratio(v) -> str:
     return "n/a" if v is None else f"{v:.2f}"
+
+
+def _path(r: dict) -> str:
+    return r["path"] + (f" ({r['variant']})" if r.get("variant") else "")
 
 
 def table(rows: list, device: str, commit: str, copy_tbs: float) -> list[str]:
@@ -241,7 +365,7 @@ def table(rows: list, device: str, commit: str, copy_tbs: float) -> list[str]:
              "graph unfused us | graph fused / bound | eager / graph | router gate us | router ids | host sync |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r['shape']} | {r['fmt']} | {r['m']} | {r['routing']} | {r['path']} | {r['distinct']:.1f} | "
+        lines.append(f"| {r['shape']} | {r['fmt']} | {r['m']} | {r['routing']} | {_path(r)} | {r['distinct']:.1f} | "
                      f"{r['bound_us']:.1f} | {r['eager_us']:.1f} | {_us(r['graph_us'])} | {_us(r['graph_unfused_us'])} | "
                      f"{_ratio(r.get('vs_bound'))} | {_ratio(r.get('eager_over_graph'))} | {r['router_gate_us']:.1f} | "
                      f"{'ok' if r['router_ids_match'] else 'DIFFER'} | {'none' if r['host_sync'] is None else 'SYNCS'} |")
@@ -250,10 +374,34 @@ def table(rows: list, device: str, commit: str, copy_tbs: float) -> list[str]:
     return lines + ([""] + errors if errors else [])
 
 
+def profile_table(rows: list) -> list[str]:
+    """The --profile table: per row that has a ``profile`` (kernel_profile), a line with the sum of its
+    kernels and the span per call, then one line per kernel name, largest first."""
+    failed = [f"- {r['shape']} {r['fmt']} M={r['m']} {r['routing']} {_path(r)}: profile_error: {r['profile_error']}"
+              for r in rows if r.get("profile_error")]
+    rows = [r for r in rows if r.get("profile")]
+    if not rows and not failed:
+        return []
+    lines = ["", "## Device time per kernel (torch.profiler, --profile)", "",
+             f"The fused layer, {PROFILE_REPLAYS} graph replays of {REPS} calls each (source eager: the same calls "
+             "launched eager, where the profiler saw no kernel in the replays or the capture failed); per layer call. "
+             "all kernels: the sum of the kernels' durations, and (span) the first start to the last end; "
+             "span - sum is device idle between kernels.", "",
+             "| shape | format | M | routing | path | source | kernel | device us per call | launches per call | share |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        p = r["profile"]
+        head = f"| {r['shape']} | {r['fmt']} | {r['m']} | {r['routing']} | {_path(r)} | {p['source']} |"
+        lines.append(f"{head} all kernels (span {p['span_us']:.1f} us) | {p['busy_us']:.1f} | {p['launches']:.1f} | 1.00 |")
+        for k in p["kernels"]:
+            lines.append(f"{head} `{k['name']}` | {k['us']:.2f} | {k['launches']:.2f} | {k['share']:.2f} |")
+    return lines + ([""] + failed if failed else [])
+
+
 def write(out: Path, stamp: str, rows: list, copy_tbs: float) -> Path:
     device, commit = torch.cuda.get_device_name(), _commit()
     base = out / f"moe-layer-{stamp}-{commit[:7]}"
-    base.with_suffix(".md").write_text("\n".join(table(rows, device, commit, copy_tbs)) + "\n")
+    base.with_suffix(".md").write_text("\n".join(table(rows, device, commit, copy_tbs) + profile_table(rows)) + "\n")
     base.with_suffix(".json").write_text(json.dumps(dict(device=device, commit=commit, torch=torch.__version__,
                                                          copy_tbs=copy_tbs, reps=REPS, replays=REPLAYS, rows=rows),
                                                     indent=1))
@@ -273,6 +421,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--m", default=",".join(map(str, M_DECODE)))
+    ap.add_argument("--profile", action="store_true", help="per row, the device time and launches of each kernel")
+    ap.add_argument("--variant", default=None, choices=("wide",), help=f"each row also with {VARIANT_ENV}=VARIANT")
     args = ap.parse_args(argv)
     shapes, formats = _list(args.shapes, tuple(SHAPES)), _list(args.formats, FORMATS)
     m_values = _list(args.m, M_DECODE)
@@ -285,7 +435,8 @@ def main(argv=None) -> int:
     rows: list = []
     for shape in shapes:
         for fmt in formats:
-            rows += bench_format(shape, fmt, m_values, copy_tbs)
+            rows += bench_format(shape, fmt, m_values, copy_tbs, args.profile,
+                                 (None,) if args.variant is None else (None, args.variant))
             torch.cuda.empty_cache()
             base = write(out, stamp, rows, copy_tbs)
     print(base.with_suffix(".md").read_text())

@@ -51,7 +51,10 @@
 #  memory bound of the same run: benchmarks/bench_moe_layer.py, M = 1, 4, 16, 64, W4A16 / W8A8 / W4A4,
 #  both Qwen3 MoE shapes, uniform and Zipf routing; builds the kernels unless build/plugins is carried
 #  (make -C plugins -j16, about a minute); the benchmark gets what is left of 225 s (at least 30 s), so
-#  the mode stays under 4 minutes; MOELAYER_ARGS adds options (e.g. "--formats w4a16 --m 1,64").
+#  the mode stays under 4 minutes; MOELAYER_ARGS adds options (e.g. "--formats w4a16 --m 1,64";
+#  "--profile": per row a torch.profiler pass over graph replays and a second table, each kernel's
+#  device us and launches per layer call; "--variant wide": each row again with METRALE_MOE_DECODE=wide,
+#  the grouped launchers' decode variant; both add time: narrow --formats / --m / --shapes).
 #  Writes gpu.txt, (build.log,) bench-moe-layer.log, moe-layer-*.md and moe-layer-*.json)
 # (fused: issue 20's fused projections (qkv_proj, gate_up_proj) on a carried build/plugins or one built
 #  here (make -C plugins -j16, about a minute): tests/gpu/test_fused_proj.py (the fused op against the

@@ -363,9 +363,8 @@ inline cudaError_t moeProjectFused(const typename P::Params& p, const View& view
     {
         return e;
     }
-    moeCombineKernel<<<static_cast<int>(u.m), 128, 0, u.stream>>>(u.ids, u.topkWeights, nullptr, u.ws + u.w.ys,
-        u.xDtype, u.y, static_cast<int>(u.topK), static_cast<int>(u.E), n);
-    return cudaGetLastError();
+    return launchMoeCombine(u.ids, u.topkWeights, nullptr, u.ws + u.w.ys, u.xDtype, u.y, u.m, u.topK, u.E, u.n,
+        u.stream);
 }
 
 } // namespace metrale

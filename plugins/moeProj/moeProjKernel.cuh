@@ -23,7 +23,8 @@
  *      (projGemmTile / projStreamTile, plugins/common) on that expert's weights and rows;
  *   5. scatter back to [M, top_k, N] (combine=0), or the combine (combine=1): per row, the slots in
  *      ascending expert id, acc = +0, acc = acc + y * w in float32 (__fmul_rn / __fadd_rn), one
- *      rounding to the dtype of x.
+ *      rounding to the dtype of x (moeCombineKernel, or moeCombineWideKernel under
+ *      METRALE_MOE_DECODE=wide: the same arithmetic, more CTAs, the loads ahead of the sums).
  *
  * Invariants (row invariance): per expert the arithmetic is the dense op's, operand for operand
  * (the same tile functions, the same slices projSlices(n, k), the weights of that expert); the
@@ -38,6 +39,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <type_traits>
 #include <cuda_runtime.h>
 
 #include "actQuant.cuh"
@@ -243,6 +246,39 @@ static __global__ void moeScatterKernel(const int* __restrict__ posOf, const uin
     }
 }
 
+/* Row m's valid slots in ascending expert id: their output rows of ys (spos) and weights (sw), and
+ * their count (the return value). One thread. */
+__device__ __forceinline__ int moeCombineOrder(const int32_t* __restrict__ ids, const void* __restrict__ w,
+    const int* __restrict__ posOf, int32_t dtype, int m, int topK, int E, int* spos, float* sw)
+{
+    int sid[kMOE_MAX_TOP_K];
+    int c = 0;
+    for (int j = 0; j < topK; ++j)
+    {
+        const int slot = m * topK + j;
+        // The sorted path's position of the slot, or (slot path: posOf == nullptr) the slot itself.
+        const int pos = posOf != nullptr ? posOf[slot] : (moeSlotExpert(ids, slot, topK, E) >= 0 ? slot : -1);
+        if (pos < 0)
+        {
+            continue;
+        }
+        const int id = ids[slot];
+        const float wj = moeLoad(w, dtype, static_cast<size_t>(slot));
+        int i = c++;
+        while (i > 0 && sid[i - 1] > id)  // insertion sort by expert id
+        {
+            sid[i] = sid[i - 1];
+            spos[i] = spos[i - 1];
+            sw[i] = sw[i - 1];
+            --i;
+        }
+        sid[i] = id;
+        spos[i] = pos;
+        sw[i] = wj;
+    }
+    return c;
+}
+
 /* combine=1: y[m] = sum over the row's valid slots in ascending expert id of ys * w, float32 from +0. */
 static __global__ void moeCombineKernel(const int32_t* __restrict__ ids, const void* __restrict__ w,
     const int* __restrict__ posOf, const void* __restrict__ ys, int32_t dtype, void* __restrict__ y, int topK, int E,
@@ -254,32 +290,7 @@ static __global__ void moeCombineKernel(const int32_t* __restrict__ ids, const v
     const int m = blockIdx.x;
     if (threadIdx.x == 0)
     {
-        int sid[kMOE_MAX_TOP_K];
-        int c = 0;
-        for (int j = 0; j < topK; ++j)
-        {
-            const int slot = m * topK + j;
-            // The sorted path's position of the slot, or (slot path: posOf == nullptr) the slot itself.
-            const int pos = posOf != nullptr ? posOf[slot] : (moeSlotExpert(ids, slot, topK, E) >= 0 ? slot : -1);
-            if (pos < 0)
-            {
-                continue;
-            }
-            const int id = ids[slot];
-            const float wj = moeLoad(w, dtype, static_cast<size_t>(slot));
-            int i = c++;
-            while (i > 0 && sid[i - 1] > id)  // insertion sort by expert id
-            {
-                sid[i] = sid[i - 1];
-                spos[i] = spos[i - 1];
-                sw[i] = sw[i - 1];
-                --i;
-            }
-            sid[i] = id;
-            spos[i] = pos;
-            sw[i] = wj;
-        }
-        cnt = c;
+        cnt = moeCombineOrder(ids, w, posOf, dtype, m, topK, E, spos, sw);
     }
     __syncthreads();
     for (int n = threadIdx.x; n < N; n += blockDim.x)
@@ -291,6 +302,146 @@ static __global__ void moeCombineKernel(const int32_t* __restrict__ ids, const v
         }
         storeY(y, dtype, static_cast<size_t>(m) * N + n, acc);
     }
+}
+
+constexpr int kMOE_COMBINE_WIDE_THREADS = 256;
+
+template <class T>
+__device__ __forceinline__ float moeToFloat(T v)
+{
+    if constexpr (std::is_same_v<T, float>)
+    {
+        return v;
+    }
+    else if constexpr (std::is_same_v<T, __half>)
+    {
+        return __half2float(v);
+    }
+    else
+    {
+        return __bfloat162float(v);
+    }
+}
+
+constexpr int kMOE_COMBINE_WIDE_CHUNK = 16;  // slot outputs loaded together (Qwen3 MoE: top_k 8 and 10)
+
+/* moeCombineKernel's sum for output n of row m, with the row's slot outputs loaded kMOE_COMBINE_WIDE_CHUNK
+ * at a time, unconditionally (spos is padded past the row's c slots with the last one's row: a
+ * repeated load, not used), before their products: one memory latency per chunk, not one per few
+ * slots and per output. The same products and sums, in the same order, as moeCombineKernel's (the
+ * registers only hold the values it reads one by one). */
+template <class T>
+__device__ __forceinline__ float moeCombineWideSum(const T* __restrict__ ys, const int* spos, const float* sw, int c,
+    int N, int n)
+{
+    float acc = 0.0f;
+    for (int base = 0; base < c; base += kMOE_COMBINE_WIDE_CHUNK)
+    {
+        int row[kMOE_COMBINE_WIDE_CHUNK];
+#pragma unroll
+        for (int i = 0; i < kMOE_COMBINE_WIDE_CHUNK; i += 4)
+        {
+            const int4 r4 = *reinterpret_cast<const int4*>(spos + base + i);
+            row[i] = r4.x;
+            row[i + 1] = r4.y;
+            row[i + 2] = r4.z;
+            row[i + 3] = r4.w;
+        }
+        float v[kMOE_COMBINE_WIDE_CHUNK];
+#pragma unroll
+        for (int i = 0; i < kMOE_COMBINE_WIDE_CHUNK; ++i)
+        {
+            v[i] = moeToFloat(ys[static_cast<size_t>(row[i]) * N + n]);
+        }
+#pragma unroll
+        for (int i = 0; i < kMOE_COMBINE_WIDE_CHUNK; ++i)
+        {
+            if (base + i < c)
+            {
+                acc = __fadd_rn(acc, __fmul_rn(v[i], sw[base + i]));
+            }
+        }
+    }
+    return acc;
+}
+
+/* combine=1, the wide form (METRALE_MOE_DECODE=wide, moeDecodeVariant): CTA (row m, block of
+ * kMOE_COMBINE_WIDE_THREADS outputs), one output per thread, the row's order from moeCombineOrder
+ * as in moeCombineKernel. moeCombineKernel's one CTA per row walks the N outputs in N / 128 steps,
+ * each waiting for its slots' loads: at M = 1 one CTA and ~2 N / 128 dependent L2 round trips on
+ * the layer's critical path. The same bits (the arithmetic above), N / 256 CTAs per row instead. */
+static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWideKernel(
+    const int32_t* __restrict__ ids, const void* __restrict__ w, const int* __restrict__ posOf,
+    const void* __restrict__ ys, int32_t dtype, void* __restrict__ y, int topK, int E, int N)
+{
+    __shared__ __align__(16) int spos[kMOE_MAX_TOP_K];
+    __shared__ float sw[kMOE_MAX_TOP_K];
+    __shared__ int cnt;
+    static_assert(kMOE_MAX_TOP_K % kMOE_COMBINE_WIDE_CHUNK == 0 && kMOE_COMBINE_WIDE_CHUNK % 4 == 0, "whole chunks");
+    const int m = blockIdx.x;
+    if (threadIdx.x == 0)
+    {
+        const int c = moeCombineOrder(ids, w, posOf, dtype, m, topK, E, spos, sw);
+        for (int j = c; j < kMOE_MAX_TOP_K; ++j)
+        {
+            spos[j] = c > 0 ? spos[c - 1] : 0;  // moeCombineWideSum's padding
+        }
+        cnt = c;
+    }
+    __syncthreads();
+    const int n = blockIdx.y * kMOE_COMBINE_WIDE_THREADS + threadIdx.x;
+    if (n >= N)
+    {
+        return;
+    }
+    const int c = cnt;
+    float acc;
+    if (dtype == kMETRALE_FLOAT32)
+    {
+        acc = moeCombineWideSum(static_cast<const float*>(ys), spos, sw, c, N, n);
+    }
+    else if (dtype == kMETRALE_FLOAT16)
+    {
+        acc = moeCombineWideSum(static_cast<const __half*>(ys), spos, sw, c, N, n);
+    }
+    else
+    {
+        acc = moeCombineWideSum(static_cast<const __nv_bfloat16*>(ys), spos, sw, c, N, n);
+    }
+    storeY(y, dtype, static_cast<size_t>(m) * N + n, acc);
+}
+
+/* The decode variants of the grouped launchers (METRALE_MOE_DECODE, read at each launcher call, i.e.
+ * at CUDA-graph capture): speed choices only, every variant computes the same bits.
+ *   unset (or any other value): today's kernels;
+ *   wide: combine=1's sum on moeCombineWideKernel (every path: slot, sorted, fused variant 1). */
+enum class MoeDecode : int
+{
+    kDefault = 0,
+    kWide = 1,
+};
+
+inline MoeDecode moeDecodeVariant()
+{
+    const char* env = std::getenv("METRALE_MOE_DECODE");
+    return env != nullptr && std::strcmp(env, "wide") == 0 ? MoeDecode::kWide : MoeDecode::kDefault;
+}
+
+/* combine=1's sum over ys (posOf: the sorted path's positions, nullptr on the slot path). */
+inline cudaError_t launchMoeCombine(const int32_t* ids, const void* topkWeights, const int* posOf, const void* ys,
+    int32_t xDtype, void* y, int64_t m, int64_t topK, int64_t E, int64_t n, cudaStream_t stream)
+{
+    if (moeDecodeVariant() == MoeDecode::kWide)
+    {
+        const dim3 grid(static_cast<unsigned>(m),
+            static_cast<unsigned>((n + kMOE_COMBINE_WIDE_THREADS - 1) / kMOE_COMBINE_WIDE_THREADS));
+        moeCombineWideKernel<<<grid, kMOE_COMBINE_WIDE_THREADS, 0, stream>>>(ids, topkWeights, posOf, ys, xDtype, y,
+            static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
+        return cudaGetLastError();
+    }
+    moeCombineKernel<<<static_cast<int>(m), 128, 0, stream>>>(ids, topkWeights, posOf, ys, xDtype, y,
+        static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
+    return cudaGetLastError();
 }
 
 /* The grouped GEMM on the shared-memory tier C: CTA (n tile, schedule entry). View(p, e, r0) is the
@@ -522,8 +673,7 @@ inline cudaError_t moeFinish(const int32_t* ids, const void* topkWeights, const 
 {
     if (combine)
     {
-        moeCombineKernel<<<static_cast<int>(m), 128, 0, stream>>>(ids, topkWeights, r.posOf, ys, xDtype, y,
-            static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
+        return launchMoeCombine(ids, topkWeights, r.posOf, ys, xDtype, y, m, topK, E, n, stream);
     }
     else
     {
@@ -645,9 +795,8 @@ inline cudaError_t moeProject(const typename P::Params& p, const View& view, con
     {
         return e;
     }
-    moeCombineKernel<<<static_cast<int>(u.m), 128, 0, u.stream>>>(u.ids, u.topkWeights, nullptr, u.ws + u.w.ys,
-        u.xDtype, u.y, static_cast<int>(u.topK), static_cast<int>(u.E), n);
-    return cudaGetLastError();
+    return launchMoeCombine(u.ids, u.topkWeights, nullptr, u.ws + u.w.ys, u.xDtype, u.y, u.m, u.topK, u.E, u.n,
+        u.stream);
 }
 
 /* Argument checks shared by the three launchers. */
