@@ -77,11 +77,14 @@ class _Block(torch.nn.Module):
         self.register_buffer("wp", torch.randn(8, 64, generator=g).bfloat16())
         self.register_buffer("b", torch.randn(8, generator=g))
 
+    def forward_proj(self, y3):
+        return torch.ops.metrale.float_proj(y3, self.wp, self.b, 8, 64, "moe", "l0.gate")
+
     def forward(self, x, r):
         y, s = torch.ops.metrale.rms_norm(x, self.w, r, None, 64, 1e-6, 0, "", "l0.post")
         y2, _ = torch.ops.metrale.rms_norm(y, self.w, None, x, 64, 1e-5, 0, "", "l0.gated")
         y3, _ = torch.ops.metrale.rms_norm(y2, self.w, None, None, 64, 1e-6, 1, "", "l0.offset")
-        logits = torch.ops.metrale.float_proj(y3, self.wp, self.b, 8, 64, "moe", "l0.gate")
+        logits = self.forward_proj(y3)
         ids, tw = torch.ops.metrale.router(logits, 8, 2, 1, "moe", "l0.router")
         return s, y3, logits, ids, tw
 
@@ -121,7 +124,14 @@ def test_onnx_runtime_and_the_qdq_expansion_match_the_torch_ops(block_graph, row
     assert {"ReduceMean", "MatMul", "Softmax", "TopK"} <= {n.op_type for n in lowered.graph.node}
     sess = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
     std = sess.run(None, {"x": x.numpy(), "r": r.numpy()})
-    for name, g, w in zip(("s", "y", "logits", "ids", "tw"), std, want):
+    # Each stage against the torch op on the expansion's own input: the expansion keeps float32
+    # reassociation, which can move y3 across a bfloat16 rounding of FloatProj's operand (a 2^-8
+    # step of one element; 3e-5 norm-wise on the logits of one unseeded draw), so the logits are
+    # checked on the expansion's y and the router on its logits.
+    logits_of_y = m.forward_proj(torch.from_numpy(std[1]))
+    ids_tw_of_logits = torch.ops.metrale.router(torch.from_numpy(std[2]), 8, 2, 1, "moe", "l0.router")
+    stage_want = (want[0], want[1], logits_of_y, *ids_tw_of_logits)
+    for name, g, w in zip(("s", "y", "logits", "ids", "tw"), std, stage_want):
         if name == "ids":
             assert np.array_equal(g, w.numpy())
         else:
