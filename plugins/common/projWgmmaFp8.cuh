@@ -404,6 +404,10 @@ __device__ __forceinline__ void tmaLoad2d(void* dst, const CUtensorMap* map, int
  * row_block128 activations (sx[m, b]). */
 constexpr int kSC_BLOCK_W = 1;
 constexpr int kSC_BLOCK_X = 2;
+// A measurement probe, not the contract's arithmetic (METRALE_W8A8_MMA=wg-fma-probe, block128 x
+// row_block128 only, benchmarks alone): fin = fma(P, sx[m, b] * sw[b], fin), one FFMA an
+// accumulator instead of two FMUL and an FADD, to time what the promotion's FP32 issue costs.
+constexpr int kSC_FMA_PROBE = 4;
 // The weight-scale row a block128 CTA keeps in shared memory: K up to 512 blocks (65536).
 constexpr int kFP8_SW_MAX = 512;
 
@@ -627,6 +631,19 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #pragma unroll
             for (int j = 0; j < kN / 8; ++j)
             {
+                if constexpr ((kSc & kSC_FMA_PROBE) != 0)
+                {
+                    static_assert((kSc & kSC_BLOCK_W) != 0, "the probe's one scale a token needs block128 weights");
+                    const float s0 = __fmul_rn(sxv[2 * j], swb);
+                    const float s1 = __fmul_rn(sxv[2 * j + 1], swb);
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr)
+                    {
+                        fin[4 * j + 2 * hr] = __fmaf_rn(pt[4 * j + 2 * hr], s0, fin[4 * j + 2 * hr]);
+                        fin[4 * j + 2 * hr + 1] = __fmaf_rn(pt[4 * j + 2 * hr + 1], s1, fin[4 * j + 2 * hr + 1]);
+                    }
+                    continue;
+                }
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr)
                 {
@@ -859,7 +876,7 @@ inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t
  * ceil(K / 128) <= kFP8_SW_MAX (the launcher checks: wgFp8BlocksServe). */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream)
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool fmaProbe = false)
 {
     CUtensorMap map;
     const cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map);
@@ -873,6 +890,11 @@ inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const u
     case kSC_BLOCK_W: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
     case kSC_BLOCK_X: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_X>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
     case kSC_BLOCK_W | kSC_BLOCK_X:
+        if (fmaProbe)
+        {
+            return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X | kSC_FMA_PROBE>(map, p, Xw, sxT, y, m, n, k,
+                yDtype, stream);
+        }
         return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
     default: return cudaErrorInvalidValue;
     }

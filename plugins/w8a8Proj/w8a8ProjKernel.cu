@@ -63,11 +63,13 @@ struct Fp8Variant
     bool wgmma;  // false: the exact f16 path
     bool fused;  // wgFp8QuantKernel instead of quantFp8Kernel + wgFp8OperandKernel
     bool hoist;  // wgFp8Epilogue instead of wgEpilogue
+    bool fmaProbe = false;  // block128 x row_block128: the FFMA promotion probe (not the contract's bits)
 };
 
 /* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
  * "exact" the exact f16 path; "wg-base" the split pre-pass and wgEpilogue (b94300f's kernel);
- * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue; unset or anything
+ * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue; "wg-fma-probe" as wg-qe, and block128 x
+ * row_block128 with the FFMA promotion probe (kSC_FMA_PROBE: other bits, a measurement only); unset or anything
  * else: the default, kFP8_DEFAULT (wg-qe). No sm_90a code: the exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
  * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
@@ -100,6 +102,10 @@ Fp8Variant fp8VariantSelected()
     if (std::strcmp(v, "wg-qe") == 0)
     {
         return {true, true, true};
+    }
+    if (std::strcmp(v, "wg-fma-probe") == 0)
+    {
+        return {true, true, true, true};  // a measurement of the promotion's cost, never a default
     }
     return kFP8_DEFAULT;
 }
@@ -196,7 +202,8 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         }
         if (!rowChannel)
         {
-            return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream);
+            return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream,
+                var.fmaProbe);
         }
         return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist);
     }
