@@ -72,6 +72,7 @@ def bench(shapes, m_values, variants, granularity: str = "channel") -> list[str]
     rows, ratios = [], {v: {} for v in variants}
     for name, (n, k) in shapes.items():
         c_w8, c_fp8, sw_row = channel_weight_copies(n, k, dev, wgran)
+        nbytes = c_w8[0][0].numel() + c_w8[0][1].numel() * 4  # the weight's codes and scales
         for m in m_values:
             x = (torch.randn(m, k, device=dev) * 0.5).to(torch.bfloat16)
             y = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
