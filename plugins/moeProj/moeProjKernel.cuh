@@ -451,9 +451,18 @@ static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWi
     const int32_t* __restrict__ ids, const void* __restrict__ w, const int* __restrict__ posOf,
     const void* __restrict__ ys, int32_t dtype, void* __restrict__ y, int topK, int E, int N)
 {
-    if (!moePdlEnter<kPDL>())
+    // kPDL on the slot path (posOf == nullptr): the row's order reads only topk_ids and the weights,
+    // the router's (complete before the op's plainly launched first kernel), so it is built before
+    // the wait, under the slot GEMM's tail; the sorted path's posOf is the place kernel's.
+    if (!moePdlCode<kPDL>())
     {
         return;
+    }
+    const bool orderFirst = kPDL && posOf == nullptr;
+    if (kPDL && !orderFirst)
+    {
+        moePdlWait();
+        moePdlTrigger();
     }
     __shared__ __align__(16) int spos[kMOE_MAX_TOP_K];
     __shared__ float sw[kMOE_MAX_TOP_K];
@@ -470,6 +479,11 @@ static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWi
         cnt = c;
     }
     __syncthreads();
+    if (orderFirst)
+    {
+        moePdlWait();  // ys: the slot GEMM's
+        moePdlTrigger();
+    }
     const int n = blockIdx.y * kMOE_COMBINE_WIDE_THREADS + threadIdx.x;
     if (n >= N)
     {
