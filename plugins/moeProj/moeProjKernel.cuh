@@ -513,7 +513,7 @@ static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWi
  *   pdl:  wide, and the kernels of each grouped op's launch sequence as programmatic dependents of
  *         each other (moePdlWait; sm_90 code only, elsewhere wide; not the fused path);
  *   grid: wide, and the sorted path's streaming GEMM on a grid of the resident CTAs walking the
- *         schedule's tiles (moeStreamKernel<kGrid>), none launched past numTiles;
+ *         schedule's tiles (moeStreamGridKernel), none launched past numTiles;
  *   all:  wide, pdl and grid. */
 constexpr unsigned kMOE_DECODE_WIDE = 1u;
 constexpr unsigned kMOE_DECODE_PDL = 2u;
@@ -610,8 +610,8 @@ inline cudaError_t launchMoeCombine(const int32_t* ids, const void* topkWeights,
                 stream, ids, topkWeights, posOf, ys, xDtype, y, static_cast<int>(topK), static_cast<int>(E),
                 static_cast<int>(n));
         }
-        moeCombineWideKernel<false><<<grid, kMOE_COMBINE_WIDE_THREADS, 0, stream>>>(ids, topkWeights, posOf, ys, xDtype, y,
-            static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
+        moeCombineWideKernel<false><<<grid, kMOE_COMBINE_WIDE_THREADS, 0, stream>>>(ids, topkWeights, posOf, ys,
+            xDtype, y, static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
         return cudaGetLastError();
     }
     moeCombineKernel<<<static_cast<int>(m), 128, 0, stream>>>(ids, topkWeights, posOf, ys, xDtype, y,
@@ -687,9 +687,9 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) moeStreamKernel(const typenam
 #define METRALE_MOE_GRID_MIN_BLOCKS(P, kXT) (P::kPER_BLOCK ? ((kXT) == 1 ? 2 : 1) : ((kXT) == 1 ? 3 : 2))
 #endif
 template <class P, int kXT, class View, bool kPDL = false>
-__global__ void __launch_bounds__(kSTREAM_THREADS, METRALE_MOE_GRID_MIN_BLOCKS(P, kXT)) moeStreamGridKernel(const typename P::Params p,
-    const View view, const MoeRouting r, const uint16_t* __restrict__ X, uint8_t* __restrict__ Y, int yElem, int N,
-    int K, int32_t yDtype, int slices)
+__global__ void __launch_bounds__(kSTREAM_THREADS, METRALE_MOE_GRID_MIN_BLOCKS(P, kXT)) moeStreamGridKernel(
+    const typename P::Params p, const View view, const MoeRouting r, const uint16_t* __restrict__ X,
+    uint8_t* __restrict__ Y, int yElem, int N, int K, int32_t yDtype, int slices)
 {
     if (!moePdlEnter<kPDL>())
     {
