@@ -4,7 +4,7 @@ The layer as the export runs it, timed eager and replayed in a CUDA graph, with 
 measured in the same run.
 
     python -m benchmarks.bench_moe_layer [--out DIR] [--shapes 30B-A3B,...] [--formats w4a16,...]
-                                         [--m 1,4,16,64] [--profile] [--variant NAME]
+                                         [--m 1,4,16,64] [--profile] [--variant NAME[,NAME...]]
 
 The layer (SparseMoE.forward of a quantized export, its routed experts; the shared expert of
 Qwen3-Next is not part of it): the router gate through ``metrale::float_proj`` (bf16 weight
@@ -39,7 +39,9 @@ microseconds per layer call and its launches per layer call, with the sum of the
 (``busy``) and the first start to the last end (``span``) per call; span - busy is the device idle
 between the kernels. ``--variant NAME``: each row measured a second time with
 ``METRALE_MOE_DECODE=NAME`` (read by the grouped launchers at each call, so at capture; the path
-column shows ``path (NAME)``), in the same run.
+column shows ``path (NAME)``), in the same run; a comma list (``--variant wide,pdl,grid,all``)
+measures each row once per name after the default (DECODE_VARIANTS: wide, pdl = wide + PDL
+within each grouped op, grid = wide + the sorted path's resident grid, all = the three).
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ LOGIT_TOP, LOGIT_STEP = 8.0, 0.5  # a row's chosen experts' logits: 8, 7.5, 7, .
 TARGET = 1.25
 PROFILE_REPLAYS = 3  # graph replays (of REPS layer calls each) under the profiler
 VARIANT_ENV = "METRALE_MOE_DECODE"  # the grouped launchers' decode variant (moeProj/moeProjKernel.cuh)
+DECODE_VARIANTS = ("wide", "pdl", "grid", "all")  # its values (moeDecodeVariant)
 
 
 def router_weight(e: int, h: int, device="cuda") -> torch.Tensor:
@@ -422,10 +425,12 @@ def main(argv=None) -> int:
     ap.add_argument("--formats", default=",".join(FORMATS))
     ap.add_argument("--m", default=",".join(map(str, M_DECODE)))
     ap.add_argument("--profile", action="store_true", help="per row, the device time and launches of each kernel")
-    ap.add_argument("--variant", default=None, choices=("wide",), help=f"each row also with {VARIANT_ENV}=VARIANT")
+    ap.add_argument("--variant", default=None,
+                    help=f"each row also with {VARIANT_ENV}=NAME, for each NAME of a comma list of {DECODE_VARIANTS}")
     args = ap.parse_args(argv)
     shapes, formats = _list(args.shapes, tuple(SHAPES)), _list(args.formats, FORMATS)
     m_values = _list(args.m, M_DECODE)
+    variants = (None,) if args.variant is None else (None, *dict.fromkeys(_list(args.variant, DECODE_VARIANTS)))
     require_cuda("bench_moe_layer")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -435,8 +440,7 @@ def main(argv=None) -> int:
     rows: list = []
     for shape in shapes:
         for fmt in formats:
-            rows += bench_format(shape, fmt, m_values, copy_tbs, args.profile,
-                                 (None,) if args.variant is None else (None, args.variant))
+            rows += bench_format(shape, fmt, m_values, copy_tbs, args.profile, variants)
             torch.cuda.empty_cache()
             base = write(out, stamp, rows, copy_tbs)
     print(base.with_suffix(".md").read_text())

@@ -54,7 +54,8 @@
 #  the mode stays under 4 minutes; MOELAYER_ARGS adds options (e.g. "--formats w4a16 --m 1,64";
 #  "--profile": per row a torch.profiler pass over graph replays and a second table, each kernel's
 #  device us and launches per layer call; "--variant wide": each row again with METRALE_MOE_DECODE=wide,
-#  the grouped launchers' decode variant; both add time: narrow --formats / --m / --shapes).
+#  the grouped launchers' decode variant, or a comma list "--variant wide,pdl,grid,all": each row once
+#  per name; both add time: narrow --formats / --m / --shapes).
 #  Writes gpu.txt, (build.log,) bench-moe-layer.log, moe-layer-*.md and moe-layer-*.json)
 # (fused: issue 20's fused projections (qkv_proj, gate_up_proj) on a carried build/plugins or one built
 #  here (make -C plugins -j16, about a minute): tests/gpu/test_fused_proj.py (the fused op against the

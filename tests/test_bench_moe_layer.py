@@ -150,3 +150,9 @@ def test_the_profile_table_names_a_failed_profile():
     assert not any(line.startswith("| 30B-A3B") for line in lines)
     assert lines[-1] == ("- 30B-A3B w4a4 M=16 zipf sorted (wide): profile_error: ValueError: kernel_profile: "
                          "no device activity recorded (eager)")
+
+
+def test_the_variant_list_is_checked_before_any_device_work():
+    assert bml._list("wide,pdl,grid,all", bml.DECODE_VARIANTS) == ["wide", "pdl", "grid", "all"]
+    with pytest.raises(SystemExit, match="nope"):
+        bml.main(["--variant", "wide,nope"])

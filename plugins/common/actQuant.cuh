@@ -67,11 +67,11 @@ static __global__ void toBf16Kernel(const void* __restrict__ x, int32_t dtype, _
 }
 
 /* FP8 per-row (nbx == 1) or per-(row, 128) (nbx == ceil(K/128)) dynamic quantization.
- * xq: f16 [M, K] (exact e4m3 values); sx: float [M, nbx]. One CTA per row. */
-static __global__ void __launch_bounds__(kACT_THREADS) quantFp8Kernel(const void* __restrict__ x, int32_t dtype,
-    __half* __restrict__ xq, float* __restrict__ sx, int K, int nbx)
+ * xq: f16 [M, K] (exact e4m3 values); sx: float [M, nbx]. One CTA per row: row m, by the whole CTA
+ * (quantFp8Kernel; the grouped-expert PDL kernel, moeW8a8Kernel.cu). */
+__device__ __forceinline__ void quantFp8Row(const void* __restrict__ x, int32_t dtype, __half* __restrict__ xq,
+    float* __restrict__ sx, int K, int nbx, int m)
 {
-    const int m = blockIdx.x;
     const size_t base = static_cast<size_t>(m) * K;
     if (nbx == 1)
     {
@@ -125,6 +125,12 @@ static __global__ void __launch_bounds__(kACT_THREADS) quantFp8Kernel(const void
             }
         }
     }
+}
+
+static __global__ void __launch_bounds__(kACT_THREADS) quantFp8Kernel(const void* __restrict__ x, int32_t dtype,
+    __half* __restrict__ xq, float* __restrict__ sx, int K, int nbx)
+{
+    quantFp8Row(x, dtype, xq, sx, K, nbx, blockIdx.x);
 }
 
 /* FP8 quantization with the static scale (activation_scale_granularity tensor): no amax pass,

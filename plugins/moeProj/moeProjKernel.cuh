@@ -41,6 +41,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 #include <cuda_runtime.h>
 
 #include "actQuant.cuh"
@@ -96,12 +97,77 @@ __device__ __forceinline__ int moeSlotExpert(const int32_t* ids, int slot, int t
     return id;
 }
 
+/* Programmatic dependent launch (METRALE_MOE_DECODE=pdl / all, moeDecodeVariant; sm_90 code only).
+ * The kernels of one grouped op's launch sequence after the first are launched as programmatic
+ * dependents of the previous one (moeLaunch): a dependent's CTAs may start once every CTA of the
+ * previous kernel has passed griddepcontrol.launch_dependents (or exited), and each of them waits at
+ * griddepcontrol.wait until the previous kernel has completed and its memory is visible. Every
+ * kernel<kPDL = true> runs moePdlEnter first: the wait, then the trigger, before any global
+ * access that can depend on (or be read by) the previous kernel; so kernel i completes only after
+ * kernel i - 1 has, and a kernel that reads the outputs of kernel i - 2 (the combine reads the
+ * place kernel's posOf) sees them. The trigger's place is a speed choice only (the dependent waits
+ * anyway). The first kernel of the sequence is launched plainly (it waits for whatever the stream
+ * ran before, as today); in it, without a programmatic launch, the wait returns at once. Only the
+ * sm_90a code has the instructions: the kPDL kernels' sm_80 code has no body (moePdlCode), and
+ * moePdlSupported launches them only where the module's code is PTX 9.0 or later. SASS (sm_90a):
+ * griddepcontrol.wait is ACQBULK, griddepcontrol.launch_dependents PREEXIT, prefetch.global.L2
+ * CCTL.E.PF2. */
+__device__ __forceinline__ void moePdlWait()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void moePdlTrigger()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+/* Whether a kernel<kPDL> has a body in this code: not the kPDL = true kernels' sm_80 code (no
+ * griddepcontrol; moePdlSupported never launches them there; a launch would trap). */
+template <bool kPDL>
+__device__ __forceinline__ bool moePdlCode()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+    if constexpr (kPDL)
+    {
+        __trap();
+        return false;
+    }
+#endif
+    return true;
+}
+
+/* A kernel<kPDL>'s first step: `if (!moePdlEnter<kPDL>()) return;` (false: no body, moePdlCode). */
+template <bool kPDL>
+__device__ __forceinline__ bool moePdlEnter()
+{
+    if (!moePdlCode<kPDL>())
+    {
+        return false;
+    }
+    if constexpr (kPDL)
+    {
+        moePdlWait();
+        moePdlTrigger();
+    }
+    return true;
+}
+
 /* One CTA: each expert's rows (shared-memory atomics over every slot), then exclusive scans of the
  * counts (row offsets) and of the kBM-row tiles per expert, the tile schedule, and fill = 0. One
  * launch instead of a memset, a counting grid and a scan (decode is launch-bound). */
+template <bool kPDL = false>
 static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(const int32_t* __restrict__ ids,
     int total, int topK, MoeRouting r, int E, int bm)
 {
+    if (!moePdlEnter<kPDL>())  // the sequence's first kernel: the trigger only lets the place kernel start
+    {
+        return;
+    }
     extern __shared__ int counts[];  // [E]
     __shared__ int rowSum[kMOE_SCAN_THREADS];
     __shared__ int tileSum[kMOE_SCAN_THREADS];
@@ -172,9 +238,14 @@ static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(const 
 }
 
 /* One CTA per slot: its sorted position, and its x row (combine=0: row slot / topK) gathered there. */
+template <bool kPDL = false>
 static __global__ void moePlaceKernel(const int32_t* __restrict__ ids, int topK, int E, int combine, MoeRouting r,
     const uint16_t* __restrict__ x, int rowWords, uint16_t* __restrict__ xs)
 {
+    if (!moePdlEnter<kPDL>())
+    {
+        return;
+    }
     __shared__ int pos;
     const int slot = blockIdx.x;
     if (threadIdx.x == 0)
@@ -224,9 +295,14 @@ __device__ __forceinline__ float moeLoad(const void* p, int32_t dtype, size_t i)
 }
 
 /* combine=0: y[slot] = ys[posOf[slot]] (zeros for a skipped slot). */
+template <bool kPDL = false>
 static __global__ void moeScatterKernel(const int* __restrict__ posOf, const uint16_t* __restrict__ ys, int rowWords,
     uint16_t* __restrict__ y)
 {
+    if (!moePdlEnter<kPDL>())
+    {
+        return;
+    }
     const int slot = blockIdx.x;
     const int pos = posOf[slot];
     const size_t dst = static_cast<size_t>(slot) * rowWords;
@@ -370,10 +446,24 @@ __device__ __forceinline__ float moeCombineWideSum(const T* __restrict__ ys, con
  * as in moeCombineKernel. moeCombineKernel's one CTA per row walks the N outputs in N / 128 steps,
  * each waiting for its slots' loads: at M = 1 one CTA and ~2 N / 128 dependent L2 round trips on
  * the layer's critical path. The same bits (the arithmetic above), N / 256 CTAs per row instead. */
+template <bool kPDL = false>
 static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWideKernel(
     const int32_t* __restrict__ ids, const void* __restrict__ w, const int* __restrict__ posOf,
     const void* __restrict__ ys, int32_t dtype, void* __restrict__ y, int topK, int E, int N)
 {
+    // kPDL on the slot path (posOf == nullptr): the row's order reads only topk_ids and the weights,
+    // the router's (complete before the op's plainly launched first kernel), so it is built before
+    // the wait, under the slot GEMM's tail; the sorted path's posOf is the place kernel's.
+    if (!moePdlCode<kPDL>())
+    {
+        return;
+    }
+    const bool orderFirst = kPDL && posOf == nullptr;
+    if (kPDL && !orderFirst)
+    {
+        moePdlWait();
+        moePdlTrigger();
+    }
     __shared__ __align__(16) int spos[kMOE_MAX_TOP_K];
     __shared__ float sw[kMOE_MAX_TOP_K];
     __shared__ int cnt;
@@ -389,6 +479,11 @@ static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWi
         cnt = c;
     }
     __syncthreads();
+    if (orderFirst)
+    {
+        moePdlWait();  // ys: the slot GEMM's
+        moePdlTrigger();
+    }
     const int n = blockIdx.y * kMOE_COMBINE_WIDE_THREADS + threadIdx.x;
     if (n >= N)
     {
@@ -412,31 +507,111 @@ static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWi
 }
 
 /* The decode variants of the grouped launchers (METRALE_MOE_DECODE, read at each launcher call, i.e.
- * at CUDA-graph capture): speed choices only, every variant computes the same bits.
- *   unset (or any other value): today's kernels;
- *   wide: combine=1's sum on moeCombineWideKernel (every path: slot, sorted, fused variant 1). */
-enum class MoeDecode : int
-{
-    kDefault = 0,
-    kWide = 1,
-};
+ * at CUDA-graph capture): speed choices only, every variant computes the same bits. A set of flags:
+ *   unset (or any other value): today's kernels (0);
+ *   wide: combine=1's sum on moeCombineWideKernel (every path: slot, sorted, fused variant 1);
+ *   pdl:  wide, and the kernels of each grouped op's launch sequence as programmatic dependents of
+ *         each other (moePdlWait; sm_90 code only, elsewhere wide; not the fused path);
+ *   grid: wide, and the sorted path's streaming GEMM on a grid of the resident CTAs walking the
+ *         schedule's tiles (moeStreamGridKernel), none launched past numTiles;
+ *   all:  wide, pdl and grid. */
+constexpr unsigned kMOE_DECODE_WIDE = 1u;
+constexpr unsigned kMOE_DECODE_PDL = 2u;
+constexpr unsigned kMOE_DECODE_GRID = 4u;
 
-inline MoeDecode moeDecodeVariant()
+inline unsigned moeDecodeVariant()
 {
     const char* env = std::getenv("METRALE_MOE_DECODE");
-    return env != nullptr && std::strcmp(env, "wide") == 0 ? MoeDecode::kWide : MoeDecode::kDefault;
+    if (env == nullptr)
+    {
+        return 0u;
+    }
+    if (std::strcmp(env, "wide") == 0)
+    {
+        return kMOE_DECODE_WIDE;
+    }
+    if (std::strcmp(env, "pdl") == 0)
+    {
+        return kMOE_DECODE_WIDE | kMOE_DECODE_PDL;
+    }
+    if (std::strcmp(env, "grid") == 0)
+    {
+        return kMOE_DECODE_WIDE | kMOE_DECODE_GRID;
+    }
+    if (std::strcmp(env, "all") == 0)
+    {
+        return kMOE_DECODE_WIDE | kMOE_DECODE_PDL | kMOE_DECODE_GRID;
+    }
+    return 0u;
 }
 
-/* combine=1's sum over ys (posOf: the sorted path's positions, nullptr on the slot path). */
-inline cudaError_t launchMoeCombine(const int32_t* ids, const void* topkWeights, const int* posOf, const void* ys,
-    int32_t xDtype, void* y, int64_t m, int64_t topK, int64_t E, int64_t n, cudaStream_t stream)
+/* Whether this device runs the PDL kernels' griddepcontrol instructions: the module's code for it
+ * is the sm_90a machine code (PTX 9.0), not the sm_80 code or its PTX (no griddepcontrol: a
+ * programmatic launch of it would not wait). Host only. */
+inline bool moePdlSupported()
 {
-    if (moeDecodeVariant() == MoeDecode::kWide)
+    cudaFuncAttributes a{};
+    return cudaFuncGetAttributes(&a, moeScatterKernel<true>) == cudaSuccess && a.ptxVersion >= 90;
+}
+
+/* kern<<<grid, block, smem, stream>>>(args...), or (pdl) the same launch as a programmatic dependent
+ * of the stream's previous kernel (cudaLaunchAttributeProgrammaticStreamSerialization; captured into
+ * a CUDA graph as a programmatic dependency edge). */
+template <class... Exp, class... Act>
+inline cudaError_t moeLaunch(bool pdl, void (*kern)(Exp...), dim3 grid, dim3 block, size_t smem,
+    cudaStream_t stream, Act&&... args)
+{
+    if (!pdl)
+    {
+        kern<<<grid, block, smem, stream>>>(std::forward<Act>(args)...);
+        return cudaGetLastError();
+    }
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg{};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, std::forward<Act>(args)...);
+    const cudaError_t last = cudaGetLastError();  // and an earlier launch's error, as the plain path's check
+    return e != cudaSuccess ? e : last;
+}
+
+/* The PDL state of one grouped op's launch sequence: whether it runs the PDL kernels, and how many
+ * of its kernels were launched (the first is launched plainly). */
+struct MoePdl
+{
+    bool on = false;
+    int launches = 0;
+    // Whether the next launch is a programmatic dependent (counts it).
+    bool next()
+    {
+        return on && launches++ > 0;
+    }
+};
+
+/* combine=1's sum over ys (posOf: the sorted path's positions, nullptr on the slot path); pdl: the
+ * op's PDL state (nullptr: plain launches). */
+inline cudaError_t launchMoeCombine(const int32_t* ids, const void* topkWeights, const int* posOf, const void* ys,
+    int32_t xDtype, void* y, int64_t m, int64_t topK, int64_t E, int64_t n, cudaStream_t stream,
+    MoePdl* pdl = nullptr)
+{
+    if (moeDecodeVariant() & kMOE_DECODE_WIDE)
     {
         const dim3 grid(static_cast<unsigned>(m),
             static_cast<unsigned>((n + kMOE_COMBINE_WIDE_THREADS - 1) / kMOE_COMBINE_WIDE_THREADS));
-        moeCombineWideKernel<<<grid, kMOE_COMBINE_WIDE_THREADS, 0, stream>>>(ids, topkWeights, posOf, ys, xDtype, y,
-            static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
+        if (pdl != nullptr && pdl->on)
+        {
+            return moeLaunch(pdl->next(), moeCombineWideKernel<true>, grid, dim3(kMOE_COMBINE_WIDE_THREADS), 0,
+                stream, ids, topkWeights, posOf, ys, xDtype, y, static_cast<int>(topK), static_cast<int>(E),
+                static_cast<int>(n));
+        }
+        moeCombineWideKernel<false><<<grid, kMOE_COMBINE_WIDE_THREADS, 0, stream>>>(ids, topkWeights, posOf, ys,
+            xDtype, y, static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
         return cudaGetLastError();
     }
     moeCombineKernel<<<static_cast<int>(m), 128, 0, stream>>>(ids, topkWeights, posOf, ys, xDtype, y,
@@ -473,12 +648,16 @@ __global__ void __launch_bounds__(C::kTHREADS, 1) moeGemmKernel(const typename P
     projGemmTile<P, C>(pe, X, Y, r0 + rows, N, K, yDtype, slices, blockIdx.x * C::kBN, r0);
 }
 
-/* The grouped GEMM on the streaming tier (tiles of 8 kXT rows). */
-template <class P, int kXT, class View>
+/* The grouped GEMM on the streaming tier (tiles of 8 kXT rows): CTA (n tile, schedule entry). */
+template <class P, int kXT, class View, bool kPDL = false>
 __global__ void __launch_bounds__(kSTREAM_THREADS) moeStreamKernel(const typename P::Params p, const View view,
     const MoeRouting r, const uint16_t* __restrict__ X, uint8_t* __restrict__ Y, int yElem, int N, int K,
     int32_t yDtype, int slices)
 {
+    if (!moePdlEnter<kPDL>())  // the schedule, the operand rows: the previous kernels'
+    {
+        return;
+    }
     const int tile = blockIdx.y;
     if (tile >= *r.numTiles)
     {
@@ -492,16 +671,89 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) moeStreamKernel(const typenam
         N, K, yDtype, slices, blockIdx.x);
 }
 
+/* moeStreamKernel on a grid of about the resident CTAs (METRALE_MOE_DECODE=grid / all; one row of
+ * CTAs): they walk the schedule's numTiles x (n tiles) items in moeStreamKernel's grid order (n tile
+ * fastest), CTA b taking items b, b + gridDim.x, ...: no CTA is launched for the rows past numTiles
+ * (moeStreamKernel's grid has maxTiles rows, the ones past numTiles read it and exit). Each item is
+ * moeStreamKernel's CTA for it, operand for operand (the same projStreamTile call with the same n
+ * tile index), so the same bits; a barrier between items orders the reuse of the tile's shared
+ * memory. The minimum-blocks bound keeps moeStreamKernel's residency at kXT = 1 (80 registers at
+ * sm_90a against its 79, no spill; unbounded, the loop's live values take 119: 2 CTAs per SM, not 3),
+ * and 2 CTAs of 256 threads at kXT = 2 (~120 registers against 101: 192-thread CTAs 2 per SM, not 3). */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+#define METRALE_MOE_GRID_MIN_BLOCKS(P, kXT) 1  // sm_80: bounded, it spills; unbounded, ~110 registers at kXT = 1
+#else
+// Per-block scales (W8A8 block128: moeStreamKernel 114 / 126 registers) keep 2 / 1 CTAs of 256 threads.
+#define METRALE_MOE_GRID_MIN_BLOCKS(P, kXT) (P::kPER_BLOCK ? ((kXT) == 1 ? 2 : 1) : ((kXT) == 1 ? 3 : 2))
+#endif
+template <class P, int kXT, class View, bool kPDL = false>
+__global__ void __launch_bounds__(kSTREAM_THREADS, METRALE_MOE_GRID_MIN_BLOCKS(P, kXT)) moeStreamGridKernel(
+    const typename P::Params p, const View view, const MoeRouting r, const uint16_t* __restrict__ X,
+    uint8_t* __restrict__ Y, int yElem, int N, int K, int32_t yDtype, int slices)
+{
+    if (!moePdlEnter<kPDL>())
+    {
+        return;
+    }
+    const int nt = (blockDim.x >> 5) / slices;     // weight tiles per CTA, as projStreamTile's
+    const int nx = (N + 16 * nt - 1) / (16 * nt);  // moeStreamKernel's gridDim.x
+    const int items = *r.numTiles * nx;
+#pragma unroll 1
+    for (int i = blockIdx.x; i < items; i += gridDim.x)
+    {
+        const int tile = i / nx;
+        const int e = r.tileExpert[tile];
+        const int r0 = r.tileRow0[tile];
+        const int rows = min(8 * kXT, r.offsets[e + 1] - r0);
+        const typename P::Params pe = view(p, e, r0);
+        projStreamTile<P, kXT, 2>(pe, X + static_cast<size_t>(r0) * K, Y + static_cast<size_t>(r0) * N * yElem, rows,
+            N, K, yDtype, slices, i - tile * nx);
+        __syncthreads();  // the next item's table and slice sums overwrite this one's shared memory
+    }
+}
+
+/* The slot kernel<kPDL>'s head start: the CTA's weight code rows (projStreamTile's rows n0 .. n0 + 16 nt - 1
+ * of the expert, contiguous) prefetched into the L2 before the wait. */
+template <class P>
+__device__ __forceinline__ void moePrefetchCodes(const uint8_t* codes, int N, int K, int slices, int cta)
+{
+    const int nt = (blockDim.x >> 5) / slices;
+    const int rowBytes = K * P::kCODE_BITS / 8;
+    const int n0 = cta * nt * 16;
+    const int n1 = min(N, n0 + nt * 16);
+    const uint8_t* base = codes + static_cast<long long>(n0) * rowBytes;
+    const int bytes = (n1 - n0) * rowBytes;
+    for (int off = threadIdx.x * 128; off < bytes; off += blockDim.x * 128)
+    {
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(base + off));
+    }
+}
+
 /* The slot path's GEMM: CTA (n tile, slot) runs the dense streaming tile on the slot's expert and
  * activation row (row slot / rowDiv of X: rowDiv = top_k when the slots of a row share x's row) into
- * output row `slot` of Y. A skipped slot (bad or repeated id) writes zeros when zeroSkipped. */
-template <class P, class View>
+ * output row `slot` of Y. A skipped slot (bad or repeated id) writes zeros when zeroSkipped.
+ * kPDL: topk_ids and the weights are read before the wait: the ids are the router's, complete before
+ * the op's first kernel was (plainly) launched; only X (the pre-pass's) and Y wait. */
+template <class P, class View, bool kPDL = false>
 __global__ void __launch_bounds__(kSTREAM_THREADS) moeSlotKernel(const typename P::Params p, const View view,
     const int32_t* __restrict__ ids, int topK, int E, int rowDiv, int zeroSkipped, const uint16_t* __restrict__ X,
     uint8_t* __restrict__ Y, int yElem, int N, int K, int32_t yDtype, int slices)
 {
     const int slot = blockIdx.y;
     const int e = moeSlotExpert(ids, slot, topK, E);
+    if constexpr (kPDL)
+    {
+        if (!moePdlCode<kPDL>())
+        {
+            return;
+        }
+        if (e >= 0)
+        {
+            moePrefetchCodes<P>(view(p, e, slot / rowDiv).codes, N, K, slices, blockIdx.x);
+        }
+        moePdlWait();
+        moePdlTrigger();
+    }
     uint8_t* y = Y + static_cast<size_t>(slot) * N * yElem;
     if (e < 0)
     {
@@ -608,25 +860,93 @@ inline MoeRouting moeRouting(void* ws, int64_t E, int maxTiles)
 
 /* Steps 1-2: routing and the gather of x into the workspace (xs). */
 inline cudaError_t moeRoute(const int32_t* ids, const void* x, int32_t xDtype, int64_t m, int64_t topK, int64_t E,
-    int64_t k, int combine, const MoeWorkspace& w, void* ws, int tileRows, cudaStream_t stream, MoeRouting* out)
+    int64_t k, int combine, const MoeWorkspace& w, void* ws, int tileRows, cudaStream_t stream, MoeRouting* out,
+    MoePdl& pdl)
 {
     uint8_t* base = static_cast<uint8_t*>(ws);
     MoeRouting r = moeRouting(ws, E, w.maxTiles);
     const int total = static_cast<int>(m * topK);
     r.rowExpert = r.posOf + total;
-    moeScanKernel<<<1, kMOE_SCAN_THREADS, static_cast<size_t>(E) * 4, stream>>>(ids, total, static_cast<int>(topK),
-        r, static_cast<int>(E), tileRows);
     const int rowWords = static_cast<int>(k * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
-    moePlaceKernel<<<total, 128, 0, stream>>>(ids, static_cast<int>(topK), static_cast<int>(E), combine, r,
-        static_cast<const uint16_t*>(x), rowWords, reinterpret_cast<uint16_t*>(base + w.xs));
     *out = r;
+    if (pdl.on)
+    {
+        cudaError_t e = moeLaunch(pdl.next(), moeScanKernel<true>, dim3(1), dim3(kMOE_SCAN_THREADS),
+            static_cast<size_t>(E) * 4, stream, ids, total, static_cast<int>(topK), r, static_cast<int>(E), tileRows);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        return moeLaunch(pdl.next(), moePlaceKernel<true>, dim3(total), dim3(128), 0, stream, ids,
+            static_cast<int>(topK), static_cast<int>(E), combine, r, static_cast<const uint16_t*>(x), rowWords,
+            reinterpret_cast<uint16_t*>(base + w.xs));
+    }
+    moeScanKernel<false><<<1, kMOE_SCAN_THREADS, static_cast<size_t>(E) * 4, stream>>>(ids, total,
+        static_cast<int>(topK), r, static_cast<int>(E), tileRows);
+    moePlaceKernel<false><<<total, 128, 0, stream>>>(ids, static_cast<int>(topK), static_cast<int>(E), combine, r,
+        static_cast<const uint16_t*>(x), rowWords, reinterpret_cast<uint16_t*>(base + w.xs));
     return cudaGetLastError();
 }
 
-/* Step 4 on the tier that serves m tokens. */
+/* The streaming tier's launch: the default grid (n tiles, maxTiles), or (kGrid) min(n tiles x maxTiles,
+ * the CTAs resident at once) CTAs in one row; kPDL: as a programmatic dependent (pdl.next()). */
+template <class P, int kXT, class View, bool kPDL, bool kGrid>
+inline cudaError_t moeLaunchStream(const typename P::Params& p, const View& view, const MoeRouting& r, int maxTiles,
+    const uint16_t* X, uint8_t* Y, int yElem, int32_t yDtype, int n, int k, int slices, int nt, MoePdl& pdl,
+    cudaStream_t stream)
+{
+    auto kern = []() {
+        if constexpr (kGrid)
+        {
+            return moeStreamGridKernel<P, kXT, View, kPDL>;
+        }
+        else
+        {
+            return moeStreamKernel<P, kXT, View, kPDL>;
+        }
+    }();
+    const int threads = 32 * nt * slices;
+    dim3 grid((n + 16 * nt - 1) / (16 * nt), maxTiles);
+    if constexpr (kGrid)
+    {
+        int dev = 0;
+        int sms = 0;
+        int perSm = 0;
+        cudaError_t e = cudaGetDevice(&dev);
+        if (e == cudaSuccess)
+        {
+            e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+        }
+        if (e == cudaSuccess)
+        {
+            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kern, threads, P::kTABLE_BYTES);
+        }
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        const long long items = static_cast<long long>(grid.x) * maxTiles;
+        const long long resident = static_cast<long long>(perSm > 0 ? perSm : 1) * sms;
+        grid = dim3(static_cast<unsigned>(items < resident ? items : resident), 1);
+    }
+    if constexpr (kPDL)
+    {
+        return moeLaunch(pdl.next(), kern, grid, dim3(threads), P::kTABLE_BYTES, stream, p, view, r, X, Y, yElem, n,
+            k, yDtype, slices);
+    }
+    else
+    {
+        kern<<<grid, threads, P::kTABLE_BYTES, stream>>>(p, view, r, X, Y, yElem, n, k, yDtype, slices);
+        return cudaGetLastError();
+    }
+}
+
+/* Step 4 on the tier that serves m tokens (variant: moeDecodeVariant's flags, with PDL only where
+ * pdl.on). */
 template <class P, class View>
 inline cudaError_t moeGemm(const typename P::Params& p, const View& view, const MoeRouting& r, MoeTier tier,
-    int maxTiles, const uint16_t* X, void* ys, int32_t yDtype, int n, int k, cudaStream_t stream)
+    int maxTiles, const uint16_t* X, void* ys, int32_t yDtype, int n, int k, cudaStream_t stream, unsigned variant,
+    MoePdl& pdl)
 {
     const int slices = projSlices(n, k);
     const int yElem = yDtype == kMETRALE_FLOAT32 ? 4 : 2;
@@ -645,6 +965,9 @@ inline cudaError_t moeGemm(const typename P::Params& p, const View& view, const 
             }
         }
         const dim3 grid((n + C::kBN - 1) / C::kBN, maxTiles);
+        // Plainly launched under pdl too (not a decode tier): it waits for the previous kernel, the next
+        // kernel's programmatic launch waits for it.
+        pdl.next();
         kern<<<grid, C::kTHREADS, L::kSmem, stream>>>(p, view, r, X, Y, yElem, n, k, yDtype, slices);
         return cudaGetLastError();
     }
@@ -653,34 +976,51 @@ inline cudaError_t moeGemm(const typename P::Params& p, const View& view, const 
         return cudaErrorInvalidValue;
     }
     const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
-    const dim3 grid((n + 16 * nt - 1) / (16 * nt), maxTiles);
+    const bool grid = (variant & kMOE_DECODE_GRID) != 0;
     if (tier == MoeTier::kStream8)
     {
-        moeStreamKernel<P, 1, View><<<grid, 32 * nt * slices, P::kTABLE_BYTES, stream>>>(p, view, r, X, Y, yElem, n,
-            k, yDtype, slices);
+        if (pdl.on)
+        {
+            return grid ? moeLaunchStream<P, 1, View, true, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
+                              slices, nt, pdl, stream)
+                        : moeLaunchStream<P, 1, View, true, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
+                              slices, nt, pdl, stream);
+        }
+        return grid ? moeLaunchStream<P, 1, View, false, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
+                          nt, pdl, stream)
+                    : moeLaunchStream<P, 1, View, false, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
+                          slices, nt, pdl, stream);
     }
-    else
+    if (pdl.on)
     {
-        moeStreamKernel<P, 2, View><<<grid, 32 * nt * slices, P::kTABLE_BYTES, stream>>>(p, view, r, X, Y, yElem, n,
-            k, yDtype, slices);
+        return grid ? moeLaunchStream<P, 2, View, true, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
+                          nt, pdl, stream)
+                    : moeLaunchStream<P, 2, View, true, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
+                          slices, nt, pdl, stream);
     }
-    return cudaGetLastError();
+    return grid ? moeLaunchStream<P, 2, View, false, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
+                      nt, pdl, stream)
+                : moeLaunchStream<P, 2, View, false, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
+                      nt, pdl, stream);
 }
 
 /* Step 5. */
 inline cudaError_t moeFinish(const int32_t* ids, const void* topkWeights, const MoeRouting& r, const void* ys,
-    int32_t xDtype, void* y, int64_t m, int64_t topK, int64_t E, int64_t n, int combine, cudaStream_t stream)
+    int32_t xDtype, void* y, int64_t m, int64_t topK, int64_t E, int64_t n, int combine, cudaStream_t stream,
+    MoePdl& pdl)
 {
     if (combine)
     {
-        return launchMoeCombine(ids, topkWeights, r.posOf, ys, xDtype, y, m, topK, E, n, stream);
+        return launchMoeCombine(ids, topkWeights, r.posOf, ys, xDtype, y, m, topK, E, n, stream, &pdl);
     }
-    else
+    const int rowWords = static_cast<int>(n * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
+    if (pdl.on)
     {
-        const int rowWords = static_cast<int>(n * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
-        moeScatterKernel<<<static_cast<int>(m * topK), 128, 0, stream>>>(r.posOf,
-            static_cast<const uint16_t*>(ys), rowWords, static_cast<uint16_t*>(y));
+        return moeLaunch(pdl.next(), moeScatterKernel<true>, dim3(static_cast<unsigned>(m * topK)), dim3(128), 0,
+            stream, r.posOf, static_cast<const uint16_t*>(ys), rowWords, static_cast<uint16_t*>(y));
     }
+    moeScatterKernel<false><<<static_cast<int>(m * topK), 128, 0, stream>>>(r.posOf,
+        static_cast<const uint16_t*>(ys), rowWords, static_cast<uint16_t*>(y));
     return cudaGetLastError();
 }
 
@@ -707,6 +1047,10 @@ struct MoeRun
     // Slot path, combine=0: the pre-pass wrote one operand row per slot (a per-expert activation
     // scale makes a row's operand depend on the slot's expert), not one per x row.
     bool perSlotOperand;
+    // METRALE_MOE_DECODE's flags at this call (moeDecodeVariant), and the PDL state of the op's
+    // launch sequence (on: the pdl flag on a device that runs it, not the fused path).
+    unsigned variant;
+    MoePdl pdl;
 };
 
 /* Steps 1-2 on the sorted path; nothing on the slot path. */
@@ -732,6 +1076,9 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.stream = stream;
     u.r = MoeRouting{};
     u.perSlotOperand = false;
+    u.variant = moeDecodeVariant();
+    u.pdl = MoePdl{};
+    u.pdl.on = (u.variant & kMOE_DECODE_PDL) != 0 && !forceSlots && moePdlSupported();
     if (u.slots)
     {
         u.src = x;
@@ -742,36 +1089,58 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.src = u.ws + w.xs;
     u.rows = m * topK;
     u.srcIsOperand = xDtype == kMETRALE_BFLOAT16;
-    return moeRoute(ids, x, xDtype, m, topK, E, k, combine, w, ws, tileRows, stream, &u.r);
+    return moeRoute(ids, x, xDtype, m, topK, E, k, combine, w, ws, tileRows, stream, &u.r, u.pdl);
+}
+
+/* bf16(x) for any x dtype, as toBf16Kernel (actQuant.cuh), a kernel of a PDL launch sequence. */
+static __global__ void moeToBf16PdlKernel(const void* __restrict__ x, int32_t dtype, __nv_bfloat16* __restrict__ out,
+    size_t total)
+{
+    if (!moePdlEnter<true>())
+    {
+        return;
+    }
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+    {
+        out[i] = __float2bfloat16_rn(loadXBf16(x, dtype, i));
+    }
 }
 
 /* The bf16 operand of the bf16 activation format: the source rows themselves, or bf16(rows). */
-inline const uint16_t* moeBf16Operand(const MoeRun& u)
+inline const uint16_t* moeBf16Operand(MoeRun& u)
 {
     if (u.srcIsOperand)
     {
         return static_cast<const uint16_t*>(u.src);
     }
     const size_t count = static_cast<size_t>(u.rows * u.k);
-    toBf16Kernel<<<elementwiseBlocks(count), kACT_THREADS, 0, u.stream>>>(u.src, u.xDtype,
-        reinterpret_cast<__nv_bfloat16*>(u.ws + u.w.operand), count);
-    return reinterpret_cast<const uint16_t*>(u.ws + u.w.operand);
+    __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(u.ws + u.w.operand);
+    if (u.pdl.on)
+    {
+        // An error surfaces at the next launch's cudaGetLastError, as the plain launch's does.
+        (void) moeLaunch(u.pdl.next(), moeToBf16PdlKernel, dim3(elementwiseBlocks(count)), dim3(kACT_THREADS), 0,
+            u.stream, u.src, u.xDtype, out, count);
+        return reinterpret_cast<const uint16_t*>(out);
+    }
+    toBf16Kernel<<<elementwiseBlocks(count), kACT_THREADS, 0, u.stream>>>(u.src, u.xDtype, out, count);
+    return reinterpret_cast<const uint16_t*>(out);
 }
 
 /* Steps 4-5 on the run's path, with the operand X (rows of u.src's layout). */
 template <class P, class View>
-inline cudaError_t moeProject(const typename P::Params& p, const View& view, const MoeRun& u, const uint16_t* X)
+inline cudaError_t moeProject(const typename P::Params& p, const View& view, MoeRun& u, const uint16_t* X)
 {
     if (!u.slots)
     {
         cudaError_t e = moeGemm<P>(p, view, u.r, u.tier, u.w.maxTiles, X, u.ws + u.w.ys, u.xDtype,
-            static_cast<int>(u.n), static_cast<int>(u.k), u.stream);
+            static_cast<int>(u.n), static_cast<int>(u.k), u.stream, u.variant, u.pdl);
         if (e != cudaSuccess)
         {
             return e;
         }
         return moeFinish(u.ids, u.topkWeights, u.r, u.ws + u.w.ys, u.xDtype, u.y, u.m, u.topK, u.E, u.n, u.combine,
-            u.stream);
+            u.stream, u.pdl);
     }
     const int n = static_cast<int>(u.n);
     const int k = static_cast<int>(u.k);
@@ -786,17 +1155,27 @@ inline cudaError_t moeProject(const typename P::Params& p, const View& view, con
     const dim3 grid((n + 16 * nt - 1) / (16 * nt), total);
     // combine=0 writes y's [M, top_k, N] rows in place; combine=1 the slots' outputs, then the sum.
     uint8_t* out = u.combine ? u.ws + u.w.ys : static_cast<uint8_t*>(u.y);
-    moeSlotKernel<P, View><<<grid, 32 * nt * slices, P::kTABLE_BYTES, u.stream>>>(p, view, u.ids,
-        static_cast<int>(u.topK), static_cast<int>(u.E), u.combine || u.perSlotOperand ? 1 : static_cast<int>(u.topK),
-        u.combine ? 0 : 1,
-        X, out, yElem, n, k, u.xDtype, slices);
-    cudaError_t e = cudaGetLastError();
+    const int rowDiv = u.combine || u.perSlotOperand ? 1 : static_cast<int>(u.topK);
+    cudaError_t e;
+    if (u.pdl.on)
+    {
+        e = moeLaunch(u.pdl.next(), moeSlotKernel<P, View, true>, grid, dim3(32 * nt * slices), P::kTABLE_BYTES,
+            u.stream, p, view, u.ids, static_cast<int>(u.topK), static_cast<int>(u.E), rowDiv, u.combine ? 0 : 1, X,
+            out, yElem, n, k, u.xDtype, slices);
+    }
+    else
+    {
+        moeSlotKernel<P, View, false><<<grid, 32 * nt * slices, P::kTABLE_BYTES, u.stream>>>(p, view, u.ids,
+            static_cast<int>(u.topK), static_cast<int>(u.E), rowDiv, u.combine ? 0 : 1, X, out, yElem, n, k,
+            u.xDtype, slices);
+        e = cudaGetLastError();
+    }
     if (e != cudaSuccess || !u.combine)
     {
         return e;
     }
     return launchMoeCombine(u.ids, u.topkWeights, nullptr, u.ws + u.w.ys, u.xDtype, u.y, u.m, u.topK, u.E, u.n,
-        u.stream);
+        u.stream, &u.pdl);
 }
 
 /* Argument checks shared by the three launchers. */

@@ -35,10 +35,15 @@ struct W4A4View
  * expert's scale. Slot path (ids given): operand row = slot, x row = slot / rowDiv, the expert from
  * topk_ids (a skipped slot is left alone); sorted path: the gathered rows below offsets[E], the
  * expert from the routing. */
-static __global__ void __launch_bounds__(kACT_THREADS) moeQuantNvfp4StaticKernel(const void* __restrict__ x,
+template <bool kPDL>
+__global__ void __launch_bounds__(kACT_THREADS) moeQuantNvfp4StaticKernel(const void* __restrict__ x,
     int32_t dtype, const float* __restrict__ inputScales, const int32_t* __restrict__ ids, int topK, int E, int rowDiv,
     const MoeRouting r, __half* __restrict__ xf, float* __restrict__ ga, int K)
 {
+    if (!moePdlEnter<kPDL>())  // kPDL: a kernel of a PDL launch sequence (moeProjKernel.cuh)
+    {
+        return;
+    }
     const int row = blockIdx.x;
     int e = -1;
     int src = row;
@@ -56,6 +61,17 @@ static __global__ void __launch_bounds__(kACT_THREADS) moeQuantNvfp4StaticKernel
         return;
     }
     quantNvfp4Row(x, dtype, inputScales + e, xf, ga, K, src, row);
+}
+
+/* quantNvfp4Kernel (actQuant.cuh), a kernel of a PDL launch sequence (moeProjKernel.cuh, moePdlEnter). */
+__global__ void __launch_bounds__(kACT_THREADS) moeQuantNvfp4PdlKernel(const void* __restrict__ x, int32_t dtype,
+    const float* __restrict__ inputScale, __half* __restrict__ xf, float* __restrict__ ga, int K)
+{
+    if (!moePdlEnter<true>())
+    {
+        return;
+    }
+    quantNvfp4Row(x, dtype, inputScale, xf, ga, K, blockIdx.x, blockIdx.x);
 }
 
 MoeWorkspace layout(int64_t m, int64_t top_k, int64_t E, int64_t n, int64_t k, int32_t x_dtype, int32_t act_format)
@@ -116,8 +132,16 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
     float* ga = reinterpret_cast<float*>(ws + w.scales);
     if (input_scale == nullptr)
     {
-        quantNvfp4Kernel<<<static_cast<int>(run.rows), kACT_THREADS, 0, stream>>>(run.src, x_dtype, nullptr, xf, ga,
-            static_cast<int>(k));
+        if (run.pdl.on)
+        {
+            e = moeLaunch(run.pdl.next(), moeQuantNvfp4PdlKernel, dim3(static_cast<unsigned>(run.rows)),
+                dim3(kACT_THREADS), 0, stream, run.src, x_dtype, nullptr, xf, ga, static_cast<int>(k));
+        }
+        else
+        {
+            quantNvfp4Kernel<<<static_cast<int>(run.rows), kACT_THREADS, 0, stream>>>(run.src, x_dtype, nullptr, xf,
+                ga, static_cast<int>(k));
+        }
     }
     else
     {
@@ -126,9 +150,23 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
         run.perSlotOperand = run.slots && !combine;
         const int rows = static_cast<int>(run.slots ? m * top_k : run.rows);
         const bool bySlot = run.slots;
-        moeQuantNvfp4StaticKernel<<<rows, kACT_THREADS, 0, stream>>>(run.src, x_dtype, input_scale,
-            bySlot ? topk_ids : nullptr, static_cast<int>(top_k), static_cast<int>(num_experts),
-            combine ? 1 : static_cast<int>(top_k), run.r, xf, ga, static_cast<int>(k));
+        if (run.pdl.on)
+        {
+            e = moeLaunch(run.pdl.next(), moeQuantNvfp4StaticKernel<true>, dim3(static_cast<unsigned>(rows)),
+                dim3(kACT_THREADS), 0, stream, run.src, x_dtype, input_scale, bySlot ? topk_ids : nullptr,
+                static_cast<int>(top_k), static_cast<int>(num_experts), combine ? 1 : static_cast<int>(top_k), run.r,
+                xf, ga, static_cast<int>(k));
+        }
+        else
+        {
+            moeQuantNvfp4StaticKernel<false><<<rows, kACT_THREADS, 0, stream>>>(run.src, x_dtype, input_scale,
+                bySlot ? topk_ids : nullptr, static_cast<int>(top_k), static_cast<int>(num_experts),
+                combine ? 1 : static_cast<int>(top_k), run.r, xf, ga, static_cast<int>(k));
+        }
+    }
+    if (e != cudaSuccess)
+    {
+        return e;
     }
     return moeProject<W4A4Nvfp4Policy>(p, view, run, reinterpret_cast<const uint16_t*>(ws + w.operand));
 }

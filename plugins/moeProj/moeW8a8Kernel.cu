@@ -30,6 +30,17 @@ struct W8A8View
     }
 };
 
+/* quantFp8Kernel (actQuant.cuh), a kernel of a PDL launch sequence (moeProjKernel.cuh, moePdlEnter). */
+__global__ void __launch_bounds__(kACT_THREADS) moeQuantFp8PdlKernel(const void* __restrict__ x, int32_t dtype,
+    __half* __restrict__ xq, float* __restrict__ sx, int K, int nbx)
+{
+    if (!moePdlEnter<true>())
+    {
+        return;
+    }
+    quantFp8Row(x, dtype, xq, sx, K, nbx, blockIdx.x);
+}
+
 int64_t scaleCols(int64_t k, int32_t act_format, int32_t asg)
 {
     return act_format != kMETRALE_ACT_FP8 ? 0 : asg == kMETRALE_ASCALE_ROW ? 1 : (k + kFP8_BLOCK - 1) / kFP8_BLOCK;
@@ -103,8 +114,22 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     }
     p.nbx = static_cast<int>(scaleCols(k, act_format, act_scale_granularity));
     p.sx = reinterpret_cast<const float*>(ws + w.scales);
-    quantFp8Kernel<<<static_cast<int>(run.rows), kACT_THREADS, 0, stream>>>(run.src, x_dtype,
-        reinterpret_cast<__half*>(ws + w.operand), reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k), p.nbx);
+    if (run.pdl.on)
+    {
+        e = moeLaunch(run.pdl.next(), moeQuantFp8PdlKernel, dim3(static_cast<unsigned>(run.rows)), dim3(kACT_THREADS),
+            0, stream, run.src, x_dtype, reinterpret_cast<__half*>(ws + w.operand),
+            reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k), p.nbx);
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+    }
+    else
+    {
+        quantFp8Kernel<<<static_cast<int>(run.rows), kACT_THREADS, 0, stream>>>(run.src, x_dtype,
+            reinterpret_cast<__half*>(ws + w.operand), reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k),
+            p.nbx);
+    }
     const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.operand);
     return p.blockScales == 0 && p.nbx == 1 ? moeProject<W8A8Fp8Policy<false>>(p, view, run, X)
                                             : moeProject<W8A8Fp8Policy<true>>(p, view, run, X);
