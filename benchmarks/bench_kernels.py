@@ -56,17 +56,23 @@ def _copies(nbytes: int) -> int:
     return max(2, math.ceil(2.2 * L2_BYTES / nbytes))
 
 
-def time_graph(calls, reps: int = REPS, replays: int = REPLAYS) -> float:
-    """Median seconds of one call: `calls(i)` launches call i; captured reps times in a graph."""
-    for i in range(3):  # warm-up (module load, smem attributes, cuBLAS handles)
-        calls(i)
-    torch.cuda.synchronize()
+def capture_graph(calls, reps: int) -> torch.cuda.CUDAGraph:
+    """`calls(0..reps-1)` captured in one CUDA graph, replayed once (its first replay's setup done)."""
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         for i in range(reps):
             calls(i)
     g.replay()
     torch.cuda.synchronize()
+    return g
+
+
+def time_graph(calls, reps: int = REPS, replays: int = REPLAYS) -> float:
+    """Median seconds of one call: `calls(i)` launches call i; captured reps times in a graph."""
+    for i in range(3):  # warm-up (module load, smem attributes, cuBLAS handles)
+        calls(i)
+    torch.cuda.synchronize()
+    g = capture_graph(calls, reps)
     times = []
     for _ in range(replays):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

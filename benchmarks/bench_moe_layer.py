@@ -55,7 +55,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.bench_kernels import REPLAYS, _commit, _copies, bench_parser, copy_bandwidth, require_cuda, time_graph
+from benchmarks.bench_kernels import (REPLAYS, _commit, _copies, bench_parser, capture_graph, copy_bandwidth, require_cuda,
+                                      time_graph)
 from benchmarks.bench_moe import FORMATS, M_DECODE, REPS, ROUTINGS, SHAPES, SLOT_MAX, Proj, routing
 
 LOGIT_TOP, LOGIT_STEP = 8.0, 0.5  # a row's chosen experts' logits: 8, 7.5, 7, ... (noise: [-1, 1])
@@ -296,12 +297,7 @@ def profile_layer(calls, reps: int = REPS, replays: int = PROFILE_REPLAYS) -> di
     run(lambda: calls(0))  # the profiler's tracing up before the graph is instantiated (discarded)
     kernels = []
     try:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            for i in range(reps):
-                calls(i)
-        g.replay()
-        torch.cuda.synchronize()
+        g = capture_graph(calls, reps)
         kernels = run(lambda: [g.replay() for _ in range(replays)])
         del g
     except RuntimeError:

@@ -316,25 +316,14 @@ inline cudaError_t launchMoeFused(const typename P::Params& p, const View& view,
     const int threads = 32 * nt * slices;
     const int ctaTiles = (n + 16 * nt - 1) / (16 * nt);
     auto kern = combine ? moeFusedKernel<P, View, 1> : moeFusedKernel<P, View, 0>;
-    int dev = 0;
-    int sms = 0;
-    int perSm = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess)
-    {
-        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    }
-    if (e == cudaSuccess)
-    {
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kern, threads, P::kTABLE_BYTES);
-    }
+    long long resident = 0;
+    const cudaError_t e = moeResidentCtas(kern, threads, P::kTABLE_BYTES, resident);
     if (e != cudaSuccess)
     {
         return e;
     }
     const int64_t distinct = m * topK < E ? m * topK : E;
     const int64_t items = combine ? ctaTiles : distinct * ctaTiles;
-    const int64_t resident = static_cast<int64_t>(perSm > 0 ? perSm : 1) * sms;
     const int grid = static_cast<int>(items < resident ? items : resident);
     kern<<<grid, threads, P::kTABLE_BYTES, stream>>>(p, view, ids, w, static_cast<int>(m), static_cast<int>(topK),
         static_cast<int>(E), rowDiv, zeroSkipped, X, y, n, k, yDtype, slices, ctaTiles);

@@ -322,6 +322,27 @@ static __global__ void moeScatterKernel(const int* __restrict__ posOf, const uin
     }
 }
 
+/* The CTAs of kern (threads a CTA, smem dynamic bytes) that the device holds at once: SMs x the
+ * occupancy's CTAs an SM (at least one): a persistent grid's size. */
+template <class K>
+inline cudaError_t moeResidentCtas(K kern, int threads, int smem, long long& resident)
+{
+    int dev = 0;
+    int sms = 0;
+    int perSm = 0;
+    cudaError_t e = cudaGetDevice(&dev);
+    if (e == cudaSuccess)
+    {
+        e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    }
+    if (e == cudaSuccess)
+    {
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kern, threads, smem);
+    }
+    resident = static_cast<long long>(perSm > 0 ? perSm : 1) * sms;
+    return e;
+}
+
 /* Row m's valid slots in ascending expert id: their output rows of ys (spos) and weights (sw), and
  * their count (the return value). One thread. */
 __device__ __forceinline__ int moeCombineOrder(const int32_t* __restrict__ ids, const void* __restrict__ w,
@@ -909,24 +930,13 @@ inline cudaError_t moeLaunchStream(const typename P::Params& p, const View& view
     dim3 grid((n + 16 * nt - 1) / (16 * nt), maxTiles);
     if constexpr (kGrid)
     {
-        int dev = 0;
-        int sms = 0;
-        int perSm = 0;
-        cudaError_t e = cudaGetDevice(&dev);
-        if (e == cudaSuccess)
-        {
-            e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-        }
-        if (e == cudaSuccess)
-        {
-            e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, kern, threads, P::kTABLE_BYTES);
-        }
+        long long resident = 0;
+        const cudaError_t e = moeResidentCtas(kern, threads, P::kTABLE_BYTES, resident);
         if (e != cudaSuccess)
         {
             return e;
         }
         const long long items = static_cast<long long>(grid.x) * maxTiles;
-        const long long resident = static_cast<long long>(perSm > 0 ? perSm : 1) * sms;
         grid = dim3(static_cast<unsigned>(items < resident ? items : resident), 1);
     }
     if constexpr (kPDL)
