@@ -40,8 +40,10 @@ microseconds per layer call and its launches per layer call, with the sum of the
 between the kernels. ``--variant NAME``: each row measured a second time with
 ``METRALE_MOE_DECODE=NAME`` (read by the grouped launchers at each call, so at capture; the path
 column shows ``path (NAME)``), in the same run; a comma list (``--variant wide,pdl,grid,all``)
-measures each row once per name after the default (DECODE_VARIANTS: wide, pdl = wide + PDL
-within each grouped op, grid = wide + the sorted path's resident grid, all = the three).
+measures each row once per name after the default (DECODE_VARIANTS: base = the kernels before the
+variants, wide, pdl = wide + PDL within each grouped op, grid = wide + the sorted path's resident
+grid, all = the three; the default, unset, is auto: wide, PDL on the slot path, the grid on the
+sorted path for W4A16 and W8A8).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ LOGIT_TOP, LOGIT_STEP = 8.0, 0.5  # a row's chosen experts' logits: 8, 7.5, 7, .
 TARGET = 1.25
 PROFILE_REPLAYS = 3  # graph replays (of REPS layer calls each) under the profiler
 VARIANT_ENV = "METRALE_MOE_DECODE"  # the grouped launchers' decode variant (moeProj/moeProjKernel.cuh)
-DECODE_VARIANTS = ("wide", "pdl", "grid", "all")  # its values (moeDecodeVariant)
+DECODE_VARIANTS = ("base", "wide", "pdl", "grid", "all")  # its values (moeDecodeVariant)
 
 
 def router_weight(e: int, h: int, device="cuda") -> torch.Tensor:

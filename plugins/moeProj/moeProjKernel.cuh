@@ -529,7 +529,12 @@ static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWi
 
 /* The decode variants of the grouped launchers (METRALE_MOE_DECODE, read at each launcher call, i.e.
  * at CUDA-graph capture): speed choices only, every variant computes the same bits. A set of flags:
- *   unset (or any other value): today's kernels (0);
+ *   unset (or any other value): the default, auto: wide; PDL on the slot path (M * top_k small);
+ *         the grid on the sorted path for the policies without a per-CTA table (W4A16, W8A8). The
+ *         choice measured fastest per path on the H200 (benchmarks/results/
+ *         moe-layer-20261203-1430-4401552.md: pdl slows the sorted path at M = 64 by up to 12%, the
+ *         grid slows W4A4's, whose table every tile rebuilds, by up to 12%);
+ *   base: the kernels before the variants (0: the one-CTA-a-row combine, plain launches);
  *   wide: combine=1's sum on moeCombineWideKernel (every path: slot, sorted, fused variant 1);
  *   pdl:  wide, and the kernels of each grouped op's launch sequence as programmatic dependents of
  *         each other (moePdlWait; sm_90 code only, elsewhere wide; not the fused path);
@@ -539,11 +544,17 @@ static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWi
 constexpr unsigned kMOE_DECODE_WIDE = 1u;
 constexpr unsigned kMOE_DECODE_PDL = 2u;
 constexpr unsigned kMOE_DECODE_GRID = 4u;
+constexpr unsigned kMOE_DECODE_AUTO = 8u;  // PDL and the grid chosen per path and policy (above)
+constexpr unsigned kMOE_DECODE_DEFAULT = kMOE_DECODE_WIDE | kMOE_DECODE_AUTO;
 
 inline unsigned moeDecodeVariant()
 {
     const char* env = std::getenv("METRALE_MOE_DECODE");
     if (env == nullptr)
+    {
+        return kMOE_DECODE_DEFAULT;
+    }
+    if (std::strcmp(env, "base") == 0)
     {
         return 0u;
     }
@@ -563,7 +574,7 @@ inline unsigned moeDecodeVariant()
     {
         return kMOE_DECODE_WIDE | kMOE_DECODE_PDL | kMOE_DECODE_GRID;
     }
-    return 0u;
+    return kMOE_DECODE_DEFAULT;
 }
 
 /* Whether this device runs the PDL kernels' griddepcontrol instructions: the module's code for it
@@ -986,7 +997,8 @@ inline cudaError_t moeGemm(const typename P::Params& p, const View& view, const 
         return cudaErrorInvalidValue;
     }
     const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
-    const bool grid = (variant & kMOE_DECODE_GRID) != 0;
+    const bool grid
+        = (variant & kMOE_DECODE_GRID) != 0 || ((variant & kMOE_DECODE_AUTO) != 0 && P::kTABLE_BYTES == 0);
     if (tier == MoeTier::kStream8)
     {
         if (pdl.on)
@@ -1088,7 +1100,8 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.perSlotOperand = false;
     u.variant = moeDecodeVariant();
     u.pdl = MoePdl{};
-    u.pdl.on = (u.variant & kMOE_DECODE_PDL) != 0 && !forceSlots && moePdlSupported();
+    const bool pdl = (u.variant & kMOE_DECODE_PDL) != 0 || ((u.variant & kMOE_DECODE_AUTO) != 0 && u.slots);
+    u.pdl.on = pdl && !forceSlots && moePdlSupported();
     if (u.slots)
     {
         u.src = x;

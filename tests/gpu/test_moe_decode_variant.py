@@ -6,7 +6,9 @@ The variants (VARIANTS): ``wide`` (combine=1's sum on moeCombineWideKernel: a CT
 outputs, the row's slot outputs loaded 16 at a time before the products); ``pdl`` (wide, and the
 kernels of each grouped op's launch sequence as programmatic dependents of each other: sm_90 only,
 elsewhere it is wide); ``grid`` (wide, and the sorted path's streaming GEMM on a grid of the
-resident CTAs walking the schedule's tiles, moeStreamGridKernel); ``all`` (the three). Each is
+resident CTAs walking the schedule's tiles, moeStreamGridKernel); ``all`` (the three); ``base``
+(the kernels before the variants: the one-CTA-a-row combine, plain launches). The default (unset)
+is ``auto``: wide, PDL on the slot path, the grid on the sorted path for W4A16 and W8A8. Each is
 compared with the default on the same inputs: for W4A16 (with zero points and bias), W8A8 (per
 channel and block-scaled FP8, and bf16 activations) and W4A4 (NVFP4 dynamic and with a static
 input_scale per expert, and bf16 activations), at M = 1, 4, 16, 64 (the slot path and the sorted
@@ -127,7 +129,7 @@ def _bits(t):
     return t.view(torch.int32) if t.dtype == torch.float32 else t.view(torch.int16)
 
 
-VARIANTS = ("wide", "pdl", "grid", "all")
+VARIANTS = ("base", "wide", "pdl", "grid", "all")
 
 
 def _compare(monkeypatch, ex, variants, label, m_values=M_VALUES, routings=ROUTINGS, dtypes=DTYPES):
