@@ -352,8 +352,9 @@ inline cudaError_t moeProjectFused(const typename P::Params& p, const View& view
     {
         return e;
     }
+    MoePdl plain;  // the fused path runs no PDL kernels (moeBegin)
     return launchMoeCombine(u.ids, u.topkWeights, nullptr, u.ws + u.w.ys, u.xDtype, u.y, u.m, u.topK, u.E, u.n,
-        u.stream);
+        u.stream, u.variant, plain);
 }
 
 } // namespace metrale

@@ -547,6 +547,22 @@ constexpr unsigned kMOE_DECODE_GRID = 4u;
 constexpr unsigned kMOE_DECODE_AUTO = 8u;  // PDL and the grid chosen per path and policy (above)
 constexpr unsigned kMOE_DECODE_DEFAULT = kMOE_DECODE_WIDE | kMOE_DECODE_AUTO;
 
+/* Whether the variant flags `variant` (moeDecodeVariant) turn on `flag` (kMOE_DECODE_PDL or
+ * kMOE_DECODE_GRID) for a launch on the slot path (slots) or the sorted path of a policy with a
+ * per-CTA table of tableBytes: the auto default's choice per path lives here alone. */
+inline bool moeDecodeOn(unsigned variant, unsigned flag, bool slots, int tableBytes)
+{
+    if ((variant & flag) != 0)
+    {
+        return true;
+    }
+    if ((variant & kMOE_DECODE_AUTO) == 0)
+    {
+        return false;
+    }
+    return flag == kMOE_DECODE_PDL ? slots : !slots && tableBytes == 0;
+}
+
 inline unsigned moeDecodeVariant()
 {
     const char* env = std::getenv("METRALE_MOE_DECODE");
@@ -626,25 +642,33 @@ struct MoePdl
     }
 };
 
-/* combine=1's sum over ys (posOf: the sorted path's positions, nullptr on the slot path); pdl: the
- * op's PDL state (nullptr: plain launches). */
-inline cudaError_t launchMoeCombine(const int32_t* ids, const void* topkWeights, const int* posOf, const void* ys,
-    int32_t xDtype, void* y, int64_t m, int64_t topK, int64_t E, int64_t n, cudaStream_t stream,
-    MoePdl* pdl = nullptr)
+/* One kernel of a grouped op's launch sequence: `plain` launched plainly where the sequence runs no
+ * PDL kernels, else `dependent` (its kPDL = true form, moePdlEnter) through moeLaunch as the
+ * sequence's next launch. The two take the same arguments. */
+template <class KP, class KD, class... Act>
+inline cudaError_t moeLaunchIn(MoePdl& pdl, KP plain, KD dependent, dim3 grid, dim3 block, size_t smem,
+    cudaStream_t stream, Act&&... args)
 {
-    if (moeDecodeVariant() & kMOE_DECODE_WIDE)
+    if (pdl.on)
+    {
+        return moeLaunch(pdl.next(), dependent, grid, block, smem, stream, std::forward<Act>(args)...);
+    }
+    return moeLaunch(false, plain, grid, block, smem, stream, std::forward<Act>(args)...);
+}
+
+/* combine=1's sum over ys (posOf: the sorted path's positions, nullptr on the slot path); variant:
+ * the run's moeDecodeVariant flags; pdl: the op's PDL state. */
+inline cudaError_t launchMoeCombine(const int32_t* ids, const void* topkWeights, const int* posOf, const void* ys,
+    int32_t xDtype, void* y, int64_t m, int64_t topK, int64_t E, int64_t n, cudaStream_t stream, unsigned variant,
+    MoePdl& pdl)
+{
+    if (variant & kMOE_DECODE_WIDE)
     {
         const dim3 grid(static_cast<unsigned>(m),
             static_cast<unsigned>((n + kMOE_COMBINE_WIDE_THREADS - 1) / kMOE_COMBINE_WIDE_THREADS));
-        if (pdl != nullptr && pdl->on)
-        {
-            return moeLaunch(pdl->next(), moeCombineWideKernel<true>, grid, dim3(kMOE_COMBINE_WIDE_THREADS), 0,
-                stream, ids, topkWeights, posOf, ys, xDtype, y, static_cast<int>(topK), static_cast<int>(E),
-                static_cast<int>(n));
-        }
-        moeCombineWideKernel<false><<<grid, kMOE_COMBINE_WIDE_THREADS, 0, stream>>>(ids, topkWeights, posOf, ys,
-            xDtype, y, static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
-        return cudaGetLastError();
+        return moeLaunchIn(pdl, moeCombineWideKernel<false>, moeCombineWideKernel<true>, grid,
+            dim3(kMOE_COMBINE_WIDE_THREADS), 0, stream, ids, topkWeights, posOf, ys, xDtype, y,
+            static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
     }
     moeCombineKernel<<<static_cast<int>(m), 128, 0, stream>>>(ids, topkWeights, posOf, ys, xDtype, y,
         static_cast<int>(topK), static_cast<int>(E), static_cast<int>(n));
@@ -901,23 +925,16 @@ inline cudaError_t moeRoute(const int32_t* ids, const void* x, int32_t xDtype, i
     r.rowExpert = r.posOf + total;
     const int rowWords = static_cast<int>(k * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
     *out = r;
-    if (pdl.on)
+    const cudaError_t e = moeLaunchIn(pdl, moeScanKernel<false>, moeScanKernel<true>, dim3(1),
+        dim3(kMOE_SCAN_THREADS), static_cast<size_t>(E) * 4, stream, ids, total, static_cast<int>(topK), r,
+        static_cast<int>(E), tileRows);
+    if (e != cudaSuccess)
     {
-        cudaError_t e = moeLaunch(pdl.next(), moeScanKernel<true>, dim3(1), dim3(kMOE_SCAN_THREADS),
-            static_cast<size_t>(E) * 4, stream, ids, total, static_cast<int>(topK), r, static_cast<int>(E), tileRows);
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-        return moeLaunch(pdl.next(), moePlaceKernel<true>, dim3(total), dim3(128), 0, stream, ids,
-            static_cast<int>(topK), static_cast<int>(E), combine, r, static_cast<const uint16_t*>(x), rowWords,
-            reinterpret_cast<uint16_t*>(base + w.xs));
+        return e;
     }
-    moeScanKernel<false><<<1, kMOE_SCAN_THREADS, static_cast<size_t>(E) * 4, stream>>>(ids, total,
-        static_cast<int>(topK), r, static_cast<int>(E), tileRows);
-    moePlaceKernel<false><<<total, 128, 0, stream>>>(ids, static_cast<int>(topK), static_cast<int>(E), combine, r,
-        static_cast<const uint16_t*>(x), rowWords, reinterpret_cast<uint16_t*>(base + w.xs));
-    return cudaGetLastError();
+    return moeLaunchIn(pdl, moePlaceKernel<false>, moePlaceKernel<true>, dim3(total), dim3(128), 0, stream, ids,
+        static_cast<int>(topK), static_cast<int>(E), combine, r, static_cast<const uint16_t*>(x), rowWords,
+        reinterpret_cast<uint16_t*>(base + w.xs));
 }
 
 /* The streaming tier's launch: the default grid (n tiles, maxTiles), or (kGrid) min(n tiles x maxTiles,
@@ -962,6 +979,25 @@ inline cudaError_t moeLaunchStream(const typename P::Params& p, const View& view
     }
 }
 
+/* moeLaunchStream with its PDL and grid choices taken at run time. */
+template <class P, int kXT, class View>
+inline cudaError_t moeLaunchStreamAs(bool pdl, bool grid, const typename P::Params& p, const View& view,
+    const MoeRouting& r, int maxTiles, const uint16_t* X, uint8_t* Y, int yElem, int32_t yDtype, int n, int k,
+    int slices, int nt, MoePdl& state, cudaStream_t stream)
+{
+    if (pdl)
+    {
+        return grid ? moeLaunchStream<P, kXT, View, true, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
+                          slices, nt, state, stream)
+                    : moeLaunchStream<P, kXT, View, true, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
+                          slices, nt, state, stream);
+    }
+    return grid ? moeLaunchStream<P, kXT, View, false, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
+                      nt, state, stream)
+                : moeLaunchStream<P, kXT, View, false, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
+                      nt, state, stream);
+}
+
 /* Step 4 on the tier that serves m tokens (variant: moeDecodeVariant's flags, with PDL only where
  * pdl.on). */
 template <class P, class View>
@@ -997,53 +1033,26 @@ inline cudaError_t moeGemm(const typename P::Params& p, const View& view, const 
         return cudaErrorInvalidValue;
     }
     const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
-    const bool grid
-        = (variant & kMOE_DECODE_GRID) != 0 || ((variant & kMOE_DECODE_AUTO) != 0 && P::kTABLE_BYTES == 0);
-    if (tier == MoeTier::kStream8)
-    {
-        if (pdl.on)
-        {
-            return grid ? moeLaunchStream<P, 1, View, true, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
-                              slices, nt, pdl, stream)
-                        : moeLaunchStream<P, 1, View, true, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
-                              slices, nt, pdl, stream);
-        }
-        return grid ? moeLaunchStream<P, 1, View, false, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
-                          nt, pdl, stream)
-                    : moeLaunchStream<P, 1, View, false, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
-                          slices, nt, pdl, stream);
-    }
-    if (pdl.on)
-    {
-        return grid ? moeLaunchStream<P, 2, View, true, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
-                          nt, pdl, stream)
-                    : moeLaunchStream<P, 2, View, true, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k,
-                          slices, nt, pdl, stream);
-    }
-    return grid ? moeLaunchStream<P, 2, View, false, true>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
-                      nt, pdl, stream)
-                : moeLaunchStream<P, 2, View, false, false>(p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices,
-                      nt, pdl, stream);
+    const bool grid = moeDecodeOn(variant, kMOE_DECODE_GRID, false, P::kTABLE_BYTES);  // the sorted path
+    return tier == MoeTier::kStream8
+        ? moeLaunchStreamAs<P, 1, View>(pdl.on, grid, p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices, nt,
+              pdl, stream)
+        : moeLaunchStreamAs<P, 2, View>(pdl.on, grid, p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices, nt,
+              pdl, stream);
 }
 
 /* Step 5. */
 inline cudaError_t moeFinish(const int32_t* ids, const void* topkWeights, const MoeRouting& r, const void* ys,
     int32_t xDtype, void* y, int64_t m, int64_t topK, int64_t E, int64_t n, int combine, cudaStream_t stream,
-    MoePdl& pdl)
+    unsigned variant, MoePdl& pdl)
 {
     if (combine)
     {
-        return launchMoeCombine(ids, topkWeights, r.posOf, ys, xDtype, y, m, topK, E, n, stream, &pdl);
+        return launchMoeCombine(ids, topkWeights, r.posOf, ys, xDtype, y, m, topK, E, n, stream, variant, pdl);
     }
     const int rowWords = static_cast<int>(n * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
-    if (pdl.on)
-    {
-        return moeLaunch(pdl.next(), moeScatterKernel<true>, dim3(static_cast<unsigned>(m * topK)), dim3(128), 0,
-            stream, r.posOf, static_cast<const uint16_t*>(ys), rowWords, static_cast<uint16_t*>(y));
-    }
-    moeScatterKernel<false><<<static_cast<int>(m * topK), 128, 0, stream>>>(r.posOf,
-        static_cast<const uint16_t*>(ys), rowWords, static_cast<uint16_t*>(y));
-    return cudaGetLastError();
+    return moeLaunchIn(pdl, moeScatterKernel<false>, moeScatterKernel<true>, dim3(static_cast<unsigned>(m * topK)),
+        dim3(128), 0, stream, r.posOf, static_cast<const uint16_t*>(ys), rowWords, static_cast<uint16_t*>(y));
 }
 
 /* One launch's routing state, on either path (moeBegin). */
@@ -1100,8 +1109,7 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.perSlotOperand = false;
     u.variant = moeDecodeVariant();
     u.pdl = MoePdl{};
-    const bool pdl = (u.variant & kMOE_DECODE_PDL) != 0 || ((u.variant & kMOE_DECODE_AUTO) != 0 && u.slots);
-    u.pdl.on = pdl && !forceSlots && moePdlSupported();
+    u.pdl.on = moeDecodeOn(u.variant, kMOE_DECODE_PDL, u.slots, 0) && !forceSlots && moePdlSupported();
     if (u.slots)
     {
         u.src = x;
@@ -1139,14 +1147,9 @@ inline const uint16_t* moeBf16Operand(MoeRun& u)
     }
     const size_t count = static_cast<size_t>(u.rows * u.k);
     __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(u.ws + u.w.operand);
-    if (u.pdl.on)
-    {
-        // An error surfaces at the next launch's cudaGetLastError, as the plain launch's does.
-        (void) moeLaunch(u.pdl.next(), moeToBf16PdlKernel, dim3(elementwiseBlocks(count)), dim3(kACT_THREADS), 0,
-            u.stream, u.src, u.xDtype, out, count);
-        return reinterpret_cast<const uint16_t*>(out);
-    }
-    toBf16Kernel<<<elementwiseBlocks(count), kACT_THREADS, 0, u.stream>>>(u.src, u.xDtype, out, count);
+    // An error surfaces again at the next launch's cudaGetLastError.
+    (void) moeLaunchIn(u.pdl, toBf16Kernel, moeToBf16PdlKernel, dim3(elementwiseBlocks(count)), dim3(kACT_THREADS),
+        0, u.stream, u.src, u.xDtype, out, count);
     return reinterpret_cast<const uint16_t*>(out);
 }
 
@@ -1163,7 +1166,7 @@ inline cudaError_t moeProject(const typename P::Params& p, const View& view, Moe
             return e;
         }
         return moeFinish(u.ids, u.topkWeights, u.r, u.ws + u.w.ys, u.xDtype, u.y, u.m, u.topK, u.E, u.n, u.combine,
-            u.stream, u.pdl);
+            u.stream, u.variant, u.pdl);
     }
     const int n = static_cast<int>(u.n);
     const int k = static_cast<int>(u.k);
@@ -1179,26 +1182,15 @@ inline cudaError_t moeProject(const typename P::Params& p, const View& view, Moe
     // combine=0 writes y's [M, top_k, N] rows in place; combine=1 the slots' outputs, then the sum.
     uint8_t* out = u.combine ? u.ws + u.w.ys : static_cast<uint8_t*>(u.y);
     const int rowDiv = u.combine || u.perSlotOperand ? 1 : static_cast<int>(u.topK);
-    cudaError_t e;
-    if (u.pdl.on)
-    {
-        e = moeLaunch(u.pdl.next(), moeSlotKernel<P, View, true>, grid, dim3(32 * nt * slices), P::kTABLE_BYTES,
-            u.stream, p, view, u.ids, static_cast<int>(u.topK), static_cast<int>(u.E), rowDiv, u.combine ? 0 : 1, X,
-            out, yElem, n, k, u.xDtype, slices);
-    }
-    else
-    {
-        moeSlotKernel<P, View, false><<<grid, 32 * nt * slices, P::kTABLE_BYTES, u.stream>>>(p, view, u.ids,
-            static_cast<int>(u.topK), static_cast<int>(u.E), rowDiv, u.combine ? 0 : 1, X, out, yElem, n, k,
-            u.xDtype, slices);
-        e = cudaGetLastError();
-    }
+    const cudaError_t e = moeLaunchIn(u.pdl, moeSlotKernel<P, View, false>, moeSlotKernel<P, View, true>, grid,
+        dim3(32 * nt * slices), P::kTABLE_BYTES, u.stream, p, view, u.ids, static_cast<int>(u.topK),
+        static_cast<int>(u.E), rowDiv, u.combine ? 0 : 1, X, out, yElem, n, k, u.xDtype, slices);
     if (e != cudaSuccess || !u.combine)
     {
         return e;
     }
     return launchMoeCombine(u.ids, u.topkWeights, nullptr, u.ws + u.w.ys, u.xDtype, u.y, u.m, u.topK, u.E, u.n,
-        u.stream, &u.pdl);
+        u.stream, u.variant, u.pdl);
 }
 
 /* Argument checks shared by the three launchers. */

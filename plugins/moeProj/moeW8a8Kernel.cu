@@ -114,21 +114,12 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     }
     p.nbx = static_cast<int>(scaleCols(k, act_format, act_scale_granularity));
     p.sx = reinterpret_cast<const float*>(ws + w.scales);
-    if (run.pdl.on)
+    e = moeLaunchIn(run.pdl, quantFp8Kernel, moeQuantFp8PdlKernel, dim3(static_cast<unsigned>(run.rows)),
+        dim3(kACT_THREADS), 0, stream, run.src, x_dtype, reinterpret_cast<__half*>(ws + w.operand),
+        reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k), p.nbx);
+    if (e != cudaSuccess)
     {
-        e = moeLaunch(run.pdl.next(), moeQuantFp8PdlKernel, dim3(static_cast<unsigned>(run.rows)), dim3(kACT_THREADS),
-            0, stream, run.src, x_dtype, reinterpret_cast<__half*>(ws + w.operand),
-            reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k), p.nbx);
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-    }
-    else
-    {
-        quantFp8Kernel<<<static_cast<int>(run.rows), kACT_THREADS, 0, stream>>>(run.src, x_dtype,
-            reinterpret_cast<__half*>(ws + w.operand), reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k),
-            p.nbx);
+        return e;
     }
     const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.operand);
     return p.blockScales == 0 && p.nbx == 1 ? moeProject<W8A8Fp8Policy<false>>(p, view, run, X)
