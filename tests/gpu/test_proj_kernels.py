@@ -27,7 +27,8 @@ if not torch.cuda.is_available():
 
 from metrale_export.ops import cuda as mcuda  # noqa: E402
 from metrale_export.ops import tolerances, w4a4, w4a16, w8a8  # noqa: E402
-from metrale_export.ops.numerics import FP8_BLOCK, bf16_round, e4m3_from_bits  # noqa: E402
+from metrale_export.ops.numerics import bf16_round  # noqa: E402
+from support.fp8_reference import fp8_float64  # noqa: E402
 
 DEV = torch.device("cuda")
 M_VALUES = (1, 2, 3, 7, 8, 16, 31, 64, 127, 128, 1000, 4096)
@@ -158,13 +159,7 @@ class Layer:
             acc = d(bf16_round(x.float())) @ d(wb).T
         elif self.op == "w8a8":
             xq, sx = w8a8.quantize_activation(x, o["agran"], self.input_scale)
-            wq = d(e4m3_from_bits(c["weight"]))
-            sw = d(w8a8.expand_weight_scale(c["weight_scale"], o["gran"], n, k))
-            acc = torch.zeros(x.shape[0], n, dtype=torch.float64, device=DEV)
-            for b in range(-(-k // FP8_BLOCK)):
-                ks = slice(b * FP8_BLOCK, min(k, (b + 1) * FP8_BLOCK))
-                sxb = d(sx[:, :1] if o["agran"] in ("row", "tensor") else sx[:, b:b + 1])
-                acc += (d(xq[:, ks]) @ wq[:, ks].T) * sxb * sw[:, b * FP8_BLOCK][None, :]
+            acc, _ = fp8_float64(xq, sx, c["weight"], c["weight_scale"], o["gran"], DEV)
         elif o["act"] == "bf16":
             gw = c["weight_global_scale"].float().reshape(())
             wb = bf16_round(w4a4.dequantize_factors(c["weight"], c["weight_scale"]) * gw)

@@ -39,7 +39,8 @@ if torch.cuda.get_device_capability() != (9, 0):
 
 from metrale_export.ops import cuda as mcuda  # noqa: E402
 from metrale_export.ops import tolerances, w8a8  # noqa: E402
-from metrale_export.ops.numerics import FP8_BLOCK, bf16_round, e4m3_from_bits  # noqa: E402
+from metrale_export.ops.numerics import FP8_BLOCK, bf16_round  # noqa: E402
+from support.fp8_reference import fp8_float64  # noqa: E402
 
 DEV = torch.device("cuda")
 ENV = "METRALE_W8A8_MMA"
@@ -110,17 +111,7 @@ class Fp8Layer:
         per block), plus bias; and the per-element sum of |terms| (same scaling) for the element-wise
         bound."""
         xq, sx = w8a8.quantize_activation(x.cpu(), self.agran, self.input_scale)
-        a = xq.to(torch.float64).to(DEV)
-        b = e4m3_from_bits(self.weight).to(torch.float64).to(DEV)
-        sx64 = sx.to(torch.float64).to(DEV)
-        sw = w8a8.expand_weight_scale(self.weight_scale, self.gran, self.n, self.k).to(torch.float64).to(DEV)
-        acc = torch.zeros(a.shape[0], self.n, dtype=torch.float64, device=DEV)
-        mag = torch.zeros_like(acc)
-        for blk in range(-(-self.k // FP8_BLOCK)):
-            ks = slice(blk * FP8_BLOCK, min(self.k, (blk + 1) * FP8_BLOCK))
-            scale = sx64[:, blk if sx64.shape[1] > 1 else 0, None] * sw[None, :, blk * FP8_BLOCK]
-            acc += (a[:, ks] @ b[:, ks].T) * scale
-            mag += (a[:, ks].abs() @ b[:, ks].abs().T) * scale.abs()
+        acc, mag = fp8_float64(xq, sx, self.weight, self.weight_scale, self.gran, DEV)
         if self.bias is not None:
             acc = acc + self.bias.to(torch.float64).to(DEV)[None, :]
         return acc, mag
