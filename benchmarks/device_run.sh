@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|xpf|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -262,37 +262,6 @@ if [ "$what" = decode ]; then
   timeout 170 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,ring \
     ${DECODE_SHAPES:+--shapes "$DECODE_SHAPES"} --out "$OUT" 2>&1 \
     | tee "$OUT/bench-decode.log" | tail -30
-fi
-if [ "$what" = xpf ]; then
-  # The streaming tile's load variants (METRALE_STREAM = xpf, l2, xl2: projStream.cuh's kXPF / kPF, the
-  # sorted grid kernel's next-item prefetch) on a carried build: tests/gpu/test_stream_xpf.py (bitwise
-  # the default: dense W4A16 / W4A4 / W8A8-bf16 at M = 1..16, the grouped slot and sorted paths) and
-  # test_stream_ring.py; bench_decode_variants (W4A16 at M = 1, 8, 16, XPF_DECODE variants);
-  # bench_moe_layer (XPF_MOE_ARGS) once per XPF_MOE variant (def = unset); ncu over the dense decode
-  # launches under XPF_NCU. Writes gpu.txt, tests.log, decode-variants-*.md, moe-<variant>.md, ncu-var.txt.
-  record_commit
-  SECONDS=0
-  timeout 150 python3 -m pytest tests/gpu/test_stream_xpf.py tests/gpu/test_stream_ring.py -m gpu -rs -q \
-    --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
-  echo "test_stream_xpf + ring exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
-  grep -E "passed|failed|error" "$OUT/tests.log" | tail -6
-  SECONDS=0
-  timeout 150 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants "${XPF_DECODE:-reg,xpf,l2,xl2,ring}" \
-    --out "$OUT" > /tmp/bench-decode.log 2>&1; echo "bench_decode_variants exit $? after ${SECONDS} s"
-  tail -40 /tmp/bench-decode.log
-  for v in ${XPF_MOE:-def l2 xl2}; do
-    mkdir -p /tmp/moe-$v; SECONDS=0
-    ( [ $v = def ] || export METRALE_STREAM=$v; timeout 110 python3 -m benchmarks.bench_moe_layer \
-        ${XPF_MOE_ARGS:---m 1,4,16 --shapes 30B-A3B} --out /tmp/moe-$v > /tmp/moe-$v.log 2>&1
-      echo "bench_moe_layer ($v) exit $? after ${SECONDS} s" )
-    cp /tmp/moe-$v/moe-layer-*.md "$OUT/moe-$v.md" 2>/dev/null || tail -5 /tmp/moe-$v.log
-    grep -E "^\| " "$OUT/moe-$v.md" 2>/dev/null | head -30
-  done
-  METRALE_STREAM=${XPF_NCU:-xl2} timeout 60 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
-    python3 -m benchmarks.diagnostics.ncu_decode --m 1 --moe "" > "$OUT/ncu-var.txt" 2>&1
-  echo "ncu (${XPF_NCU:-xl2}) exit $?"
-  exit 0
 fi
 if [ "$what" = static ]; then
   python3 -m pytest tests/gpu/test_proj_kernels.py -m gpu -rs --confcutdir=tests/gpu -p no:cacheprovider \

@@ -55,43 +55,10 @@ struct StreamRows
     }
 };
 
-/* The streaming tile's load variants, read at each launcher call from METRALE_STREAM (same bits):
- * "xpf" the activation fragments a block ahead (kXPF), "l2" the weight codes prefetched into the L2
- * kSTREAM_L2_AHEAD blocks ahead (kPF), "xl2" both; anything else neither. */
-constexpr int kSTREAM_L2_AHEAD = 4;
-struct StreamLoads
-{
-    bool xpf = false;
-    bool l2 = false;
-};
-inline StreamLoads streamLoadsSelected()
-{
-    const char* v = std::getenv("METRALE_STREAM");
-    StreamLoads s;
-    if (v != nullptr)
-    {
-        s.xpf = std::strcmp(v, "xpf") == 0 || std::strcmp(v, "xl2") == 0;
-        s.l2 = std::strcmp(v, "l2") == 0 || std::strcmp(v, "xl2") == 0;
-    }
-    return s;
-}
-/* The kernel of a (kXPF, kPF) pair for the variant selected: pick(xpf, l2) among four instances. */
-template <class F>
-inline F streamLoadsPick(F plain, F xpf, F l2, F both)
-{
-    const StreamLoads s = streamLoadsSelected();
-    return s.xpf ? (s.l2 ? both : xpf) : (s.l2 ? l2 : plain);
-}
-
 /* One CTA's weight tiles (CTA index `cta` along N) against all M (<= 8 kXT) rows of X; the kernel
  * below calls it with blockIdx.x, the grouped-expert kernels (moeProj/) with an expert's rows (and
- * their row map R). kXPF: each block's activation fragments are loaded one block ahead, into a
- * two-entry register ring beside the weights' (kD even), instead of at the block's start, where
- * every block waited for them (an L2 round trip: ncu's L1TEX scoreboard stall); the same values
- * reach the same mma, so the same bits. kPF > 0: at each block, quad lane 0 of each row pair asks the
- * L2 for its two rows' codes kPF blocks ahead (prefetch.global.L2: no register, no wait), so that the
- * register ring's loads, one block ahead, find them there rather than in DRAM. */
-template <class P, int kXT, int kD, class R = StreamRows, bool kXPF = false, int kPF = 0>
+ * their row map R). */
+template <class P, int kXT, int kD, class R = StreamRows>
 __device__ __forceinline__ void projStreamTile(const typename P::Params& p, const uint16_t* __restrict__ X,
     void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices, int cta, const R& rows = R{})
 {
@@ -165,19 +132,6 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
             s.m[hr] = P::loadStreamMeta(p, t, kb, nRow[hr], nOk[hr]);
         }
     };
-    auto prefetchL2 = [&](int kb) {
-        if (t == 0)
-        {
-#pragma unroll
-            for (int hr = 0; hr < 2; ++hr)
-            {
-                if (nOk[hr] && kb * P::kCB < cEnd)
-                {
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(cRow[hr] + kb * P::kCB));
-                }
-            }
-        }
-    };
     // The activation fragments of a block (B operand, steps 2q and 2q+1 in xf[j][q]); zero past M, K.
     auto loadX = [&](uint4 (&xf)[kXT][4], int kb) {
 #pragma unroll
@@ -200,9 +154,10 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
         for (int e = 0; e < 4; ++e)
             acc[j][e] = 0.0f;
 
-    // One block: the same steps, operands and mma order as projGemmKernel's doBlock (xf: the
-    // block's activation fragments).
-    auto doBlockX = [&](const Slot& s, int kb, const uint4 (&xf)[kXT][4]) {
+    // One block: the same steps, operands and mma order as projGemmKernel's doBlock.
+    auto doBlock = [&](const Slot& s, int kb) {
+        uint4 xf[kXT][4];
+        loadX(xf, kb);
         uint32_t codes[2][kCW];
         typename P::BlockState bs[2];
 #pragma unroll
@@ -273,11 +228,6 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
             }
         }
     };
-    auto doBlock = [&](const Slot& s, int kb) {
-        uint4 xf[kXT][4];
-        loadX(xf, kb);
-        doBlockX(s, kb, xf);
-    };
 
     // Weights kD - 1 blocks ahead: a slot is refilled right after its block is consumed (in place,
     // no register copies). The activations come from L1 / L2 at the start of each block (a ring of
@@ -291,75 +241,18 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
             load(ring[d], slice + slices * d);
         }
     }
-    if constexpr (kPF > 0)
+    for (int base = 0; base < nMine; base += kD)
     {
 #pragma unroll
-        for (int d = kD; d < kPF; ++d)
+        for (int d = 0; d < kD; ++d)
         {
-            if (d < nMine)
+            const int i = base + d;
+            if (i < nMine)
             {
-                prefetchL2(slice + slices * d);
-            }
-        }
-    }
-    if constexpr (kXPF)
-    {
-        static_assert(kD % 2 == 0, "the activation ring alternates with the weight ring's slots");
-        uint4 xr[2][kXT][4];  // block i's fragments in xr[i % 2]
-        if (nMine > 0)
-        {
-            loadX(xr[0], slice);
-        }
-        for (int base = 0; base < nMine; base += kD)
-        {
-#pragma unroll
-            for (int d = 0; d < kD; ++d)
-            {
-                const int i = base + d;
-                if (i < nMine)
+                doBlock(ring[d], slice + slices * i);
+                if (i + kD < nMine)
                 {
-                    if constexpr (kPF > 0)
-                    {
-                        if (i + kPF < nMine)
-                        {
-                            prefetchL2(slice + slices * (i + kPF));
-                        }
-                    }
-                    if (i + 1 < nMine)
-                    {
-                        loadX(xr[(d + 1) % 2], slice + slices * (i + 1));
-                    }
-                    doBlockX(ring[d], slice + slices * i, xr[d % 2]);
-                    if (i + kD < nMine)
-                    {
-                        load(ring[d], slice + slices * (i + kD));
-                    }
-                }
-            }
-        }
-    }
-    else
-    {
-        for (int base = 0; base < nMine; base += kD)
-        {
-    #pragma unroll
-            for (int d = 0; d < kD; ++d)
-            {
-                const int i = base + d;
-                if (i < nMine)
-                {
-                    if constexpr (kPF > 0)
-                    {
-                        if (i + kPF < nMine)
-                        {
-                            prefetchL2(slice + slices * (i + kPF));
-                        }
-                    }
-                    doBlock(ring[d], slice + slices * i);
-                    if (i + kD < nMine)
-                    {
-                        load(ring[d], slice + slices * (i + kD));
-                    }
+                    load(ring[d], slice + slices * (i + kD));
                 }
             }
         }
@@ -423,11 +316,11 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
     }
 }
 
-template <class P, int kXT, int kD, bool kXPF = false, int kPF = 0>
+template <class P, int kXT, int kD>
 __global__ void __launch_bounds__(kSTREAM_THREADS) projStreamKernel(const typename P::Params p,
     const uint16_t* __restrict__ X, void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices)
 {
-    projStreamTile<P, kXT, kD, StreamRows, kXPF, kPF>(p, X, Y, M, N, K, yDtype, slices, blockIdx.x);
+    projStreamTile<P, kXT, kD>(p, X, Y, M, N, K, yDtype, slices, blockIdx.x);
 }
 
 /*
@@ -446,8 +339,7 @@ inline cudaError_t launchProjStream(const typename P::Params& p, const uint16_t*
     const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
     // Two blocks per warp's ring: measured on the H200 (benchmarks/results/kernels-20261129-*), a
     // deeper ring costs more in occupancy (registers) than it gains in loads in flight.
-    auto kern = streamLoadsPick(projStreamKernel<P, kXT, 2>, projStreamKernel<P, kXT, 2, true>,
-        projStreamKernel<P, kXT, 2, false, kSTREAM_L2_AHEAD>, projStreamKernel<P, kXT, 2, true, kSTREAM_L2_AHEAD>);
+    auto kern = projStreamKernel<P, kXT, 2>;
     const dim3 grid((n + 16 * nt - 1) / (16 * nt));
     kern<<<grid, 32 * nt * slices, P::kTABLE_BYTES, stream>>>(p, X, y, m, n, k, yDtype, slices);
     return cudaGetLastError();

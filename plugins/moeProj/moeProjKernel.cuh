@@ -742,10 +742,7 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) moeStreamKernel(const typenam
 // Per-block scales (W8A8 block128: moeStreamKernel 114 / 126 registers) keep 2 / 1 CTAs of 256 threads.
 #define METRALE_MOE_GRID_MIN_BLOCKS(P, kXT) (P::kPER_BLOCK ? ((kXT) == 1 ? 2 : 1) : ((kXT) == 1 ? 3 : 2))
 #endif
-template <class P> __device__ __forceinline__ void moePrefetchCodes(const uint8_t*, int, int, int, int);
-/* kNext (METRALE_STREAM=l2 / xl2): before each item, the CTA asks the L2 for the next item's code rows
- * (moePrefetchCodes), so that item's loads find them there; the same arithmetic. */
-template <class P, int kXT, class View, bool kPDL = false, bool kNext = false>
+template <class P, int kXT, class View, bool kPDL = false>
 __global__ void __launch_bounds__(kSTREAM_THREADS, METRALE_MOE_GRID_MIN_BLOCKS(P, kXT)) moeStreamGridKernel(
     const typename P::Params p, const View view, const MoeRouting r, const uint16_t* __restrict__ X,
     uint8_t* __restrict__ Y, int yElem, int N, int K, int32_t yDtype, int slices)
@@ -764,15 +761,6 @@ __global__ void __launch_bounds__(kSTREAM_THREADS, METRALE_MOE_GRID_MIN_BLOCKS(P
         const int e = r.tileExpert[tile];
         const int r0 = r.tileRow0[tile];
         const int rows = min(8 * kXT, r.offsets[e + 1] - r0);
-        if constexpr (kNext)
-        {
-            const int j = i + gridDim.x;
-            if (j < items)
-            {
-                const int tj = j / nx;
-                moePrefetchCodes<P>(view(p, r.tileExpert[tj], r.tileRow0[tj]).codes, N, K, slices, j - tj * nx);
-            }
-        }
         const typename P::Params pe = view(p, e, r0);
         projStreamTile<P, kXT, 2>(pe, X + static_cast<size_t>(r0) * K, Y + static_cast<size_t>(r0) * N * yElem, rows,
             N, K, yDtype, slices, i - tile * nx);
@@ -801,9 +789,8 @@ __device__ __forceinline__ void moePrefetchCodes(const uint8_t* codes, int N, in
  * activation row (row slot / rowDiv of X: rowDiv = top_k when the slots of a row share x's row) into
  * output row `slot` of Y. A skipped slot (bad or repeated id) writes zeros when zeroSkipped.
  * kPDL: topk_ids and the weights are read before the wait: the ids are the router's, complete before
- * the op's first kernel was (plainly) launched; only X (the pre-pass's) and Y wait. kXPF: the tile's
- * activation loads a block ahead, kPF: the L2 prefetch of the codes (METRALE_STREAM, projStreamTile). */
-template <class P, class View, bool kPDL = false, bool kXPF = false, int kPF = 0>
+ * the op's first kernel was (plainly) launched; only X (the pre-pass's) and Y wait. */
+template <class P, class View, bool kPDL = false>
 __global__ void __launch_bounds__(kSTREAM_THREADS) moeSlotKernel(const typename P::Params p, const View view,
     const int32_t* __restrict__ ids, int topK, int E, int rowDiv, int zeroSkipped, const uint16_t* __restrict__ X,
     uint8_t* __restrict__ Y, int yElem, int N, int K, int32_t yDtype, int slices)
@@ -839,8 +826,7 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) moeSlotKernel(const typename 
     }
     const int row = slot / rowDiv;
     const typename P::Params pe = view(p, e, row);
-    projStreamTile<P, 1, 2, StreamRows, kXPF, kPF>(pe, X + static_cast<size_t>(row) * K, y, 1, N, K, yDtype, slices,
-        blockIdx.x);
+    projStreamTile<P, 1, 2>(pe, X + static_cast<size_t>(row) * K, y, 1, N, K, yDtype, slices, blockIdx.x);
 }
 
 /* Whether the slot path serves m rows of top_k slots: a function of m and top_k only. Both paths
@@ -958,12 +944,16 @@ inline cudaError_t moeLaunchStream(const typename P::Params& p, const View& view
     const uint16_t* X, uint8_t* Y, int yElem, int32_t yDtype, int n, int k, int slices, int nt, MoePdl& pdl,
     cudaStream_t stream)
 {
-    auto kern = moeStreamKernel<P, kXT, View, kPDL>;
-    if constexpr (kGrid)
-    {
-        kern = streamLoadsSelected().l2 ? moeStreamGridKernel<P, kXT, View, kPDL, true>
-                                        : moeStreamGridKernel<P, kXT, View, kPDL>;
-    }
+    auto kern = []() {
+        if constexpr (kGrid)
+        {
+            return moeStreamGridKernel<P, kXT, View, kPDL>;
+        }
+        else
+        {
+            return moeStreamKernel<P, kXT, View, kPDL>;
+        }
+    }();
     const int threads = 32 * nt * slices;
     dim3 grid((n + 16 * nt - 1) / (16 * nt), maxTiles);
     if constexpr (kGrid)
@@ -1192,13 +1182,8 @@ inline cudaError_t moeProject(const typename P::Params& p, const View& view, Moe
     // combine=0 writes y's [M, top_k, N] rows in place; combine=1 the slots' outputs, then the sum.
     uint8_t* out = u.combine ? u.ws + u.w.ys : static_cast<uint8_t*>(u.y);
     const int rowDiv = u.combine || u.perSlotOperand ? 1 : static_cast<int>(u.topK);
-    constexpr int kA = kSTREAM_L2_AHEAD;
-    const cudaError_t e = moeLaunchIn(u.pdl,
-        streamLoadsPick(moeSlotKernel<P, View, false>, moeSlotKernel<P, View, false, true>,
-            moeSlotKernel<P, View, false, false, kA>, moeSlotKernel<P, View, false, true, kA>),
-        streamLoadsPick(moeSlotKernel<P, View, true>, moeSlotKernel<P, View, true, true>,
-            moeSlotKernel<P, View, true, false, kA>, moeSlotKernel<P, View, true, true, kA>),
-        grid, dim3(32 * nt * slices), P::kTABLE_BYTES, u.stream, p, view, u.ids, static_cast<int>(u.topK),
+    const cudaError_t e = moeLaunchIn(u.pdl, moeSlotKernel<P, View, false>, moeSlotKernel<P, View, true>, grid,
+        dim3(32 * nt * slices), P::kTABLE_BYTES, u.stream, p, view, u.ids, static_cast<int>(u.topK),
         static_cast<int>(u.E), rowDiv, u.combine ? 0 : 1, X, out, yElem, n, k, u.xDtype, slices);
     if (e != cudaSuccess || !u.combine)
     {
