@@ -12,9 +12,9 @@ kept behind the variable for this comparison), and ``torch._scaled_mm`` FP8 with
 L2); each variant's TFLOP/s, TB/s on the weight bytes and ratio to the anchor, and whether its bits
 equal the first variant's (exact and wgmma never share bits: a "True" between them would mean the
 variant did not run). The launch variants of the FP8 kernel, named as METRALE_W8A8_MMA takes them
-(wg-base: b94300f's; wg-q: the pre-pass fused with the operand layout; wg-qe, the default: that and
-the epilogue's scales read before its stores), give the same bits: among them "same bits" must be
-True. ``--granularity block``: block128 weights and row_block128 activations (the official FP8
+(wg-base: b94300f's; wg-q: the pre-pass fused with the operand layout; wg-qe: that and the
+epilogue's scales read before its stores; each with CTAs of 128 weight rows at every M, where the
+default has 64 at M <= 16), give the same bits: among them "same bits" must be True. ``--granularity block``: block128 weights and row_block128 activations (the official FP8
 Qwen3 format; its FP8 kernel scales each block at its promotion) instead of channel x row, against
 the same per-channel cuBLASLt anchor; ``wg-fma-probe`` there times the FFMA promotion, whose bits are
 not the contract's (a measurement of what the promotion's FP32 issue costs). Writes

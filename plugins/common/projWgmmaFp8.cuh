@@ -411,15 +411,24 @@ constexpr int kSC_FMA_PROBE = 4;
 // The weight-scale row a block128 CTA keeps in shared memory: K up to 512 blocks (65536).
 constexpr int kFP8_SW_MAX = 512;
 
-/* Shared memory (bytes, from a 1024-byte aligned base): kST stages of [the weights' kWG_ROWS rows x
+/* Consumer warpgroups per CTA (each 64 weight rows): kWG_CONSUMERS (128 rows), or 1 at token tiles
+ * of 8 and 16 (decode: twice the CTAs, two an SM). A row's arithmetic is its warpgroup's alone (the
+ * same wgmma on the same operands, the same promotion points), so the bits do not depend on it. */
+template <int kN>
+constexpr int wgFp8Consumers(bool rows64)
+{
+    return rows64 && kN <= 16 ? 1 : kWG_CONSUMERS;
+}
+
+/* Shared memory (bytes, from a 1024-byte aligned base): kST stages of [the weights' 64 kCW rows x
  * 128 k (swizzled) | kN token rows x 128 k], then the full / empty mbarriers; with per-block scales
  * (kSc) then the token scales (kSC_BLOCK_X: kST stages of kN floats, each filled with its stage;
  * else kN floats, the tile's sx[m], written once) and the CTA's weight-scale row (kSC_BLOCK_W:
  * kFP8_SW_MAX floats). */
-template <int kN, int kST, int kSc = 0>
+template <int kN, int kST, int kSc = 0, int kCW = kWG_CONSUMERS>
 struct WgFp8Layout
 {
-    static constexpr int kA = kWG_ROWS * 128;
+    static constexpr int kA = 64 * kCW * 128;
     static constexpr int kStage = kA + kN * 128;
     static constexpr int kBar = kST * kStage;
     static constexpr int kSx = kBar + 2 * kST * 8;
@@ -431,13 +440,15 @@ struct WgFp8Layout
     static_assert(kSx % 16 == 0, "16-byte aligned token scales (the bulk copy)");
 };
 
-/* Stages per token tile: as many as the shared memory holds, at most 12. */
-template <int kN, int kSc = 0>
+/* Stages per token tile: as many as the shared memory holds (at kCW = 1 half of it: two CTAs an
+ * SM), at most 12. */
+template <int kN, int kSc = 0, int kCW = kWG_CONSUMERS>
 constexpr int wgFp8Stages()
 {
-    constexpr int perStage = kWG_ROWS * 128 + kN * 128 + 16 + ((kSc & kSC_BLOCK_X) ? kN * 4 : 0);
+    constexpr int perStage = 64 * kCW * 128 + kN * 128 + 16 + ((kSc & kSC_BLOCK_X) ? kN * 4 : 0);
     constexpr int fixed = 1024 + (kSc != 0 && !(kSc & kSC_BLOCK_X) ? kN * 4 : 0) + ((kSc & kSC_BLOCK_W) ? kFP8_SW_MAX * 4 : 0);
-    constexpr int fit = (227 * 1024 - fixed) / perStage;
+    constexpr int budget = kCW == 1 ? 113 * 1024 : 227 * 1024;
+    constexpr int fit = (budget - fixed) / perStage;
     return fit < 12 ? fit : 12;
 }
 
@@ -519,13 +530,13 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
  * registers); sw[n, b] is the CTA's one block128 scale of block b (its 128 rows start at a multiple
  * of 128; shared memory) or sw[n] (channel, in registers).
  */
-template <class P, int kN, int kST, bool kHoist = false, int kSc = 0>
+template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS>
 __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, const float* sxS,
     const float* swS, uint64_t* full, uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb,
     int m0, int n0)
 {
 #ifdef METRALE_SM90A
-    using L = WgFp8Layout<kN, kST, kSc>;
+    using L = WgFp8Layout<kN, kST, kSc, kCW>;
     constexpr int kACC = kN / 2;  // accumulators per thread: kN / 8 n8 column tiles x 4
     const int tid = threadIdx.x;
     const int warpId = tid >> 5;
@@ -691,13 +702,21 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 
 /* kSc: the per-block scales (kSC_BLOCK_W / kSC_BLOCK_X; 0: row x channel). sxT: the token scales
  * block-major, [nkb, 8 mg] (kSC_BLOCK_X only; else null, the tile's sx[m] read from p.sx). */
-template <class P, int kN, int kST, bool kHoist = false, int kSc = 0>
-__global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __grid_constant__ CUtensorMap wmap,
-    const typename P::Params p, const uint8_t* __restrict__ Xw, const float* __restrict__ sxT, void* __restrict__ Y,
-    int M, int N, int K, int32_t yDtype)
+/* Threads of the kernel at kCW consumer warpgroups: theirs and the producer warpgroup. */
+template <int kCW>
+constexpr int wgFp8Threads()
+{
+    return 128 * kCW + 128;
+}
+
+template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS>
+__global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgmmaFp8Kernel(
+    const __grid_constant__ CUtensorMap wmap, const typename P::Params p, const uint8_t* __restrict__ Xw,
+    const float* __restrict__ sxT, void* __restrict__ Y, int M, int N, int K, int32_t yDtype)
 {
 #ifdef METRALE_SM90A
-    using L = WgFp8Layout<kN, kST, kSc>;
+    using L = WgFp8Layout<kN, kST, kSc, kCW>;
+    constexpr int kT = wgFp8Threads<kCW>();
     extern __shared__ __align__(1024) uint8_t smemRaw[];
     uint8_t* smem = smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
@@ -707,20 +726,20 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __gri
     const int mg = (M + 7) >> 3;
     int m0 = 0;
     int n0 = 0;
-    wgRasterTile(kN, m0, n0);
+    wgRasterTile(kN, m0, n0, 64 * kCW);
     float* sxS = reinterpret_cast<float*>(smem + L::kSx);
     float* swS = reinterpret_cast<float*>(smem + L::kSw);
     if constexpr (kSc != 0 && !(kSc & kSC_BLOCK_X))
     {
-        for (int i = tid; i < kN; i += kWG_THREADS)  // the tile's one scale a token (0 past M: never stored)
+        for (int i = tid; i < kN; i += kT)  // the tile's one scale a token (0 past M: never stored)
         {
             sxS[i] = m0 + i < M ? p.sx[m0 + i] : 0.0f;
         }
     }
     if constexpr ((kSc & kSC_BLOCK_W) != 0)
     {
-        const float* row = p.scale + static_cast<size_t>(n0 >> 7) * p.kBlocks;  // n0 % 128 == 0
-        for (int i = tid; i < nkb; i += kWG_THREADS)
+        const float* row = p.scale + static_cast<size_t>(n0 >> 7) * p.kBlocks;  // rows n0 .. n0 + 64 kCW - 1: one block row
+        for (int i = tid; i < nkb; i += kT)
         {
             swS[i] = row[i];
         }
@@ -730,15 +749,18 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __gri
         for (int s = 0; s < kST; ++s)
         {
             mbarInit(&full[s], 1);  // the producer's expect_tx arrival
-            mbarInit(&empty[s], 4 * kWG_CONSUMERS);
+            mbarInit(&empty[s], 4 * kCW);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
-    if ((tid >> 5) >= 4 * kWG_CONSUMERS)
+    if ((tid >> 5) >= 4 * kCW)
     {
-        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS_R));
-        if (tid == 128 * kWG_CONSUMERS)
+        if constexpr (kCW == kWG_CONSUMERS)  // at kCW = 1 (two CTAs an SM, few accumulators) the launch's registers serve
+        {
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS_R));
+        }
+        if (tid == 128 * kCW)
         {
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
             const uint32_t rowsB = static_cast<uint32_t>(min(kN, 8 * mg - m0));
@@ -758,8 +780,12 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaFp8Kernel(const __gri
     }
     else
     {
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
-        consumeWgmmaFp8<P, kN, kST, kHoist, kSc>(p, smemAddr(smem), sxS, swS, full, empty, Y, M, N, yDtype, nkb, m0, n0);
+        if constexpr (kCW == kWG_CONSUMERS)
+        {
+            asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
+        }
+        consumeWgmmaFp8<P, kN, kST, kHoist, kSc, kCW>(p, smemAddr(smem), sxS, swS, full, empty, Y, M, N, yDtype, nkb,
+            m0, n0);
     }
 #else
     __trap();  // launched only where wgFp8Available() found sm_90a machine code
@@ -780,7 +806,7 @@ inline int wgFp8TokenTile(int64_t m, int64_t n)
 /* The weights [n, k] (e4m3 bytes, row-major, k a multiple of 16) as a TMA tensor map: boxes of
  * 128 k x kWG_ROWS rows, 128-byte swizzle, zero fill outside. The driver's encoder through the
  * runtime's entry point (no link against libcuda). */
-inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtensorMap* map)
+inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtensorMap* map, int rows = kWG_ROWS)
 {
     static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;  // a race only repeats the lookup
     if (encode == nullptr)
@@ -796,7 +822,7 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     }
     const cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(n)};
     const cuuint64_t strides[1] = {static_cast<cuuint64_t>(k)};
-    const cuuint32_t box[2] = {128, kWG_ROWS};
+    const cuuint32_t box[2] = {128, static_cast<cuuint32_t>(rows)};
     const cuuint32_t elem[2] = {1, 1};
     const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<uint8_t*>(w), dims, strides, box, elem,
         CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -804,69 +830,87 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <class P, int kN, bool kHoist = false, int kSc = 0>
+template <class P, int kN, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS>
 inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw,
     const float* sxT, void* y, int m, int n, int k, int32_t yDtype, cudaStream_t stream)
 {
-    constexpr int kST = wgFp8Stages<kN, kSc>();
-    using L = WgFp8Layout<kN, kST, kSc>;
-    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc>;
-    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc>>(L::kSmem);
+    constexpr int kST = wgFp8Stages<kN, kSc, kCW>();
+    using L = WgFp8Layout<kN, kST, kSc, kCW>;
+    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW>;
+    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
     }
-    const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN, 1);
-    kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(map, p, Xw, sxT, y, m, n, k, yDtype);
+    constexpr int kRows = 64 * kCW;
+    const dim3 grid((n + kRows - 1) / kRows, (m + kN - 1) / kN, 1);
+    kern<<<grid, wgFp8Threads<kCW>(), L::kSmem, stream>>>(map, p, Xw, sxT, y, m, n, k, yDtype);
     return cudaGetLastError();
+}
+
+/* The weight map of the token tile's CTA (64 kCW rows a box) and that launch. */
+template <class P, int kN, bool kHoist = false, int kSc = 0>
+inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64)
+{
+    CUtensorMap map;
+    const bool half = wgFp8Consumers<kN>(rows64) == 1;
+    const cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map, half ? 64 : kWG_ROWS);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    if constexpr (wgFp8Consumers<kN>(true) == 1)
+    {
+        if (half)
+        {
+            return launchProjWgmmaFp8N<P, kN, kHoist, kSc, 1>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+        }
+    }
+    return launchProjWgmmaFp8N<P, kN, kHoist, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
 }
 
 /* The token tile's launch of the block-scaled kernel (kSc != 0). */
 template <class P, int kSc>
-inline cudaError_t launchProjWgmmaFp8Scaled(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw,
-    const float* sxT, void* y, int m, int n, int k, int32_t yDtype, cudaStream_t stream)
+inline cudaError_t launchProjWgmmaFp8Scaled(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64)
 {
     switch (wgFp8TokenTile(m, n))
     {
-    case 8: return launchProjWgmmaFp8N<P, 8, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
-    case 16: return launchProjWgmmaFp8N<P, 16, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
-    case 32: return launchProjWgmmaFp8N<P, 32, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
-    case 64: return launchProjWgmmaFp8N<P, 64, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
-    default: return launchProjWgmmaFp8N<P, 128, true, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    case 8: return launchProjWgmmaFp8Tile<P, 8, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
+    case 16: return launchProjWgmmaFp8Tile<P, 16, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
+    case 32: return launchProjWgmmaFp8Tile<P, 32, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
+    case 64: return launchProjWgmmaFp8Tile<P, 64, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
+    default: return launchProjWgmmaFp8Tile<P, 128, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
     }
 }
 
 /* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes;
- * hoist: wgFp8Epilogue (the scales read before the first store) instead of wgEpilogue, the same bits. */
+ * hoist: wgFp8Epilogue (the scales read before the first store) instead of wgEpilogue, the same bits;
+ * rows64: CTAs of 64 weight rows at token tiles of 8 and 16 (wgFp8Consumers), the same bits. */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n, int k,
-    int32_t yDtype, cudaStream_t stream, bool hoist = false)
+    int32_t yDtype, cudaStream_t stream, bool hoist = false, bool rows64 = true)
 {
-    CUtensorMap map;
-    cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map);
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
     const int tile = wgFp8TokenTile(m, n);
     if (hoist)
     {
         switch (tile)
         {
-        case 8: return launchProjWgmmaFp8N<P, 8, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
-        case 16: return launchProjWgmmaFp8N<P, 16, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
-        case 32: return launchProjWgmmaFp8N<P, 32, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
-        case 64: return launchProjWgmmaFp8N<P, 64, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
-        default: return launchProjWgmmaFp8N<P, 128, true>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+        case 8: return launchProjWgmmaFp8Tile<P, 8, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+        case 16: return launchProjWgmmaFp8Tile<P, 16, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+        case 32: return launchProjWgmmaFp8Tile<P, 32, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+        case 64: return launchProjWgmmaFp8Tile<P, 64, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+        default: return launchProjWgmmaFp8Tile<P, 128, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
         }
     }
     switch (tile)
     {
-    case 8: return launchProjWgmmaFp8N<P, 8>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
-    case 16: return launchProjWgmmaFp8N<P, 16>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
-    case 32: return launchProjWgmmaFp8N<P, 32>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
-    case 64: return launchProjWgmmaFp8N<P, 64>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
-    default: return launchProjWgmmaFp8N<P, 128>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
+    case 8: return launchProjWgmmaFp8Tile<P, 8>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+    case 16: return launchProjWgmmaFp8Tile<P, 16>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+    case 32: return launchProjWgmmaFp8Tile<P, 32>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+    case 64: return launchProjWgmmaFp8Tile<P, 64>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+    default: return launchProjWgmmaFp8Tile<P, 128>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
     }
 }
 
@@ -876,26 +920,20 @@ inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t
  * ceil(K / 128) <= kFP8_SW_MAX (the launcher checks: wgFp8BlocksServe). */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool fmaProbe = false)
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool fmaProbe = false, bool rows64 = true)
 {
-    CUtensorMap map;
-    const cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map);
-    if (e != cudaSuccess)
-    {
-        return e;
-    }
     const int sc = (p.blockScales ? kSC_BLOCK_W : 0) | (p.nbx > 1 ? kSC_BLOCK_X : 0);
     switch (sc)
     {
-    case kSC_BLOCK_W: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W>(map, p, Xw, nullptr, y, m, n, k, yDtype, stream);
-    case kSC_BLOCK_X: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_X>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    case kSC_BLOCK_W: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+    case kSC_BLOCK_X: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
     case kSC_BLOCK_W | kSC_BLOCK_X:
         if (fmaProbe)
         {
-            return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X | kSC_FMA_PROBE>(map, p, Xw, sxT, y, m, n, k,
-                yDtype, stream);
+            return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X | kSC_FMA_PROBE>(p, Xw, sxT, y, m, n, k,
+                yDtype, stream, rows64);
         }
-        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
     default: return cudaErrorInvalidValue;
     }
 }

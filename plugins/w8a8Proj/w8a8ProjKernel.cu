@@ -64,17 +64,19 @@ struct Fp8Variant
     bool fused;  // wgFp8QuantKernel instead of quantFp8Kernel + wgFp8OperandKernel
     bool hoist;  // wgFp8Epilogue instead of wgEpilogue
     bool fmaProbe = false;  // block128 x row_block128: the FFMA promotion probe (not the contract's bits)
+    bool rows64 = true;     // CTAs of 64 weight rows at token tiles of 8 and 16 (wgFp8Consumers), the same bits
 };
 
 /* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
  * "exact" the exact f16 path; "wg-base" the split pre-pass and wgEpilogue (b94300f's kernel);
- * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue; "wg-fma-probe" as wg-qe, and block128 x
+ * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue (each of the three with CTAs of
+ * 128 weight rows at every m; the default: wg-qe with 64 at m <= 16); "wg-fma-probe" as the default, and block128 x
  * row_block128 with the FFMA promotion probe (kSC_FMA_PROBE: other bits, a measurement only); unset or anything
  * else: the default, kFP8_DEFAULT (wg-qe). No sm_90a code: the exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
  * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
  * w8a8-variants-20261202-1533-4a278e6.md) and removed. */
-constexpr Fp8Variant kFP8_DEFAULT = {true, true, true};
+constexpr Fp8Variant kFP8_DEFAULT = {true, true, true, false, true};
 
 Fp8Variant fp8VariantSelected()
 {
@@ -93,19 +95,19 @@ Fp8Variant fp8VariantSelected()
     }
     if (std::strcmp(v, "wg-base") == 0)
     {
-        return {true, false, false};
+        return {true, false, false, false, false};
     }
     if (std::strcmp(v, "wg-q") == 0)
     {
-        return {true, true, false};
+        return {true, true, false, false, false};
     }
     if (std::strcmp(v, "wg-qe") == 0)
     {
-        return {true, true, true};
+        return {true, true, true, false, false};
     }
     if (std::strcmp(v, "wg-fma-probe") == 0)
     {
-        return {true, true, true, true};  // a measurement of the promotion's cost, never a default
+        return {true, true, true, true, true};  // a measurement of the promotion's cost, never a default
     }
     return kFP8_DEFAULT;
 }
@@ -203,9 +205,10 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         if (!rowChannel)
         {
             return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream,
-                var.fmaProbe);
+                var.fmaProbe, var.rows64);
         }
-        return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist);
+        return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist,
+            var.rows64);
     }
     if (staticScale)
     {
@@ -234,7 +237,8 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
             {
                 return e;
             }
-            return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist);
+            return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist,
+                var.rows64);
         }
         // The exact path (METRALE_W8A8_MMA=exact, or no sm_90a code): the bf16-format wgmma tier
         // where it serves m, on the f16 values laid out for it.
@@ -264,7 +268,8 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         {
             return e;
         }
-        return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream);
+        return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream, false,
+            var.rows64);
     }
     // The exact path of the block-scaled variants (METRALE_W8A8_MMA=exact, no sm_90a code, or block128
     // weights past kFP8_SW_MAX blocks of K).
