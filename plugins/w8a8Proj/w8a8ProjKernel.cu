@@ -216,7 +216,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     }
     else
     {
-        quantFp8Kernel<<<mi, kACT_THREADS, 0, stream>>>(x, x_dtype, xq, sx, ki, p.nbx);
+        quantFp8Kernel<<<dim3(static_cast<unsigned>(mi), actRowChunks(m, k)), kACT_THREADS, 0, stream>>>(x, x_dtype, xq, sx, ki, p.nbx);
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
