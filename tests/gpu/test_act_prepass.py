@@ -15,7 +15,8 @@ K in {4096, 12288}, x in float32 / bfloat16 / float16:
   fp8 path's f16 xq and sx) are the CPU reference's (w4a4 / w8a8.quantize_activation): the same
   values (a zero's sign aside), the scales bitwise;
 - grouped-expert W4A4 / W8A8 (slot path at small M, sorted path at M = 300), with and without the
-  PDL launch sequence (METRALE_MOE_DECODE=pdl): the outputs bitwise the same at every split.
+  PDL launch sequence (METRALE_MOE_DECODE=base, pdl and the default): the outputs bitwise the same
+  at every split.
 Skipped, with the reason, without a CUDA GPU.
 """
 
@@ -190,7 +191,7 @@ def _moe_run(op, o, t, x, ids, w, k):
                                            t["input_scale"], None, N, k, MOE_E, MOE_TOP_K, comb, o["act"], "moe", "t")
 
 
-@pytest.mark.parametrize("decode", [None, "pdl"])
+@pytest.mark.parametrize("decode", [None, "base", "pdl"])
 @pytest.mark.parametrize("k", K_VALUES)
 @pytest.mark.parametrize("case", MOE, ids=[_moe_id(c) for c in MOE])
 def test_moe_prepass_split_is_bitwise_the_row_grid(case, k, decode, monkeypatch):
