@@ -153,7 +153,10 @@ __device__ __forceinline__ void loadX16Bf16(const void* __restrict__ x, int32_t 
  * same roundings (__fdiv_rn, the saturating RNE e4m3 encoding, the amax a max, whose order changes
  * nothing), the same e4m3 byte those two passes carry through an exact f16; one read of x (16-byte
  * loads) and one write of the operand instead of a read of x, a write and a read of the f16 xq and
- * a second launch. K a multiple of 16, x 16-byte aligned (the launcher checks).
+ * a second launch. K a multiple of 16, x 16-byte aligned (the launcher checks). At few rows a row
+ * is split over gridDim.y CTAs (actRowChunks): chunk blockIdx.y writes only its range of the 16-k
+ * chunks (actChunk, whole 128-k blocks), each computing the row's amax whole (rowAmax: the same
+ * max), chunk 0 writing sx; the same bytes at every split.
  */
 __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantKernel(const void* __restrict__ x, int32_t dtype,
     const float* __restrict__ inputScale, uint8_t* __restrict__ out, float* __restrict__ sx, int M, int K, int mg)
@@ -163,12 +166,18 @@ __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantKernel(const void* __r
     const int kch = K >> 4;                // those inside K
     const size_t rowOff = static_cast<size_t>(m >> 3) * 1024 + static_cast<size_t>(m & 7) * 16;
     const size_t blockStride = static_cast<size_t>(mg) * 1024;
+    int c0, c1;
+    actChunk(nch, 8, &c0, &c1);
     if (m >= M)
     {
-        for (int c = threadIdx.x; c < nch; c += kACT_THREADS)
+        for (int c = c0 + threadIdx.x; c < c1; c += kACT_THREADS)
         {
             *reinterpret_cast<uint4*>(out + (c >> 3) * blockStride + rowOff + (c & 7) * 128) = make_uint4(0u, 0u, 0u, 0u);
         }
+        return;
+    }
+    if (c0 == c1 && blockIdx.y != 0)
+    {
         return;
     }
     const size_t base = static_cast<size_t>(m) * K;
@@ -179,25 +188,14 @@ __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantKernel(const void* __r
     }
     else
     {
-        float amax = 0.0f;
-        for (int c = threadIdx.x; c < kch; c += kACT_THREADS)
-        {
-            float v[16];
-            loadX16Bf16(x, dtype, base + 16 * static_cast<size_t>(c), v);
-#pragma unroll
-            for (int e = 0; e < 16; ++e)
-            {
-                amax = fmaxf(amax, fabsf(v[e]));
-            }
-        }
-        amax = blockMax(amax);
+        const float amax = rowAmax(x, dtype, base, K);
         s = amax > 0.0f ? __fdiv_rn(amax, kE4M3_MAX) : 1.0f;
     }
-    if (threadIdx.x == 0)
+    if (threadIdx.x == 0 && blockIdx.y == 0)
     {
         sx[m] = s;
     }
-    for (int c = threadIdx.x; c < nch; c += kACT_THREADS)
+    for (int c = c0 + threadIdx.x; c < c1; c += kACT_THREADS)
     {
         uint32_t w[4] = {0u, 0u, 0u, 0u};
         if (c < kch)
@@ -230,7 +228,9 @@ inline size_t wgFp8BlockScaleBytes(int64_t m, int64_t k)
  * (1 where amax == 0), the e4m3 bytes e4m3(bf16(x) / sx) into the wgFp8OperandOffset layout, +0 past
  * K; sxT[b, m] = sx. Rows M .. 8 mg - 1: bytes +0 and sxT 0. The same values as quantFp8Kernel's
  * row_block128 branch (the same roundings; the amax a max, whose order changes nothing) followed by
- * wgFp8OperandKernel. K a multiple of 16, x 16-byte aligned (the launcher checks).
+ * wgFp8OperandKernel. K a multiple of 16, x 16-byte aligned (the launcher checks). At few rows a
+ * row is split over gridDim.y CTAs (actRowChunks): chunk blockIdx.y does only its range of the
+ * 128-k blocks (actChunk; no row amax to share), the same bytes at every split.
  */
 __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantBlockKernel(const void* __restrict__ x, int32_t dtype,
     uint8_t* __restrict__ out, float* __restrict__ sxT, int M, int K, int mg)
@@ -243,7 +243,9 @@ __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantBlockKernel(const void
     const size_t blockStride = static_cast<size_t>(mg) * 1024;
     const size_t base = static_cast<size_t>(m) * K;
     const int mp = 8 * mg;
-    for (int c0 = 0; c0 < nch; c0 += kACT_THREADS)  // the same trip count in every thread (the shuffles)
+    int cb, ce;
+    actChunk(nch, 8, &cb, &ce);  // whole blocks: cb a multiple of 8, so a block's 8 chunks stay 8 aligned lanes
+    for (int c0 = cb; c0 < ce; c0 += kACT_THREADS)  // the same trip count in every thread (the shuffles)
     {
         const int c = c0 + static_cast<int>(threadIdx.x);
         float v[16];
@@ -266,7 +268,7 @@ __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantBlockKernel(const void
         amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 1));
         amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 2));
         amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, 4));
-        if (c >= nch)
+        if (c >= ce)
         {
             continue;
         }
@@ -957,7 +959,8 @@ inline cudaError_t wgFp8Quant(const void* x, int32_t dtype, const float* inputSc
     float* sx, cudaStream_t stream)
 {
     const int mg = static_cast<int>((m + 7) / 8);
-    wgFp8QuantKernel<<<8 * mg, kACT_THREADS, 0, stream>>>(x, dtype, inputScale, static_cast<uint8_t*>(dst), sx,
+    const dim3 grid(static_cast<unsigned>(8 * mg), actRowChunks(m, k));
+    wgFp8QuantKernel<<<grid, kACT_THREADS, 0, stream>>>(x, dtype, inputScale, static_cast<uint8_t*>(dst), sx,
         static_cast<int>(m), static_cast<int>(k), mg);
     return cudaGetLastError();
 }
@@ -968,7 +971,8 @@ inline cudaError_t wgFp8QuantBlock(const void* x, int32_t dtype, int64_t m, int6
     cudaStream_t stream)
 {
     const int mg = static_cast<int>((m + 7) / 8);
-    wgFp8QuantBlockKernel<<<8 * mg, kACT_THREADS, 0, stream>>>(x, dtype, static_cast<uint8_t*>(dst), sxT,
+    const dim3 grid(static_cast<unsigned>(8 * mg), actRowChunks(m, k));
+    wgFp8QuantBlockKernel<<<grid, kACT_THREADS, 0, stream>>>(x, dtype, static_cast<uint8_t*>(dst), sxT,
         static_cast<int>(m), static_cast<int>(k), mg);
     return cudaGetLastError();
 }

@@ -219,7 +219,8 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     }
     else
     {
-        quantFp8Kernel<<<mi, kACT_THREADS, 0, stream>>>(x, x_dtype, xq, sx, ki, p.nbx);
+        const dim3 grid(static_cast<unsigned>(mi), actRowChunks(m, k));  // a row split over gridDim.y CTAs at few rows
+        quantFp8Kernel<<<grid, kACT_THREADS, 0, stream>>>(x, x_dtype, xq, sx, ki, p.nbx);
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
