@@ -301,6 +301,7 @@ def require_cuda(name: str) -> None:
 def main(argv=None) -> int:
     ap = bench_parser(__doc__)
     ap.add_argument("--quick", action="store_true", help="two shapes, M in {1, 16, 4096}")
+    ap.add_argument("--m", default=None, help="comma-separated row counts instead of the default (or --quick's)")
     ap.add_argument("--render", metavar="JSON", help="print the Markdown tables of a results JSON and exit")
     args = ap.parse_args(argv)
     if args.render:
@@ -316,6 +317,8 @@ def main(argv=None) -> int:
     print(header(), flush=True)
     shapes = {k: SHAPES[k] for k in ("8B-down", "32B-up")} if args.quick else SHAPES
     m_values = (1, 16, 4096) if args.quick else M_VALUES
+    if args.m:
+        m_values = tuple(int(v) for v in args.m.split(","))
     rows: list = []
     stamp = dt.datetime.now(dt.timezone.utc)
     result = dict(date=stamp.isoformat(timespec="seconds"), commit=_commit(), device=props.name,
