@@ -532,7 +532,12 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
  * registers); sw[n, b] is the CTA's one block128 scale of block b (its 128 rows start at a multiple
  * of 128; shared memory) or sw[n] (channel, in registers).
  */
-template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS>
+/* kPipe (METRALE_W8A8_MMA=wg-pipe, token tiles up to 32; not yet measured): the blocks in pairs, both
+ * pairs' wgmma groups issued into two partial sets before the first is waited for (`wgmma.wait_group
+ * 1`), released and promoted, so that one block's tensor work runs under the wait, release and
+ * promotion of the other. Each block's partial is still four chained wgmmas from a fresh accumulator,
+ * promoted in ascending order: the same bits. */
+template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false>
 __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, const float* sxS,
     const float* swS, uint64_t* full, uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb,
     int m0, int n0)
@@ -587,13 +592,10 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
     {
         swc[hr] = kSc != 0 && !(kSc & kSC_BLOCK_W) && nOk[hr] ? __ldg(p.scale + nRow[hr]) : 0.0f;
     }
-    int slot = 0;
-    uint32_t phase = 0;
-#pragma unroll 1
-    for (int kb = 0; kb < nkb; ++kb)
-    {
+    // One block's issue into acc (the stage `slot` full) and its end (acc complete): release and promotion.
+    auto issueBlock = [&](int slot, uint32_t phase, float (&acc)[kACC]) {
         mbarWait(&full[slot], phase);
-        fenceRegs(pt);
+        fenceRegs(acc);
         wgFence();
         const uint32_t st = sbase + slot * L::kStage;
         const uint64_t descA = wgFp8DescA(st + wg * (64 * 128));
@@ -601,15 +603,17 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #pragma unroll
         for (int q = 0; q < 4; ++q)
         {
-            // k = 128 kb + 32 q + (0..31): A at +32 q bytes, B at +256 q bytes (the descriptors count 16 bytes)
-            WgmmaFp8<kN>::run(pt, descA + static_cast<uint64_t>(2 * q), descB + static_cast<uint64_t>(16 * q),
+            WgmmaFp8<kN>::run(acc, descA + static_cast<uint64_t>(2 * q), descB + static_cast<uint64_t>(16 * q),
                 q > 0 ? 1 : 0);
         }
         wgCommit();
+    };
+    auto endBlock = [&](int slot, int kb, float (&acc)[kACC]) {
+        fenceRegs(acc);
         float swb = 0.0f;
         if constexpr ((kSc & kSC_BLOCK_X) != 0)
         {
-            const float* sxb = sxS + slot * kN;  // this stage's token scales, read while the wgmmas run
+            const float* sxb = sxS + slot * kN;
 #pragma unroll
             for (int j = 0; j < kN / 8; ++j)
             {
@@ -622,8 +626,6 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
         {
             swb = swS[kb];
         }
-        wgWait<0>();
-        fenceRegs(pt);
         if constexpr ((kSc & kSC_BLOCK_X) == 0)
         {
             if (lane == 0)
@@ -636,27 +638,15 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #pragma unroll
             for (int e = 0; e < kACC; ++e)
             {
-                fin[e] = __fadd_rn(fin[e], pt[e]);  // the promotion, once per 128-k block
+                fin[e] = __fadd_rn(fin[e], acc[e]);
             }
         }
         else
         {
+            static_assert(!kPipe || (kSc & kSC_FMA_PROBE) == 0, "the probe runs the plain loop");
 #pragma unroll
             for (int j = 0; j < kN / 8; ++j)
             {
-                if constexpr ((kSc & kSC_FMA_PROBE) != 0)
-                {
-                    static_assert((kSc & kSC_BLOCK_W) != 0, "the probe's one scale a token needs block128 weights");
-                    const float s0 = __fmul_rn(sxv[2 * j], swb);
-                    const float s1 = __fmul_rn(sxv[2 * j + 1], swb);
-#pragma unroll
-                    for (int hr = 0; hr < 2; ++hr)
-                    {
-                        fin[4 * j + 2 * hr] = __fmaf_rn(pt[4 * j + 2 * hr], s0, fin[4 * j + 2 * hr]);
-                        fin[4 * j + 2 * hr + 1] = __fmaf_rn(pt[4 * j + 2 * hr + 1], s1, fin[4 * j + 2 * hr + 1]);
-                    }
-                    continue;
-                }
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr)
                 {
@@ -664,27 +654,166 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #pragma unroll
                     for (int e = 0; e < 2; ++e)
                     {
-                        const int i = 4 * j + 2 * hr + e;  // the promotion with the block's scales
-                        fin[i] = __fadd_rn(fin[i], __fmul_rn(__fmul_rn(pt[i], sxv[2 * j + e]), sw));
+                        const int i = 4 * j + 2 * hr + e;
+                        fin[i] = __fadd_rn(fin[i], __fmul_rn(__fmul_rn(acc[i], sxv[2 * j + e]), sw));
                     }
                 }
             }
             if constexpr ((kSc & kSC_BLOCK_X) != 0)
             {
-                // The stage holds this block's token scales: released only after the promotion has
-                // consumed every lane's loads of them (an arrival right after the loads could
-                // overtake them, as the ring's did at 32ab8e0), the warp synchronized for the order.
-                __syncwarp();
+                __syncwarp();  // as the plain loop: the stage's token scales consumed before its release
                 if (lane == 0)
                 {
                     mbarArrive(&empty[slot]);
                 }
             }
         }
-        if (++slot == kST)
+    };
+    if constexpr (kPipe)
+    {
+        static_assert(kN <= 32, "two partial sets: small token tiles only");
+        float pb[kACC];
+#pragma unroll
+        for (int e = 0; e < kACC; ++e)
         {
-            slot = 0;
-            phase ^= 1u;
+            pb[e] = 0.0f;
+        }
+        int slot = 0;
+        uint32_t phase = 0;
+        auto advance = [&]() {
+            if (++slot == kST)
+            {
+                slot = 0;
+                phase ^= 1u;
+            }
+        };
+        // Blocks in pairs within one iteration (ptxas serializes the wgmmas, C7514, when a group is
+        // still in flight across the loop's back edge): both issued, the first waited for (1 left),
+        // released and promoted under the second's tensor work, then the second.
+#pragma unroll 1
+        for (int kb = 0; kb < nkb; kb += 2)
+        {
+            const int sa = slot;
+            issueBlock(slot, phase, pt);  // block kb into pt
+            advance();
+            if (kb + 1 < nkb)
+            {
+                const int sb = slot;
+                issueBlock(slot, phase, pb);  // block kb + 1 into pb
+                advance();
+                wgWait<1>();  // block kb complete
+                endBlock(sa, kb, pt);
+                wgWait<0>();
+                endBlock(sb, kb + 1, pb);
+            }
+            else
+            {
+                wgWait<0>();
+                endBlock(sa, kb, pt);
+            }
+        }
+    }
+    else
+    {
+        int slot = 0;
+        uint32_t phase = 0;
+    #pragma unroll 1
+        for (int kb = 0; kb < nkb; ++kb)
+        {
+            mbarWait(&full[slot], phase);
+            fenceRegs(pt);
+            wgFence();
+            const uint32_t st = sbase + slot * L::kStage;
+            const uint64_t descA = wgFp8DescA(st + wg * (64 * 128));
+            const uint64_t descB = wgFp8DescB(st + L::kA);
+    #pragma unroll
+            for (int q = 0; q < 4; ++q)
+            {
+                // k = 128 kb + 32 q + (0..31): A at +32 q bytes, B at +256 q bytes (the descriptors count 16 bytes)
+                WgmmaFp8<kN>::run(pt, descA + static_cast<uint64_t>(2 * q), descB + static_cast<uint64_t>(16 * q),
+                    q > 0 ? 1 : 0);
+            }
+            wgCommit();
+            float swb = 0.0f;
+            if constexpr ((kSc & kSC_BLOCK_X) != 0)
+            {
+                const float* sxb = sxS + slot * kN;  // this stage's token scales, read while the wgmmas run
+    #pragma unroll
+                for (int j = 0; j < kN / 8; ++j)
+                {
+                    const float2 v = *reinterpret_cast<const float2*>(sxb + 8 * j + 2 * t);
+                    sxv[2 * j] = v.x;
+                    sxv[2 * j + 1] = v.y;
+                }
+            }
+            if constexpr ((kSc & kSC_BLOCK_W) != 0)
+            {
+                swb = swS[kb];
+            }
+            wgWait<0>();
+            fenceRegs(pt);
+            if constexpr ((kSc & kSC_BLOCK_X) == 0)
+            {
+                if (lane == 0)
+                {
+                    mbarArrive(&empty[slot]);
+                }
+            }
+            if constexpr (kSc == 0)
+            {
+    #pragma unroll
+                for (int e = 0; e < kACC; ++e)
+                {
+                    fin[e] = __fadd_rn(fin[e], pt[e]);  // the promotion, once per 128-k block
+                }
+            }
+            else
+            {
+    #pragma unroll
+                for (int j = 0; j < kN / 8; ++j)
+                {
+                    if constexpr ((kSc & kSC_FMA_PROBE) != 0)
+                    {
+                        static_assert((kSc & kSC_BLOCK_W) != 0, "the probe's one scale a token needs block128 weights");
+                        const float s0 = __fmul_rn(sxv[2 * j], swb);
+                        const float s1 = __fmul_rn(sxv[2 * j + 1], swb);
+    #pragma unroll
+                        for (int hr = 0; hr < 2; ++hr)
+                        {
+                            fin[4 * j + 2 * hr] = __fmaf_rn(pt[4 * j + 2 * hr], s0, fin[4 * j + 2 * hr]);
+                            fin[4 * j + 2 * hr + 1] = __fmaf_rn(pt[4 * j + 2 * hr + 1], s1, fin[4 * j + 2 * hr + 1]);
+                        }
+                        continue;
+                    }
+    #pragma unroll
+                    for (int hr = 0; hr < 2; ++hr)
+                    {
+                        const float sw = (kSc & kSC_BLOCK_W) ? swb : swc[hr];
+    #pragma unroll
+                        for (int e = 0; e < 2; ++e)
+                        {
+                            const int i = 4 * j + 2 * hr + e;  // the promotion with the block's scales
+                            fin[i] = __fadd_rn(fin[i], __fmul_rn(__fmul_rn(pt[i], sxv[2 * j + e]), sw));
+                        }
+                    }
+                }
+                if constexpr ((kSc & kSC_BLOCK_X) != 0)
+                {
+                    // The stage holds this block's token scales: released only after the promotion has
+                    // consumed every lane's loads of them (an arrival right after the loads could
+                    // overtake them, as the ring's did at 32ab8e0), the warp synchronized for the order.
+                    __syncwarp();
+                    if (lane == 0)
+                    {
+                        mbarArrive(&empty[slot]);
+                    }
+                }
+            }
+            if (++slot == kST)
+            {
+                slot = 0;
+                phase ^= 1u;
+            }
         }
     }
     if constexpr (kSc != 0)
@@ -711,7 +840,7 @@ constexpr int wgFp8Threads()
     return 128 * kCW + 128;
 }
 
-template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS>
+template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false>
 __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgmmaFp8Kernel(
     const __grid_constant__ CUtensorMap wmap, const typename P::Params p, const uint8_t* __restrict__ Xw,
     const float* __restrict__ sxT, void* __restrict__ Y, int M, int N, int K, int32_t yDtype)
@@ -786,8 +915,8 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgm
         {
             asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
         }
-        consumeWgmmaFp8<P, kN, kST, kHoist, kSc, kCW>(p, smemAddr(smem), sxS, swS, full, empty, Y, M, N, yDtype, nkb,
-            m0, n0);
+        consumeWgmmaFp8<P, kN, kST, kHoist, kSc, kCW, kPipe>(p, smemAddr(smem), sxS, swS, full, empty, Y, M, N, yDtype,
+            nkb, m0, n0);
     }
 #else
     __trap();  // launched only where wgFp8Available() found sm_90a machine code
@@ -832,14 +961,14 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <class P, int kN, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS>
+template <class P, int kN, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false>
 inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw,
     const float* sxT, void* y, int m, int n, int k, int32_t yDtype, cudaStream_t stream)
 {
     constexpr int kST = wgFp8Stages<kN, kSc, kCW>();
     using L = WgFp8Layout<kN, kST, kSc, kCW>;
-    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW>;
-    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW>>(L::kSmem);
+    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW, kPipe>;
+    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW, kPipe>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
@@ -850,10 +979,11 @@ inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P:
     return cudaGetLastError();
 }
 
-/* The weight map of the token tile's CTA (64 kCW rows a box) and that launch. */
+/* The weight map of the token tile's CTA (64 kCW rows a box) and that launch; pipe: kPipe where the
+ * tile allows it (kN <= 32, the hoisted epilogue, not the FFMA probe). */
 template <class P, int kN, bool kHoist = false, int kSc = 0>
 inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64)
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe = false)
 {
     CUtensorMap map;
     const bool half = wgFp8Consumers<kN>(rows64) == 1;
@@ -861,6 +991,21 @@ inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uin
     if (e != cudaSuccess)
     {
         return e;
+    }
+    if constexpr (kN <= 32 && kHoist && (kSc & kSC_FMA_PROBE) == 0)
+    {
+        if (pipe)
+        {
+            if constexpr (wgFp8Consumers<kN>(true) == 1)
+            {
+                if (half)
+                {
+                    return launchProjWgmmaFp8N<P, kN, kHoist, kSc, 1, true>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+                }
+            }
+            return launchProjWgmmaFp8N<P, kN, kHoist, kSc, kWG_CONSUMERS, true>(map, p, Xw, sxT, y, m, n, k, yDtype,
+                stream);
+        }
     }
     if constexpr (wgFp8Consumers<kN>(true) == 1)
     {
@@ -875,13 +1020,13 @@ inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uin
 /* The token tile's launch of the block-scaled kernel (kSc != 0). */
 template <class P, int kSc>
 inline cudaError_t launchProjWgmmaFp8Scaled(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64)
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe = false)
 {
     switch (wgFp8TokenTile(m, n))
     {
-    case 8: return launchProjWgmmaFp8Tile<P, 8, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
-    case 16: return launchProjWgmmaFp8Tile<P, 16, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
-    case 32: return launchProjWgmmaFp8Tile<P, 32, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
+    case 8: return launchProjWgmmaFp8Tile<P, 8, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
+    case 16: return launchProjWgmmaFp8Tile<P, 16, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
+    case 32: return launchProjWgmmaFp8Tile<P, 32, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
     case 64: return launchProjWgmmaFp8Tile<P, 64, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
     default: return launchProjWgmmaFp8Tile<P, 128, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
     }
@@ -892,16 +1037,16 @@ inline cudaError_t launchProjWgmmaFp8Scaled(const typename P::Params& p, const u
  * rows64: CTAs of 64 weight rows at token tiles of 8 and 16 (wgFp8Consumers), the same bits. */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n, int k,
-    int32_t yDtype, cudaStream_t stream, bool hoist = false, bool rows64 = true)
+    int32_t yDtype, cudaStream_t stream, bool hoist = false, bool rows64 = true, bool pipe = false)
 {
     const int tile = wgFp8TokenTile(m, n);
     if (hoist)
     {
         switch (tile)
         {
-        case 8: return launchProjWgmmaFp8Tile<P, 8, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-        case 16: return launchProjWgmmaFp8Tile<P, 16, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-        case 32: return launchProjWgmmaFp8Tile<P, 32, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
+        case 8: return launchProjWgmmaFp8Tile<P, 8, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
+        case 16: return launchProjWgmmaFp8Tile<P, 16, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
+        case 32: return launchProjWgmmaFp8Tile<P, 32, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
         case 64: return launchProjWgmmaFp8Tile<P, 64, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
         default: return launchProjWgmmaFp8Tile<P, 128, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
         }
@@ -922,20 +1067,24 @@ inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t
  * ceil(K / 128) <= kFP8_SW_MAX (the launcher checks: wgFp8BlocksServe). */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool fmaProbe = false, bool rows64 = true)
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool fmaProbe = false, bool rows64 = true,
+    bool pipe = false)
 {
     const int sc = (p.blockScales ? kSC_BLOCK_W : 0) | (p.nbx > 1 ? kSC_BLOCK_X : 0);
     switch (sc)
     {
-    case kSC_BLOCK_W: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-    case kSC_BLOCK_X: return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
+    case kSC_BLOCK_W:
+        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
+    case kSC_BLOCK_X:
+        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
     case kSC_BLOCK_W | kSC_BLOCK_X:
         if (fmaProbe)
         {
             return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X | kSC_FMA_PROBE>(p, Xw, sxT, y, m, n, k,
                 yDtype, stream, rows64);
         }
-        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
+        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64,
+            pipe);
     default: return cudaErrorInvalidValue;
     }
 }

@@ -65,12 +65,14 @@ struct Fp8Variant
     bool hoist;  // wgFp8Epilogue instead of wgEpilogue
     bool fmaProbe = false;  // block128 x row_block128: the FFMA promotion probe (not the contract's bits)
     bool rows64 = true;     // CTAs of 64 weight rows at token tiles of 8 and 16 (wgFp8Consumers), the same bits
+    bool pipe = false;      // two blocks' wgmma groups in flight at token tiles up to 32 (consumeWgmmaFp8's kPipe)
 };
 
 /* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
  * "exact" the exact f16 path; "wg-base" the split pre-pass and wgEpilogue (b94300f's kernel);
  * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue (each of the three with CTAs of
- * 128 weight rows at every m; the default: wg-qe with 64 at m <= 16); "wg-fma-probe" as the default, and block128 x
+ * 128 weight rows at every m; the default: wg-qe with 64 at m <= 16); "wg-pipe" the default with two blocks' wgmma
+ * groups in flight at m <= 32 (kPipe, the same bits; not yet measured); "wg-fma-probe" as the default, and block128 x
  * row_block128 with the FFMA promotion probe (kSC_FMA_PROBE: other bits, a measurement only); unset or anything
  * else: the default, kFP8_DEFAULT (wg-qe). No sm_90a code: the exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
@@ -104,6 +106,10 @@ Fp8Variant fp8VariantSelected()
     if (std::strcmp(v, "wg-qe") == 0)
     {
         return {true, true, true, false, false};
+    }
+    if (std::strcmp(v, "wg-pipe") == 0)
+    {
+        return {true, true, true, false, true, true};
     }
     if (std::strcmp(v, "wg-fma-probe") == 0)
     {
@@ -205,10 +211,10 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         if (!rowChannel)
         {
             return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream,
-                var.fmaProbe, var.rows64);
+                var.fmaProbe, var.rows64, var.pipe);
         }
         return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist,
-            var.rows64);
+            var.rows64, var.pipe);
     }
     if (staticScale)
     {
