@@ -592,7 +592,7 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
     {
         swc[hr] = kSc != 0 && !(kSc & kSC_BLOCK_W) && nOk[hr] ? __ldg(p.scale + nRow[hr]) : 0.0f;
     }
-    // One block's issue into acc (the stage `slot` full) and its end (acc complete): release and promotion.
+    // One block's wgmmas into acc, once the stage `slot` is full.
     auto issueBlock = [&](int slot, uint32_t phase, float (&acc)[kACC]) {
         mbarWait(&full[slot], phase);
         fenceRegs(acc);
@@ -603,13 +603,15 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #pragma unroll
         for (int q = 0; q < 4; ++q)
         {
+            // k = 128 kb + 32 q + (0..31): A at +32 q bytes, B at +256 q bytes (the descriptors count 16 bytes)
             WgmmaFp8<kN>::run(acc, descA + static_cast<uint64_t>(2 * q), descB + static_cast<uint64_t>(16 * q),
                 q > 0 ? 1 : 0);
         }
         wgCommit();
     };
-    auto endBlock = [&](int slot, int kb, float (&acc)[kACC]) {
-        fenceRegs(acc);
+    // A block's scales (kSc): the stage's token scales into sxv, the weight scale returned; read while
+    // its wgmmas run.
+    auto blockScales = [&](int slot, int kb) {
         float swb = 0.0f;
         if constexpr ((kSc & kSC_BLOCK_X) != 0)
         {
@@ -626,6 +628,11 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
         {
             swb = swS[kb];
         }
+        return swb;
+    };
+    // A complete block (acc): the stage's release and the promotion.
+    auto promoteBlock = [&](int slot, float (&acc)[kACC], float swb) {
+        fenceRegs(acc);
         if constexpr ((kSc & kSC_BLOCK_X) == 0)
         {
             if (lane == 0)
@@ -638,15 +645,27 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #pragma unroll
             for (int e = 0; e < kACC; ++e)
             {
-                fin[e] = __fadd_rn(fin[e], acc[e]);
+                fin[e] = __fadd_rn(fin[e], acc[e]);  // the promotion, once per 128-k block
             }
         }
         else
         {
-            static_assert(!kPipe || (kSc & kSC_FMA_PROBE) == 0, "the probe runs the plain loop");
 #pragma unroll
             for (int j = 0; j < kN / 8; ++j)
             {
+                if constexpr ((kSc & kSC_FMA_PROBE) != 0)
+                {
+                    static_assert((kSc & kSC_BLOCK_W) != 0, "the probe's one scale a token needs block128 weights");
+                    const float s0 = __fmul_rn(sxv[2 * j], swb);
+                    const float s1 = __fmul_rn(sxv[2 * j + 1], swb);
+#pragma unroll
+                    for (int hr = 0; hr < 2; ++hr)
+                    {
+                        fin[4 * j + 2 * hr] = __fmaf_rn(acc[4 * j + 2 * hr], s0, fin[4 * j + 2 * hr]);
+                        fin[4 * j + 2 * hr + 1] = __fmaf_rn(acc[4 * j + 2 * hr + 1], s1, fin[4 * j + 2 * hr + 1]);
+                    }
+                    continue;
+                }
 #pragma unroll
                 for (int hr = 0; hr < 2; ++hr)
                 {
@@ -654,14 +673,17 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #pragma unroll
                     for (int e = 0; e < 2; ++e)
                     {
-                        const int i = 4 * j + 2 * hr + e;
+                        const int i = 4 * j + 2 * hr + e;  // the promotion with the block's scales
                         fin[i] = __fadd_rn(fin[i], __fmul_rn(__fmul_rn(acc[i], sxv[2 * j + e]), sw));
                     }
                 }
             }
             if constexpr ((kSc & kSC_BLOCK_X) != 0)
             {
-                __syncwarp();  // as the plain loop: the stage's token scales consumed before its release
+                // The stage holds this block's token scales: released only after the promotion has
+                // consumed every lane's loads of them (an arrival right after the loads could
+                // overtake them, as the ring's did at 32ab8e0), the warp synchronized for the order.
+                __syncwarp();
                 if (lane == 0)
                 {
                     mbarArrive(&empty[slot]);
@@ -669,24 +691,24 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
             }
         }
     };
+    int slot = 0;
+    uint32_t phase = 0;
+    auto advance = [&]() {
+        if (++slot == kST)
+        {
+            slot = 0;
+            phase ^= 1u;
+        }
+    };
     if constexpr (kPipe)
     {
-        static_assert(kN <= 32, "two partial sets: small token tiles only");
+        static_assert(kN <= 32 && (kSc & kSC_FMA_PROBE) == 0, "two partial sets: small token tiles, no probe");
         float pb[kACC];
 #pragma unroll
         for (int e = 0; e < kACC; ++e)
         {
             pb[e] = 0.0f;
         }
-        int slot = 0;
-        uint32_t phase = 0;
-        auto advance = [&]() {
-            if (++slot == kST)
-            {
-                slot = 0;
-                phase ^= 1u;
-            }
-        };
         // Blocks in pairs within one iteration (ptxas serializes the wgmmas, C7514, when a group is
         // still in flight across the loop's back edge): both issued, the first waited for (1 left),
         // released and promoted under the second's tensor work, then the second.
@@ -702,118 +724,29 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
                 issueBlock(slot, phase, pb);  // block kb + 1 into pb
                 advance();
                 wgWait<1>();  // block kb complete
-                endBlock(sa, kb, pt);
+                promoteBlock(sa, pt, blockScales(sa, kb));
                 wgWait<0>();
-                endBlock(sb, kb + 1, pb);
+                promoteBlock(sb, pb, blockScales(sb, kb + 1));
             }
             else
             {
+                const float swb = blockScales(sa, kb);
                 wgWait<0>();
-                endBlock(sa, kb, pt);
+                promoteBlock(sa, pt, swb);
             }
         }
     }
     else
     {
-        int slot = 0;
-        uint32_t phase = 0;
-    #pragma unroll 1
+#pragma unroll 1
         for (int kb = 0; kb < nkb; ++kb)
         {
-            mbarWait(&full[slot], phase);
-            fenceRegs(pt);
-            wgFence();
-            const uint32_t st = sbase + slot * L::kStage;
-            const uint64_t descA = wgFp8DescA(st + wg * (64 * 128));
-            const uint64_t descB = wgFp8DescB(st + L::kA);
-    #pragma unroll
-            for (int q = 0; q < 4; ++q)
-            {
-                // k = 128 kb + 32 q + (0..31): A at +32 q bytes, B at +256 q bytes (the descriptors count 16 bytes)
-                WgmmaFp8<kN>::run(pt, descA + static_cast<uint64_t>(2 * q), descB + static_cast<uint64_t>(16 * q),
-                    q > 0 ? 1 : 0);
-            }
-            wgCommit();
-            float swb = 0.0f;
-            if constexpr ((kSc & kSC_BLOCK_X) != 0)
-            {
-                const float* sxb = sxS + slot * kN;  // this stage's token scales, read while the wgmmas run
-    #pragma unroll
-                for (int j = 0; j < kN / 8; ++j)
-                {
-                    const float2 v = *reinterpret_cast<const float2*>(sxb + 8 * j + 2 * t);
-                    sxv[2 * j] = v.x;
-                    sxv[2 * j + 1] = v.y;
-                }
-            }
-            if constexpr ((kSc & kSC_BLOCK_W) != 0)
-            {
-                swb = swS[kb];
-            }
+            const int sa = slot;
+            issueBlock(slot, phase, pt);
+            const float swb = blockScales(sa, kb);  // while the wgmmas run
             wgWait<0>();
-            fenceRegs(pt);
-            if constexpr ((kSc & kSC_BLOCK_X) == 0)
-            {
-                if (lane == 0)
-                {
-                    mbarArrive(&empty[slot]);
-                }
-            }
-            if constexpr (kSc == 0)
-            {
-    #pragma unroll
-                for (int e = 0; e < kACC; ++e)
-                {
-                    fin[e] = __fadd_rn(fin[e], pt[e]);  // the promotion, once per 128-k block
-                }
-            }
-            else
-            {
-    #pragma unroll
-                for (int j = 0; j < kN / 8; ++j)
-                {
-                    if constexpr ((kSc & kSC_FMA_PROBE) != 0)
-                    {
-                        static_assert((kSc & kSC_BLOCK_W) != 0, "the probe's one scale a token needs block128 weights");
-                        const float s0 = __fmul_rn(sxv[2 * j], swb);
-                        const float s1 = __fmul_rn(sxv[2 * j + 1], swb);
-    #pragma unroll
-                        for (int hr = 0; hr < 2; ++hr)
-                        {
-                            fin[4 * j + 2 * hr] = __fmaf_rn(pt[4 * j + 2 * hr], s0, fin[4 * j + 2 * hr]);
-                            fin[4 * j + 2 * hr + 1] = __fmaf_rn(pt[4 * j + 2 * hr + 1], s1, fin[4 * j + 2 * hr + 1]);
-                        }
-                        continue;
-                    }
-    #pragma unroll
-                    for (int hr = 0; hr < 2; ++hr)
-                    {
-                        const float sw = (kSc & kSC_BLOCK_W) ? swb : swc[hr];
-    #pragma unroll
-                        for (int e = 0; e < 2; ++e)
-                        {
-                            const int i = 4 * j + 2 * hr + e;  // the promotion with the block's scales
-                            fin[i] = __fadd_rn(fin[i], __fmul_rn(__fmul_rn(pt[i], sxv[2 * j + e]), sw));
-                        }
-                    }
-                }
-                if constexpr ((kSc & kSC_BLOCK_X) != 0)
-                {
-                    // The stage holds this block's token scales: released only after the promotion has
-                    // consumed every lane's loads of them (an arrival right after the loads could
-                    // overtake them, as the ring's did at 32ab8e0), the warp synchronized for the order.
-                    __syncwarp();
-                    if (lane == 0)
-                    {
-                        mbarArrive(&empty[slot]);
-                    }
-                }
-            }
-            if (++slot == kST)
-            {
-                slot = 0;
-                phase ^= 1u;
-            }
+            promoteBlock(sa, pt, swb);
+            advance();
         }
     }
     if constexpr (kSc != 0)

@@ -91,6 +91,17 @@ def _set_split(monkeypatch, split):
         monkeypatch.setenv(CHUNKS_ENV, split)
 
 
+def _dense_layer(case, k, monkeypatch, seed):
+    """The case's layer (its METRALE_W8A8_MMA set) and the workspaces its launches record."""
+    op, o, mma = case
+    if mma is None:
+        monkeypatch.delenv(MMA_ENV, raising=False)
+    else:
+        monkeypatch.setenv(MMA_ENV, mma)
+    ws = Workspaces(monkeypatch, projections)
+    return Layer(op, o, N, k, seed=seed), ws
+
+
 def _run_dense(layer, x, ws, monkeypatch, split):
     _set_split(monkeypatch, split)
     y = layer.run(x)
@@ -100,13 +111,7 @@ def _run_dense(layer, x, ws, monkeypatch, split):
 @pytest.mark.parametrize("k", K_VALUES)
 @pytest.mark.parametrize("case", DENSE, ids=[_dense_id(c) for c in DENSE])
 def test_dense_prepass_split_is_bitwise_the_row_grid(case, k, monkeypatch):
-    op, o, mma = case
-    if mma is None:
-        monkeypatch.delenv(MMA_ENV, raising=False)
-    else:
-        monkeypatch.setenv(MMA_ENV, mma)
-    ws = Workspaces(monkeypatch, projections)
-    layer = Layer(op, o, N, k, seed=k + len(_dense_id(case)))
+    layer, ws = _dense_layer(case, k, monkeypatch, seed=k + len(_dense_id(case)))
     fails = []
     for i, m in enumerate(M_VALUES):
         dtype = DTYPES[i % 3]
@@ -134,14 +139,9 @@ CPU_CASES = [DENSE[0], DENSE[1], DENSE[3], DENSE[6]]
 @pytest.mark.parametrize("k", K_VALUES)
 @pytest.mark.parametrize("case", CPU_CASES, ids=[_dense_id(c) for c in CPU_CASES])
 def test_prepass_outputs_are_the_cpu_reference_bitwise(case, k, monkeypatch):
-    op, o, mma = case
-    if mma is None:
-        monkeypatch.delenv(MMA_ENV, raising=False)
-    else:
-        monkeypatch.setenv(MMA_ENV, mma)
+    op, o, _ = case
     monkeypatch.delenv(CHUNKS_ENV, raising=False)  # the default split
-    ws = Workspaces(monkeypatch, projections)
-    layer = Layer(op, o, N, k, seed=3 + k)
+    layer, ws = _dense_layer(case, k, monkeypatch, seed=3 + k)
     fails = []
     for i, m in enumerate(M_VALUES):
         dtype = DTYPES[i % 3]
