@@ -72,6 +72,12 @@ inline unsigned actRowChunks(int64_t rows, int64_t k)
     return static_cast<unsigned>(c < 1 ? 1 : c > most ? most : c);
 }
 
+/* The grid of a pre-pass over `rows` rows of k elements: a row a CTA along x, its chunks along y. */
+inline dim3 actRowGrid(int64_t rows, int64_t k)
+{
+    return dim3(static_cast<unsigned>(rows), actRowChunks(rows, k));
+}
+
 /* This CTA's chunk [*begin, *end) of a row's `units` work units, chunk blockIdx.y of gridDim.y,
  * the boundaries multiples of `granule` units (the last chunk ends at `units`; a chunk past the
  * end is empty). gridDim.y == 1: [0, units). */

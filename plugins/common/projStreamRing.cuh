@@ -48,12 +48,17 @@ constexpr int kRING_STAGES = 8;     // 8 x 8 KB of codes in flight per CTA
 #define METRALE_RING_MINB1 3
 #endif
 
-/* Which streaming variant serves m <= 16, read at each call from METRALE_STREAM: "ring" this one
- * (where the device has it), anything else or unset projStreamTile's register ring. Same bits. */
-inline bool streamRingSelected()
+/* Whether METRALE_STREAM (read at each call) names the streaming variant `name`: "ring" this one
+ * (where the device has it, the same bits), "promo" W4A16's measurement probe (w4a16ProjKernel.cuh);
+ * anything else or unset projStreamTile's register ring. */
+inline bool streamVariantSelected(const char* name)
 {
     const char* v = std::getenv("METRALE_STREAM");
-    return v != nullptr && std::strcmp(v, "ring") == 0;
+    return v != nullptr && std::strcmp(v, name) == 0;
+}
+inline bool streamRingSelected()
+{
+    return streamVariantSelected("ring");
 }
 
 /* The shared memory of the ring kernel: kST stages of 8 KB (S * nt boxes of 16 nt rows x 64 bytes;

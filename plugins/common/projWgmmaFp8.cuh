@@ -34,6 +34,7 @@
 #define METRALE_PROJ_WGMMA_FP8_CUH
 
 #include <cstdint>
+#include <type_traits>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <cudaTypedefs.h>
@@ -913,85 +914,65 @@ inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P:
 }
 
 /* The weight map of the token tile's CTA (64 kCW rows a box) and that launch; pipe: kPipe where the
- * tile allows it (kN <= 32, the hoisted epilogue, not the FFMA probe). */
+ * tile allows it (kN <= 32, the hoisted epilogue, not the FFMA probe; elsewhere ignored). */
 template <class P, int kN, bool kHoist = false, int kSc = 0>
 inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe = false)
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe)
 {
+    const int consumers = wgFp8Consumers<kN>(rows64);
     CUtensorMap map;
-    const bool half = wgFp8Consumers<kN>(rows64) == 1;
-    const cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map, half ? 64 : kWG_ROWS);
+    const cudaError_t e = wgFp8WeightMap(p.codes, n, k, &map, 64 * consumers);
     if (e != cudaSuccess)
     {
         return e;
     }
+    auto launch = [&](auto pipeTag) {
+        constexpr bool kPipe = decltype(pipeTag)::value;
+        if constexpr (wgFp8Consumers<kN>(true) == 1)
+        {
+            if (consumers == 1)
+            {
+                return launchProjWgmmaFp8N<P, kN, kHoist, kSc, 1, kPipe>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+            }
+        }
+        return launchProjWgmmaFp8N<P, kN, kHoist, kSc, kWG_CONSUMERS, kPipe>(map, p, Xw, sxT, y, m, n, k, yDtype,
+            stream);
+    };
     if constexpr (kN <= 32 && kHoist && (kSc & kSC_FMA_PROBE) == 0)
     {
         if (pipe)
         {
-            if constexpr (wgFp8Consumers<kN>(true) == 1)
-            {
-                if (half)
-                {
-                    return launchProjWgmmaFp8N<P, kN, kHoist, kSc, 1, true>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
-                }
-            }
-            return launchProjWgmmaFp8N<P, kN, kHoist, kSc, kWG_CONSUMERS, true>(map, p, Xw, sxT, y, m, n, k, yDtype,
-                stream);
+            return launch(std::true_type{});
         }
     }
-    if constexpr (wgFp8Consumers<kN>(true) == 1)
-    {
-        if (half)
-        {
-            return launchProjWgmmaFp8N<P, kN, kHoist, kSc, 1>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
-        }
-    }
-    return launchProjWgmmaFp8N<P, kN, kHoist, kSc>(map, p, Xw, sxT, y, m, n, k, yDtype, stream);
+    return launch(std::false_type{});
 }
 
-/* The token tile's launch of the block-scaled kernel (kSc != 0). */
-template <class P, int kSc>
-inline cudaError_t launchProjWgmmaFp8Scaled(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe = false)
+/* The FP8 kernel at the token tile of m rows (wgFp8TokenTile): launchProjWgmmaFp8Tile<P, tile, ...>. */
+template <class P, bool kHoist, int kSc>
+inline cudaError_t launchProjWgmmaFp8AtTile(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe)
 {
     switch (wgFp8TokenTile(m, n))
     {
-    case 8: return launchProjWgmmaFp8Tile<P, 8, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
-    case 16: return launchProjWgmmaFp8Tile<P, 16, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
-    case 32: return launchProjWgmmaFp8Tile<P, 32, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
-    case 64: return launchProjWgmmaFp8Tile<P, 64, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
-    default: return launchProjWgmmaFp8Tile<P, 128, true, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64);
+    case 8: return launchProjWgmmaFp8Tile<P, 8, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
+    case 16: return launchProjWgmmaFp8Tile<P, 16, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
+    case 32: return launchProjWgmmaFp8Tile<P, 32, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
+    case 64: return launchProjWgmmaFp8Tile<P, 64, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
+    default: return launchProjWgmmaFp8Tile<P, 128, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
     }
 }
 
 /* The FP8 wgmma variant on the operand Xw (wgFp8OperandOffset layout) and the weights p.codes;
  * hoist: wgFp8Epilogue (the scales read before the first store) instead of wgEpilogue, the same bits;
- * rows64: CTAs of 64 weight rows at token tiles of 8 and 16 (wgFp8Consumers), the same bits. */
+ * rows64: CTAs of 64 weight rows at token tiles of 8 and 16 (wgFp8Consumers), the same bits;
+ * pipe: the paired blocks (consumeWgmmaFp8's kPipe) where the tile allows it, the same bits. */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n, int k,
     int32_t yDtype, cudaStream_t stream, bool hoist = false, bool rows64 = true, bool pipe = false)
 {
-    const int tile = wgFp8TokenTile(m, n);
-    if (hoist)
-    {
-        switch (tile)
-        {
-        case 8: return launchProjWgmmaFp8Tile<P, 8, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
-        case 16: return launchProjWgmmaFp8Tile<P, 16, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
-        case 32: return launchProjWgmmaFp8Tile<P, 32, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
-        case 64: return launchProjWgmmaFp8Tile<P, 64, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-        default: return launchProjWgmmaFp8Tile<P, 128, true>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-        }
-    }
-    switch (tile)
-    {
-    case 8: return launchProjWgmmaFp8Tile<P, 8>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-    case 16: return launchProjWgmmaFp8Tile<P, 16>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-    case 32: return launchProjWgmmaFp8Tile<P, 32>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-    case 64: return launchProjWgmmaFp8Tile<P, 64>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-    default: return launchProjWgmmaFp8Tile<P, 128>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64);
-    }
+    return hoist ? launchProjWgmmaFp8AtTile<P, true, 0>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe)
+                 : launchProjWgmmaFp8AtTile<P, false, 0>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
 }
 
 /* The block-scaled FP8 variant (block128 weights and/or row_block128 activations, p.blockScales /
@@ -1007,17 +988,17 @@ inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const u
     switch (sc)
     {
     case kSC_BLOCK_W:
-        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
+        return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_W>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
     case kSC_BLOCK_X:
-        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
+        return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
     case kSC_BLOCK_W | kSC_BLOCK_X:
         if (fmaProbe)
         {
-            return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X | kSC_FMA_PROBE>(p, Xw, sxT, y, m, n, k,
-                yDtype, stream, rows64);
+            return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_W | kSC_BLOCK_X | kSC_FMA_PROBE>(p, Xw, sxT, y, m, n, k,
+                yDtype, stream, rows64, false);
         }
-        return launchProjWgmmaFp8Scaled<P, kSC_BLOCK_W | kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64,
-            pipe);
+        return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_W | kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream,
+            rows64, pipe);
     default: return cudaErrorInvalidValue;
     }
 }
@@ -1041,7 +1022,7 @@ inline cudaError_t wgFp8Quant(const void* x, int32_t dtype, const float* inputSc
     float* sx, cudaStream_t stream)
 {
     const int mg = static_cast<int>((m + 7) / 8);
-    const dim3 grid(static_cast<unsigned>(8 * mg), actRowChunks(m, k));
+    const dim3 grid(static_cast<unsigned>(8 * mg), actRowChunks(m, k));  // the chunks of the m real rows
     wgFp8QuantKernel<<<grid, kACT_THREADS, 0, stream>>>(x, dtype, inputScale, static_cast<uint8_t*>(dst), sx,
         static_cast<int>(m), static_cast<int>(k), mg);
     return cudaGetLastError();
@@ -1053,7 +1034,7 @@ inline cudaError_t wgFp8QuantBlock(const void* x, int32_t dtype, int64_t m, int6
     cudaStream_t stream)
 {
     const int mg = static_cast<int>((m + 7) / 8);
-    const dim3 grid(static_cast<unsigned>(8 * mg), actRowChunks(m, k));
+    const dim3 grid(static_cast<unsigned>(8 * mg), actRowChunks(m, k));  // the chunks of the m real rows
     wgFp8QuantBlockKernel<<<grid, kACT_THREADS, 0, stream>>>(x, dtype, static_cast<uint8_t*>(dst), sxT,
         static_cast<int>(m), static_cast<int>(k), mg);
     return cudaGetLastError();

@@ -45,7 +45,7 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
         return cudaErrorInvalidValue;
     }
     const W4A16Policy::Params p = w4a16Params(weight, weight_scale, zero_point, bias, n, k, group_size);
-    if (m <= 16 && group_size == 128 && w4a16PromoProbeSelected())
+    if (m <= 16 && group_size == 128 && streamVariantSelected("promo"))
     {
         // The measurement probe (not the contract's bits): the streaming tier with the per-block promotion.
         const uint16_t* X = nullptr;

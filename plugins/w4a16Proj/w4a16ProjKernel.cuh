@@ -17,8 +17,6 @@
 #define METRALE_W4A16_PROJ_KERNEL_CUH
 
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "projGemm.cuh"
 #include "projLaunch.cuh"
@@ -257,13 +255,6 @@ struct W4A16PromoProbePolicy : W4A16Policy
         b1 = fmaBf16x2(maskOr(x >> 8, kNIBBLES, kMAGIC), kONE, b.nz2);
     }
 };
-
-/* Whether METRALE_STREAM asks for the probe above (read at each call). */
-inline bool w4a16PromoProbeSelected()
-{
-    const char* v = std::getenv("METRALE_STREAM");
-    return v != nullptr && std::strcmp(v, "promo") == 0;
-}
 
 /* The W4A16 checks of the dense and the grouped launcher (after their own shape and routing checks):
  * cudaSuccess, or why not. */

@@ -83,8 +83,7 @@ extern "C" cudaError_t metrale_w4a4_proj(const void* x, int32_t x_dtype, const i
     __half* xf = static_cast<__half*>(workspace);
     float* ga = reinterpret_cast<float*>(static_cast<uint8_t*>(workspace) + operandBytes(m, k));
     p.ga = ga;
-    const dim3 grid(static_cast<unsigned>(mi), actRowChunks(m, k));  // a row split over gridDim.y CTAs at few rows
-    quantNvfp4Kernel<<<grid, kACT_THREADS, 0, stream>>>(x, x_dtype, input_scale, xf, ga, ki);
+    quantNvfp4Kernel<<<actRowGrid(m, k), kACT_THREADS, 0, stream>>>(x, x_dtype, input_scale, xf, ga, ki);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
     {

@@ -74,7 +74,7 @@ struct Fp8Variant
  * 128 weight rows at every m; the default: wg-qe with 64 at m <= 16); "wg-pipe" the default with two blocks' wgmma
  * groups in flight at m <= 32 (kPipe, the same bits; not yet measured); "wg-fma-probe" as the default, and block128 x
  * row_block128 with the FFMA promotion probe (kSC_FMA_PROBE: other bits, a measurement only); unset or anything
- * else: the default, kFP8_DEFAULT (wg-qe). No sm_90a code: the exact path whatever it says. Clusters
+ * else: the default, kFP8_DEFAULT (wg-qe's launches with 64-row CTAs at m <= 16). No sm_90a code: the exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
  * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
  * w8a8-variants-20261202-1533-4a278e6.md) and removed. */
@@ -225,8 +225,7 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
     }
     else
     {
-        const dim3 grid(static_cast<unsigned>(mi), actRowChunks(m, k));  // a row split over gridDim.y CTAs at few rows
-        quantFp8Kernel<<<grid, kACT_THREADS, 0, stream>>>(x, x_dtype, xq, sx, ki, p.nbx);
+        quantFp8Kernel<<<actRowGrid(m, k), kACT_THREADS, 0, stream>>>(x, x_dtype, xq, sx, ki, p.nbx);
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
