@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|lookup|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -263,6 +263,31 @@ if [ "$what" = decode ]; then
     ${DECODE_SHAPES:+--shapes "$DECODE_SHAPES"} --out "$OUT" 2>&1 \
     | tee "$OUT/bench-decode.log" | tail -30
 fi
+if [ "$what" = lookup ]; then
+  # Issue 20's W4A4 table lookup (one PRMT and one LEA a pair), the FP8 kernel's paired blocks as the
+  # default, the ring's release after its LDS have returned, and the register ring's depth variants, on
+  # a carried build, with the previous build carried as build/base/libmetrale_kernels.so (its commit in
+  # BASE_COMMIT): tests/gpu/test_baseline_bits.py (every dense and grouped case bitwise the baseline's),
+  # test_stream_ring.py (the 2-slice stage reuse of 32B-up's class among them), test_w8a8_fp8_wgmma.py,
+  # the W4A4 cases of test_proj_kernels.py and test_moe_kernels.py; bench_decode_variants reg,d3,d4,ring
+  # at M = 1, 8, 16; bench_kernels --m 1,8,16 (k/). Writes gpu.txt, tests.log, decode-variants-*.md,
+  # k/kernels-*.md and .json: 5 files.
+  record_commit
+  echo "baseline ${BASE_COMMIT:-unknown}: build/base/libmetrale_kernels.so" | tee -a "$OUT/gpu.txt"
+  SECONDS=0
+  METRALE_BASELINE_LIB=$PWD/build/base/libmetrale_kernels.so timeout 330 python3 -m pytest \
+    tests/gpu/test_baseline_bits.py tests/gpu/test_stream_ring.py tests/gpu/test_w8a8_fp8_wgmma.py \
+    "tests/gpu/test_proj_kernels.py" "tests/gpu/test_moe_kernels.py" -k "baseline or ring or fp8_wgmma or w4a4" \
+    -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
+  echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|error|FAILED" "$OUT/tests.log" | tail -12
+  timeout 100 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,d3,d4,ring --out "$OUT" \
+    > /tmp/depth.log 2>&1; echo "bench_decode_variants exit $?"; tail -9 /tmp/depth.log
+  mkdir -p "$OUT/k"
+  timeout 150 python3 -m benchmarks.bench_kernels --m 1,8,16 --out "$OUT/k" > /tmp/k.log 2>&1
+  echo "bench_kernels exit $?"; grep -A8 "Geometric\|geomean" /tmp/k.log | tail -24
+  exit 0
+fi
 if [ "$what" = probes ]; then
   # The two unmeasured decode variants on a carried build: the FP8 kernel's paired blocks
   # (METRALE_W8A8_MMA=wg-pipe: two wgmma groups in flight at token tiles up to 32, the same bits) and the
@@ -282,7 +307,7 @@ if [ "$what" = probes ]; then
   grep -E "passed|failed|error" "$OUT/tests.log" | tail -4
   for g in channel block; do
     timeout 90 python3 -m benchmarks.bench_w8a8_variants --granularity $g --m 1,8,16,32 \
-      --variants wgmma,wg-pipe,wg-qe --out "$OUT" > /tmp/w8a8-$g.log 2>&1
+      --variants wgmma,wg-plain,wg-qe --out "$OUT" > /tmp/w8a8-$g.log 2>&1
     echo "bench_w8a8_variants ($g) exit $?"; tail -9 /tmp/w8a8-$g.log
   done
   timeout 90 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,promo --out "$OUT" \

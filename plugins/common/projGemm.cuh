@@ -676,9 +676,17 @@ struct E2m1Table
             tab[i] = static_cast<uint32_t>(e2m1HalfBits(byte & 0xFu)) | (static_cast<uint32_t>(e2m1HalfBits(byte >> 4)) << 16);
         }
     }
-    __device__ static uint32_t lookup(const uint8_t* table, uint32_t byte, int lane)
+    /* The entry (byte j of w, lane), j = 0..3: one PRMT zero-extends the byte and one LEA adds it times
+     * 128 to the lane's column (table + 4 lane, loop-invariant). An index (byte << 5 | lane) cost a
+     * shift, a multiply, a LOP3 and an IMAD a pair (the SASS of 3c6e3ce). */
+    __device__ static uint32_t lookup(const uint8_t* table, uint32_t w, int j, int lane)
     {
-        return reinterpret_cast<const uint32_t*>(table)[(byte << 5) | static_cast<uint32_t>(lane)];
+        uint32_t byte, v;
+        asm("prmt.b32 %0, %1, 0, %2;\n" : "=r"(byte) : "r"(w), "r"(0x4440u | static_cast<uint32_t>(j)));
+        // The shared-window address of the lane's column: loop-invariant, one register.
+        const uint32_t column = smemAddr(table) + 4u * static_cast<uint32_t>(lane);
+        asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(column + (byte << 7)));
+        return v;
     }
 };
 

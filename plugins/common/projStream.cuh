@@ -20,6 +20,7 @@
 #define METRALE_PROJ_STREAM_CUH
 
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 #include <cuda_runtime.h>
 
@@ -323,6 +324,13 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) projStreamKernel(const typena
     projStreamTile<P, kXT, kD>(p, X, Y, M, N, K, yDtype, slices, blockIdx.x);
 }
 
+/* METRALE_STREAM_DEPTH (read at each call): the register ring's depth in 128-k blocks, 2 (default), 3 or 4. */
+inline int streamDepthSelected()
+{
+    const char* v = std::getenv("METRALE_STREAM_DEPTH");
+    return v == nullptr ? 2 : std::atoi(v);
+}
+
 /*
  * The streaming tier at kXT activation tiles: one CTA per weight tile (slices warps), or, for
  * policies with a shared-memory table (built once per CTA), 8 warps over 8 / slices tiles. The ring
@@ -339,7 +347,14 @@ inline cudaError_t launchProjStream(const typename P::Params& p, const uint16_t*
     const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
     // Two blocks per warp's ring: measured on the H200 (benchmarks/results/kernels-20261129-*), a
     // deeper ring costs more in occupancy (registers) than it gains in loads in flight.
+    // METRALE_STREAM_DEPTH=3 or 4 (4-bit codes, per-element scales; read at each call): a deeper ring, for the benchmark's
+    // comparison at grids that leave the registers free (the same bits: the depth only moves loads).
     auto kern = projStreamKernel<P, kXT, 2>;
+    if constexpr (P::kCODE_BITS == 4 && !P::kPER_BLOCK)
+    {
+        const int depth = streamDepthSelected();
+        kern = depth == 4 ? projStreamKernel<P, kXT, 4> : depth == 3 ? projStreamKernel<P, kXT, 3> : kern;
+    }
     const dim3 grid((n + 16 * nt - 1) / (16 * nt));
     kern<<<grid, 32 * nt * slices, P::kTABLE_BYTES, stream>>>(p, X, y, m, n, k, yDtype, slices);
     return cudaGetLastError();

@@ -226,6 +226,7 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 ? METRALE
     const uint32_t cBase = smemAddr(smem + slice * rows * 64 + (ntile * 16 + g) * 64 + t * 16);
     const uint32_t fullBase = smemAddr(full);
     const uint32_t emptyBase = smemAddr(empty);
+    const uint32_t zeroMask = blockDim.z - 1u;  // 0: the arrival's dependence on the LDS (step)
 
     float acc[kXT][4];
 #pragma unroll
@@ -297,11 +298,14 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 ? METRALE
             }
         }
         ringBlock<P, kXT, kCW>(acc, codes, bs, xf, table, lane);
-        // Every lane releases the stage once its codes are consumed: an arrival right after the LDS
-        // could overtake it (no scoreboard wait before SYNCS.ARRIVE), and the producer's next copy
-        // into the slot raced the read (measured on the H200 at 32ab8e0: 12-32 elements of 8B-down
-        // M = 13, 16 differed).
-        ringArrive(emptyBase + 8 * slot);
+        // Every lane releases the stage once its codes are in registers. SYNCS.ARRIVE waits for no
+        // scoreboard, and ptxas hoists an arrival with no operand from the LDS above the code's
+        // consumers, right after the LDS (the SASS of e28ca9b): the producer's next copy into the slot
+        // then raced the read (on the H200: 12-32 elements of 8B-down M = 13, 16 at 32ab8e0, and 32B-up
+        // M = 8 at fd9ee50 and e28ca9b differed). So the arrival's address takes an operand from both
+        // LDS results, masked by a zero ptxas cannot fold (blockDim.z - 1: launched with z = 1): it
+        // issues only once both loads have returned.
+        ringArrive(emptyBase + 8 * slot + ((codes[0][0] | codes[1][0]) & zeroMask));
     };
     int j0 = 0;
     for (; j0 + kMD <= nG; j0 += kMD)

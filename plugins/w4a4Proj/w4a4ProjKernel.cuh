@@ -137,9 +137,8 @@ struct W4A4Nvfp4Policy : E2m1Table, W4A4Meta, IdentityEpilogue
         int lane, uint32_t& b0, uint32_t& b1)
     {
         const uint32_t w = codes[s >> 1];
-        const uint32_t h = (s & 1) ? (w >> 16) : w;
-        const uint32_t t0 = lookup(table, h & 0xFFu, lane);
-        const uint32_t t1 = lookup(table, (h >> 8) & 0xFFu, lane);
+        const uint32_t t0 = lookup(table, w, 2 * (s & 1), lane);
+        const uint32_t t1 = lookup(table, w, 2 * (s & 1) + 1, lane);
         const uint32_t sc = b.s2[s >> 2];
         const __half2 r0 = __hmul2(*reinterpret_cast<const __half2*>(&t0), *reinterpret_cast<const __half2*>(&sc));
         const __half2 r1 = __hmul2(*reinterpret_cast<const __half2*>(&t1), *reinterpret_cast<const __half2*>(&sc));
@@ -192,13 +191,12 @@ struct W4A4Bf16Policy : E2m1Table, W4A4Meta, IdentityEpilogue
         int lane, uint32_t& b0, uint32_t& b1)
     {
         const uint32_t w = codes[s >> 1];
-        const uint32_t h = (s & 1) ? (w >> 16) : w;
         const float sc = b.s[s >> 2];
         uint32_t out[2];
 #pragma unroll
         for (int u = 0; u < 2; ++u)
         {
-            const uint32_t tv = lookup(table, (h >> (8 * u)) & 0xFFu, lane);
+            const uint32_t tv = lookup(table, w, 2 * (s & 1) + u, lane);
             const float lo = __half2float(__ushort_as_half(static_cast<unsigned short>(tv & 0xFFFFu)));
             const float hi = __half2float(__ushort_as_half(static_cast<unsigned short>(tv >> 16)));
             out[u] = packBf16x2(__fmul_rn(__fmul_rn(lo, sc), b.gw), __fmul_rn(__fmul_rn(hi, sc), b.gw));

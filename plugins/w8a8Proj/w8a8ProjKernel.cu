@@ -71,14 +71,16 @@ struct Fp8Variant
 /* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
  * "exact" the exact f16 path; "wg-base" the split pre-pass and wgEpilogue (b94300f's kernel);
  * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue (each of the three with CTAs of
- * 128 weight rows at every m; the default: wg-qe with 64 at m <= 16); "wg-pipe" the default with two blocks' wgmma
- * groups in flight at m <= 32 (kPipe, the same bits; not yet measured); "wg-fma-probe" as the default, and block128 x
- * row_block128 with the FFMA promotion probe (kSC_FMA_PROBE: other bits, a measurement only); unset or anything
- * else: the default, kFP8_DEFAULT (wg-qe's launches with 64-row CTAs at m <= 16). No sm_90a code: the exact path whatever it says. Clusters
+ * 128 weight rows at every m); "wg-plain" wg-qe with 64-row CTAs at m <= 16 (3c6e3ce's default); "wg-fma-probe" as the
+ * default, and block128 x row_block128 with the FFMA promotion probe (kSC_FMA_PROBE: other bits, a measurement only);
+ * unset or anything else: the default, kFP8_DEFAULT: wg-plain with two blocks' wgmma groups in flight at m <= 32
+ * (kPipe, the same bits; measured on the H200 against wg-plain, w8a8-variants-20261203-1730-e28ca9b.md: geomean
+ * 0.66 / 0.66 / 0.69 / 0.79 of FP8 cuBLASLt at M = 1 / 8 / 16 / 32 against 0.68 / 0.68 / 0.70 / 0.82; block-scaled
+ * 0.69 / 0.67 / 0.73 / 0.93 against 0.68 / 0.67 / 0.72 / 0.97). No sm_90a code: the exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
  * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
  * w8a8-variants-20261202-1533-4a278e6.md) and removed. */
-constexpr Fp8Variant kFP8_DEFAULT = {true, true, true, false, true};
+constexpr Fp8Variant kFP8_DEFAULT = {true, true, true, false, true, true};
 
 Fp8Variant fp8VariantSelected()
 {
@@ -107,9 +109,9 @@ Fp8Variant fp8VariantSelected()
     {
         return {true, true, true, false, false};
     }
-    if (std::strcmp(v, "wg-pipe") == 0)
+    if (std::strcmp(v, "wg-plain") == 0)
     {
-        return {true, true, true, false, true, true};
+        return {true, true, true, false, true, false};
     }
     if (std::strcmp(v, "wg-fma-probe") == 0)
     {

@@ -60,6 +60,26 @@ def test_ring_gives_the_register_ring_bits(case, monkeypatch):
     assert not bad, f"{_id(case)}:\n" + "\n".join(bad)
 
 
+def test_ring_reuses_its_stages_at_two_slices(monkeypatch):
+    """2 slices and 4 tiles a CTA over 20 stages each (the ring of 8 wraps): the shape class of 32B-up
+    (N 25600, K 5120), where benchmarks/bench_decode_variants.py saw the ring's bits differ at M = 8
+    (fd9ee50, e28ca9b) while the release could overtake the stage's read. Bitwise the register ring at
+    M = 1..16, several launches each (a race shows in some launches only)."""
+    layer = Layer("w4a16", dict(group_size=128, symmetric=True, bias=False), 16384, 5120, seed=31)
+    x = _inputs(16, 5120, torch.bfloat16, seed=32).to(DEV)
+    bad = []
+    for m in range(1, 17):
+        xm = x[:m].contiguous()
+        monkeypatch.setenv(ENV, "")
+        want = layer.run(xm).view(torch.int16)
+        monkeypatch.setenv(ENV, "ring")
+        for rep in range(4):
+            got = layer.run(xm).view(torch.int16)
+            if not torch.equal(got, want):
+                bad.append(f"m={m} launch {rep}: {(got != want).sum().item()} elements differ")
+    assert not bad, "\n".join(bad)
+
+
 def test_ring_rows_equal_the_wgmma_tier_rows(monkeypatch):
     """A row through the ring (M <= 16) equals the same row inside a 4096-row launch (the wgmma tier)."""
     layer = Layer("w4a16", dict(group_size=128, symmetric=False, bias=True), 1000, 2048, seed=21)
