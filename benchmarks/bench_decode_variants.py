@@ -1,45 +1,28 @@
 """The weight-streaming tier's variants (M <= 16) side by side, with the anchors and the copy bandwidth
 measured in the same run (one GPU):
 
-    python -m benchmarks.bench_decode_variants [--out DIR] [--m 1,8,16] [--variants reg,ring,d3,d4]
+    python -m benchmarks.bench_decode_variants [--out DIR] [--m 1,8,16] [--variants reg,ring]
 
 W4A16 (group 128) under each value of METRALE_STREAM (read by the launcher at each call: `ring` the
 producer-fed shared-memory ring of plugins/common/projStreamRing.cuh, anything else the register ring
-of projStream.cuh; `d3` / `d4`: the register ring 3 / 4 blocks deep, METRALE_STREAM_DEPTH), timed as benchmarks/bench_w4a16_variants.py times them, with each variant's TB/s
+of projStream.cuh), timed as benchmarks/bench_w4a16_variants.py times them, with each variant's TB/s
 on the weight bytes, its fraction of the device-to-device copy bandwidth (issue 20's decode target:
 >= 0.8) and whether its bits equal the first variant's. Writes decode-variants-YYYYMMDD-HHMM-<commit>.md.
 """
 
 from __future__ import annotations
 
-import os
-
 from .bench_kernels import copy_bandwidth
 from .bench_w4a16_variants import bench as w4a16_bench
 from .variants import main as variants_main
 
 ENV = "METRALE_STREAM"
-DEPTH_ENV = "METRALE_STREAM_DEPTH"
-DEPTHS = {"d3": "3", "d4": "4"}
-
-
-def select(v: str) -> None:
-    """Variant v's environment: a depth of the register ring (DEPTHS), or METRALE_STREAM = v."""
-    os.environ.pop(DEPTH_ENV, None)
-    if v in DEPTHS:
-        os.environ[DEPTH_ENV] = DEPTHS[v]
-        os.environ[ENV] = ""
-    else:
-        os.environ[ENV] = v
 
 
 def bench(shapes, m_values, variants) -> list[str]:
     copy_tbs = copy_bandwidth()
     lines = [f"Copy bandwidth for the fractions: {copy_tbs:.2f} TB/s (read + write, this run).", ""]
-    try:
-        return lines + w4a16_bench(shapes, m_values, variants, env=ENV, copy_tbs=copy_tbs, select=select)
-    finally:
-        os.environ.pop(DEPTH_ENV, None)
+    return lines + w4a16_bench(shapes, m_values, variants, env=ENV, copy_tbs=copy_tbs)
 
 
 def main(argv=None) -> int:

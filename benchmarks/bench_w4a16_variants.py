@@ -26,10 +26,9 @@ from .variants import main as variants_main
 ENV = "METRALE_W4A16_WG"
 
 
-def bench(shapes, m_values, variants, env: str = ENV, copy_tbs: float | None = None, select=None) -> list[str]:
+def bench(shapes, m_values, variants, env: str = ENV, copy_tbs: float | None = None) -> list[str]:
     """The table (and the geometric means) of the variants of `env`; with copy_tbs, each variant's
-    TB/s on the weight bytes and its fraction of that copy bandwidth as well. select(v), where given,
-    sets the environment of variant v instead of `env` = v."""
+    TB/s on the weight bytes and its fraction of that copy bandwidth as well."""
     dev = torch.device("cuda")
     per = " | {v} TB/s | {v} / copy" if copy_tbs else ""
     head = ["| shape | M | bf16 cuBLAS us | tinygemm us | "
@@ -67,10 +66,7 @@ def bench(shapes, m_values, variants, env: str = ENV, copy_tbs: float | None = N
             best = min(t_bf16, t_tiny)
             cells, outs = [], []
             for v in variants:
-                if select is None:
-                    os.environ[env] = v
-                else:
-                    select(v)
+                os.environ[env] = v
                 t = time_graph(lambda i: mcuda.launch_w4a16(x, c_w4[i % len(c_w4)][0], c_w4[i % len(c_w4)][1],
                                                             None, None, y, n, k, 128))
                 yv = torch.full_like(y, float("nan"))
