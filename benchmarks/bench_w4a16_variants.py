@@ -66,7 +66,10 @@ def bench(shapes, m_values, variants, env: str = ENV, copy_tbs: float | None = N
             best = min(t_bf16, t_tiny)
             cells, outs = [], []
             for v in variants:
-                os.environ[env] = v
+                if v == "default":  # the launcher's own choice: the variable unset
+                    os.environ.pop(env, None)
+                else:
+                    os.environ[env] = v
                 t = time_graph(lambda i: mcuda.launch_w4a16(x, c_w4[i % len(c_w4)][0], c_w4[i % len(c_w4)][1],
                                                             None, None, y, n, k, 128))
                 yv = torch.full_like(y, float("nan"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|lookup|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|lookup|ringdef|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -262,6 +262,36 @@ if [ "$what" = decode ]; then
   timeout 170 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,ring \
     ${DECODE_SHAPES:+--shapes "$DECODE_SHAPES"} --out "$OUT" 2>&1 \
     | tee "$OUT/bench-decode.log" | tail -30
+fi
+if [ "$what" = ringdef ]; then
+  # The ring as the W4A16 default at M <= 8 on long slices (streamRingFor) and the L1 activation prefetch
+  # (METRALE_STREAM=xl1) on a carried build, with a baseline build carried as build/base/libmetrale_kernels.so
+  # (its commit in BASE_COMMIT): tests/gpu/test_baseline_bits.py, test_stream_ring.py and the W4A16 cases of
+  # test_proj_kernels.py; bench_decode_variants default,reg,ring,xl1 at M = 1, 4, 8, 16; Nsight Compute's
+  # stall reasons per issued instruction of the streaming kernels at M = 1 (8B-down, 8B-up; reg, ring, xl1;
+  # ncu-stall.txt); bench_moe_layer W4A4 / W4A16 at M = 1, 4 on 30B-A3B. Writes gpu.txt, tests.log,
+  # decode-variants-*.md, ncu-stall.txt, moe-layer-*.md and .json: 6 files.
+  record_commit
+  echo "baseline ${BASE_COMMIT:-unknown}: build/base/libmetrale_kernels.so" | tee -a "$OUT/gpu.txt"
+  SECONDS=0
+  METRALE_BASELINE_LIB=$PWD/build/base/libmetrale_kernels.so timeout 200 python3 -m pytest \
+    tests/gpu/test_baseline_bits.py tests/gpu/test_stream_ring.py tests/gpu/test_proj_kernels.py \
+    -k "baseline or ring or w4a16" -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
+  echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|error|FAILED" "$OUT/tests.log" | tail -12
+  timeout 110 python3 -m benchmarks.bench_decode_variants --m 1,4,8,16 --variants default,reg,ring,xl1 --out "$OUT" \
+    > /tmp/dv.log 2>&1; echo "bench_decode_variants exit $?"; tail -9 /tmp/dv.log
+  for v in reg ring xl1; do
+    echo "== METRALE_STREAM=$v" >> "$OUT/ncu-stall.txt"
+    METRALE_STREAM=$v timeout 50 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
+      --kernel-name regex:projStream --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      python3 -m benchmarks.diagnostics.ncu_decode --m 1 --shapes 8B-down,8B-up --moe "" >> "$OUT/ncu-stall.txt" 2>&1
+    echo "ncu ($v) exit $?"
+  done
+  timeout 100 python3 -m benchmarks.bench_moe_layer --out "$OUT" --shapes 30B-A3B --formats w4a16,w4a4 --m 1,4 \
+    > /tmp/ml.log 2>&1; echo "bench_moe_layer exit $?"; grep -E "^\| 30B" "$OUT"/moe-layer-*.md | head -12
+  exit 0
 fi
 if [ "$what" = lookup ]; then
   # Issue 20's W4A4 table lookup (one PRMT and one LEA a pair), the FP8 kernel's paired blocks as the

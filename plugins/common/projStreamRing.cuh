@@ -56,9 +56,22 @@ inline bool streamVariantSelected(const char* name)
     const char* v = std::getenv("METRALE_STREAM");
     return v != nullptr && std::strcmp(v, name) == 0;
 }
-inline bool streamRingSelected()
+/* Whether the ring variant serves m rows of a weight with nkb 128-k blocks in `slices` slices (the
+ * register ring otherwise; the same bits either way): METRALE_STREAM=ring at every m <= 16, any other
+ * value never; unset, at m <= 8 where each slice's warp walks at least kRING_MIN_STAGES stages. Measured
+ * on the H200 (decode-variants-20261203-1541-fd9ee50.md and -1754-f27d1ef.md, W4A16, both runs alike):
+ * at M = 1 the ring took 0.87 / 0.85 / 0.92 of the register ring's time at 8B-down, 32B-up, 32B-down
+ * (12, 20, 25 stages) and 1.08 / 1.06 at 8B-up, 8B-qkv (8, 4 stages: its barriers and producer are a
+ * fixed cost a CTA); at M = 8 0.92 / 0.90 / 1.10; at M = 16 within +-3%. */
+constexpr int kRING_MIN_STAGES = 12;
+inline bool streamRingFor(int64_t m, int64_t nkb, int slices)
 {
-    return streamVariantSelected("ring");
+    const char* v = std::getenv("METRALE_STREAM");
+    if (v != nullptr)
+    {
+        return std::strcmp(v, "ring") == 0;
+    }
+    return m <= 8 && (nkb + slices - 1) / slices >= kRING_MIN_STAGES;
 }
 
 /* The shared memory of the ring kernel: kST stages of 8 KB (S * nt boxes of 16 nt rows x 64 bytes;
