@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|lookup|ringdef|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|lookup|ringdef|table|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -80,6 +80,12 @@ record_commit() {  # the commit under test into gpu.txt
 build_plugins() {  # make -C plugins -j16 with the targets given (none: the kernels), its log in $OUT/build.log
   (time make -C plugins -j16 "$@") > "$OUT/build.log" 2>&1 || { tail -50 "$OUT/build.log"; exit 1; }
   tail -4 "$OUT/build.log"
+}
+unpack_baseline() {  # build/base/lib.so.xz (a baseline library, xz-compressed to fit the carry) -> libmetrale_kernels.so
+  if [ -f build/base/lib.so.xz ]; then
+    python3 -c "import lzma, shutil; shutil.copyfileobj(lzma.open('build/base/lib.so.xz'), open('build/base/libmetrale_kernels.so', 'wb'))"
+  fi
+  echo "baseline ${BASE_COMMIT:-unknown}: build/base/libmetrale_kernels.so ($(stat -c %s build/base/libmetrale_kernels.so 2>/dev/null || echo none) bytes)" | tee -a "$OUT/gpu.txt"
 }
 gdn_tests_in_background() {  # gdn_state_ulps.py, then each test file after $1 (within $1 seconds each) into $OUT/tests.log
   local secs=$1; shift
@@ -263,6 +269,25 @@ if [ "$what" = decode ]; then
     ${DECODE_SHAPES:+--shapes "$DECODE_SHAPES"} --out "$OUT" 2>&1 \
     | tee "$OUT/bench-decode.log" | tail -30
 fi
+if [ "$what" = table ]; then
+  # The W4A4 table built with 16-byte stores, on a carried build, with a baseline build carried as
+  # build/base/lib.so.xz (BASE_COMMIT): tests/gpu/test_baseline_bits.py (dense and grouped, bitwise the
+  # baseline); bench_kernels --m 1,8,16 (k/); bench_moe_layer W4A4 / W4A16 at M = 1, 4 on 30B-A3B.
+  # Writes gpu.txt, tests.log, k/kernels-*.json, moe-layer-*.md and .json: 5 files.
+  record_commit
+  unpack_baseline
+  SECONDS=0
+  METRALE_BASELINE_LIB=$PWD/build/base/libmetrale_kernels.so timeout 150 python3 -m pytest \
+    tests/gpu/test_baseline_bits.py -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
+  echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|error|FAILED" "$OUT/tests.log" | tail -12
+  mkdir -p "$OUT/k"
+  timeout 150 python3 -m benchmarks.bench_kernels --m 1,8,16 --out "$OUT/k" > /tmp/k.log 2>&1
+  echo "bench_kernels exit $?"; grep -A7 "geomean over shapes" /tmp/k.log | tail -8
+  timeout 100 python3 -m benchmarks.bench_moe_layer --out "$OUT" --shapes 30B-A3B --formats w4a16,w4a4 --m 1,4 \
+    > /tmp/ml.log 2>&1; echo "bench_moe_layer exit $?"; grep -E "^\| 30B" "$OUT"/moe-layer-*.md | head -12
+  exit 0
+fi
 if [ "$what" = ringdef ]; then
   # The ring as the W4A16 default at M <= 8 on long slices (streamRingFor) and the L1 activation prefetch
   # (METRALE_STREAM=xl1) on a carried build, with a baseline build carried as build/base/libmetrale_kernels.so
@@ -272,7 +297,7 @@ if [ "$what" = ringdef ]; then
   # ncu-stall.txt); bench_moe_layer W4A4 / W4A16 at M = 1, 4 on 30B-A3B. Writes gpu.txt, tests.log,
   # decode-variants-*.md, ncu-stall.txt, moe-layer-*.md and .json: 6 files.
   record_commit
-  echo "baseline ${BASE_COMMIT:-unknown}: build/base/libmetrale_kernels.so" | tee -a "$OUT/gpu.txt"
+  unpack_baseline
   SECONDS=0
   METRALE_BASELINE_LIB=$PWD/build/base/libmetrale_kernels.so timeout 200 python3 -m pytest \
     tests/gpu/test_baseline_bits.py tests/gpu/test_stream_ring.py tests/gpu/test_proj_kernels.py \

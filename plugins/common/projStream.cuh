@@ -59,7 +59,7 @@ struct StreamRows
 /* One CTA's weight tiles (CTA index `cta` along N) against all M (<= 8 kXT) rows of X; the kernel
  * below calls it with blockIdx.x, the grouped-expert kernels (moeProj/) with an expert's rows (and
  * their row map R). */
-template <class P, int kXT, int kD, class R = StreamRows, bool kXL1 = false>
+template <class P, int kXT, int kD, class R = StreamRows>
 __device__ __forceinline__ void projStreamTile(const typename P::Params& p, const uint16_t* __restrict__ X,
     void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices, int cta, const R& rows = R{})
 {
@@ -157,21 +157,6 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
 
     // One block: the same steps, operands and mma order as projGemmKernel's doBlock.
     auto doBlock = [&](const Slot& s, int kb) {
-        if constexpr (kXL1)
-        {
-            // The activation fragments of this warp's next block into L1 (a quad lane's four 16-byte
-            // chunks lie in one 128-byte line): no registers, and the chunk loads below, which ptxas
-            // issues one at a time into the same registers, then wait for L1 rather than L2.
-#pragma unroll
-            for (int j = 0; j < kXT; ++j)
-            {
-                const int k = 128 * (kb + slices);
-                if (xOk[j] && k < xEnd)
-                {
-                    asm volatile("prefetch.global.L1 [%0];\n" ::"l"(xRow[j] + k));
-                }
-            }
-        }
         uint4 xf[kXT][4];
         loadX(xf, kb);
         uint32_t codes[2][kCW];
@@ -332,11 +317,11 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
     }
 }
 
-template <class P, int kXT, int kD, bool kXL1 = false>
+template <class P, int kXT, int kD>
 __global__ void __launch_bounds__(kSTREAM_THREADS) projStreamKernel(const typename P::Params p,
     const uint16_t* __restrict__ X, void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices)
 {
-    projStreamTile<P, kXT, kD, StreamRows, kXL1>(p, X, Y, M, N, K, yDtype, slices, blockIdx.x);
+    projStreamTile<P, kXT, kD>(p, X, Y, M, N, K, yDtype, slices, blockIdx.x);
 }
 
 /*
@@ -355,16 +340,13 @@ inline cudaError_t launchProjStream(const typename P::Params& p, const uint16_t*
     const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
     // Two blocks per warp's ring: measured on the H200 (benchmarks/results/kernels-20261129-*), a
     // deeper ring costs more in occupancy (registers) than it gains in loads in flight.
-    // Measured again at f27d1ef (decode-variants-20261203-1754-f27d1ef.md): 3 and 4 blocks deep gave
-    // geomean 1.19 / 1.13 of the best anchor at M = 1 against 1.01 (faster at 8B-down and 32B-up, where
-    // the grid leaves registers free, 1.3-1.4x slower at 8B-up, 8B-qkv and 32B-down).
-    // METRALE_STREAM=xl1 (4-bit codes, per-element scales; read at each call): each warp's next block's
-    // activations prefetched into L1 (the same bits), for the benchmark's comparison.
+    // Measured again on the H200: 3 and 4 blocks deep gave geomean 1.19 / 1.13 of the best anchor at
+    // M = 1 against 1.01 (decode-variants-20261203-1754-f27d1ef.md: faster at 8B-down and 32B-up, where
+    // the grid leaves registers free, 1.3-1.4x slower at 8B-up, 8B-qkv and 32B-down); each warp's next
+    // block's activations prefetched into L1 (prefetch.global.L1), 1.06 / 0.74 / 0.70 / 1.12 against
+    // 1.02 / 0.69 / 0.60 / 0.98 at M = 1 / 4 / 8 / 16, its long-scoreboard stalls unchanged (ncu,
+    // decode-variants-20261203-1801-04af27e.md, ncu-stall-20261203-1801-04af27e.txt). Both removed.
     auto kern = projStreamKernel<P, kXT, 2>;
-    if constexpr (P::kCODE_BITS == 4 && !P::kPER_BLOCK)
-    {
-        kern = streamVariantSelected("xl1") ? projStreamKernel<P, kXT, 2, true> : kern;
-    }
     const dim3 grid((n + 16 * nt - 1) / (16 * nt));
     kern<<<grid, 32 * nt * slices, P::kTABLE_BYTES, stream>>>(p, X, y, m, n, k, yDtype, slices);
     return cudaGetLastError();

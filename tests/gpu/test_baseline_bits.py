@@ -30,7 +30,7 @@ if not BASELINE or not os.path.isfile(BASELINE):
     pytest.skip("METRALE_BASELINE_LIB does not name a baseline kernel library", allow_module_level=True)
 
 from test_moe_kernels import CASES as MOE_CASES  # noqa: E402
-from test_moe_kernels import Experts, _routing  # noqa: E402
+from test_moe_kernels import TOP_K, Experts, _routing  # noqa: E402
 from test_proj_kernels import CASES as DENSE_CASES  # noqa: E402
 from test_proj_kernels import DEV, Layer, _case_id, _inputs  # noqa: E402
 
@@ -84,11 +84,14 @@ def test_grouped_bits_equal_the_baseline(case):
     ex = Experts(case, seed=3)
     bad = []
     for m in MOE_M:
-        x = _inputs(m, ex.k, torch.bfloat16, seed=m).to(DEV)
         ids, w = _routing(m, seed=m + 1)
-        ids, w = ids.to(DEV), w.to(DEV)
-        for comb in (None, w):
-            mine, base = _both(lambda: ex.grouped(x, ids, comb))
+        ids, w = ids.to(DEV), w.to(torch.bfloat16).to(DEV)
+        # combine=0 on x's rows ([M, K], every slot of a row reads it); combine=1 on one row a slot
+        # ([M, top_k, K], as a down projection), as test_moe_kernels runs them
+        x = _inputs(m, ex.k, torch.bfloat16, seed=m).to(DEV)
+        xs = _inputs(m * TOP_K, ex.k, torch.bfloat16, seed=m + 2).to(DEV).reshape(m, TOP_K, ex.k)
+        for xin, comb in ((x, None), (xs, w)):
+            mine, base = _both(lambda: ex.grouped(xin, ids, comb))
             torch.cuda.synchronize()
             if _differs(mine, base):
                 bad.append(f"M={m} combine={comb is not None}: {_differs(mine, base)} elements differ")
