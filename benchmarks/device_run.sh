@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|lookup|ringdef|table|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|lookup|ringdef|table|ringx|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -268,6 +268,30 @@ if [ "$what" = decode ]; then
   timeout 170 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,ring \
     ${DECODE_SHAPES:+--shapes "$DECODE_SHAPES"} --out "$OUT" 2>&1 \
     | tee "$OUT/bench-decode.log" | tail -30
+fi
+if [ "$what" = ringx ]; then
+  # The W4A16 ring with the activations staged too at M <= 8 (METRALE_STREAM=ringx: the producer warp
+  # copies them by cp.async into each stage, the consumers read them by LDS; the same bits), on a carried
+  # build: tests/gpu/test_stream_ring.py (ring and ringx bitwise the register ring), bench_decode_variants
+  # default,reg,ring,ringx at M = 1, 4, 8, 16, Nsight Compute's stall reasons of the ring kernels at M = 1
+  # under ring and ringx (ncu-stall.txt). Writes gpu.txt, tests.log, decode-variants-*.md, ncu-stall.txt.
+  record_commit
+  SECONDS=0
+  timeout 150 python3 -m pytest tests/gpu/test_stream_ring.py -m gpu -rs -q --confcutdir=tests/gpu \
+    -p no:cacheprovider > "$OUT/tests.log" 2>&1
+  echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|error|FAILED" "$OUT/tests.log" | tail -8
+  timeout 110 python3 -m benchmarks.bench_decode_variants --m 1,4,8,16 --variants default,reg,ring,ringx --out "$OUT" \
+    > /tmp/dv.log 2>&1; echo "bench_decode_variants exit $?"; tail -9 /tmp/dv.log
+  for v in ring ringx; do
+    echo "== METRALE_STREAM=$v" >> "$OUT/ncu-stall.txt"
+    METRALE_STREAM=$v timeout 50 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
+      --kernel-name regex:projStreamRing --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      python3 -m benchmarks.diagnostics.ncu_decode --m 1 --shapes 8B-down,32B-up --moe "" >> "$OUT/ncu-stall.txt" 2>&1
+    echo "ncu ($v) exit $?"
+  done
+  exit 0
 fi
 if [ "$what" = table ]; then
   # The W4A4 table built with 16-byte stores, on a carried build, with a baseline build carried as

@@ -391,7 +391,8 @@ inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t*
         {
             bool served = false;
             const cudaError_t e = m <= 8
-                ? launchProjStreamRing<P, 1>(p, X, y, m, n, k, yDtype, slices, stream, &served)
+                ? (streamRingStagesX() ? launchProjStreamRing<P, 1, true>(p, X, y, m, n, k, yDtype, slices, stream, &served)
+                                       : launchProjStreamRing<P, 1>(p, X, y, m, n, k, yDtype, slices, stream, &served))
                 : launchProjStreamRing<P, 2>(p, X, y, m, n, k, yDtype, slices, stream, &served);
             if (served || e != cudaSuccess)
             {

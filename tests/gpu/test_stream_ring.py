@@ -1,5 +1,6 @@
-"""GPU tests of the ring variant of the weight-streaming tier (METRALE_STREAM=ring, plugins/common/
-projStreamRing.cuh): at every M <= 16 it gives the same bits as the register-ring tier it replaces
+"""GPU tests of the ring variant of the weight-streaming tier (METRALE_STREAM=ring, and ringx with the
+activations staged too at M <= 8; plugins/common/projStreamRing.cuh; METRALE_STREAM="" the register
+ring): at every M <= 16 each gives the same bits as the register-ring tier
 (projStreamTile), so the same bits as the wgmma tier gives a row at larger M (test_proj_kernels.py's
 row-invariance test, which device_run.sh's `decode` mode also runs under METRALE_STREAM=ring), and
 stays within the float64 evaluation's tolerance (outputs NaN-poisoned: every element written).
@@ -22,6 +23,7 @@ if not torch.cuda.is_available():
 from test_proj_kernels import DEV, Layer, _inputs, _rel, _tolerance  # noqa: E402
 
 ENV = "METRALE_STREAM"
+RINGS = ("ring", "ringx")  # ringx: the activations staged too at M <= 8 (projStreamRingKernel's kXS)
 CASES = [
     (dict(group_size=128, symmetric=True, bias=True), 200, 1152),      # 8 slices, nkb 9: last group 1 of 8
     (dict(group_size=32, symmetric=False, bias=False), 197, 1280),     # zero points, group 32
@@ -48,15 +50,17 @@ def test_ring_gives_the_register_ring_bits(case, monkeypatch):
     for m in range(1, 17):
         xm = x[:m].contiguous()
         out = {}
-        for variant in ("", "ring"):
+        for variant in ("", *RINGS):
             monkeypatch.setenv(ENV, variant)
             out[variant] = layer.run(xm)
-        a, b = out[""].view(torch.int16), out["ring"].view(torch.int16)
-        if not torch.equal(a, b):
-            bad.append(f"m={m}: {(a != b).sum().item()} elements differ between the ring and the register ring")
-        err = _rel(out["ring"], layer.float64_reference(xm.cpu()))
-        if not err <= _tolerance(layer.fmt, xm.dtype):
-            bad.append(f"m={m}: ring error {err:.3g} against float64")
+        ref = layer.float64_reference(xm.cpu())
+        for v in RINGS:
+            a, b = out[""].view(torch.int16), out[v].view(torch.int16)
+            if not torch.equal(a, b):
+                bad.append(f"m={m}: {(a != b).sum().item()} elements differ between {v} and the register ring")
+            err = _rel(out[v], ref)
+            if not err <= _tolerance(layer.fmt, xm.dtype):
+                bad.append(f"m={m}: {v} error {err:.3g} against float64")
     assert not bad, f"{_id(case)}:\n" + "\n".join(bad)
 
 
@@ -72,11 +76,12 @@ def test_ring_reuses_its_stages_at_two_slices(monkeypatch):
         xm = x[:m].contiguous()
         monkeypatch.setenv(ENV, "")
         want = layer.run(xm).view(torch.int16)
-        monkeypatch.setenv(ENV, "ring")
-        for rep in range(4):
-            got = layer.run(xm).view(torch.int16)
-            if not torch.equal(got, want):
-                bad.append(f"m={m} launch {rep}: {(got != want).sum().item()} elements differ")
+        for v in RINGS:
+            monkeypatch.setenv(ENV, v)
+            for rep in range(4):
+                got = layer.run(xm).view(torch.int16)
+                if not torch.equal(got, want):
+                    bad.append(f"m={m} {v} launch {rep}: {(got != want).sum().item()} elements differ")
     assert not bad, "\n".join(bad)
 
 
@@ -85,7 +90,9 @@ def test_ring_rows_equal_the_wgmma_tier_rows(monkeypatch):
     layer = Layer("w4a16", dict(group_size=128, symmetric=False, bias=True), 1000, 2048, seed=21)
     x = _inputs(4096, 2048, torch.bfloat16, seed=22).to(DEV)
     big = layer.run(x)
-    monkeypatch.setenv(ENV, "ring")
-    bad = [m for m in (1, 5, 8, 9, 16) if not torch.equal(layer.run(x[:m].contiguous()).view(torch.int16),
-                                                        big[:m].view(torch.int16))]
-    assert not bad, f"M = {bad}: ring rows differ from the same rows of the 4096-row launch"
+    bad = []
+    for v in RINGS:
+        monkeypatch.setenv(ENV, v)
+        bad += [(v, m) for m in (1, 5, 8, 9, 16) if not torch.equal(layer.run(x[:m].contiguous()).view(torch.int16),
+                                                                     big[:m].view(torch.int16))]
+    assert not bad, f"(variant, M) = {bad}: ring rows differ from the same rows of the 4096-row launch"
