@@ -58,8 +58,9 @@ struct StreamRows
 
 /* One CTA's weight tiles (CTA index `cta` along N) against all M (<= 8 kXT) rows of X; the kernel
  * below calls it with blockIdx.x, the grouped-expert kernels (moeProj/) with an expert's rows (and
- * their row map R). */
-template <class P, int kXT, int kD, class R = StreamRows>
+ * their row map R). kTableInit false: the caller built the policy's table in the CTA's shared memory
+ * already (a kernel that runs several tiles a CTA builds it once). */
+template <class P, int kXT, int kD, class R = StreamRows, bool kTableInit = true>
 __device__ __forceinline__ void projStreamTile(const typename P::Params& p, const uint16_t* __restrict__ X,
     void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices, int cta, const R& rows = R{})
 {
@@ -77,7 +78,7 @@ __device__ __forceinline__ void projStreamTile(const typename P::Params& p, cons
     const int nt = (blockDim.x >> 5) / slices;  // weight tiles per CTA
     const int ntile = warpId % nt;
     const int slice = warpId / nt;
-    if constexpr (P::kTABLE_BYTES > 0)
+    if constexpr (P::kTABLE_BYTES > 0 && kTableInit)
     {
         P::initTable(table, tid, blockDim.x);
         __syncthreads();

@@ -747,6 +747,14 @@ __global__ void __launch_bounds__(kSTREAM_THREADS, METRALE_MOE_GRID_MIN_BLOCKS(P
     const typename P::Params p, const View view, const MoeRouting r, const uint16_t* __restrict__ X,
     uint8_t* __restrict__ Y, int yElem, int N, int K, int32_t yDtype, int slices)
 {
+    if constexpr (P::kTABLE_BYTES > 0)
+    {
+        // The policy's table once a CTA, not once an item (projStreamTile's kTableInit false below),
+        // and before the PDL wait: it reads nothing the previous kernel writes.
+        extern __shared__ __align__(16) uint8_t table[];
+        P::initTable(table, threadIdx.x, blockDim.x);
+        __syncthreads();
+    }
     if (!moePdlEnter<kPDL>())
     {
         return;
@@ -762,9 +770,9 @@ __global__ void __launch_bounds__(kSTREAM_THREADS, METRALE_MOE_GRID_MIN_BLOCKS(P
         const int r0 = r.tileRow0[tile];
         const int rows = min(8 * kXT, r.offsets[e + 1] - r0);
         const typename P::Params pe = view(p, e, r0);
-        projStreamTile<P, kXT, 2>(pe, X + static_cast<size_t>(r0) * K, Y + static_cast<size_t>(r0) * N * yElem, rows,
-            N, K, yDtype, slices, i - tile * nx);
-        __syncthreads();  // the next item's table and slice sums overwrite this one's shared memory
+        projStreamTile<P, kXT, 2, StreamRows, false>(pe, X + static_cast<size_t>(r0) * K,
+            Y + static_cast<size_t>(r0) * N * yElem, rows, N, K, yDtype, slices, i - tile * nx);
+        __syncthreads();  // the next item's slice sums overwrite this one's shared memory
     }
 }
 
