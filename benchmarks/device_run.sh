@@ -274,11 +274,14 @@ if [ "$what" = ringx ]; then
   # copies them by cp.async into each stage, the consumers read them by LDS; the same bits), on a carried
   # build: tests/gpu/test_stream_ring.py (ring and ringx bitwise the register ring), bench_decode_variants
   # default,reg,ring,ringx at M = 1, 4, 8, 16, Nsight Compute's stall reasons of the ring kernels at M = 1
-  # under ring and ringx (ncu-stall.txt). Writes gpu.txt, tests.log, decode-variants-*.md, ncu-stall.txt.
+  # under ring and ringx (ncu-stall.txt); and the MoE grid kernel's W4A4 table built once a CTA:
+  # tests/gpu/test_moe_decode_variant.py's W4A4 cases (every variant, grid included, bitwise the default),
+  # bench_moe_layer --variant wide,grid for W4A4 at M = 16, 64 on both shapes. Writes gpu.txt, tests.log,
+  # decode-variants-*.md, ncu-stall.txt, moe-layer-*.md and .json: 6 files.
   record_commit
   SECONDS=0
-  timeout 150 python3 -m pytest tests/gpu/test_stream_ring.py -m gpu -rs -q --confcutdir=tests/gpu \
-    -p no:cacheprovider > "$OUT/tests.log" 2>&1
+  timeout 200 python3 -m pytest tests/gpu/test_stream_ring.py tests/gpu/test_moe_decode_variant.py -k "ring or w4a4" \
+    -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
   echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
   grep -E "passed|failed|error|FAILED" "$OUT/tests.log" | tail -8
   timeout 110 python3 -m benchmarks.bench_decode_variants --m 1,4,8,16 --variants default,reg,ring,ringx --out "$OUT" \
@@ -291,6 +294,9 @@ if [ "$what" = ringx ]; then
       python3 -m benchmarks.diagnostics.ncu_decode --m 1 --shapes 8B-down,32B-up --moe "" >> "$OUT/ncu-stall.txt" 2>&1
     echo "ncu ($v) exit $?"
   done
+  python3 -m benchmarks.diagnostics.ncu_stalls "$OUT/ncu-stall.txt" --top 4
+  timeout 150 python3 -m benchmarks.bench_moe_layer --out "$OUT" --formats w4a4 --m 16,64 --variant wide,grid \
+    > /tmp/ml.log 2>&1; echo "bench_moe_layer exit $?"; grep -E "^\| (30B|Next)" "$OUT"/moe-layer-*.md | head -16
   exit 0
 fi
 if [ "$what" = table ]; then
