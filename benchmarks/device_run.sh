@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|lookup|ringdef|table|ringx|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|table|ringx|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -318,71 +318,15 @@ if [ "$what" = table ]; then
     > /tmp/ml.log 2>&1; echo "bench_moe_layer exit $?"; grep -E "^\| 30B" "$OUT"/moe-layer-*.md | head -12
   exit 0
 fi
-if [ "$what" = ringdef ]; then
-  # The ring as the W4A16 default at M <= 8 on long slices (streamRingFor) and the L1 activation prefetch
-  # (METRALE_STREAM=xl1) on a carried build, with a baseline build carried as build/base/libmetrale_kernels.so
-  # (its commit in BASE_COMMIT): tests/gpu/test_baseline_bits.py, test_stream_ring.py and the W4A16 cases of
-  # test_proj_kernels.py; bench_decode_variants default,reg,ring,xl1 at M = 1, 4, 8, 16; Nsight Compute's
-  # stall reasons per issued instruction of the streaming kernels at M = 1 (8B-down, 8B-up; reg, ring, xl1;
-  # ncu-stall.txt); bench_moe_layer W4A4 / W4A16 at M = 1, 4 on 30B-A3B. Writes gpu.txt, tests.log,
-  # decode-variants-*.md, ncu-stall.txt, moe-layer-*.md and .json: 6 files.
-  record_commit
-  unpack_baseline
-  SECONDS=0
-  METRALE_BASELINE_LIB=$PWD/build/base/libmetrale_kernels.so timeout 200 python3 -m pytest \
-    tests/gpu/test_baseline_bits.py tests/gpu/test_stream_ring.py tests/gpu/test_proj_kernels.py \
-    -k "baseline or ring or w4a16" -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
-  echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
-  grep -E "passed|failed|error|FAILED" "$OUT/tests.log" | tail -12
-  timeout 110 python3 -m benchmarks.bench_decode_variants --m 1,4,8,16 --variants default,reg,ring,xl1 --out "$OUT" \
-    > /tmp/dv.log 2>&1; echo "bench_decode_variants exit $?"; tail -9 /tmp/dv.log
-  for v in reg ring xl1; do
-    echo "== METRALE_STREAM=$v" >> "$OUT/ncu-stall.txt"
-    METRALE_STREAM=$v timeout 50 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
-      --kernel-name regex:projStream --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
-      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-      python3 -m benchmarks.diagnostics.ncu_decode --m 1 --shapes 8B-down,8B-up --moe "" >> "$OUT/ncu-stall.txt" 2>&1
-    echo "ncu ($v) exit $?"
-  done
-  timeout 100 python3 -m benchmarks.bench_moe_layer --out "$OUT" --shapes 30B-A3B --formats w4a16,w4a4 --m 1,4 \
-    > /tmp/ml.log 2>&1; echo "bench_moe_layer exit $?"; grep -E "^\| 30B" "$OUT"/moe-layer-*.md | head -12
-  exit 0
-fi
-if [ "$what" = lookup ]; then
-  # Issue 20's W4A4 table lookup (one PRMT and one LEA a pair), the FP8 kernel's paired blocks as the
-  # default, the ring's release after its LDS have returned, and the register ring's depth variants, on
-  # a carried build, with the previous build carried as build/base/libmetrale_kernels.so (its commit in
-  # BASE_COMMIT): tests/gpu/test_baseline_bits.py (every dense and grouped case bitwise the baseline's),
-  # test_stream_ring.py (the 2-slice stage reuse of 32B-up's class among them), test_w8a8_fp8_wgmma.py,
-  # the W4A4 cases of test_proj_kernels.py and test_moe_kernels.py; bench_decode_variants reg,d3,d4,ring
-  # at M = 1, 8, 16; bench_kernels --m 1,8,16 (k/). Writes gpu.txt, tests.log, decode-variants-*.md,
-  # k/kernels-*.md and .json: 5 files.
-  record_commit
-  echo "baseline ${BASE_COMMIT:-unknown}: build/base/libmetrale_kernels.so" | tee -a "$OUT/gpu.txt"
-  SECONDS=0
-  METRALE_BASELINE_LIB=$PWD/build/base/libmetrale_kernels.so timeout 330 python3 -m pytest \
-    tests/gpu/test_baseline_bits.py tests/gpu/test_stream_ring.py tests/gpu/test_w8a8_fp8_wgmma.py \
-    "tests/gpu/test_proj_kernels.py" "tests/gpu/test_moe_kernels.py" -k "baseline or ring or fp8_wgmma or w4a4" \
-    -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
-  echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
-  grep -E "passed|failed|error|FAILED" "$OUT/tests.log" | tail -12
-  timeout 100 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,d3,d4,ring --out "$OUT" \
-    > /tmp/depth.log 2>&1; echo "bench_decode_variants exit $?"; tail -9 /tmp/depth.log
-  mkdir -p "$OUT/k"
-  timeout 150 python3 -m benchmarks.bench_kernels --m 1,8,16 --out "$OUT/k" > /tmp/k.log 2>&1
-  echo "bench_kernels exit $?"; grep -A8 "Geometric\|geomean" /tmp/k.log | tail -24
-  exit 0
-fi
 if [ "$what" = probes ]; then
-  # The two unmeasured decode variants on a carried build: the FP8 kernel's paired blocks
-  # (METRALE_W8A8_MMA=wg-pipe: two wgmma groups in flight at token tiles up to 32, the same bits) and the
-  # W4A16 promotion probe (METRALE_STREAM=promo: a measurement of what a W4A16 version scaling each
-  # group's sum would save, not the contract's bits). tests/gpu/test_w8a8_fp8_wgmma.py (wg-pipe among the
-  # variants, bitwise the default) and test_w4a16_promo_probe.py; bench_w8a8_variants --m 1,8,16,32
-  # (wgmma = the default, wg-pipe, wg-qe = 128-row CTAs) channel and block-scaled; bench_decode_variants
-  # --m 1,8,16 reg,promo (all shapes; promo's "same bits" False by design) and reg,ring at 32B-up M = 8 (the ring's "same bits" column was
-  # False there at fd9ee50 beside three reverted variants); ncu over the dense decode launches under
-  # wg-pipe (ncu-pipe.txt). Writes gpu.txt, tests.log, w8a8-variants-*.md, w8a8-block-variants-*.md,
+  # The decode variants of e28ca9b's run, on a carried build: the FP8 kernel's paired blocks (the default
+  # since; METRALE_W8A8_MMA=wg-plain the one-group loop) and the W4A16 promotion probe (METRALE_STREAM=promo:
+  # a measurement of what a W4A16 version scaling each group's sum would save, not the contract's bits).
+  # tests/gpu/test_w8a8_fp8_wgmma.py (the variants bitwise the default) and test_w4a16_promo_probe.py;
+  # bench_w8a8_variants --m 1,8,16,32 (wgmma = the default, wg-plain, wg-qe = 128-row CTAs) channel and
+  # block-scaled; bench_decode_variants --m 1,8,16 reg,promo (all shapes; promo's "same bits" False by
+  # design) and reg,ring at 32B-up M = 8; ncu over the dense decode launches (ncu-pipe.txt). Writes gpu.txt,
+  # tests.log, w8a8-variants-*.md, w8a8-block-variants-*.md,
   # decode-variants-*.md, ring/decode-variants-*.md, ncu-pipe.txt: 7 files.
   record_commit
   SECONDS=0
@@ -400,10 +344,10 @@ if [ "$what" = probes ]; then
   mkdir -p "$OUT/ring"  # a file of its own (the name carries only the minute)
   timeout 60 python3 -m benchmarks.bench_decode_variants --m 8 --variants reg,ring --shapes 32B-up --out "$OUT/ring" \
     > /tmp/ring.log 2>&1; echo "bench_decode_variants (ring bits) exit $?"; grep -E "^\| 32B" /tmp/ring.log
-  METRALE_W8A8_MMA=wg-pipe timeout 60 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
+  timeout 60 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
     python3 -m benchmarks.diagnostics.ncu_decode --m 1 --moe "" > "$OUT/ncu-pipe.txt" 2>&1
-  echo "ncu (wg-pipe) exit $?"
+  echo "ncu (default) exit $?"
   exit 0
 fi
 if [ "$what" = static ]; then

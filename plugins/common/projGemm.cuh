@@ -680,7 +680,7 @@ struct E2m1Table
             tab[i] = make_uint4(v, v, v, v);
         }
     }
-    /* The entry (byte j of w, lane), j = 0..3: one PRMT zero-extends the byte and one LEA adds it times
+    /* The entry (byte j of w, lane), j = 0..3: one PRMT zero-extends the byte and one IMAD adds it times
      * 128 to the lane's column (table + 4 lane, loop-invariant). An index (byte << 5 | lane) cost a
      * shift, a multiply, a LOP3 and an IMAD a pair (the SASS of 3c6e3ce). */
     __device__ static uint32_t lookup(const uint8_t* table, uint32_t w, int j, int lane)
