@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|probes|table|ringx|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|table|ringx|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -316,38 +316,6 @@ if [ "$what" = table ]; then
   echo "bench_kernels exit $?"; grep -A7 "geomean over shapes" /tmp/k.log | tail -8
   timeout 100 python3 -m benchmarks.bench_moe_layer --out "$OUT" --shapes 30B-A3B --formats w4a16,w4a4 --m 1,4 \
     > /tmp/ml.log 2>&1; echo "bench_moe_layer exit $?"; grep -E "^\| 30B" "$OUT"/moe-layer-*.md | head -12
-  exit 0
-fi
-if [ "$what" = probes ]; then
-  # The decode variants of e28ca9b's run, on a carried build: the FP8 kernel's paired blocks (the default
-  # since; METRALE_W8A8_MMA=wg-plain the one-group loop) and the W4A16 promotion probe (METRALE_STREAM=promo:
-  # a measurement of what a W4A16 version scaling each group's sum would save, not the contract's bits).
-  # tests/gpu/test_w8a8_fp8_wgmma.py (the variants bitwise the default) and test_w4a16_promo_probe.py;
-  # bench_w8a8_variants --m 1,8,16,32 (wgmma = the default, wg-plain, wg-qe = 128-row CTAs) channel and
-  # block-scaled; bench_decode_variants --m 1,8,16 reg,promo (all shapes; promo's "same bits" False by
-  # design) and reg,ring at 32B-up M = 8; ncu over the dense decode launches (ncu-pipe.txt). Writes gpu.txt,
-  # tests.log, w8a8-variants-*.md, w8a8-block-variants-*.md,
-  # decode-variants-*.md, ring/decode-variants-*.md, ncu-pipe.txt: 7 files.
-  record_commit
-  SECONDS=0
-  timeout 200 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py tests/gpu/test_w4a16_promo_probe.py -m gpu -rs -q \
-    --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
-  echo "test_w8a8_fp8_wgmma + test_w4a16_promo_probe exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
-  grep -E "passed|failed|error" "$OUT/tests.log" | tail -4
-  for g in channel block; do
-    timeout 90 python3 -m benchmarks.bench_w8a8_variants --granularity $g --m 1,8,16,32 \
-      --variants wgmma,wg-plain,wg-qe --out "$OUT" > /tmp/w8a8-$g.log 2>&1
-    echo "bench_w8a8_variants ($g) exit $?"; tail -9 /tmp/w8a8-$g.log
-  done
-  timeout 90 python3 -m benchmarks.bench_decode_variants --m 1,8,16 --variants reg,promo --out "$OUT" \
-    > /tmp/promo.log 2>&1; echo "bench_decode_variants (promo) exit $?"; tail -8 /tmp/promo.log
-  mkdir -p "$OUT/ring"  # a file of its own (the name carries only the minute)
-  timeout 60 python3 -m benchmarks.bench_decode_variants --m 8 --variants reg,ring --shapes 32B-up --out "$OUT/ring" \
-    > /tmp/ring.log 2>&1; echo "bench_decode_variants (ring bits) exit $?"; grep -E "^\| 32B" /tmp/ring.log
-  timeout 60 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
-    --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats \
-    python3 -m benchmarks.diagnostics.ncu_decode --m 1 --moe "" > "$OUT/ncu-pipe.txt" 2>&1
-  echo "ncu (default) exit $?"
   exit 0
 fi
 if [ "$what" = static ]; then

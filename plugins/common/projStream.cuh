@@ -388,13 +388,14 @@ inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t*
     if constexpr (P::kCODE_BITS == 4 && P::kTABLE_BYTES == 0)
     {
         // The producer-fed shared-memory ring (projStreamRing.cuh) where streamRingFor says, same bits.
-        if (m <= 16 && streamRingFor(m, (k + 127) / 128, slices))
+        const StreamVariant sv = m <= 16 ? streamVariant() : StreamVariant::kDefault;
+        if (m <= 16 && streamRingFor(sv, m, (k + 127) / 128, slices))
         {
             bool served = false;
-            const cudaError_t e = m <= 8
-                ? (streamRingStagesX() ? launchProjStreamRing<P, 1, true>(p, X, y, m, n, k, yDtype, slices, stream, &served)
-                                       : launchProjStreamRing<P, 1>(p, X, y, m, n, k, yDtype, slices, stream, &served))
-                : launchProjStreamRing<P, 2>(p, X, y, m, n, k, yDtype, slices, stream, &served);
+            const cudaError_t e = m > 8 ? launchProjStreamRing<P, 2>(p, X, y, m, n, k, yDtype, slices, stream, &served)
+                : sv == StreamVariant::kRingX
+                ? launchProjStreamRing<P, 1, true>(p, X, y, m, n, k, yDtype, slices, stream, &served)
+                : launchProjStreamRing<P, 1>(p, X, y, m, n, k, yDtype, slices, stream, &served);
             if (served || e != cudaSuccess)
             {
                 return e;

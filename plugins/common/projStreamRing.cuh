@@ -48,39 +48,45 @@ constexpr int kRING_STAGES = 8;     // 8 x 8 KB of codes in flight per CTA
 #define METRALE_RING_MINB1 3
 #endif
 
-/* Whether METRALE_STREAM (read at each call) names the streaming variant `name`: "ring" this one
- * (where the device has it, the same bits), "promo" W4A16's measurement probe (w4a16ProjKernel.cuh);
- * anything else or unset projStreamTile's register ring. */
-inline bool streamVariantSelected(const char* name)
+/* The streaming variant METRALE_STREAM names (read once a launch, so at each graph capture; every
+ * variant gives the same bits): unset the default (streamRingFor), "ring" this ring at every m <= 16,
+ * "ringx" it with the activations staged too at m <= 8 (projStreamRingKernel's kXS, a measurement
+ * variant), anything else projStreamTile's register ring. */
+enum class StreamVariant : int
+{
+    kDefault,
+    kReg,
+    kRing,
+    kRingX,
+};
+inline StreamVariant streamVariant()
 {
     const char* v = std::getenv("METRALE_STREAM");
-    return v != nullptr && std::strcmp(v, name) == 0;
+    if (v == nullptr)
+    {
+        return StreamVariant::kDefault;
+    }
+    return std::strcmp(v, "ring") == 0 ? StreamVariant::kRing
+        : std::strcmp(v, "ringx") == 0 ? StreamVariant::kRingX
+                                        : StreamVariant::kReg;
 }
-/* Whether the ring variant serves m rows of a weight with nkb 128-k blocks in `slices` slices (the
- * register ring otherwise; the same bits either way): METRALE_STREAM=ring at every m <= 16, any other
- * value never; unset, at m <= 8 where each slice's warp walks at least kRING_MIN_STAGES stages. Measured
+/* Whether the ring serves m rows of a weight with nkb 128-k blocks in `slices` slices under variant v
+ * (the register ring otherwise): ring and ringx at every m <= 16, the register ring never; by default
+ * at m <= 8 where each slice's warp walks at least kRING_MIN_STAGES stages. Measured
  * on the H200 (decode-variants-20261203-1541-fd9ee50.md and -1754-f27d1ef.md, W4A16, both runs alike):
  * at M = 1 the ring took 0.87 / 0.85 / 0.92 of the register ring's time at 8B-down, 32B-up, 32B-down
  * (12, 20, 25 stages) and 1.08 / 1.06 at 8B-up, 8B-qkv (8, 4 stages: its barriers and producer are a
  * fixed cost a CTA); at M = 8 0.92 / 0.90 / 1.10; at M = 16 within +-3%. */
 constexpr int kRING_MIN_STAGES = 12;
-inline bool streamRingFor(int64_t m, int64_t nkb, int slices)
+inline bool streamRingFor(StreamVariant v, int64_t m, int64_t nkb, int slices)
 {
-    const char* v = std::getenv("METRALE_STREAM");
-    if (v != nullptr)
+    if (v != StreamVariant::kDefault)
     {
-        return std::strcmp(v, "ring") == 0 || std::strcmp(v, "ringx") == 0;
+        return v == StreamVariant::kRing || v == StreamVariant::kRingX;
     }
     return m <= 8 && (nkb + slices - 1) / slices >= kRING_MIN_STAGES;
 }
-
-/* METRALE_STREAM=ringx (read at each call; a measurement variant, the same bits): the ring with the
- * activations staged too at m <= 8 (projStreamRingKernel's kXS). */
-inline bool streamRingStagesX()
-{
-    return streamVariantSelected("ringx");
-}
-constexpr int kRING_STAGES_X = 4;  // 4 x 24 KB: two CTAs an SM
+constexpr int kRING_STAGES_X = 4;  // ringx: 4 stages of 24 KB, two CTAs an SM
 
 /* The shared memory of the ring kernel: kST stages of 8 KB (S * nt boxes of 16 nt rows x 64 bytes;
  * at S * nt < 8 the tail is unused) and, with kXS, 16 KB more a stage for the activations (kAct: per

@@ -533,7 +533,8 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
  * registers); sw[n, b] is the CTA's one block128 scale of block b (its 128 rows start at a multiple
  * of 128; shared memory) or sw[n] (channel, in registers).
  */
-/* kPipe (METRALE_W8A8_MMA=wg-pipe, token tiles up to 32; not yet measured): the blocks in pairs, both
+/* kPipe (the default at token tiles up to 32, METRALE_W8A8_MMA=wg-plain without; measured 2-7% faster on
+ * the H200, w8a8-variants-20261203-1730-e28ca9b.md): the blocks in pairs, both
  * pairs' wgmma groups issued into two partial sets before the first is waited for (`wgmma.wait_group
  * 1`), released and promoted, so that one block's tensor work runs under the wait, release and
  * promotion of the other. Each block's partial is still four chained wgmmas from a fresh accumulator,

@@ -132,8 +132,7 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
     float* ga = reinterpret_cast<float*>(ws + w.scales);
     if (input_scale == nullptr)
     {
-        e = moeLaunchIn(run.pdl, quantNvfp4Kernel, moeQuantNvfp4PdlKernel,
-            actRowGrid(run.rows, k),
+        e = moeLaunchIn(run.pdl, quantNvfp4Kernel, moeQuantNvfp4PdlKernel, actRowGrid(run.rows, k),
             dim3(kACT_THREADS), 0, stream, run.src, x_dtype, nullptr, xf, ga, static_cast<int>(k));
     }
     else
@@ -144,8 +143,7 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
         const int rows = static_cast<int>(run.slots ? m * top_k : run.rows);
         const bool bySlot = run.slots;
         e = moeLaunchIn(run.pdl, moeQuantNvfp4StaticKernel<false>, moeQuantNvfp4StaticKernel<true>,
-            actRowGrid(rows, k), dim3(kACT_THREADS), 0, stream, run.src,
-            x_dtype, input_scale,
+            actRowGrid(rows, k), dim3(kACT_THREADS), 0, stream, run.src, x_dtype, input_scale,
             bySlot ? topk_ids : nullptr, static_cast<int>(top_k), static_cast<int>(num_experts),
             combine ? 1 : static_cast<int>(top_k), run.r, xf, ga, static_cast<int>(k));
     }

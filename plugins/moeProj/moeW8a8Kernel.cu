@@ -114,10 +114,9 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     }
     p.nbx = static_cast<int>(scaleCols(k, act_format, act_scale_granularity));
     p.sx = reinterpret_cast<const float*>(ws + w.scales);
-    e = moeLaunchIn(run.pdl, quantFp8Kernel, moeQuantFp8PdlKernel,
-        actRowGrid(run.rows, k),
-        dim3(kACT_THREADS), 0, stream, run.src, x_dtype, reinterpret_cast<__half*>(ws + w.operand),
-        reinterpret_cast<float*>(ws + w.scales), static_cast<int>(k), p.nbx);
+    e = moeLaunchIn(run.pdl, quantFp8Kernel, moeQuantFp8PdlKernel, actRowGrid(run.rows, k), dim3(kACT_THREADS), 0,
+        stream, run.src, x_dtype, reinterpret_cast<__half*>(ws + w.operand), reinterpret_cast<float*>(ws + w.scales),
+        static_cast<int>(k), p.nbx);
     if (e != cudaSuccess)
     {
         return e;

@@ -44,21 +44,6 @@ extern "C" cudaError_t metrale_w4a16_proj(const void* x, int32_t x_dtype, const 
     {
         return cudaErrorInvalidValue;
     }
-    const W4A16Policy::Params p = w4a16Params(weight, weight_scale, zero_point, bias, n, k, group_size);
-    if (m <= 16 && group_size == 128 && streamVariantSelected("promo"))
-    {
-        // The measurement probe (not the contract's bits): the streaming tier with the per-block promotion.
-        const uint16_t* X = nullptr;
-        const cudaError_t e = bf16Operand(x, x_dtype, m, k, workspace, workspace_bytes, stream, &X);
-        if (e != cudaSuccess)
-        {
-            return e;
-        }
-        const int slices = projSlices(n, k);
-        return m <= 8 ? launchProjStream<W4A16PromoProbePolicy, 1>(p, X, y, static_cast<int>(m), static_cast<int>(n),
-                            static_cast<int>(k), x_dtype, slices, stream)
-                      : launchProjStream<W4A16PromoProbePolicy, 2>(p, X, y, static_cast<int>(m), static_cast<int>(n),
-                            static_cast<int>(k), x_dtype, slices, stream);
-    }
-    return projectBf16<W4A16Policy>(p, x, x_dtype, m, n, k, workspace, workspace_bytes, y, stream);
+    return projectBf16<W4A16Policy>(w4a16Params(weight, weight_scale, zero_point, bias, n, k, group_size), x, x_dtype,
+        m, n, k, workspace, workspace_bytes, y, stream);
 }

@@ -228,34 +228,6 @@ struct W4A16Policy : NoTable, IdentityEpilogue
     }
 };
 
-/*
- * A measurement probe, not the contract's arithmetic (METRALE_STREAM=promo: the dense launcher at
- * m <= 16 and group 128 only, for benchmarks/bench_decode_variants.py): each 128-k block's partial
- * sum of exact (code - z) * x products from zero, scaled by the block's group scale at its promotion
- * (projStreamTile's per-block form: acc += (part * 1) * s), i.e. the arithmetic of a W4A16 version
- * whose group scale multiplies the group's sum instead of rounding every weight (plugins/KERNELS.md,
- * Performance): the dequant drops the scaled HFMA2, one of every two. Its bits are not version 2's.
- */
-struct W4A16PromoProbePolicy : W4A16Policy
-{
-    static constexpr bool kPER_BLOCK = true;
-
-    __device__ static float blockColScale(const Params& p, int n, int kb)
-    {
-        return __uint_as_float(static_cast<uint32_t>(__ldg(p.scale + n * p.groups + kb)) << 16);  // bf16 -> float
-    }
-
-    template <int kCW>
-    __device__ static void dequant(const uint32_t (&codes)[kCW], const BlockState& b, int s, const uint8_t*, int,
-        uint32_t& b0, uint32_t& b1)
-    {
-        const uint32_t w = codes[s >> 1];
-        const uint32_t x = bytePerm(w, w >> 4, (s & 1) ? 0x7632u : 0x5410u);
-        b0 = fmaBf16x2(maskOr(x, kNIBBLES, kMAGIC), kONE, b.nz2);  // code - z, exact
-        b1 = fmaBf16x2(maskOr(x >> 8, kNIBBLES, kMAGIC), kONE, b.nz2);
-    }
-};
-
 /* The W4A16 checks of the dense and the grouped launcher (after their own shape and routing checks):
  * cudaSuccess, or why not. */
 inline cudaError_t w4a16Supported(int64_t n, int64_t k, int64_t group_size)

@@ -71,8 +71,8 @@ struct Fp8Variant
 /* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
  * "exact" the exact f16 path; "wg-base" the split pre-pass and wgEpilogue (b94300f's kernel);
  * "wg-q" the fused pre-pass; "wg-qe" the fused pre-pass and the hoisted epilogue (each of the three with CTAs of
- * 128 weight rows at every m); "wg-plain" wg-qe with 64-row CTAs at m <= 16 (3c6e3ce's default); "wg-fma-probe" as the
- * default, and block128 x row_block128 with the FFMA promotion probe (kSC_FMA_PROBE: other bits, a measurement only);
+ * 128 weight rows at every m); "wg-plain" wg-qe with 64-row CTAs at m <= 16 (3c6e3ce's default); "wg-fma-probe" as
+ * wg-plain, and block128 x row_block128 with the FFMA promotion probe (kSC_FMA_PROBE: other bits, a measurement only);
  * unset or anything else: the default, kFP8_DEFAULT: wg-plain with two blocks' wgmma groups in flight at m <= 32
  * (kPipe, the same bits; measured on the H200 against wg-plain, w8a8-variants-20261203-1730-e28ca9b.md: geomean
  * 0.66 / 0.66 / 0.69 / 0.79 of FP8 cuBLASLt at M = 1 / 8 / 16 / 32 against 0.68 / 0.68 / 0.70 / 0.82; block-scaled
