@@ -530,10 +530,11 @@ static __global__ void __launch_bounds__(kMOE_COMBINE_WIDE_THREADS) moeCombineWi
 /* The decode variants of the grouped launchers (METRALE_MOE_DECODE, read at each launcher call, i.e.
  * at CUDA-graph capture): speed choices only, every variant computes the same bits. A set of flags:
  *   unset (or any other value): the default, auto: wide; PDL on the slot path (M * top_k small);
- *         the grid on the sorted path for the policies without a per-CTA table (W4A16, W8A8). The
- *         choice measured fastest per path on the H200 (benchmarks/results/
- *         moe-layer-20261203-1430-4401552.md: pdl slows the sorted path at M = 64 by up to 12%, the
- *         grid slows W4A4's, whose table every tile rebuilds, by up to 12%);
+ *         the grid on the sorted path. The choice measured fastest per path on the H200
+ *         (benchmarks/results/moe-layer-20261203-1430-4401552.md: pdl slows the sorted path at M = 64
+ *         by up to 12%; moe-layer-20261203-1959-fbd70be.md: W4A4's grid, its e2m1 table built once a
+ *         CTA before the PDL wait, 10-16% faster than wide at M = 16 and 64 on both Qwen3 MoE shapes,
+ *         where it had been up to 12% slower while every tile rebuilt the table);
  *   base: the kernels before the variants (0: the one-CTA-a-row combine, plain launches);
  *   wide: combine=1's sum on moeCombineWideKernel (every path: slot, sorted, fused variant 1);
  *   pdl:  wide, and the kernels of each grouped op's launch sequence as programmatic dependents of
@@ -548,9 +549,9 @@ constexpr unsigned kMOE_DECODE_AUTO = 8u;  // PDL and the grid chosen per path a
 constexpr unsigned kMOE_DECODE_DEFAULT = kMOE_DECODE_WIDE | kMOE_DECODE_AUTO;
 
 /* Whether the variant flags `variant` (moeDecodeVariant) turn on `flag` (kMOE_DECODE_PDL or
- * kMOE_DECODE_GRID) for a launch on the slot path (slots) or the sorted path of a policy with a
- * per-CTA table of tableBytes: the auto default's choice per path lives here alone. */
-inline bool moeDecodeOn(unsigned variant, unsigned flag, bool slots, int tableBytes)
+ * kMOE_DECODE_GRID) for a launch on the slot path (slots) or the sorted path: the auto default's
+ * choice per path lives here alone. */
+inline bool moeDecodeOn(unsigned variant, unsigned flag, bool slots)
 {
     if ((variant & flag) != 0)
     {
@@ -560,7 +561,7 @@ inline bool moeDecodeOn(unsigned variant, unsigned flag, bool slots, int tableBy
     {
         return false;
     }
-    return flag == kMOE_DECODE_PDL ? slots : !slots && tableBytes == 0;
+    return flag == kMOE_DECODE_PDL ? slots : !slots;
 }
 
 inline unsigned moeDecodeVariant()
@@ -1041,7 +1042,7 @@ inline cudaError_t moeGemm(const typename P::Params& p, const View& view, const 
         return cudaErrorInvalidValue;
     }
     const int nt = P::kTABLE_BYTES > 0 ? (kSTREAM_THREADS / 32) / slices : 1;
-    const bool grid = moeDecodeOn(variant, kMOE_DECODE_GRID, false, P::kTABLE_BYTES);  // the sorted path
+    const bool grid = moeDecodeOn(variant, kMOE_DECODE_GRID, false);  // the sorted path
     return tier == MoeTier::kStream8
         ? moeLaunchStreamAs<P, 1, View>(pdl.on, grid, p, view, r, maxTiles, X, Y, yElem, yDtype, n, k, slices, nt,
               pdl, stream)
@@ -1117,7 +1118,7 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.perSlotOperand = false;
     u.variant = moeDecodeVariant();
     u.pdl = MoePdl{};
-    u.pdl.on = moeDecodeOn(u.variant, kMOE_DECODE_PDL, u.slots, 0) && !forceSlots && moePdlSupported();
+    u.pdl.on = moeDecodeOn(u.variant, kMOE_DECODE_PDL, u.slots) && !forceSlots && moePdlSupported();
     if (u.slots)
     {
         u.src = x;
