@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|table|ringx|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|table|persist|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -269,34 +269,35 @@ if [ "$what" = decode ]; then
     ${DECODE_SHAPES:+--shapes "$DECODE_SHAPES"} --out "$OUT" 2>&1 \
     | tee "$OUT/bench-decode.log" | tail -30
 fi
-if [ "$what" = ringx ]; then
-  # The W4A16 ring with the activations staged too at M <= 8 (METRALE_STREAM=ringx: the producer warp
-  # copies them by cp.async into each stage, the consumers read them by LDS; the same bits), on a carried
-  # build: tests/gpu/test_stream_ring.py (ring and ringx bitwise the register ring), bench_decode_variants
-  # default,reg,ring,ringx at M = 1, 4, 8, 16, Nsight Compute's stall reasons of the ring kernels at M = 1
-  # under ring and ringx (ncu-stall.txt); and the MoE grid kernel's W4A4 table built once a CTA:
-  # tests/gpu/test_moe_decode_variant.py's W4A4 cases (every variant, grid included, bitwise the default),
-  # bench_moe_layer --variant wide,grid for W4A4 at M = 16, 64 on both shapes. Writes gpu.txt, tests.log,
-  # decode-variants-*.md, ncu-stall.txt, moe-layer-*.md and .json: 6 files.
+if [ "$what" = persist ]; then
+  # Issue 20's persistent FP8 kernel (METRALE_W8A8_MMA=wg-persist: one CTA an SM walking the raster's
+  # tiles at token tiles of 64 and 128; wg-persist-wave: and the token tile from the SMs' waves; the same
+  # bits), on a carried build: tests/gpu/test_w8a8_fp8_wgmma.py's launch variants under both (bitwise the
+  # default at M = 1..4096, every case), bench_w8a8_variants wgmma,wg-persist,wg-persist-wave at M = 64,
+  # 256, 1024, 4096 for channel x row and block128 x row_block128, then
+  # tests/gpu/test_memcheck.py (compute-sanitizer memcheck over every launcher) under the default and
+  # under wg-persist. Writes gpu.txt, tests.log, w8a8-variants-*.md, w8a8-block-variants-*.md, memcheck.log.
   record_commit
   SECONDS=0
-  timeout 200 python3 -m pytest tests/gpu/test_stream_ring.py tests/gpu/test_moe_decode_variant.py -k "ring or w4a4" \
+  METRALE_W8A8_VARIANTS=wg-persist,wg-persist-wave timeout 170 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -k "launch_variants" \
     -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
-  echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
-  grep -E "passed|failed|error|FAILED" "$OUT/tests.log" | tail -8
-  timeout 110 python3 -m benchmarks.bench_decode_variants --m 1,4,8,16 --variants default,reg,ring,ringx --out "$OUT" \
-    > /tmp/dv.log 2>&1; echo "bench_decode_variants exit $?"; tail -9 /tmp/dv.log
-  for v in ring ringx; do
-    echo "== METRALE_STREAM=$v" >> "$OUT/ncu-stall.txt"
-    METRALE_STREAM=$v timeout 50 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
-      --kernel-name regex:projStreamRing --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
-      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
-      python3 -m benchmarks.diagnostics.ncu_decode --m 1 --shapes 8B-down,32B-up --moe "" >> "$OUT/ncu-stall.txt" 2>&1
-    echo "ncu ($v) exit $?"
+  echo "test_w8a8_fp8_wgmma launch variants (wg-persist) exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|FAILED" "$OUT/tests.log" | tail -6
+  for g in channel block; do
+    SECONDS=0
+    timeout 130 python3 -m benchmarks.bench_w8a8_variants --granularity $g --variants wgmma,wg-persist,wg-persist-wave \
+      --m ${PERSIST_M:-64,256,1024,4096} --out "$OUT" > /tmp/bv-$g.log 2>&1
+    echo "bench_w8a8_variants $g exit $? after ${SECONDS} s"; tail -8 /tmp/bv-$g.log
   done
-  python3 -m benchmarks.diagnostics.ncu_stalls "$OUT/ncu-stall.txt" --top 4
-  timeout 150 python3 -m benchmarks.bench_moe_layer --out "$OUT" --formats w4a4 --m 16,64 --variant wide,grid \
-    > /tmp/ml.log 2>&1; echo "bench_moe_layer exit $?"; grep -E "^\| (30B|Next)" "$OUT"/moe-layer-*.md | head -16
+  for v in default wg-persist; do
+    SECONDS=0
+    echo "== METRALE_W8A8_MMA=$v" >> "$OUT/memcheck.log"
+    ( [ $v = default ] || export METRALE_W8A8_MMA=$v; timeout 120 python3 -m pytest tests/gpu/test_memcheck.py -m gpu -q \
+      --confcutdir=tests/gpu -p no:cacheprovider ) > /tmp/mc-$v.log 2>&1
+    echo "rc $? after ${SECONDS} s" >> "$OUT/memcheck.log"
+    grep -E "ERROR SUMMARY|Invalid|passed|failed|Error" /tmp/mc-$v.log | head -12 >> "$OUT/memcheck.log"
+  done
+  cat "$OUT/memcheck.log"
   exit 0
 fi
 if [ "$what" = table ]; then

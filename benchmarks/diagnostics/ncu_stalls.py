@@ -2,8 +2,9 @@
 
     python -m benchmarks.diagnostics.ncu_stalls ncu-stall.txt [--top 7]
 
-The report is what benchmarks/device_run.sh's `ringdef` and `ringx` modes write: ncu's sections printed
-as text (SpeedOfLight, WarpStateStats, SchedulerStats) with the metrics
+The report is one such as benchmarks/results/ncu-stall-20261203-1957-fbd70be.txt (written by a
+device_run.sh mode since removed; its ncu command is in git at fbd70be): ncu's sections printed as text
+(SpeedOfLight, WarpStateStats, SchedulerStats) with the metrics
 ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio``, in blocks separated by lines
 ``== METRALE_STREAM=<variant>``. Per kernel: the variant, the kernel's name, its duration (us), the
 instructions issued a scheduler-cycle, the cycles between a warp's issued instructions (the sum of the

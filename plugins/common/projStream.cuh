@@ -393,9 +393,7 @@ inline cudaError_t dispatchProjGemm(const typename P::Params& p, const uint16_t*
         {
             bool served = false;
             const cudaError_t e = m > 8 ? launchProjStreamRing<P, 2>(p, X, y, m, n, k, yDtype, slices, stream, &served)
-                : sv == StreamVariant::kRingX
-                ? launchProjStreamRing<P, 1, true>(p, X, y, m, n, k, yDtype, slices, stream, &served)
-                : launchProjStreamRing<P, 1>(p, X, y, m, n, k, yDtype, slices, stream, &served);
+                                        : launchProjStreamRing<P, 1>(p, X, y, m, n, k, yDtype, slices, stream, &served);
             if (served || e != cudaSuccess)
             {
                 return e;

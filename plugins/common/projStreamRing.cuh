@@ -50,14 +50,18 @@ constexpr int kRING_STAGES = 8;     // 8 x 8 KB of codes in flight per CTA
 
 /* The streaming variant METRALE_STREAM names (read once a launch, so at each graph capture; every
  * variant gives the same bits): unset the default (streamRingFor), "ring" this ring at every m <= 16,
- * "ringx" it with the activations staged too at m <= 8 (projStreamRingKernel's kXS, a measurement
- * variant), anything else projStreamTile's register ring. */
+ * anything else projStreamTile's register ring. "ringx", the ring with the activations staged too at
+ * m <= 8 (the producer warp's cp.async into 4 stages of 24 KB), gave the same bits but was measured
+ * slower on the H200 and removed (benchmarks/results/decode-variants-20261203-1957-fbd70be-ringx.md:
+ * geomean ours / best anchor at M = 1 / 4 / 8 ringx 1.39 / 1.22 / 1.45, ring 0.96 / 0.68 / 0.62;
+ * Nsight Compute, 8B-down M = 1: 22.1 us against the ring's 15.3, long scoreboard 5.42 against 2.27:
+ * its 4 stages left the code copies too few stages ahead, and the activation copies' waits added to
+ * the full barrier); its code is in git at fbd70be. */
 enum class StreamVariant : int
 {
     kDefault,
     kReg,
     kRing,
-    kRingX,
 };
 inline StreamVariant streamVariant()
 {
@@ -66,12 +70,10 @@ inline StreamVariant streamVariant()
     {
         return StreamVariant::kDefault;
     }
-    return std::strcmp(v, "ring") == 0 ? StreamVariant::kRing
-        : std::strcmp(v, "ringx") == 0 ? StreamVariant::kRingX
-                                        : StreamVariant::kReg;
+    return std::strcmp(v, "ring") == 0 ? StreamVariant::kRing : StreamVariant::kReg;
 }
 /* Whether the ring serves m rows of a weight with nkb 128-k blocks in `slices` slices under variant v
- * (the register ring otherwise): ring and ringx at every m <= 16, the register ring never; by default
+ * (the register ring otherwise): ring at every m <= 16, the register ring never; by default
  * at m <= 8 where each slice's warp walks at least kRING_MIN_STAGES stages. Measured
  * on the H200 (decode-variants-20261203-1541-fd9ee50.md and -1754-f27d1ef.md, W4A16, both runs alike):
  * at M = 1 the ring took 0.87 / 0.85 / 0.92 of the register ring's time at 8B-down, 32B-up, 32B-down
@@ -82,22 +84,17 @@ inline bool streamRingFor(StreamVariant v, int64_t m, int64_t nkb, int slices)
 {
     if (v != StreamVariant::kDefault)
     {
-        return v == StreamVariant::kRing || v == StreamVariant::kRingX;
+        return v == StreamVariant::kRing;
     }
     return m <= 8 && (nkb + slices - 1) / slices >= kRING_MIN_STAGES;
 }
-constexpr int kRING_STAGES_X = 4;  // ringx: 4 stages of 24 KB, two CTAs an SM
 
 /* The shared memory of the ring kernel: kST stages of 8 KB (S * nt boxes of 16 nt rows x 64 bytes;
- * at S * nt < 8 the tail is unused) and, with kXS, 16 KB more a stage for the activations (kAct: per
- * slice s of the stage 2 KB at kAct + 2048 s, chunk (q, lane) at 512 q + 16 lane: lane 4 g + t's
- * 16 bytes of activation row g, k = 128 b + 32 t + 8 q .. + 7, so that a consumer warp's LDS.128 of
- * step pair q reads 512 contiguous bytes), the slices' partial sums, the full / empty mbarriers. */
-template <int kXT, int kST, bool kXS = false>
+ * at S * nt < 8 the tail is unused), the slices' partial sums, the full / empty mbarriers. */
+template <int kXT, int kST>
 struct RingLayout
 {
-    static constexpr int kAct = kRING_CONSUMERS * 1024;
-    static constexpr int kStage = kAct + (kXS ? kRING_CONSUMERS * 2048 : 0);
+    static constexpr int kStage = kRING_CONSUMERS * 1024;
     static constexpr int kRed = kST * kStage;
     static constexpr int kBars = kRed + kRING_CONSUMERS * kXT * 4 * 32 * 4;
     static constexpr int kSmem = kBars + 2 * kST * 8;
@@ -166,8 +163,8 @@ __device__ __forceinline__ void ringBlock(float (&acc)[kXT][4], const uint32_t (
     }
 }
 
-template <class P, int kXT, int kST, bool kXS = false>
-__global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 && !kXS ? METRALE_RING_MINB1 : 2) projStreamRingKernel(
+template <class P, int kXT, int kST>
+__global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 ? METRALE_RING_MINB1 : 2) projStreamRingKernel(
     const __grid_constant__ CUtensorMap cmap, const typename P::Params p, const uint16_t* __restrict__ X,
     void* __restrict__ Y, int M, int N, int K, int32_t yDtype, int slices)
 {
@@ -175,8 +172,7 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 && !kXS ?
     static_assert(!P::kPER_BLOCK, "per-element scale policies only");
     constexpr int kCW = P::kCB / 16;
     static_assert(kCW == 4, "one 16-byte code chunk per thread, row and block");
-    static_assert(!kXS || kXT == 1, "staged activations: one activation tile (m <= 8)");
-    using L = RingLayout<kXT, kST, kXS>;
+    using L = RingLayout<kXT, kST>;
     extern __shared__ __align__(128) uint8_t ringSmem[];
     uint8_t* smem = ringSmem;
     constexpr int kMD = kXT == 1 ? 3 : 2;  // meta loads this many blocks ahead
@@ -197,7 +193,7 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 && !kXS ?
     {
         for (int s = 0; s < kST; ++s)
         {
-            mbarInit(&full[s], kXS ? 1 + 32 : 1);  // kXS: the producer warp's cp.async arrivals too
+            mbarInit(&full[s], 1);
             mbarInit(&empty[s], 32 * nCons);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -206,14 +202,10 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 && !kXS ?
 
     if (warpId >= nCons)
     {
-        // The producer: one thread walks the stages, S boxes a stage (fewer in the last group); with
-        // kXS the warp's 32 lanes also copy the stage's activations (lane 4 g + t: row g's four
-        // 16-byte chunks of each block, zero-filled for rows past M) and arrive when they land.
-        if (warpId == nCons && (kXS || lane == 0))
+        // The producer: one thread walks the stages, S boxes a stage (fewer in the last group).
+        if (warpId == nCons && lane == 0)
         {
             const int row0 = blockIdx.x * rows;
-            const uint16_t* xr = X + static_cast<size_t>(min(lane >> 2, M - 1)) * K + 32 * (lane & 3);
-            const int xBytes = (lane >> 2) < M ? 16 : 0;
             for (int j = 0; j < nG; ++j)
             {
                 const int slot = j % kST;
@@ -222,34 +214,12 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 && !kXS ?
                     mbarWait(&empty[slot], ((j / kST) - 1) & 1);
                 }
                 const int nb = min(slices, nkb - j * slices);
-                if (lane == 0)
+                mbarExpectTx(&full[slot], static_cast<uint32_t>(nb * rows * 64));
+                for (int s = 0; s < nb; ++s)
                 {
-                    mbarExpectTx(&full[slot], static_cast<uint32_t>(nb * rows * 64));
-                    for (int s = 0; s < nb; ++s)
-                    {
-                        ringTmaLoad(smem + slot * L::kStage + s * rows * 64, &cmap, (j * slices + s) * 64, row0,
-                            &full[slot]);
-                    }
+                    ringTmaLoad(smem + slot * L::kStage + s * rows * 64, &cmap, (j * slices + s) * 64, row0,
+                        &full[slot]);
                 }
-                if constexpr (kXS)
-                {
-                    uint8_t* dst = smem + slot * L::kStage + L::kAct + 16 * lane;
-                    for (int s = 0; s < nb; ++s)
-                    {
-                        const uint16_t* src = xr + 128 * (j * slices + s);
-#pragma unroll
-                        for (int q = 0; q < 4; ++q)
-                        {
-                            cpAsync16(dst + 2048 * s + 512 * q, src + 8 * q, xBytes);
-                        }
-                    }
-                    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smemAddr(&full[slot]))
-                                 : "memory");
-                }
-            }
-            if constexpr (kXS)
-            {
-                asm volatile("cp.async.wait_all;\n" ::: "memory");
             }
         }
         return;
@@ -285,7 +255,6 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 && !kXS ?
     const uint32_t fullBase = smemAddr(full);
     const uint32_t emptyBase = smemAddr(empty);
     const uint32_t zeroMask = blockDim.z - 1u;  // 0: the arrival's dependence on the LDS (step)
-    const uint32_t aBase = smemAddr(smem + L::kAct);  // kXS: the stages' activations
 
     float acc[kXT][4];
 #pragma unroll
@@ -331,27 +300,15 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 && !kXS ?
             codes[hr][3] = c.w;
         }
         uint4 xf[kXT][4];
-        if constexpr (kXS)
+#pragma unroll
+        for (int j = 0; j < kXT; ++j)
         {
-            const uint32_t xa = aBase + slot * L::kStage + 2048 * slice + 16 * lane;
 #pragma unroll
             for (int q = 0; q < 4; ++q)
             {
-                xf[0][q] = ringLds(xa + 512 * q);
+                xf[j][q] = __ldg(reinterpret_cast<const uint4*>(xp[j] + 8 * q));
             }
-        }
-        else
-        {
-#pragma unroll
-            for (int j = 0; j < kXT; ++j)
-            {
-#pragma unroll
-                for (int q = 0; q < 4; ++q)
-                {
-                    xf[j][q] = __ldg(reinterpret_cast<const uint4*>(xp[j] + 8 * q));
-                }
-                xp[j] += xStep;
-            }
+            xp[j] += xStep;
         }
         typename P::BlockState bs[2];
 #pragma unroll
@@ -376,12 +333,7 @@ __global__ void __launch_bounds__(32 * (kRING_CONSUMERS + 1), kXT == 1 && !kXS ?
         // M = 8 at fd9ee50 and e28ca9b differed). So the arrival's address takes an operand from both
         // LDS results, masked by a zero ptxas cannot fold (blockDim.z - 1: launched with z = 1): it
         // issues only once both loads have returned.
-        uint32_t read = codes[0][0] | codes[1][0];
-        if constexpr (kXS)
-        {
-            read |= xf[0][0].x | xf[0][1].x | xf[0][2].x | xf[0][3].x;  // and the stage's four activation LDS
-        }
-        ringArrive(emptyBase + 8 * slot + (read & zeroMask));
+        ringArrive(emptyBase + 8 * slot + ((codes[0][0] | codes[1][0]) & zeroMask));
     };
     int j0 = 0;
     for (; j0 + kMD <= nG; j0 += kMD)
@@ -488,16 +440,15 @@ inline cudaError_t ringCodesMap(const uint8_t* codes, int64_t n, int64_t rowByte
 }
 
 /* Whether this device runs the ring kernel (sm_90 machine code loaded). */
-template <class P, int kXT, bool kXS = false>
+template <class P, int kXT>
 inline bool ringAvailable()
 {
-    return sm90aKernelLoaded<projStreamRingKernel<P, kXT, kXS ? kRING_STAGES_X : kRING_STAGES, kXS>>();
+    return sm90aKernelLoaded<projStreamRingKernel<P, kXT, kRING_STAGES>>();
 }
 
-/* The ring variant at kXT activation tiles (m <= 8 kXT; kXS: the activations staged too, kXT = 1);
- * false in *served where it does not serve (no sm_90 code, or a policy outside its reach): the caller
- * then runs launchProjStream. */
-template <class P, int kXT, bool kXS = false>
+/* The ring variant at kXT activation tiles (m <= 8 kXT); false in *served where it does not serve
+ * (no sm_90 code, or a policy outside its reach): the caller then runs launchProjStream. */
+template <class P, int kXT>
 inline cudaError_t launchProjStreamRing(const typename P::Params& p, const uint16_t* X, void* y, int m, int n, int k,
     int32_t yDtype, int slices, cudaStream_t stream, bool* served)
 {
@@ -508,7 +459,7 @@ inline cudaError_t launchProjStreamRing(const typename P::Params& p, const uint1
     }
     else
     {
-        if (k % 128 != 0 || slices < 1 || slices > kRING_CONSUMERS || !ringAvailable<P, kXT, kXS>())
+        if (k % 128 != 0 || slices < 1 || slices > kRING_CONSUMERS || !ringAvailable<P, kXT>())
         {
             return cudaSuccess;
         }
@@ -519,16 +470,15 @@ inline cudaError_t launchProjStreamRing(const typename P::Params& p, const uint1
         {
             return e;
         }
-        constexpr int kST = kXS ? kRING_STAGES_X : kRING_STAGES;
-        using L = RingLayout<kXT, kST, kXS>;
-        e = raiseSmemOnce<projStreamRingKernel<P, kXT, kST, kXS>>(L::kSmem);
+        using L = RingLayout<kXT, kRING_STAGES>;
+        e = raiseSmemOnce<projStreamRingKernel<P, kXT, kRING_STAGES>>(L::kSmem);
         if (e != cudaSuccess)
         {
             return e;
         }
         *served = true;
         const dim3 grid((n + 16 * nt - 1) / (16 * nt));
-        projStreamRingKernel<P, kXT, kST, kXS><<<grid, 32 * (nt * slices + 1), L::kSmem, stream>>>(map, p, X, y,
+        projStreamRingKernel<P, kXT, kRING_STAGES><<<grid, 32 * (nt * slices + 1), L::kSmem, stream>>>(map, p, X, y,
             m, n, k, yDtype, slices);
         return cudaGetLastError();
     }

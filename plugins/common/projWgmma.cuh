@@ -315,21 +315,26 @@ __device__ __forceinline__ void produceStages(SliceCursor cur, int nWalk, uint64
 }
 
 /*
- * The raster of a (weight tiles x token tiles) grid: CTAs in launch order walk groups of kWG_RASTER
+ * The raster of a (weight tiles gx x token tiles gy) grid: tile ids in order walk groups of kWG_RASTER
  * token tiles, all weight tiles of a group, token tile fastest, so that one wave's weights and
  * activations stay in the L2 (a layout choice only: each CTA computes the same tile wherever it falls
  * in the order). m0: the CTA's first token, n0: its first weight row (rows: weight rows per CTA).
  */
-__device__ __forceinline__ void wgRasterTile(int kN, int& m0, int& n0, int rows = kWG_ROWS)
+__device__ __forceinline__ void wgRasterTileAt(int id, int gx, int gy, int kN, int& m0, int& n0, int rows)
 {
-    const int gx = static_cast<int>(gridDim.x);
-    const int gy = static_cast<int>(gridDim.y);
-    const int id = static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x);
     const int group = id / (kWG_RASTER * gx);
     const int inGroup = id - group * kWG_RASTER * gx;
     const int span = min(kWG_RASTER, gy - group * kWG_RASTER);
     m0 = (group * kWG_RASTER + inGroup % span) * kN;
     n0 = (inGroup / span) * rows;
+}
+
+/* The raster's tile of this CTA in a grid of (weight tiles, token tiles). */
+__device__ __forceinline__ void wgRasterTile(int kN, int& m0, int& n0, int rows = kWG_ROWS)
+{
+    const int gx = static_cast<int>(gridDim.x);
+    const int gy = static_cast<int>(gridDim.y);
+    wgRasterTileAt(static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x), gx, gy, kN, m0, n0, rows);
 }
 
 /* Shared-memory layout (bytes): kST stages, each the activations (kN rows x 128 k), the weight

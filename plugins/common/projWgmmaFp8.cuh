@@ -539,10 +539,11 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
  * 1`), released and promoted, so that one block's tensor work runs under the wait, release and
  * promotion of the other. Each block's partial is still four chained wgmmas from a fresh accumulator,
  * promoted in ascending order: the same bits. */
-template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false>
+template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false,
+    bool kPersist = false>
 __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, const float* sxS,
     const float* swS, uint64_t* full, uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb,
-    int m0, int n0)
+    int m0, int n0, int& slot, uint32_t& phase)
 {
 #ifdef METRALE_SM90A
     using L = WgFp8Layout<kN, kST, kSc, kCW>;
@@ -584,9 +585,21 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #pragma unroll
         for (int j = 0; j < kN / 8; ++j)
         {
-            const float2 v = *reinterpret_cast<const float2*>(sxS + 8 * j + 2 * t);
-            sxv[2 * j] = v.x;
-            sxv[2 * j + 1] = v.y;
+            if constexpr (kPersist)  // the tile's tokens change with the tile: read where the pre-pass wrote them
+            {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                {
+                    const int m = m0 + 8 * j + 2 * t + e;
+                    sxv[2 * j + e] = m < M ? __ldg(p.sx + m) : 0.0f;
+                }
+            }
+            else
+            {
+                const float2 v = *reinterpret_cast<const float2*>(sxS + 8 * j + 2 * t);
+                sxv[2 * j] = v.x;
+                sxv[2 * j + 1] = v.y;
+            }
         }
     }
 #pragma unroll
@@ -628,7 +641,8 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
         }
         if constexpr ((kSc & kSC_BLOCK_W) != 0)
         {
-            swb = swS[kb];
+            // persistent: the tile's block row changes with the tile, read from the weight's scales
+            swb = kPersist ? __ldg(p.scale + static_cast<size_t>(n0 >> 7) * p.kBlocks + kb) : swS[kb];
         }
         return swb;
     };
@@ -693,8 +707,6 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
             }
         }
     };
-    int slot = 0;
-    uint32_t phase = 0;
     auto advance = [&]() {
         if (++slot == kST)
         {
@@ -775,7 +787,8 @@ constexpr int wgFp8Threads()
     return 128 * kCW + 128;
 }
 
-template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false>
+template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false,
+    bool kPersist = false>
 __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgmmaFp8Kernel(
     const __grid_constant__ CUtensorMap wmap, const typename P::Params p, const uint8_t* __restrict__ Xw,
     const float* __restrict__ sxT, void* __restrict__ Y, int M, int N, int K, int32_t yDtype)
@@ -792,17 +805,27 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgm
     const int mg = (M + 7) >> 3;
     int m0 = 0;
     int n0 = 0;
-    wgRasterTile(kN, m0, n0, 64 * kCW);
+    // kPersist: gridDim.x CTAs walk the raster's tiles id = blockIdx.x, + gridDim.x, ... (gx weight
+    // tiles x gy token tiles); else one tile a CTA.
+    const int gx = (N + 64 * kCW - 1) / (64 * kCW);
+    const int gy = (M + kN - 1) / kN;
+    const int tiles = gx * gy;
+    const int tile0 = static_cast<int>(blockIdx.x);
+    const int tileStep = static_cast<int>(gridDim.x);
+    if constexpr (!kPersist)
+    {
+        wgRasterTile(kN, m0, n0, 64 * kCW);
+    }
     float* sxS = reinterpret_cast<float*>(smem + L::kSx);
     float* swS = reinterpret_cast<float*>(smem + L::kSw);
-    if constexpr (kSc != 0 && !(kSc & kSC_BLOCK_X))
+    if constexpr (kSc != 0 && !(kSc & kSC_BLOCK_X) && !kPersist)
     {
         for (int i = tid; i < kN; i += kT)  // the tile's one scale a token (0 past M: never stored)
         {
             sxS[i] = m0 + i < M ? p.sx[m0 + i] : 0.0f;
         }
     }
-    if constexpr ((kSc & kSC_BLOCK_W) != 0)
+    if constexpr ((kSc & kSC_BLOCK_W) != 0 && !kPersist)
     {
         const float* row = p.scale + static_cast<size_t>(n0 >> 7) * p.kBlocks;  // rows n0 .. n0 + 64 kCW - 1: one block row
         for (int i = tid; i < nkb; i += kT)
@@ -829,19 +852,56 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgm
         if (tid == 128 * kCW)
         {
             asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&wmap)) : "memory");
-            const uint32_t rowsB = static_cast<uint32_t>(min(kN, 8 * mg - m0));
-            const uint32_t bytesB = rowsB * 128u;
-            const uint32_t bytesS = (kSc & kSC_BLOCK_X) ? rowsB * 4u : 0u;  // a multiple of 32
-            produceStages<kST>(SliceCursor(nkb, 1), nkb, full, empty, [&](int slot, int kb) {
-                uint8_t* st = smem + slot * L::kStage;
-                mbarExpectTx(&full[slot], bytesB + bytesS + static_cast<uint32_t>(L::kA));  // the box counts whole
-                bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
-                if constexpr ((kSc & kSC_BLOCK_X) != 0)
+            if constexpr (!kPersist)
+            {
+                const uint32_t rowsB = static_cast<uint32_t>(min(kN, 8 * mg - m0));
+                const uint32_t bytesB = rowsB * 128u;
+                const uint32_t bytesS = (kSc & kSC_BLOCK_X) ? rowsB * 4u : 0u;  // a multiple of 32
+                produceStages<kST>(SliceCursor(nkb, 1), nkb, full, empty, [&](int slot, int kb) {
+                    uint8_t* st = smem + slot * L::kStage;
+                    mbarExpectTx(&full[slot], bytesB + bytesS + static_cast<uint32_t>(L::kA));  // the box counts whole
+                    bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
+                    if constexpr ((kSc & kSC_BLOCK_X) != 0)
+                    {
+                        bulkCopy(sxS + slot * kN, sxT + static_cast<size_t>(kb) * 8 * mg + m0, bytesS, &full[slot]);
+                    }
+                    tmaLoad2d(st, &wmap, kb * 128, n0, &full[slot]);
+                });
+                return;
+            }
+            // Persistent: produceStages' walk over every tile of this CTA, the ring's slot and phase
+            // carried from tile to tile (the next tile's first stages fill under this one's last blocks).
+            int slot = 0;
+            uint32_t phase = 0;
+            int filled = 0;
+            for (int tile = tile0; tile < tiles; tile += tileStep)
+            {
+                wgRasterTileAt(tile, gx, gy, kN, m0, n0, 64 * kCW);
+                const uint32_t rowsB = static_cast<uint32_t>(min(kN, 8 * mg - m0));
+                const uint32_t bytesB = rowsB * 128u;
+                const uint32_t bytesS = (kSc & kSC_BLOCK_X) ? rowsB * 4u : 0u;  // a multiple of 32
+                for (int kb = 0; kb < nkb; ++kb)
                 {
-                    bulkCopy(sxS + slot * kN, sxT + static_cast<size_t>(kb) * 8 * mg + m0, bytesS, &full[slot]);
+                    if (filled >= kST)
+                    {
+                        mbarWait(&empty[slot], phase ^ 1u);
+                    }
+                    uint8_t* st = smem + slot * L::kStage;
+                    mbarExpectTx(&full[slot], bytesB + bytesS + static_cast<uint32_t>(L::kA));  // the box counts whole
+                    bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
+                    if constexpr ((kSc & kSC_BLOCK_X) != 0)
+                    {
+                        bulkCopy(sxS + slot * kN, sxT + static_cast<size_t>(kb) * 8 * mg + m0, bytesS, &full[slot]);
+                    }
+                    tmaLoad2d(st, &wmap, kb * 128, n0, &full[slot]);
+                    ++filled;
+                    if (++slot == kST)
+                    {
+                        slot = 0;
+                        phase ^= 1u;
+                    }
                 }
-                tmaLoad2d(st, &wmap, kb * 128, n0, &full[slot]);
-            });
+            }
         }
     }
     else
@@ -850,22 +910,58 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgm
         {
             asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
         }
-        consumeWgmmaFp8<P, kN, kST, kHoist, kSc, kCW, kPipe>(p, smemAddr(smem), sxS, swS, full, empty, Y, M, N, yDtype,
-            nkb, m0, n0);
+        int slot = 0;
+        uint32_t phase = 0;
+        if constexpr (!kPersist)
+        {
+            consumeWgmmaFp8<P, kN, kST, kHoist, kSc, kCW, kPipe, kPersist>(p, smemAddr(smem), sxS, swS, full, empty, Y,
+                M, N, yDtype, nkb, m0, n0, slot, phase);
+            return;
+        }
+        for (int tile = tile0; tile < tiles; tile += tileStep)
+        {
+            wgRasterTileAt(tile, gx, gy, kN, m0, n0, 64 * kCW);
+            consumeWgmmaFp8<P, kN, kST, kHoist, kSc, kCW, kPipe, kPersist>(p, smemAddr(smem), sxS, swS, full, empty, Y,
+                M, N, yDtype, nkb, m0, n0, slot, phase);
+        }
     }
 #else
     __trap();  // launched only where wgFp8Available() found sm_90a machine code
 #endif
 }
 
-/* Token tile: a function of m and the weight's shape only (never of the bits). */
-inline int wgFp8TokenTile(int64_t m, int64_t n)
+/* The device's SMs (132 where the runtime does not say). */
+inline int wgFp8Sms()
+{
+    int dev = 0;
+    int sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess
+        || sms <= 0)
+    {
+        sms = 132;
+    }
+    return sms;
+}
+
+/* Token tile: a function of m, the weight's shape and (wave) the device's SM count, never of the bits
+ * (wgmma's bits do not depend on its N). wave (METRALE_W8A8_MMA=wg-persist-wave): at m > 64 the tile of
+ * 64 where its waves of one-CTA-an-SM tiles cost less than the 128 tile's, a 64-token tile counted at
+ * 0.55 of a 128 one (its B operand is half, its A the same); else 128 once it fills the SMs. */
+inline int wgFp8TokenTile(int64_t m, int64_t n, bool wave = false)
 {
     if (m <= 64)
     {
         return m <= 8 ? 8 : m <= 16 ? 16 : m <= 32 ? 32 : 64;
     }
     const int64_t ctas128 = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 127) / 128);
+    if (wave)
+    {
+        const int64_t sms = wgFp8Sms();
+        const int64_t ctas64 = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 63) / 64);
+        const double w128 = static_cast<double>((ctas128 + sms - 1) / sms);
+        const double w64 = 0.55 * static_cast<double>((ctas64 + sms - 1) / sms);
+        return w64 < 0.95 * w128 ? 64 : 128;
+    }
     return ctas128 >= 132 ? 128 : 64;
 }
 
@@ -896,29 +992,43 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-template <class P, int kN, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false>
+/* The CTAs of a persistent launch (kPersist): one an SM (the kernel's shared memory allows one), at
+ * most the tiles. A function of the device and the shape, never of the bits: every tile is computed
+ * alike whichever CTA walks it. */
+inline int wgFp8PersistentCtas(int tiles)
+{
+    const int sms = wgFp8Sms();
+    return tiles < sms ? tiles : sms;
+}
+
+template <class P, int kN, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false,
+    bool kPersist = false>
 inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw,
     const float* sxT, void* y, int m, int n, int k, int32_t yDtype, cudaStream_t stream)
 {
     constexpr int kST = wgFp8Stages<kN, kSc, kCW>();
     using L = WgFp8Layout<kN, kST, kSc, kCW>;
-    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW, kPipe>;
-    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW, kPipe>>(L::kSmem);
+    auto kern = projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW, kPipe, kPersist>;
+    const cudaError_t e = raiseSmemOnce<projWgmmaFp8Kernel<P, kN, kST, kHoist, kSc, kCW, kPipe, kPersist>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
     }
     constexpr int kRows = 64 * kCW;
-    const dim3 grid((n + kRows - 1) / kRows, (m + kN - 1) / kN, 1);
+    const int gx = (n + kRows - 1) / kRows;
+    const int gy = (m + kN - 1) / kN;
+    const dim3 grid = kPersist ? dim3(wgFp8PersistentCtas(gx * gy), 1, 1) : dim3(gx, gy, 1);
     kern<<<grid, wgFp8Threads<kCW>(), L::kSmem, stream>>>(map, p, Xw, sxT, y, m, n, k, yDtype);
     return cudaGetLastError();
 }
 
 /* The weight map of the token tile's CTA (64 kCW rows a box) and that launch; pipe: kPipe where the
- * tile allows it (kN <= 32, the hoisted epilogue, not the FFMA probe; elsewhere ignored). */
+ * tile allows it (kN <= 32, the hoisted epilogue, not the FFMA probe; elsewhere ignored); persist:
+ * kPersist where the tile allows it (kN >= 64, the hoisted epilogue, not the FFMA probe; elsewhere
+ * ignored). */
 template <class P, int kN, bool kHoist = false, int kSc = 0>
 inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe)
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe, bool persist = false)
 {
     const int consumers = wgFp8Consumers<kN>(rows64);
     CUtensorMap map;
@@ -946,21 +1056,33 @@ inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uin
             return launch(std::true_type{});
         }
     }
+    if constexpr (kN >= 64 && kHoist && (kSc & kSC_FMA_PROBE) == 0)
+    {
+        if (persist)
+        {
+            return launchProjWgmmaFp8N<P, kN, kHoist, kSc, kWG_CONSUMERS, false, true>(map, p, Xw, sxT, y, m, n, k,
+                yDtype, stream);
+        }
+    }
     return launch(std::false_type{});
 }
 
 /* The FP8 kernel at the token tile of m rows (wgFp8TokenTile): launchProjWgmmaFp8Tile<P, tile, ...>. */
 template <class P, bool kHoist, int kSc>
 inline cudaError_t launchProjWgmmaFp8AtTile(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe)
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe, bool persist = false,
+    bool wave = false)
 {
-    switch (wgFp8TokenTile(m, n))
+    switch (wgFp8TokenTile(m, n, wave))
     {
     case 8: return launchProjWgmmaFp8Tile<P, 8, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
     case 16: return launchProjWgmmaFp8Tile<P, 16, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
     case 32: return launchProjWgmmaFp8Tile<P, 32, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
-    case 64: return launchProjWgmmaFp8Tile<P, 64, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
-    default: return launchProjWgmmaFp8Tile<P, 128, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
+    case 64:
+        return launchProjWgmmaFp8Tile<P, 64, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe, persist);
+    default:
+        return launchProjWgmmaFp8Tile<P, 128, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe,
+            persist);
     }
 }
 
@@ -970,10 +1092,12 @@ inline cudaError_t launchProjWgmmaFp8AtTile(const typename P::Params& p, const u
  * pipe: the paired blocks (consumeWgmmaFp8's kPipe) where the tile allows it, the same bits. */
 template <class P>
 inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n, int k,
-    int32_t yDtype, cudaStream_t stream, bool hoist = false, bool rows64 = true, bool pipe = false)
+    int32_t yDtype, cudaStream_t stream, bool hoist = false, bool rows64 = true, bool pipe = false, bool persist = false,
+    bool wave = false)
 {
-    return hoist ? launchProjWgmmaFp8AtTile<P, true, 0>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe)
-                 : launchProjWgmmaFp8AtTile<P, false, 0>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
+    return hoist
+        ? launchProjWgmmaFp8AtTile<P, true, 0>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe, persist, wave)
+        : launchProjWgmmaFp8AtTile<P, false, 0>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
 }
 
 /* The block-scaled FP8 variant (block128 weights and/or row_block128 activations, p.blockScales /
@@ -983,15 +1107,17 @@ inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t
 template <class P>
 inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
     int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool fmaProbe = false, bool rows64 = true,
-    bool pipe = false)
+    bool pipe = false, bool persist = false, bool wave = false)
 {
     const int sc = (p.blockScales ? kSC_BLOCK_W : 0) | (p.nbx > 1 ? kSC_BLOCK_X : 0);
     switch (sc)
     {
     case kSC_BLOCK_W:
-        return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_W>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
+        return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_W>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe,
+            persist, wave);
     case kSC_BLOCK_X:
-        return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
+        return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe,
+            persist, wave);
     case kSC_BLOCK_W | kSC_BLOCK_X:
         if (fmaProbe)
         {
@@ -999,7 +1125,7 @@ inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const u
                 yDtype, stream, rows64, false);
         }
         return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_W | kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream,
-            rows64, pipe);
+            rows64, pipe, persist, wave);
     default: return cudaErrorInvalidValue;
     }
 }

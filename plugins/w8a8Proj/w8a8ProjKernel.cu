@@ -66,6 +66,8 @@ struct Fp8Variant
     bool fmaProbe = false;  // block128 x row_block128: the FFMA promotion probe (not the contract's bits)
     bool rows64 = true;     // CTAs of 64 weight rows at token tiles of 8 and 16 (wgFp8Consumers), the same bits
     bool pipe = false;      // two blocks' wgmma groups in flight at token tiles up to 32 (consumeWgmmaFp8's kPipe)
+    bool persist = false;   // persistent CTAs (one an SM) walking the tiles at token tiles of 64 and 128 (kPersist)
+    bool wave = false;      // the token tile at m > 64 from the SMs' waves (wgFp8TokenTile)
 };
 
 /* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
@@ -76,7 +78,11 @@ struct Fp8Variant
  * unset or anything else: the default, kFP8_DEFAULT: wg-plain with two blocks' wgmma groups in flight at m <= 32
  * (kPipe, the same bits; measured on the H200 against wg-plain, w8a8-variants-20261203-1730-e28ca9b.md: geomean
  * 0.66 / 0.66 / 0.69 / 0.79 of FP8 cuBLASLt at M = 1 / 8 / 16 / 32 against 0.68 / 0.68 / 0.70 / 0.82; block-scaled
- * 0.69 / 0.67 / 0.73 / 0.93 against 0.68 / 0.67 / 0.72 / 0.97). No sm_90a code: the exact path whatever it says. Clusters
+ * 0.69 / 0.67 / 0.73 / 0.93 against 0.68 / 0.67 / 0.72 / 0.97); "wg-persist" the default with persistent CTAs at
+ * token tiles of 64 and 128 (kPersist: one CTA an SM walking the raster's tiles, its producer filling the next
+ * tile's stages under the last blocks and the epilogue of the one before; the same bits); "wg-persist-wave" that with
+ * the token tile at m > 64 from the SMs' waves (wgFp8TokenTile's wave). No sm_90a code: the
+ * exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
  * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
  * w8a8-variants-20261202-1533-4a278e6.md) and removed. */
@@ -116,6 +122,19 @@ Fp8Variant fp8VariantSelected()
     if (std::strcmp(v, "wg-fma-probe") == 0)
     {
         return {true, true, true, true, true};  // a measurement of the promotion's cost, never a default
+    }
+    if (std::strcmp(v, "wg-persist") == 0)
+    {
+        Fp8Variant var = kFP8_DEFAULT;  // the default with persistent CTAs at token tiles of 64 and 128
+        var.persist = true;
+        return var;
+    }
+    if (std::strcmp(v, "wg-persist-wave") == 0)
+    {
+        Fp8Variant var = kFP8_DEFAULT;  // wg-persist with the token tile from the SMs' waves
+        var.persist = true;
+        var.wave = true;
+        return var;
     }
     return kFP8_DEFAULT;
 }
@@ -213,10 +232,10 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         if (!rowChannel)
         {
             return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream,
-                var.fmaProbe, var.rows64, var.pipe);
+                var.fmaProbe, var.rows64, var.pipe, var.persist, var.wave);
         }
         return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist,
-            var.rows64, var.pipe);
+            var.rows64, var.pipe, var.persist, var.wave);
     }
     if (staticScale)
     {
