@@ -286,17 +286,24 @@ if [ "$what" = persist ]; then
   for g in channel block; do
     SECONDS=0
     timeout 130 python3 -m benchmarks.bench_w8a8_variants --granularity $g --variants wgmma,wg-persist,wg-persist-wave \
-      --m ${PERSIST_M:-64,256,1024,4096} --out "$OUT" > /tmp/bv-$g.log 2>&1
+      --m ${PERSIST_M:-64,128,256,512,1024,2048,4096} --out "$OUT" > /tmp/bv-$g.log 2>&1
     echo "bench_w8a8_variants $g exit $? after ${SECONDS} s"; tail -8 /tmp/bv-$g.log
   done
-  for v in default wg-persist; do
+  SECONDS=0
+  [ "${PERSIST_TESTS:-1}" = 0 ] || METRALE_W8A8_MMA=wg-persist-wave timeout 150 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py \
+    tests/gpu/test_proj_kernels.py -k "w8a8 or W8A8 or fp8 or Fp8" -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
+    > /tmp/t-wave.log 2>&1
+  echo "W8A8 GPU tests under METRALE_W8A8_MMA=wg-persist-wave exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  tail -4 /tmp/t-wave.log | tee -a "$OUT/tests.log"
+  for v in default wg-persist-wave; do
     SECONDS=0
     echo "== METRALE_W8A8_MMA=$v" >> "$OUT/memcheck.log"
-    ( [ $v = default ] || export METRALE_W8A8_MMA=$v; timeout 120 python3 -m pytest tests/gpu/test_memcheck.py -m gpu -q \
+    ( [ $v = default ] || export METRALE_W8A8_MMA=$v; timeout 120 python3 -m pytest tests/gpu/test_memcheck.py -m gpu -rs -q \
       --confcutdir=tests/gpu -p no:cacheprovider ) > /tmp/mc-$v.log 2>&1
     echo "rc $? after ${SECONDS} s" >> "$OUT/memcheck.log"
-    grep -E "ERROR SUMMARY|Invalid|passed|failed|Error" /tmp/mc-$v.log | head -12 >> "$OUT/memcheck.log"
+    grep -E "ERROR SUMMARY|Invalid|passed|failed|skipped|SKIPPED|Error" /tmp/mc-$v.log | head -12 >> "$OUT/memcheck.log"
   done
+  { which compute-sanitizer; ls /usr/local/cuda/bin/compute-sanitizer; which nvcc; } >> "$OUT/memcheck.log" 2>&1
   cat "$OUT/memcheck.log"
   exit 0
 fi

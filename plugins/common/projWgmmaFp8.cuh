@@ -641,15 +641,19 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
         }
         if constexpr ((kSc & kSC_BLOCK_W) != 0)
         {
-            // persistent: the tile's block row changes with the tile, read from the weight's scales
-            swb = kPersist ? __ldg(p.scale + static_cast<size_t>(n0 >> 7) * p.kBlocks + kb) : swS[kb];
+            // persistent: the tile's block row changes with the tile; the producer put the block's scale
+            // in the stage's word (swS[slot]), else the CTA's row is in shared memory
+            swb = kPersist ? swS[slot] : swS[kb];
         }
         return swb;
     };
     // A complete block (acc): the stage's release and the promotion.
+    // Whether the stage holds the block's scales (the token scales, kSC_BLOCK_X; the weight scale of a
+    // persistent launch): then it is released after the promotion, else at once.
+    constexpr bool kStageScales = (kSc & kSC_BLOCK_X) != 0 || (kPersist && (kSc & kSC_BLOCK_W) != 0);
     auto promoteBlock = [&](int slot, float (&acc)[kACC], float swb) {
         fenceRegs(acc);
-        if constexpr ((kSc & kSC_BLOCK_X) == 0)
+        if constexpr (!kStageScales)
         {
             if (lane == 0)
             {
@@ -694,9 +698,9 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
                     }
                 }
             }
-            if constexpr ((kSc & kSC_BLOCK_X) != 0)
+            if constexpr (kStageScales)
             {
-                // The stage holds this block's token scales: released only after the promotion has
+                // The stage holds this block's scales: released only after the promotion has
                 // consumed every lane's loads of them (an arrival right after the loads could
                 // overtake them, as the ring's did at 32ab8e0), the warp synchronized for the order.
                 __syncwarp();
@@ -887,6 +891,12 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgm
                         mbarWait(&empty[slot], phase ^ 1u);
                     }
                     uint8_t* st = smem + slot * L::kStage;
+                    if constexpr ((kSc & kSC_BLOCK_W) != 0)
+                    {
+                        // the block's weight scale into the stage's word, visible to the consumers by the
+                        // arrival's release below (the tile's block row: its rows start at a multiple of 128)
+                        swS[slot] = __ldg(p.scale + static_cast<size_t>(n0 >> 7) * p.kBlocks + kb);
+                    }
                     mbarExpectTx(&full[slot], bytesB + bytesS + static_cast<uint32_t>(L::kA));  // the box counts whole
                     bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
                     if constexpr ((kSc & kSC_BLOCK_X) != 0)
@@ -1058,7 +1068,8 @@ inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uin
     }
     if constexpr (kN >= 64 && kHoist && (kSc & kSC_FMA_PROBE) == 0)
     {
-        if (persist)
+        const int64_t tiles = static_cast<int64_t>((n + 64 * kWG_CONSUMERS - 1) / (64 * kWG_CONSUMERS)) * ((m + kN - 1) / kN);
+        if (persist && tiles > wgFp8Sms())  // one tile a CTA where the tiles fit the SMs (measured: 1.01 -> 1.04 at M = 64)
         {
             return launchProjWgmmaFp8N<P, kN, kHoist, kSc, kWG_CONSUMERS, false, true>(map, p, Xw, sxT, y, m, n, k,
                 yDtype, stream);

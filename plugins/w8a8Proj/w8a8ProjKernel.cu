@@ -79,8 +79,9 @@ struct Fp8Variant
  * (kPipe, the same bits; measured on the H200 against wg-plain, w8a8-variants-20261203-1730-e28ca9b.md: geomean
  * 0.66 / 0.66 / 0.69 / 0.79 of FP8 cuBLASLt at M = 1 / 8 / 16 / 32 against 0.68 / 0.68 / 0.70 / 0.82; block-scaled
  * 0.69 / 0.67 / 0.73 / 0.93 against 0.68 / 0.67 / 0.72 / 0.97); "wg-persist" the default with persistent CTAs at
- * token tiles of 64 and 128 (kPersist: one CTA an SM walking the raster's tiles, its producer filling the next
- * tile's stages under the last blocks and the epilogue of the one before; the same bits); "wg-persist-wave" that with
+ * token tiles of 64 and 128 where the tiles outnumber the SMs (kPersist: one CTA an SM walking the raster's
+ * tiles, its producer filling the next tile's stages under the last blocks and the epilogue of the one before;
+ * the same bits); "wg-persist-wave" that with
  * the token tile at m > 64 from the SMs' waves (wgFp8TokenTile's wave). No sm_90a code: the
  * exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
