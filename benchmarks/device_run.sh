@@ -270,41 +270,30 @@ if [ "$what" = decode ]; then
     | tee "$OUT/bench-decode.log" | tail -30
 fi
 if [ "$what" = persist ]; then
-  # Issue 20's persistent FP8 kernel (METRALE_W8A8_MMA=wg-persist: one CTA an SM walking the raster's
-  # tiles at token tiles of 64 and 128; wg-persist-wave: and the token tile from the SMs' waves; the same
-  # bits), on a carried build: tests/gpu/test_w8a8_fp8_wgmma.py's launch variants under both (bitwise the
-  # default at M = 1..4096, every case), bench_w8a8_variants wgmma,wg-persist,wg-persist-wave at M = 64,
-  # 256, 1024, 4096 for channel x row and block128 x row_block128, then
-  # tests/gpu/test_memcheck.py (compute-sanitizer memcheck over every launcher) under the default and
-  # under wg-persist. Writes gpu.txt, tests.log, w8a8-variants-*.md, w8a8-block-variants-*.md, memcheck.log.
+  # Issue 20's persistent FP8 kernel (the default since 2026-12-03: one CTA an SM walking the raster's tiles
+  # where they outnumber the SMs, the token tile from the SMs' rounds; METRALE_W8A8_MMA=wg-onetile the
+  # kernel before, wg-persist the persistent CTAs alone; the same bits), on a carried build:
+  # tests/gpu/test_w8a8_fp8_wgmma.py's launch variants under both (bitwise the default at M = 1..4096,
+  # every case), bench_w8a8_variants wgmma,wg-onetile,wg-persist at M = 64..4096 for channel x row and
+  # block128 x row_block128, then tests/gpu/test_memcheck.py (compute-sanitizer memcheck over every
+  # launcher). Writes gpu.txt, tests.log, w8a8-variants-*.md, w8a8-block-variants-*.md, memcheck.log.
   record_commit
   SECONDS=0
-  METRALE_W8A8_VARIANTS=wg-persist,wg-persist-wave timeout 170 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -k "launch_variants" \
+  METRALE_W8A8_VARIANTS=wg-onetile,wg-persist timeout 170 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -k "launch_variants" \
     -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
-  echo "test_w8a8_fp8_wgmma launch variants (wg-persist) exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  echo "test_w8a8_fp8_wgmma launch variants (wg-onetile, wg-persist) exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
   grep -E "passed|failed|FAILED" "$OUT/tests.log" | tail -6
   for g in channel block; do
     SECONDS=0
-    timeout 130 python3 -m benchmarks.bench_w8a8_variants --granularity $g --variants wgmma,wg-persist,wg-persist-wave \
+    timeout 130 python3 -m benchmarks.bench_w8a8_variants --granularity $g --variants wgmma,wg-onetile,wg-persist \
       --m ${PERSIST_M:-64,128,256,512,1024,2048,4096} --out "$OUT" > /tmp/bv-$g.log 2>&1
     echo "bench_w8a8_variants $g exit $? after ${SECONDS} s"; tail -8 /tmp/bv-$g.log
   done
   SECONDS=0
-  [ "${PERSIST_TESTS:-1}" = 0 ] || METRALE_W8A8_MMA=wg-persist-wave timeout 150 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py \
-    tests/gpu/test_proj_kernels.py -k "w8a8 or W8A8 or fp8 or Fp8" -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
-    > /tmp/t-wave.log 2>&1
-  echo "W8A8 GPU tests under METRALE_W8A8_MMA=wg-persist-wave exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
-  tail -4 /tmp/t-wave.log | tee -a "$OUT/tests.log"
-  for v in default wg-persist-wave; do
-    SECONDS=0
-    echo "== METRALE_W8A8_MMA=$v" >> "$OUT/memcheck.log"
-    ( [ $v = default ] || export METRALE_W8A8_MMA=$v; timeout 120 python3 -m pytest tests/gpu/test_memcheck.py -m gpu -rs -q \
-      --confcutdir=tests/gpu -p no:cacheprovider ) > /tmp/mc-$v.log 2>&1
-    echo "rc $? after ${SECONDS} s" >> "$OUT/memcheck.log"
-    grep -E "ERROR SUMMARY|Invalid|passed|failed|skipped|SKIPPED|Error" /tmp/mc-$v.log | head -12 >> "$OUT/memcheck.log"
-  done
-  { which compute-sanitizer; ls /usr/local/cuda/bin/compute-sanitizer; which nvcc; } >> "$OUT/memcheck.log" 2>&1
-  cat "$OUT/memcheck.log"
+  timeout 150 python3 -m pytest tests/gpu/test_memcheck.py -m gpu -rs -v --confcutdir=tests/gpu -p no:cacheprovider \
+    > "$OUT/memcheck.log" 2>&1
+  echo "test_memcheck exit $? after ${SECONDS} s" | tee -a "$OUT/memcheck.log"
+  tail -5 "$OUT/memcheck.log"
   exit 0
 fi
 if [ "$what" = table ]; then

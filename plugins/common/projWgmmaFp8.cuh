@@ -953,11 +953,16 @@ inline int wgFp8Sms()
     return sms;
 }
 
-/* Token tile: a function of m, the weight's shape and (wave) the device's SM count, never of the bits
- * (wgmma's bits do not depend on its N). wave (METRALE_W8A8_MMA=wg-persist-wave): at m > 64 the tile of
- * 64 where its waves of one-CTA-an-SM tiles cost less than the 128 tile's, a 64-token tile counted at
- * 0.55 of a 128 one (its B operand is half, its A the same); else 128 once it fills the SMs. */
-inline int wgFp8TokenTile(int64_t m, int64_t n, bool wave = false)
+/* Token tile: a function of m, the weight's shape (n, k) and (wave) the device's SM count, never of the
+ * bits (wgmma's bits do not depend on its N). wave (the default; METRALE_W8A8_MMA=wg-onetile without):
+ * at m > 64, where the 128 tile takes at most two rounds of one-CTA-an-SM tiles, the tile of 64 where its
+ * rounds cost less, a 64-token tile's CTA counted at f of a 128 one's: f = 0.45 at 32 blocks of K rising to
+ * 0.58 at 200 and beyond (the CTA's fixed cost, its pipeline fill and epilogue, weighs less on a long K), as
+ * fitted to the H200's times of both tiles (benchmarks/results/w8a8-variants-20261203-2026-c0940e9.md:
+ * 8B-up M = 128 the 64 tile 30.7 us against 33.3, 32B-down M = 256 the 128 tile 98.3 against 114.3); past
+ * two rounds 128 (where the persistent CTAs hide the fixed cost). Without wave: 128 once it fills the SMs,
+ * else 64. */
+inline int wgFp8TokenTile(int64_t m, int64_t n, int64_t k, bool wave = false)
 {
     if (m <= 64)
     {
@@ -968,9 +973,12 @@ inline int wgFp8TokenTile(int64_t m, int64_t n, bool wave = false)
     {
         const int64_t sms = wgFp8Sms();
         const int64_t ctas64 = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 63) / 64);
+        const double nkb = static_cast<double>((k + 127) / 128);
+        const double t = nkb <= 32.0 ? 0.0 : nkb >= 200.0 ? 1.0 : (nkb - 32.0) / 168.0;
+        const double f = 0.45 + 0.13 * t;
         const double w128 = static_cast<double>((ctas128 + sms - 1) / sms);
-        const double w64 = 0.55 * static_cast<double>((ctas64 + sms - 1) / sms);
-        return w64 < 0.95 * w128 ? 64 : 128;
+        const double w64 = f * static_cast<double>((ctas64 + sms - 1) / sms);
+        return w128 <= 2.0 && w64 < 0.95 * w128 ? 64 : 128;
     }
     return ctas128 >= 132 ? 128 : 64;
 }
@@ -1084,7 +1092,7 @@ inline cudaError_t launchProjWgmmaFp8AtTile(const typename P::Params& p, const u
     int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe, bool persist = false,
     bool wave = false)
 {
-    switch (wgFp8TokenTile(m, n, wave))
+    switch (wgFp8TokenTile(m, n, k, wave))
     {
     case 8: return launchProjWgmmaFp8Tile<P, 8, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
     case 16: return launchProjWgmmaFp8Tile<P, 16, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);

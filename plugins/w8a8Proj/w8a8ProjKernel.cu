@@ -78,16 +78,20 @@ struct Fp8Variant
  * unset or anything else: the default, kFP8_DEFAULT: wg-plain with two blocks' wgmma groups in flight at m <= 32
  * (kPipe, the same bits; measured on the H200 against wg-plain, w8a8-variants-20261203-1730-e28ca9b.md: geomean
  * 0.66 / 0.66 / 0.69 / 0.79 of FP8 cuBLASLt at M = 1 / 8 / 16 / 32 against 0.68 / 0.68 / 0.70 / 0.82; block-scaled
- * 0.69 / 0.67 / 0.73 / 0.93 against 0.68 / 0.67 / 0.72 / 0.97); "wg-persist" the default with persistent CTAs at
- * token tiles of 64 and 128 where the tiles outnumber the SMs (kPersist: one CTA an SM walking the raster's
- * tiles, its producer filling the next tile's stages under the last blocks and the epilogue of the one before;
- * the same bits); "wg-persist-wave" that with
- * the token tile at m > 64 from the SMs' waves (wgFp8TokenTile's wave). No sm_90a code: the
- * exact path whatever it says. Clusters
+ * 0.69 / 0.67 / 0.73 / 0.93 against 0.68 / 0.67 / 0.72 / 0.97), persistent CTAs at token tiles of 64 and 128 where
+ * the tiles outnumber the SMs (kPersist: one CTA an SM walking the raster's tiles, its producer filling the next
+ * tile's stages under the last blocks and the epilogue of the one before) and the token tile at m > 64 from the
+ * SMs' rounds (wgFp8TokenTile's wave); the same bits. Measured on the H200 against wg-onetile (c0940e9's default,
+ * w8a8-variants-20261203-2026-c0940e9.md, as "wg-persist-wave" with a fixed 0.55 tile factor): geomean of FP8
+ * cuBLASLt at M = 64 / 128 / 256 / 512 / 1024 / 2048 / 4096 1.00 / 1.25 / 1.49 / 1.55 / 1.59 / 1.56 / 1.52 against
+ * 1.01 / 1.26 / 1.64 / 1.70 / 1.71 / 1.72 / 1.67; block-scaled 1.28 / 1.65 / 2.09 / 2.17 / 2.25 / 2.21 / 2.04
+ * against 1.27 / 1.69 / 2.24 / 2.29 / 2.28 / 2.37 / 2.13. "wg-onetile": a CTA a tile, the token tile 128 once it
+ * fills the SMs; "wg-persist": persistent CTAs with that token tile. No sm_90a code: the exact path whatever it
+ * says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
  * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
  * w8a8-variants-20261202-1533-4a278e6.md) and removed. */
-constexpr Fp8Variant kFP8_DEFAULT = {true, true, true, false, true, true};
+constexpr Fp8Variant kFP8_DEFAULT = {true, true, true, false, true, true, true, true};
 
 Fp8Variant fp8VariantSelected()
 {
@@ -124,17 +128,17 @@ Fp8Variant fp8VariantSelected()
     {
         return {true, true, true, true, true};  // a measurement of the promotion's cost, never a default
     }
-    if (std::strcmp(v, "wg-persist") == 0)
+    if (std::strcmp(v, "wg-onetile") == 0)
     {
-        Fp8Variant var = kFP8_DEFAULT;  // the default with persistent CTAs at token tiles of 64 and 128
-        var.persist = true;
+        Fp8Variant var = kFP8_DEFAULT;  // c0940e9's default: a CTA a tile, the token tile 128 once it fills the SMs
+        var.persist = false;
+        var.wave = false;
         return var;
     }
-    if (std::strcmp(v, "wg-persist-wave") == 0)
+    if (std::strcmp(v, "wg-persist") == 0)
     {
-        Fp8Variant var = kFP8_DEFAULT;  // wg-persist with the token tile from the SMs' waves
-        var.persist = true;
-        var.wave = true;
+        Fp8Variant var = kFP8_DEFAULT;  // persistent CTAs, the token tile as wg-onetile's
+        var.wave = false;
         return var;
     }
     return kFP8_DEFAULT;

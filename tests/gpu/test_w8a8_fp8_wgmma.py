@@ -15,10 +15,10 @@ versions and of the exact path), so it is checked against itself and against the
   tolerances.OP_FP8_ELEMENT of its sum of |terms| (a wrong fragment layout gives errors of order 1);
 - the FP8 kernel really runs by default: its bits differ from the exact path's, which the launcher
   keeps behind METRALE_W8A8_MMA=exact for benchmarks (and runs on a device without sm_90a code).
-- the variants of the launch (METRALE_W8A8_MMA = wg-base, wg-q, wg-qe, wg-plain, wg-persist: the pre-pass fused
-  with the operand layout or not, the epilogue's scales hoisted or not, persistent CTAs walking the tiles at
-  token tiles of 64 and 128 or a CTA a tile, wg-persist-wave: the token tile from the SMs' waves) give bitwise
-  the same output at every
+- the variants of the launch (METRALE_W8A8_MMA = wg-base, wg-q, wg-qe, wg-plain, wg-onetile, wg-persist: the
+  pre-pass fused with the operand layout or not, the epilogue's scales hoisted or not, a CTA a tile or the
+  default's persistent CTAs, the token tile 128 once it fills the SMs or the default's from the SMs' rounds)
+  give bitwise the same output at every
   M tested, for float32, float16 and bfloat16 x, each the same as the default's (they change the
   data movement only);
 Skipped, with the reason, without a CUDA GPU or on a GPU that is not sm_90 (the kernel is sm_90a
@@ -189,7 +189,7 @@ def test_run_to_run_identical_and_within_the_fp8_bound(case, default_kernel, mon
 # The launch variants of the FP8 wgmma kernel (w8a8ProjKernel.cu, fp8VariantSelected): the same bits.
 # METRALE_W8A8_VARIANTS narrows them (benchmarks/device_run.sh w8a8v: those that passed its smoke run,
 # so that a variant which hangs costs one timeout, not two).
-VARIANTS = tuple(os.environ.get("METRALE_W8A8_VARIANTS", "wg-base,wg-q,wg-qe,wg-plain,wg-persist,wg-persist-wave").split(","))
+VARIANTS = tuple(os.environ.get("METRALE_W8A8_VARIANTS", "wg-base,wg-q,wg-qe,wg-plain,wg-onetile,wg-persist").split(","))
 VARIANT_M = (1, 9, 16, 17, 33, 64, 65, 127, 128, 129, 256, 1000, 4096)  # 1..16: 64-row CTAs by default
 
 
