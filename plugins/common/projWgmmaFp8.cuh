@@ -957,10 +957,11 @@ inline int wgFp8Sms()
  * bits (wgmma's bits do not depend on its N). wave (the default; METRALE_W8A8_MMA=wg-onetile without):
  * at m > 64, where the 128 tile takes at most two rounds of one-CTA-an-SM tiles, the tile of 64 where its
  * rounds cost less, a 64-token tile's CTA counted at f of a 128 one's: f = 0.45 at 32 blocks of K rising to
- * 0.58 at 200 and beyond (the CTA's fixed cost, its pipeline fill and epilogue, weighs less on a long K), as
- * fitted to the H200's times of both tiles (benchmarks/results/w8a8-variants-20261203-2026-c0940e9.md:
- * 8B-up M = 128 the 64 tile 30.7 us against 33.3, 32B-down M = 256 the 128 tile 98.3 against 114.3); past
- * two rounds 128 (where the persistent CTAs hide the fixed cost). Without wave: 128 once it fills the SMs,
+ * 0.58 at 64 and beyond (the CTA's fixed cost, its pipeline fill and epilogue, weighs less on a long K), as
+ * fitted to the H200's times of both tiles (benchmarks/results/w8a8-variants-20261203-2026-c0940e9.md and
+ * -2058-1723d97.md: 8B-up M = 128 (32 blocks) the 64 tile 30.7 us against 33.3, 32B-up M = 128 (40 blocks)
+ * the 128 tile 58.5 against 61.4, 32B-down M = 256 (200 blocks) the 128 tile 98.3 against 114.3); past two
+ * rounds 128 (where the persistent CTAs hide the fixed cost). Without wave: 128 once it fills the SMs,
  * else 64. */
 inline int wgFp8TokenTile(int64_t m, int64_t n, int64_t k, bool wave = false)
 {
@@ -974,7 +975,7 @@ inline int wgFp8TokenTile(int64_t m, int64_t n, int64_t k, bool wave = false)
         const int64_t sms = wgFp8Sms();
         const int64_t ctas64 = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 63) / 64);
         const double nkb = static_cast<double>((k + 127) / 128);
-        const double t = nkb <= 32.0 ? 0.0 : nkb >= 200.0 ? 1.0 : (nkb - 32.0) / 168.0;
+        const double t = nkb <= 32.0 ? 0.0 : nkb >= 64.0 ? 1.0 : (nkb - 32.0) / 32.0;
         const double f = 0.45 + 0.13 * t;
         const double w128 = static_cast<double>((ctas128 + sms - 1) / sms);
         const double w64 = f * static_cast<double>((ctas64 + sms - 1) / sms);

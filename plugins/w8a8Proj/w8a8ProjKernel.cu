@@ -81,11 +81,10 @@ struct Fp8Variant
  * 0.69 / 0.67 / 0.73 / 0.93 against 0.68 / 0.67 / 0.72 / 0.97), persistent CTAs at token tiles of 64 and 128 where
  * the tiles outnumber the SMs (kPersist: one CTA an SM walking the raster's tiles, its producer filling the next
  * tile's stages under the last blocks and the epilogue of the one before) and the token tile at m > 64 from the
- * SMs' rounds (wgFp8TokenTile's wave); the same bits. Measured on the H200 against wg-onetile (c0940e9's default,
- * w8a8-variants-20261203-2026-c0940e9.md, as "wg-persist-wave" with a fixed 0.55 tile factor): geomean of FP8
- * cuBLASLt at M = 64 / 128 / 256 / 512 / 1024 / 2048 / 4096 1.00 / 1.25 / 1.49 / 1.55 / 1.59 / 1.56 / 1.52 against
- * 1.01 / 1.26 / 1.64 / 1.70 / 1.71 / 1.72 / 1.67; block-scaled 1.28 / 1.65 / 2.09 / 2.17 / 2.25 / 2.21 / 2.04
- * against 1.27 / 1.69 / 2.24 / 2.29 / 2.28 / 2.37 / 2.13. "wg-onetile": a CTA a tile, the token tile 128 once it
+ * SMs' rounds (wgFp8TokenTile's wave); the same bits. Measured on the H200 against wg-onetile (c0940e9's default;
+ * w8a8-variants-20261203-2058-1723d97.md and -2059-: plugins/KERNELS.md): geomean of FP8 cuBLASLt at M = 64 /
+ * 128 / 256 / 512 / 1024 / 2048 / 4096 1.00 / 1.23 / 1.48 / 1.55 / 1.56 / 1.52 / 1.50 against 1.01 / 1.26 / 1.64
+ * / 1.68 / 1.70 / 1.63 / 1.52. "wg-onetile": a CTA a tile, the token tile 128 once it
  * fills the SMs; "wg-persist": persistent CTAs with that token tile. No sm_90a code: the exact path whatever it
  * says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
