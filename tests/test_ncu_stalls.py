@@ -39,3 +39,9 @@ def test_the_committed_report():
     assert len(lines) == 12  # 3 variants x (8B-down, 8B-up) x (W4A16, W4A4)
     assert [ln.split(" | ")[0] for ln in lines] == ["reg"] * 4 + ["ring"] * 4 + ["xl1"] * 4
     assert lines[0].startswith("reg | projStreamKernel<W4A16Policy, 1, 2, 0> | 18.69 us | ipc 0.47 | 8.1 cycles")
+
+
+def test_blocks_of_any_name():
+    """device_run.sh ncufp8 labels its blocks `== M=<m>`: the label's value is the line's first column."""
+    text = EXCERPT.replace("== METRALE_STREAM=reg", "== M=256").replace("== METRALE_STREAM=ring", "== M=4096")
+    assert [ln.split(" | ")[0] for ln in ncu_stalls.summarize(text, top=1)] == ["256", "4096"]

@@ -6,7 +6,7 @@ The report is one such as benchmarks/results/ncu-stall-20261203-1957-fbd70be.txt
 device_run.sh mode since removed; its ncu command is in git at fbd70be): ncu's sections printed as text
 (SpeedOfLight, WarpStateStats, SchedulerStats) with the metrics
 ``smsp__average_warps_issue_stalled_<reason>_per_issue_active.ratio``, in blocks separated by lines
-``== METRALE_STREAM=<variant>``. Per kernel: the variant, the kernel's name, its duration (us), the
+``== NAME=<variant>`` (METRALE_STREAM=ring, M=4096: device_run.sh ncufp8). Per kernel: the variant, the kernel's name, its duration (us), the
 instructions issued a scheduler-cycle, the cycles between a warp's issued instructions (the sum of the
 stall ratios) and the largest reasons, in cycles an issued instruction; the kernels in the order ncu
 profiled them (benchmarks/diagnostics/ncu_decode.py's case order).
@@ -24,8 +24,8 @@ _STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.
 def summarize(text: str, top: int = 7) -> list[str]:
     """One line a kernel of the report `text`."""
     lines, variant = [], "-"
-    for part in re.split(r"(?m)^(== METRALE_STREAM=\S*)$", text):
-        if part.startswith("== METRALE_STREAM="):
+    for part in re.split(r"(?m)^(== [A-Za-z_0-9]+=\S*)$", text):
+        if re.match(r"== [A-Za-z_0-9]+=", part):
             variant = part.rsplit("=", 1)[-1]
             continue
         for block in re.split(r"\n  (?=void |[A-Za-z_]\w*Kernel\b)", part)[1:]:

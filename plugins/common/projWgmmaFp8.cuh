@@ -11,8 +11,10 @@
  * [128 rows x 128 k] by one 2-D tensor copy (cuTensorMapEncodeTiled, 128-byte swizzle, zero fill
  * past N and K) and the token tile by one bulk copy of the operand that wgFp8OperandKernel wrote;
  * the producer loop is projWgmma.cuh's produceStages, the CTA order its wgRasterTile, the epilogue
- * its wgEpilogue. Per consumer warpgroup, one group of four wgmmas per block, waited for before the
- * promotion (DeepGEMM's form); the two consumer warpgroups interleave on the tensor pipe.
+ * its wgEpilogue. Where the tiles outnumber the SMs (token tiles of 64 and 128, kPersist, the default),
+ * one CTA an SM walks the raster's tiles in turn, the ring's stages carried from tile to tile. Per
+ * consumer warpgroup, one group of four wgmmas per block, waited for before the promotion (DeepGEMM's
+ * form); the two consumer warpgroups interleave on the tensor pipe.
  *
  * Invariants (row invariance):
  * - One instruction and one promotion point at every m. For each 128-k block b in ascending order:
