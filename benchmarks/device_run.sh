@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|table|persist|ncufp8|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|table|persist|wgpersist|ncufp8|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -272,6 +272,48 @@ if [ "$what" = decode ]; then
     ${DECODE_SHAPES:+--shapes "$DECODE_SHAPES"} --out "$OUT" 2>&1 \
     | tee "$OUT/bench-decode.log" | tail -30
 fi
+if [ "$what" = wgpersist ]; then
+  # Issue 20's persistent CTAs for the W4A16 / W4A4 wgmma tier (METRALE_W4A16_WG=persist: the deep mainloop's
+  # CTAs, one an SM, walking the raster's tiles where they outnumber the SMs; METRALE_W4A4_WG=deep: W4A4 on the
+  # shared-memory codes path and the deep mainloop, persist: its persistent CTAs; the same bits), on a carried
+  # build: Nsight Compute over the wgmma kernels at M = 256 / 4096 first (NCU_KERNEL etc. as ncufp8; the
+  # defaults, and NCU_ENV's variables, e.g. "METRALE_W4A16_WG=persist METRALE_W4A4_WG=persist"),
+  # test_proj_kernels.py's variants test (bitwise, M = 17..4096), test_memcheck.py under persist (the
+  # driver's n = 8200 at m = 300 walks two tiles a CTA), bench_w4a16_variants for W4A16 (deep, persist,
+  # base) and W4A4 (default, deep, persist) at M = 64..4096 (WGP_M). Writes gpu.txt, ncu-fp8.txt,
+  # tests.log, memcheck.log, w4a16-variants-*.md, w4a4-variants-*.md.
+  record_commit
+  if [ "${WGP_NCU:-1}" = 1 ]; then
+    for m in ${NCU_M:-256 4096}; do
+      echo "== M=$m ${NCU_ENV:-}" >> "$OUT/ncu-fp8.txt"
+      env ${NCU_ENV:-} timeout ${NCU_TIMEOUT:-60} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
+        --kernel-name ${NCU_KERNEL:-regex:projWgmma} --section SpeedOfLight --section ComputeWorkloadAnalysis \
+        --section WarpStateStats --section SchedulerStats \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active" \
+        python3 -m benchmarks.diagnostics.ncu_decode --m $m --shapes ${NCU_SHAPES:-8B-down,32B-up} --moe "" >> "$OUT/ncu-fp8.txt" 2>&1
+      echo "ncu (M = $m) exit $?"
+    done
+    python3 -m benchmarks.diagnostics.ncu_stalls "$OUT/ncu-fp8.txt" --top 5 2>&1 | tail -40
+    grep -E "gmma_cycles_active|Duration" "$OUT/ncu-fp8.txt" | head -40
+  fi
+  SECONDS=0
+  timeout 200 python3 -m pytest tests/gpu/test_proj_kernels.py -k "wgmma_variants" \
+    -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
+  echo "test_proj_kernels wgmma variants exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|FAILED|differ" "$OUT/tests.log" | tail -12
+  SECONDS=0
+  METRALE_W4A16_WG=persist METRALE_W4A4_WG=persist timeout 150 python3 -m pytest tests/gpu/test_memcheck.py -m gpu -rs -v \
+    --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/memcheck.log" 2>&1
+  echo "test_memcheck (persist) exit $? after ${SECONDS} s" | tee -a "$OUT/memcheck.log"
+  tail -3 "$OUT/memcheck.log"
+  for op in w4a16 w4a4; do
+    SECONDS=0
+    timeout ${WGP_BENCH_S:-150} python3 -m benchmarks.bench_w4a16_variants --op $op --m ${WGP_M:-64,256,1024,4096} --out "$OUT" \
+      > /tmp/wv-$op.log 2>&1
+    echo "bench_w4a16_variants $op exit $? after ${SECONDS} s"; tail -9 /tmp/wv-$op.log
+  done
+  exit 0
+fi
 if [ "$what" = persist ]; then
   # Issue 20's persistent FP8 kernel (the default since 2026-12-03: one CTA an SM walking the raster's tiles
   # where they outnumber the SMs, the token tile from the SMs' rounds; METRALE_W8A8_MMA=wg-onetile the
@@ -305,11 +347,13 @@ if [ "$what" = ncufp8 ]; then
   # ncu_decode.py's W8A8 case; the W4A16 / W4A4 cases run unprofiled), SpeedOfLight, ComputeWorkloadAnalysis
   # (the tensor pipe), MemoryWorkloadAnalysis (shared memory), WarpStateStats, SchedulerStats and the stall
   # reasons; summarized by benchmarks/diagnostics/ncu_stalls.py. Writes gpu.txt and ncu-fp8.txt; under 3 minutes.
+  # NCU_KERNEL (default regex:projWgmmaFp8Kernel; regex:projWgmma adds the W4A16 / W4A4 wgmma kernels), NCU_M
+  # (default "256 4096") and NCU_TIMEOUT (seconds an M, default 80) widen it.
   record_commit
-  for m in 256 4096; do
+  for m in ${NCU_M:-256 4096}; do
     echo "== M=$m" >> "$OUT/ncu-fp8.txt"
-    timeout 80 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
-      --kernel-name regex:projWgmmaFp8Kernel --section SpeedOfLight --section ComputeWorkloadAnalysis \
+    timeout ${NCU_TIMEOUT:-80} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
+      --kernel-name ${NCU_KERNEL:-regex:projWgmmaFp8Kernel} --section SpeedOfLight --section ComputeWorkloadAnalysis \
       --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
       --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active" \
       python3 -m benchmarks.diagnostics.ncu_decode --m $m --shapes 8B-down,32B-up --moe "" >> "$OUT/ncu-fp8.txt" 2>&1

@@ -39,6 +39,7 @@
 #ifndef METRALE_PROJ_WGMMA_CUH
 #define METRALE_PROJ_WGMMA_CUH
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -818,7 +819,7 @@ constexpr int kWG_RING = 4;  // A-fragment slots (a divisor of 8: the slot is a 
 template <class P, int kN, int kST>
 __device__ __forceinline__ void consumeWgmmaDeep(const typename P::Params& p, uint8_t* smem, uint64_t* full,
     uint64_t* empty, const uint8_t* table, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
-    int32_t yDtype, int slices, int nkb, int m0, int n0)
+    int32_t yDtype, int slices, int nkb, int m0, int n0, int& slot, uint32_t& phase)
 {
 #ifdef METRALE_SM90A
     using L = WgLayout<P, kN, kST, true>;
@@ -892,8 +893,6 @@ __device__ __forceinline__ void consumeWgmmaDeep(const typename P::Params& p, ui
     }
     const uint32_t stage0 = smemAddr(smem);
     uint32_t ring[kWG_RING][4];
-    int slot = 0;
-    uint32_t phase = 0;
 #pragma unroll 1
     for (int z = zBegin; z < zEnd; ++z)
     {
@@ -957,7 +956,7 @@ __device__ __forceinline__ void consumeWgmmaDeep(const typename P::Params& p, ui
 template <class P, int kN, int kST, bool kDeep = false>
 __device__ __forceinline__ void produceWgmma(const typename P::Params& p, const uint8_t* __restrict__ Xw,
     uint8_t* smem, uint64_t* full, uint64_t* empty, bool split, int mg, int N, int K, int slices, int nkb, int m0,
-    int n0)
+    int n0, int& slot, uint32_t& phase, int& filled)
 {
 #ifdef METRALE_SM90A
     using L = WgLayout<P, kN, kST, kDeep>;
@@ -983,11 +982,9 @@ __device__ __forceinline__ void produceWgmma(const typename P::Params& p, const 
         cur.seek(blockIdx.z);
         nWalk = cur.cnt;
     }
-    int slot = 0;
-    uint32_t phase = 0;
     for (int i = 0; i < nWalk; ++i)
     {
-        if (i >= kST)
+        if (filled >= kST)
         {
             mbarWait(&empty[slot], phase ^ 1u);
         }
@@ -1028,22 +1025,23 @@ __device__ __forceinline__ void produceWgmma(const typename P::Params& p, const 
         }
         asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smemAddr(&full[slot])) : "memory");
         cur.next();
+        ++filled;
         if (++slot == kST)
         {
             slot = 0;
             phase ^= 1u;
         }
     }
-    asm volatile("cp.async.wait_all;\n" ::: "memory");
 #endif
 }
 
-template <class P, int kN, int kST, bool kDeep = false>
+template <class P, int kN, int kST, bool kDeep = false, bool kPersist = false>
 __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename P::Params p,
     const uint8_t* __restrict__ Xw, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
     int32_t yDtype, int slices)
 {
 #ifdef METRALE_SM90A
+    static_assert(!kPersist || (kDeep && WgSmemCodes<P>::value), "persistent CTAs: the deep shared-memory path");
     if constexpr (WgSmemCodes<P>::value)
     {
         using L = WgLayout<P, kN, kST, kDeep>;
@@ -1058,7 +1056,16 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
         const int mg = (M + 7) >> 3;
         int m0 = 0;  // the raster: groups of kWG_RASTER token tiles, token tile fastest
         int n0 = 0;
-        wgRasterTile(kN, m0, n0);
+        // kPersist: gridDim.x CTAs walk the raster's tile ids blockIdx.x, + gridDim.x, ... (gx weight
+        // tiles x gy token tiles; never split), the ring's slot and phase carried from tile to tile, so
+        // the next tile's first stages fill under this tile's last blocks and its epilogue; else one
+        // tile a CTA.
+        const int gx = (N + kWG_ROWS - 1) / kWG_ROWS;
+        const int gy = (M + kN - 1) / kN;
+        if constexpr (!kPersist)
+        {
+            wgRasterTile(kN, m0, n0);
+        }
         if (tid == 0)
         {
             for (int s = 0; s < kST; ++s)
@@ -1075,15 +1082,45 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
         {
             // The producer: the token tile's activations, the weight tile's codes and meta, in slice order.
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS));
-            produceWgmma<P, kN, kST, kDeep>(p, Xw, smem, full, empty, part != nullptr, mg, N, K, slices, nkb, m0, n0);
+            int slot = 0;
+            uint32_t phase = 0;
+            int filled = 0;
+            if constexpr (kPersist)
+            {
+                for (int tile = static_cast<int>(blockIdx.x); tile < gx * gy; tile += static_cast<int>(gridDim.x))
+                {
+                    wgRasterTileAt(tile, gx, gy, kN, m0, n0, kWG_ROWS);
+                    produceWgmma<P, kN, kST, kDeep>(p, Xw, smem, full, empty, false, mg, N, K, slices, nkb, m0, n0,
+                        slot, phase, filled);
+                }
+            }
+            else
+            {
+                produceWgmma<P, kN, kST, kDeep>(p, Xw, smem, full, empty, part != nullptr, mg, N, K, slices, nkb, m0,
+                    n0, slot, phase, filled);
+            }
+            asm volatile("cp.async.wait_all;\n" ::: "memory");
         }
         else
         {
             asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
-            if constexpr (kDeep)
+            if constexpr (kPersist)
             {
+                int slot = 0;
+                uint32_t phase = 0;
+                for (int tile = static_cast<int>(blockIdx.x); tile < gx * gy; tile += static_cast<int>(gridDim.x))
+                {
+                    wgRasterTileAt(tile, gx, gy, kN, m0, n0, kWG_ROWS);
+                    consumeWgmmaDeep<P, kN, kST>(p, smem, full, empty, table, Y, nullptr, M, N, K, yDtype, slices, nkb,
+                        m0, n0, slot, phase);
+                }
+            }
+            else if constexpr (kDeep)
+            {
+                int slot = 0;
+                uint32_t phase = 0;
                 consumeWgmmaDeep<P, kN, kST>(p, smem, full, empty, table, Y, part, M, N, K, yDtype, slices, nkb, m0,
-                    n0);
+                    n0, slot, phase);
             }
             else
             {
@@ -1212,18 +1249,34 @@ __global__ void __launch_bounds__(256) wgReduceKernel(const typename P::Params p
     }
 }
 
-template <class P, int kN, int kST, bool kDeep = false>
+/* The device's SMs (132 where the runtime does not say): the CTAs of a persistent launch, one an SM
+ * (the kernels' shared memory allows one). */
+inline int wgSms()
+{
+    int dev = 0;
+    int sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess
+        || sms <= 0)
+    {
+        sms = 132;
+    }
+    return sms;
+}
+
+template <class P, int kN, int kST, bool kDeep = false, bool kPersist = false>
 inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t* Xw, void* y, float* part, int m,
     int n, int k, int32_t yDtype, int slices, cudaStream_t stream)
 {
     using L = WgLayout<P, kN, kST, kDeep>;
-    auto kern = projWgmmaKernel<P, kN, kST, kDeep>;
-    cudaError_t e = raiseSmemOnce<projWgmmaKernel<P, kN, kST, kDeep>>(L::kSmem);
+    auto kern = projWgmmaKernel<P, kN, kST, kDeep, kPersist>;
+    cudaError_t e = raiseSmemOnce<projWgmmaKernel<P, kN, kST, kDeep, kPersist>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
     }
-    const dim3 grid((n + kWG_ROWS - 1) / kWG_ROWS, (m + kN - 1) / kN, part != nullptr ? slices : 1);
+    const int gx = (n + kWG_ROWS - 1) / kWG_ROWS;
+    const int gy = (m + kN - 1) / kN;
+    const dim3 grid = kPersist ? dim3(std::min(gx * gy, wgSms()), 1, 1) : dim3(gx, gy, part != nullptr ? slices : 1);
     kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(p, reinterpret_cast<const uint8_t*>(Xw), y, part, m, n, k, yDtype,
         slices);
     e = cudaGetLastError();
@@ -1247,6 +1300,52 @@ inline bool wgDeepMainloop()
     return v == nullptr || std::strcmp(v, "base") != 0;
 }
 
+/* Whether a deep launch's CTAs are persistent (kPersist) where the tiles outnumber the SMs, read at each
+ * call from env (METRALE_W4A16_WG, METRALE_W4A4_WG): "persist" yes, else one tile a CTA (not yet the
+ * default: measured first). The same tiles in the same k order: the same bits. */
+inline bool wgPersistent(const char* env)
+{
+    const char* v = std::getenv(env);
+    return v != nullptr && std::strcmp(v, "persist") == 0;
+}
+
+/* A register-path policy (W4A4) on the shared-memory codes path and the deep mainloop: the same policy's
+ * blockState / dequant from staged codes and meta (as the shared-memory tiers take them), the same
+ * instructions per element and the same k order, so the same bits as consumeWgmmaRegs. Selected by
+ * METRALE_W4A4_WG = deep or persist (wgSmemDeep), measured against the register path first. */
+template <class P>
+struct WgSmemDeepOf : P
+{
+    static constexpr bool kWG_SMEM_CODES = true;
+    static constexpr bool kWG_DEEP = true;
+};
+
+inline bool wgSmemDeep(const char* env)
+{
+    const char* v = std::getenv(env);
+    return v != nullptr && (std::strcmp(v, "deep") == 0 || std::strcmp(v, "persist") == 0);
+}
+
+/* The deep shared-memory launch of policy Q (WgDeep<Q>): the token tile of wgTokenTile, persistent
+ * CTAs where persist asks and the tiles outnumber the SMs without the split. */
+template <class Q>
+inline cudaError_t launchProjWgmmaDeep(const typename Q::Params& p, const uint16_t* Xw, void* y, float* pb, int m,
+    int n, int k, int32_t yDtype, int slices, cudaStream_t stream, bool persist)
+{
+    const int tn = wgTokenTile(m, n);
+    const long long tiles = static_cast<long long>((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + tn - 1) / tn);
+    const bool pers = persist && pb == nullptr && tiles > wgSms();
+    if (tn == 128)
+    {
+        constexpr int kS = wgStages<Q, 128, 6, true>();
+        return pers ? launchProjWgmmaN<Q, 128, kS, true, true>(p, Xw, y, pb, m, n, k, yDtype, slices, stream)
+                    : launchProjWgmmaN<Q, 128, kS, true>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
+    }
+    constexpr int kS = wgStages<Q, 64, 8, true>();
+    return pers ? launchProjWgmmaN<Q, 64, kS, true, true>(p, Xw, y, pb, m, n, k, yDtype, slices, stream)
+                : launchProjWgmmaN<Q, 64, kS, true>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);
+}
+
 /* The wgmma tier on the operand Xw (wgOperandOffset layout); part: the split's buffer
  * (wgPartBytes), used where wgSplit says so. */
 template <class P>
@@ -1262,13 +1361,16 @@ inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* 
     {
         if (wgDeepMainloop())
         {
-            if (wgTokenTile(m, n) == 128)
-            {
-                return launchProjWgmmaN<P, 128, wgStages<P, 128, 6, true>(), true>(p, Xw, y, pb, m, n, k, yDtype,
-                    slices, stream);
-            }
-            return launchProjWgmmaN<P, 64, wgStages<P, 64, 8, true>(), true>(p, Xw, y, pb, m, n, k, yDtype, slices,
-                stream);
+            return launchProjWgmmaDeep<P>(p, Xw, y, pb, m, n, k, yDtype, slices, stream,
+                wgPersistent("METRALE_W4A16_WG"));
+        }
+    }
+    else if constexpr (!WgSmemCodes<P>::value && P::kCODE_BITS == 4)
+    {
+        if (wgSmemDeep("METRALE_W4A4_WG"))
+        {
+            return launchProjWgmmaDeep<WgSmemDeepOf<P>>(p, Xw, y, pb, m, n, k, yDtype, slices, stream,
+                wgPersistent("METRALE_W4A4_WG"));
         }
     }
     if (wgTokenTile(m, n) == 128)

@@ -69,10 +69,12 @@ int main()
         for (int xdt = 0; xdt <= 2; xdt += 2)  // float32, bfloat16
         {
             const size_t xsz = xdt == 0 ? 4 : 2;
-            // ---- W4A16: n = 67, k = 96 (partial block), group 32 with zero points; group 128 k=384
+            // ---- W4A16: n = 67, k = 96 (partial block), group 32 with zero points; group 128 k=384; at
+            // m = 300 n = 8200 (a partial last weight tile; 195 tiles of 128 tokens, so that a persistent
+            // CTA walks two under METRALE_W4A16_WG=persist)
             for (int gsel = 0; gsel < 2; ++gsel)
             {
-                const int64_t n = 67, k = gsel ? 384 : 96, gs = gsel ? 128 : 32;
+                const int64_t n = m == 300 ? 8200 : 67, k = gsel ? 384 : 96, gs = gsel ? 128 : 32;
                 std::vector<float> xh = floats(m * k, -2, 2);
                 void* x = nullptr;
                 CHECK(cudaMalloc(&x, m * k * xsz));
@@ -116,10 +118,11 @@ int main()
                 ++launches;
                 cudaFree(x); cudaFree(w); cudaFree(s); cudaFree(bias); cudaFree(y); cudaFree(ws);
             }
-            // ---- W4A4: n = 67, k = 96 (k/16 = 6: scale rows not word aligned)
+            // ---- W4A4: n = 67, k = 96 (k/16 = 6: scale rows not word aligned); at m = 300 n = 8200 (as
+            // W4A16: persistent CTAs under METRALE_W4A4_WG=persist)
             for (int combo = 0; combo < 3; ++combo)
             {
-                const int64_t n = 67, k = 96;
+                const int64_t n = m == 300 ? 8200 : 67, k = 96;
                 const int act = combo == 2 ? kMETRALE_ACT_BF16 : kMETRALE_ACT_NVFP4;
                 void* x = nullptr;
                 CHECK(cudaMalloc(&x, m * k * xsz));

@@ -252,28 +252,40 @@ def test_unsupported_k_is_a_clear_error():
         layer.run(x)
 
 
-W4A16_CASES = [c for c in CASES if c[0] == "w4a16"]
+WG_VARIANT_CASES = [c for c in CASES if c[0] in ("w4a16", "w4a4")]
+# Per op: its environment variable and the values compared, the first the reference.
+WG_VARIANTS = {"w4a16": ("METRALE_W4A16_WG", ("base", "deep", "persist")),
+               "w4a4": ("METRALE_W4A4_WG", ("default", "deep", "persist"))}
 
 
-@pytest.mark.parametrize("case", W4A16_CASES, ids=[_case_id(c) for c in W4A16_CASES])
-def test_w4a16_wgmma_mainloops_give_the_same_bits(case, monkeypatch):
-    """METRALE_W4A16_WG=deep (consumeWgmmaDeep) and the base mainloop: the same arithmetic in the same
-    order, so the same bits at every M of the wgmma tier (both token tiles, the split included), and
-    the deep one within the tolerance of the float64 evaluation (not vacuously equal: poisoned y)."""
+@pytest.mark.parametrize("case", WG_VARIANT_CASES, ids=[_case_id(c) for c in WG_VARIANT_CASES])
+def test_wgmma_variants_give_the_same_bits(case, monkeypatch):
+    """The wgmma tier's variants of one op give the same bits at every M of the tier (both token tiles,
+    the split included): W4A16's base and deep mainloops (METRALE_W4A16_WG=base, deep) and the deep one's
+    persistent CTAs (persist; where the tiles outnumber the SMs: the wide cases at M >= 256), W4A4's
+    register path (unset) and the shared-memory codes path's deep mainloop (METRALE_W4A4_WG=deep) and
+    its persistent CTAs (persist). Each within the tolerance of the float64 evaluation (not vacuously
+    equal: poisoned y)."""
     op, o, n, k = case
+    env, variants = WG_VARIANTS[op]
     layer = Layer(op, o, n, k, seed=11)
     x = _inputs(4096, k, torch.bfloat16, seed=5).to(DEV)
     bad = []
     for m in (17, 64, 100, 256, 1000, 4096):
         xm = x[:m].contiguous()
         out = {}
-        for variant in ("base", "deep"):
-            monkeypatch.setenv("METRALE_W4A16_WG", variant)
+        for variant in variants:
+            if variant == "default":
+                monkeypatch.delenv(env, raising=False)
+            else:
+                monkeypatch.setenv(env, variant)
             out[variant] = layer.run(xm)
-        if not torch.equal(out["base"].view(torch.int16), out["deep"].view(torch.int16)):
-            bad.append(f"m={m}: {(out['base'].view(torch.int16) != out['deep'].view(torch.int16)).sum().item()} "
-                       f"elements differ between the base and the deep mainloop")
-        err = _rel(out["deep"], layer.float64_reference(xm))
-        if not err <= _tolerance(layer.fmt, xm.dtype):
-            bad.append(f"m={m}: deep mainloop error {err:.3g} against float64")
+        ref, exact = variants[0], layer.float64_reference(xm)
+        for variant in variants[1:]:
+            a, b = out[ref].view(torch.int16), out[variant].view(torch.int16)
+            if not torch.equal(a, b):
+                bad.append(f"m={m}: {(a != b).sum().item()} elements differ between {env}={ref} and {variant}")
+            err = _rel(out[variant], exact)
+            if not err <= _tolerance(layer.fmt, xm.dtype):
+                bad.append(f"m={m}: {env}={variant} error {err:.3g} against float64")
     assert not bad, f"{_case_id(case)}:\n" + "\n".join(bad)
