@@ -1,29 +1,26 @@
-"""W4A16 (or W4A4) wgmma-tier variants side by side, with the anchors in the same run (one GPU):
+"""W4A16 wgmma-tier variants side by side, with the anchors in the same run (one GPU):
 
-    python -m benchmarks.bench_w4a16_variants [--op w4a16|w4a4] [--out DIR] [--m 1,16,64,256,1024,4096]
-        [--variants base,deep,persist]
+    python -m benchmarks.bench_w4a16_variants [--out DIR] [--m 1,16,64,256,1024,4096]
+        [--variants default,deep,t64,t128,base]
 
 Per shape of benchmarks/bench_kernels.py and M: the median time of metrale_w4a16_proj (group 128)
-under each value of METRALE_W4A16_WG (base, deep, persist; read by the launcher at each call, so at
-each graph capture), bf16 cuBLAS and tinygemm (M < TINYGEMM_MAX_M), timed as bench_kernels times them
-(CUDA graphs, weights rotated past the L2; each variant twice, in two passes over the variants, its
-smaller time kept, as bench_w8a8_variants), each variant's ratio to the best anchor and whether its
-output bits equal the first variant's. With --op w4a4: metrale_w4a4_proj (NVFP4) under
-METRALE_W4A4_WG (default: the register path; deep, persist: the shared-memory codes path), against
-bf16 cuBLAS. Writes w4a16-variants- (w4a4-variants-) YYYYMMDD-HHMM-<commit>.md into --out (default $OUT).
+under each value of METRALE_W4A16_WG (default: unset; deep, t64, t128, base: projWgmma.cuh's
+wgDeepVariant / wgDeepMainloop; read by the launcher at each call, so at each graph capture), bf16
+cuBLAS and tinygemm (M < TINYGEMM_MAX_M), timed as bench_kernels times them (CUDA graphs, weights
+rotated past the L2; each variant twice, in two passes over the variants, its smaller time kept, as
+bench_w8a8_variants), each variant's ratio to the best anchor and whether its output bits equal the
+first variant's. Writes w4a16-variants-YYYYMMDD-HHMM-<commit>.md into --out (default $OUT).
 """
 
 from __future__ import annotations
 
-import argparse
-import functools
 import math
 import os
 
 import torch
 
 from metrale_export.ops import cuda as mcuda
-from metrale_export.ops import w4a4, w4a16
+from metrale_export.ops import w4a16
 
 from .bench_kernels import TINYGEMM_MAX_M, _copies, time_graph
 from .variants import geomean_lines
@@ -32,17 +29,7 @@ from .variants import main as variants_main
 ENV = "METRALE_W4A16_WG"
 
 
-ENV_W4A4 = "METRALE_W4A4_WG"
-
-
-def _w4a4_weights(w: torch.Tensor):
-    """metrale_w4a4_proj's tensors (NVFP4) of w, on the CPU, and the bytes of codes and scales."""
-    qf = w4a4.quantize(w)
-    t = [qf.weight, qf.weight_scale, qf.weight_global_scale]
-    return t, sum(v.numel() * v.element_size() for v in t[:2])
-
-
-def bench(shapes, m_values, variants, env: str = ENV, copy_tbs: float | None = None, op: str = "w4a16") -> list[str]:
+def bench(shapes, m_values, variants, env: str = ENV, copy_tbs: float | None = None) -> list[str]:
     """The table (and the geometric means) of the variants of `env`; with copy_tbs, each variant's
     TB/s on the weight bytes and its fraction of that copy bandwidth as well."""
     dev = torch.device("cuda")
@@ -57,29 +44,21 @@ def bench(shapes, m_values, variants, env: str = ENV, copy_tbs: float | None = N
         w = (torch.randn(n, k, generator=g) * 0.02).to(torch.bfloat16).float()
         wb = w.to(torch.bfloat16)
         c_bf16 = [wb.to(dev) if i == 0 else wb.to(dev).clone() for i in range(_copies(n * k * 2))]
+        q4 = w4a16.quantize(w, 128, True, search=False)
+        bytes_w4 = q4.weight.numel() + q4.weight_scale.numel() * q4.weight_scale.element_size()
+        c_w4 = [(q4.weight.to(dev).clone(), q4.weight_scale.to(dev).clone()) for _ in range(_copies(bytes_w4))]
+
+        def launch(x, c, y, n=n, k=k):
+            mcuda.launch_w4a16(x, c[0], c[1], None, None, y, n, k, 128)
         tiny = None
-        if op == "w4a4":
-            tf, bytes_w4 = _w4a4_weights(w)
-            c_w4 = [tuple(v.to(dev).clone() for v in tf) for _ in range(_copies(bytes_w4))]
-
-            def launch(x, c, y, n=n, k=k):
-                mcuda.launch_w4a4(x, c[0], c[1], c[2], None, None, y, n, k, "nvfp4")
-        else:
-            q4 = w4a16.quantize(w, 128, True, search=False)
-            bytes_w4 = q4.weight.numel() + q4.weight_scale.numel() * q4.weight_scale.element_size()
-            c_w4 = [(q4.weight.to(dev).clone(), q4.weight_scale.to(dev).clone()) for _ in range(_copies(bytes_w4))]
-
-            def launch(x, c, y, n=n, k=k):
-                mcuda.launch_w4a16(x, c[0], c[1], None, None, y, n, k, 128)
-            try:  # tinygemm: the W4A16 anchor only
-                codes = torch.stack((q4.weight.view(torch.uint8) & 0xF, q4.weight.view(torch.uint8) >> 4), -1)
-                packed = ((codes.reshape(n, k)[:, ::2] << 4) | codes.reshape(n, k)[:, 1::2]).to(torch.uint8).to(dev)
-                wp = torch._convert_weight_to_int4pack(packed, 8)
-                sz = torch.stack((q4.weight_scale.t(), torch.zeros_like(q4.weight_scale.t())), -1)
-                tiny = ([wp if i == 0 else wp.clone() for i in range(_copies(n * k // 2))],
-                        sz.to(torch.bfloat16).contiguous().to(dev))
-            except Exception as exc:  # tinygemm's packing API differs between torch releases
-                print(f"  tinygemm anchor unavailable: {type(exc).__name__}: {exc}")
+        try:
+            codes = torch.stack((q4.weight.view(torch.uint8) & 0xF, q4.weight.view(torch.uint8) >> 4), -1)
+            packed = ((codes.reshape(n, k)[:, ::2] << 4) | codes.reshape(n, k)[:, 1::2]).to(torch.uint8).to(dev)
+            wp = torch._convert_weight_to_int4pack(packed, 8)
+            sz = torch.stack((q4.weight_scale.t(), torch.zeros_like(q4.weight_scale.t())), -1)
+            tiny = [wp if i == 0 else wp.clone() for i in range(_copies(n * k // 2))], sz.to(torch.bfloat16).contiguous().to(dev)
+        except Exception as exc:  # tinygemm's packing API differs between torch releases
+            print(f"  tinygemm anchor unavailable: {type(exc).__name__}: {exc}")
         for m in m_values:
             x = (torch.randn(m, k, device=dev) * 0.5).to(torch.bfloat16)
             y = torch.empty(m, n, dtype=torch.bfloat16, device=dev)
@@ -123,18 +102,12 @@ def bench(shapes, m_values, variants, env: str = ENV, copy_tbs: float | None = N
             rows.append(line)
         del c_bf16, c_w4, tiny
         torch.cuda.empty_cache()
-    return head + rows + geomean_lines(ratios, "bf16 cuBLAS" if op == "w4a4" else "min(bf16 cuBLAS, tinygemm)")
+    return head + rows + geomean_lines(ratios, "min(bf16 cuBLAS, tinygemm)")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(add_help=False)
-    ap.add_argument("--op", choices=("w4a16", "w4a4"), default="w4a16")
-    known, rest = ap.parse_known_args(argv)
-    if known.op == "w4a4":
-        return variants_main(rest, doc=__doc__, title="W4A4 wgmma-tier variants", stem="w4a4-variants", env=ENV_W4A4,
-                             variants="default,deep,persist", bench=functools.partial(bench, env=ENV_W4A4, op="w4a4"))
-    return variants_main(rest, doc=__doc__, title="W4A16 mainloop variants", stem="w4a16-variants", env=ENV,
-                         variants="deep,persist,base", bench=bench)
+    return variants_main(argv, doc=__doc__, title="W4A16 mainloop variants", stem="w4a16-variants", env=ENV,
+                         variants="default,deep,t64,t128", bench=bench)
 
 
 if __name__ == "__main__":

@@ -273,44 +273,53 @@ if [ "$what" = decode ]; then
     | tee "$OUT/bench-decode.log" | tail -30
 fi
 if [ "$what" = wgpersist ]; then
-  # Issue 20's persistent CTAs for the W4A16 / W4A4 wgmma tier (METRALE_W4A16_WG=persist: the deep mainloop's
-  # CTAs, one an SM, walking the raster's tiles where they outnumber the SMs; METRALE_W4A4_WG=deep: W4A4 on the
-  # shared-memory codes path and the deep mainloop, persist: its persistent CTAs; the same bits), on a carried
-  # build: Nsight Compute over the wgmma kernels at M = 256 / 4096 first (NCU_KERNEL etc. as ncufp8; the
-  # defaults, and NCU_ENV's variables, e.g. "METRALE_W4A16_WG=persist METRALE_W4A4_WG=persist"),
-  # test_proj_kernels.py's variants test (bitwise, M = 17..4096), test_memcheck.py under persist (the
-  # driver's n = 8200 at m = 300 walks two tiles a CTA), bench_w4a16_variants for W4A16 (deep, persist,
-  # base) and W4A4 (default, deep, persist) at M = 64..4096 (WGP_M). Writes gpu.txt, ncu-fp8.txt,
-  # tests.log, memcheck.log, w4a16-variants-*.md, w4a4-variants-*.md.
+  # Issue 20's persistent CTAs for the W4A16 wgmma tier (the default: the deep mainloop's CTAs, one an SM,
+  # walking the raster's tiles where they outnumber the SMs; METRALE_W4A16_WG=deep one tile a CTA, t64 / t128
+  # the token tile forced at M > 64) and the FP8 kernel's paired blocks at token tiles of 64 and 128
+  # (METRALE_W8A8_MMA=wg-pipe-all); the same bits; on a carried build. With WGP_NCU=1, Nsight Compute over
+  # the wgmma kernels at M = 256 / 4096 first (NCU_KERNEL, default regex:projWgmma; NCU_M; NCU_ENV's
+  # variables, e.g. "METRALE_W8A8_MMA=wg-pipe-all"). Then test_proj_kernels.py's W4A16 variants test
+  # (bitwise, M = 17..4096), test_w8a8_fp8_wgmma.py's launch variants under wg-pipe-all, test_memcheck.py
+  # (the default, and under wg-pipe-all), bench_w4a16_variants (default, deep, t64, t128) and
+  # bench_w8a8_variants (wgmma, wg-pipe-all; channel and block) at M = 64..4096 (WGP_M). Writes gpu.txt,
+  # (ncu-fp8.txt,) tests.log, memcheck.log, w4a16-variants-*.md, w8a8-variants-*.md, w8a8-block-variants-*.md.
   record_commit
-  if [ "${WGP_NCU:-1}" = 1 ]; then
+  if [ "${WGP_NCU:-0}" = 1 ]; then
     for m in ${NCU_M:-256 4096}; do
       echo "== M=$m ${NCU_ENV:-}" >> "$OUT/ncu-fp8.txt"
       env ${NCU_ENV:-} timeout ${NCU_TIMEOUT:-60} /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none \
         --kernel-name ${NCU_KERNEL:-regex:projWgmma} --section SpeedOfLight --section ComputeWorkloadAnalysis \
         --section WarpStateStats --section SchedulerStats \
-        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active" \
+        --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
         python3 -m benchmarks.diagnostics.ncu_decode --m $m --shapes ${NCU_SHAPES:-8B-down,32B-up} --moe "" >> "$OUT/ncu-fp8.txt" 2>&1
       echo "ncu (M = $m) exit $?"
     done
-    python3 -m benchmarks.diagnostics.ncu_stalls "$OUT/ncu-fp8.txt" --top 5 2>&1 | tail -40
-    grep -E "gmma_cycles_active|Duration" "$OUT/ncu-fp8.txt" | head -40
+    grep -E "^  void|Duration|Compute \(SM\)|Issue Slots" "$OUT/ncu-fp8.txt" | head -40
   fi
   SECONDS=0
-  timeout 200 python3 -m pytest tests/gpu/test_proj_kernels.py -k "wgmma_variants" \
+  timeout 200 python3 -m pytest tests/gpu/test_proj_kernels.py -k "w4a16_wgmma_variants" \
     -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
-  echo "test_proj_kernels wgmma variants exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
-  grep -E "passed|failed|FAILED|differ" "$OUT/tests.log" | tail -12
+  echo "test_proj_kernels W4A16 variants exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
   SECONDS=0
-  METRALE_W4A16_WG=persist METRALE_W4A4_WG=persist timeout 150 python3 -m pytest tests/gpu/test_memcheck.py -m gpu -rs -v \
-    --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/memcheck.log" 2>&1
-  echo "test_memcheck (persist) exit $? after ${SECONDS} s" | tee -a "$OUT/memcheck.log"
-  tail -3 "$OUT/memcheck.log"
-  for op in w4a16 w4a4; do
+  METRALE_W8A8_VARIANTS=wg-pipe-all timeout 170 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -k "launch_variants" \
+    -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider >> "$OUT/tests.log" 2>&1
+  echo "test_w8a8_fp8_wgmma launch variants (wg-pipe-all) exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|FAILED|differ" "$OUT/tests.log" | tail -12
+  for mma in default wg-pipe-all; do
     SECONDS=0
-    timeout ${WGP_BENCH_S:-150} python3 -m benchmarks.bench_w4a16_variants --op $op --m ${WGP_M:-64,256,1024,4096} --out "$OUT" \
-      > /tmp/wv-$op.log 2>&1
-    echo "bench_w4a16_variants $op exit $? after ${SECONDS} s"; tail -9 /tmp/wv-$op.log
+    ( [ $mma = default ] || export METRALE_W8A8_MMA=$mma; timeout 150 python3 -m pytest tests/gpu/test_memcheck.py -m gpu \
+      -rs -q --confcutdir=tests/gpu -p no:cacheprovider >> "$OUT/memcheck.log" 2>&1 )
+    echo "test_memcheck ($mma) exit $? after ${SECONDS} s" | tee -a "$OUT/memcheck.log"
+  done
+  SECONDS=0
+  timeout ${WGP_BENCH_S:-120} python3 -m benchmarks.bench_w4a16_variants --variants default,deep,t64,t128 \
+    --m ${WGP_M:-64,128,256,512,1024,4096} --out "$OUT" > /tmp/wv.log 2>&1
+  echo "bench_w4a16_variants exit $? after ${SECONDS} s"; tail -9 /tmp/wv.log
+  for g in channel block; do
+    SECONDS=0
+    timeout ${WGP_BENCH_S:-120} python3 -m benchmarks.bench_w8a8_variants --granularity $g --variants wgmma,wg-pipe-all \
+      --m ${WGP_M:-64,128,256,512,1024,4096} --out "$OUT" > /tmp/bv-$g.log 2>&1
+    echo "bench_w8a8_variants $g exit $? after ${SECONDS} s"; tail -7 /tmp/bv-$g.log
   done
   exit 0
 fi

@@ -1300,41 +1300,51 @@ inline bool wgDeepMainloop()
     return v == nullptr || std::strcmp(v, "base") != 0;
 }
 
-/* Whether a deep launch's CTAs are persistent (kPersist) where the tiles outnumber the SMs, read at each
- * call from env (METRALE_W4A16_WG, METRALE_W4A4_WG): "persist" yes, else one tile a CTA (not yet the
- * default: measured first). The same tiles in the same k order: the same bits. */
-inline bool wgPersistent(const char* env)
+/* The deep launch's schedule, read at each call from METRALE_W4A16_WG (the same tiles in the same k
+ * order whatever it says: the same bits): persist, its CTAs persistent (kPersist) where the tiles outnumber
+ * the SMs (the default: unset or anything not below); tile: the token tile at m > 64 forced to 64 or 128
+ * (METRALE_W4A16_WG = t64, t128, persistent; 0: wgTokenTile's), a measurement for the tile's rule. "deep":
+ * one tile a CTA, wgTokenTile's tile (the kernel before). */
+struct WgDeepSchedule
 {
-    const char* v = std::getenv(env);
-    return v != nullptr && std::strcmp(v, "persist") == 0;
-}
-
-/* A register-path policy (W4A4) on the shared-memory codes path and the deep mainloop: the same policy's
- * blockState / dequant from staged codes and meta (as the shared-memory tiers take them), the same
- * instructions per element and the same k order, so the same bits as consumeWgmmaRegs. Selected by
- * METRALE_W4A4_WG = deep or persist (wgSmemDeep), measured against the register path first. */
-template <class P>
-struct WgSmemDeepOf : P
-{
-    static constexpr bool kWG_SMEM_CODES = true;
-    static constexpr bool kWG_DEEP = true;
+    bool persist = true;
+    int tile = 0;
 };
 
-inline bool wgSmemDeep(const char* env)
+inline WgDeepSchedule wgDeepVariant()
 {
-    const char* v = std::getenv(env);
-    return v != nullptr && (std::strcmp(v, "deep") == 0 || std::strcmp(v, "persist") == 0);
+    const char* v = std::getenv("METRALE_W4A16_WG");
+    WgDeepSchedule s;
+    if (v == nullptr)
+    {
+        return s;
+    }
+    if (std::strcmp(v, "deep") == 0)
+    {
+        s.persist = false;
+    }
+    else if (std::strcmp(v, "t64") == 0)
+    {
+        s.tile = 64;
+    }
+    else if (std::strcmp(v, "t128") == 0)
+    {
+        s.tile = 128;
+    }
+    return s;
 }
 
-/* The deep shared-memory launch of policy Q (WgDeep<Q>): the token tile of wgTokenTile, persistent
- * CTAs where persist asks and the tiles outnumber the SMs without the split. */
+/* The deep shared-memory launch of policy Q (WgDeep<Q>): the token tile of wgTokenTile (or the schedule's),
+ * persistent CTAs where the schedule asks and the tiles outnumber the SMs without the split (measured on
+ * the H200, w4a16-variants-20261204-1423-21ec979.md: geomean of the best anchor at M = 64 / 256 / 1024 /
+ * 4096 1.03 / 2.02 / 1.70 / 1.53 against one tile a CTA's 1.03 / 2.04 / 1.72 / 1.55). */
 template <class Q>
 inline cudaError_t launchProjWgmmaDeep(const typename Q::Params& p, const uint16_t* Xw, void* y, float* pb, int m,
-    int n, int k, int32_t yDtype, int slices, cudaStream_t stream, bool persist)
+    int n, int k, int32_t yDtype, int slices, cudaStream_t stream, WgDeepSchedule sched)
 {
-    const int tn = wgTokenTile(m, n);
+    const int tn = sched.tile != 0 && m > 64 && pb == nullptr ? sched.tile : wgTokenTile(m, n);
     const long long tiles = static_cast<long long>((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + tn - 1) / tn);
-    const bool pers = persist && pb == nullptr && tiles > wgSms();
+    const bool pers = sched.persist && pb == nullptr && tiles > wgSms();
     if (tn == 128)
     {
         constexpr int kS = wgStages<Q, 128, 6, true>();
@@ -1361,18 +1371,10 @@ inline cudaError_t launchProjWgmma(const typename P::Params& p, const uint16_t* 
     {
         if (wgDeepMainloop())
         {
-            return launchProjWgmmaDeep<P>(p, Xw, y, pb, m, n, k, yDtype, slices, stream,
-                wgPersistent("METRALE_W4A16_WG"));
+            return launchProjWgmmaDeep<P>(p, Xw, y, pb, m, n, k, yDtype, slices, stream, wgDeepVariant());
         }
     }
-    else if constexpr (!WgSmemCodes<P>::value && P::kCODE_BITS == 4)
-    {
-        if (wgSmemDeep("METRALE_W4A4_WG"))
-        {
-            return launchProjWgmmaDeep<WgSmemDeepOf<P>>(p, Xw, y, pb, m, n, k, yDtype, slices, stream,
-                wgPersistent("METRALE_W4A4_WG"));
-        }
-    }
+
     if (wgTokenTile(m, n) == 128)
     {
         return launchProjWgmmaN<P, 128, wgStages<P, 128, 4>()>(p, Xw, y, pb, m, n, k, yDtype, slices, stream);

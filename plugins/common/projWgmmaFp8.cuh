@@ -722,7 +722,7 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
     };
     if constexpr (kPipe)
     {
-        static_assert(kN <= 32 && (kSc & kSC_FMA_PROBE) == 0, "two partial sets: small token tiles, no probe");
+        static_assert((kSc & kSC_FMA_PROBE) == 0, "two partial sets: not the probe");
         float pb[kACC];
 #pragma unroll
         for (int e = 0; e < kACC; ++e)
@@ -942,19 +942,6 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgm
 #endif
 }
 
-/* The device's SMs (132 where the runtime does not say). */
-inline int wgFp8Sms()
-{
-    int dev = 0;
-    int sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess
-        || sms <= 0)
-    {
-        sms = 132;
-    }
-    return sms;
-}
-
 /* Token tile: a function of m, the weight's shape (n, k) and (wave) the device's SM count, never of the
  * bits (wgmma's bits do not depend on its N). wave (the default; METRALE_W8A8_MMA=wg-onetile without):
  * at m > 64, where the 128 tile takes at most two rounds of one-CTA-an-SM tiles, the tile of 64 where its
@@ -974,7 +961,7 @@ inline int wgFp8TokenTile(int64_t m, int64_t n, int64_t k, bool wave = false)
     const int64_t ctas128 = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 127) / 128);
     if (wave)
     {
-        const int64_t sms = wgFp8Sms();
+        const int64_t sms = wgSms();
         const int64_t ctas64 = ((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + 63) / 64);
         const double nkb = static_cast<double>((k + 127) / 128);
         const double t = nkb <= 32.0 ? 0.0 : nkb >= 64.0 ? 1.0 : (nkb - 32.0) / 32.0;
@@ -1018,7 +1005,7 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
  * alike whichever CTA walks it. */
 inline int wgFp8PersistentCtas(int tiles)
 {
-    const int sms = wgFp8Sms();
+    const int sms = wgSms();
     return tiles < sms ? tiles : sms;
 }
 
@@ -1046,10 +1033,11 @@ inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P:
 /* The weight map of the token tile's CTA (64 kCW rows a box) and that launch; pipe: kPipe where the
  * tile allows it (kN <= 32, the hoisted epilogue, not the FFMA probe; elsewhere ignored); persist:
  * kPersist where the tile allows it (kN >= 64, the hoisted epilogue, not the FFMA probe; elsewhere
- * ignored). */
+ * ignored); pipeLarge: kPipe at kN >= 64 as well (METRALE_W8A8_MMA=wg-pipe-all, a measurement). */
 template <class P, int kN, bool kHoist = false, int kSc = 0>
 inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
-    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe, bool persist = false)
+    int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe, bool persist = false,
+    bool pipeLarge = false)
 {
     const int consumers = wgFp8Consumers<kN>(rows64);
     CUtensorMap map;
@@ -1080,10 +1068,28 @@ inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uin
     if constexpr (kN >= 64 && kHoist && (kSc & kSC_FMA_PROBE) == 0)
     {
         const int64_t tiles = static_cast<int64_t>((n + 64 * kWG_CONSUMERS - 1) / (64 * kWG_CONSUMERS)) * ((m + kN - 1) / kN);
-        if (persist && tiles > wgFp8Sms())  // one tile a CTA where the tiles fit the SMs (measured: 1.01 -> 1.04 at M = 64)
+        // The paired blocks at the 128 tile of block128 weights x row activations spilled (ptxas: 132 bytes,
+        // persistent): not served there.
+        constexpr bool kPipeLarge = !(kN == 128 && kSc == kSC_BLOCK_W);
+        if (persist && tiles > wgSms())  // one tile a CTA where the tiles fit the SMs (measured: 1.01 -> 1.04 at M = 64)
         {
+            if constexpr (kPipeLarge)
+            {
+                if (pipeLarge)
+                {
+                    return launchProjWgmmaFp8N<P, kN, kHoist, kSc, kWG_CONSUMERS, true, true>(map, p, Xw, sxT, y, m, n,
+                        k, yDtype, stream);
+                }
+            }
             return launchProjWgmmaFp8N<P, kN, kHoist, kSc, kWG_CONSUMERS, false, true>(map, p, Xw, sxT, y, m, n, k,
                 yDtype, stream);
+        }
+        if constexpr (kPipeLarge)
+        {
+            if (pipeLarge)
+            {
+                return launch(std::true_type{});
+            }
         }
     }
     return launch(std::false_type{});
@@ -1093,7 +1099,7 @@ inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uin
 template <class P, bool kHoist, int kSc>
 inline cudaError_t launchProjWgmmaFp8AtTile(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
     int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe, bool persist = false,
-    bool wave = false)
+    bool wave = false, bool pipeLarge = false)
 {
     switch (wgFp8TokenTile(m, n, k, wave))
     {
@@ -1101,10 +1107,11 @@ inline cudaError_t launchProjWgmmaFp8AtTile(const typename P::Params& p, const u
     case 16: return launchProjWgmmaFp8Tile<P, 16, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
     case 32: return launchProjWgmmaFp8Tile<P, 32, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe);
     case 64:
-        return launchProjWgmmaFp8Tile<P, 64, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe, persist);
+        return launchProjWgmmaFp8Tile<P, 64, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe, persist,
+            pipeLarge);
     default:
         return launchProjWgmmaFp8Tile<P, 128, kHoist, kSc>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe,
-            persist);
+            persist, pipeLarge);
     }
 }
 
@@ -1115,10 +1122,11 @@ inline cudaError_t launchProjWgmmaFp8AtTile(const typename P::Params& p, const u
 template <class P>
 inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t* Xw, void* y, int m, int n, int k,
     int32_t yDtype, cudaStream_t stream, bool hoist = false, bool rows64 = true, bool pipe = false, bool persist = false,
-    bool wave = false)
+    bool wave = false, bool pipeLarge = false)
 {
     return hoist
-        ? launchProjWgmmaFp8AtTile<P, true, 0>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe, persist, wave)
+        ? launchProjWgmmaFp8AtTile<P, true, 0>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe, persist, wave,
+              pipeLarge)
         : launchProjWgmmaFp8AtTile<P, false, 0>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe);
 }
 
@@ -1129,17 +1137,17 @@ inline cudaError_t launchProjWgmmaFp8(const typename P::Params& p, const uint8_t
 template <class P>
 inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
     int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool fmaProbe = false, bool rows64 = true,
-    bool pipe = false, bool persist = false, bool wave = false)
+    bool pipe = false, bool persist = false, bool wave = false, bool pipeLarge = false)
 {
     const int sc = (p.blockScales ? kSC_BLOCK_W : 0) | (p.nbx > 1 ? kSC_BLOCK_X : 0);
     switch (sc)
     {
     case kSC_BLOCK_W:
         return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_W>(p, Xw, nullptr, y, m, n, k, yDtype, stream, rows64, pipe,
-            persist, wave);
+            persist, wave, pipeLarge);
     case kSC_BLOCK_X:
         return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream, rows64, pipe,
-            persist, wave);
+            persist, wave, pipeLarge);
     case kSC_BLOCK_W | kSC_BLOCK_X:
         if (fmaProbe)
         {
@@ -1147,7 +1155,7 @@ inline cudaError_t launchProjWgmmaFp8Blocks(const typename P::Params& p, const u
                 yDtype, stream, rows64, false);
         }
         return launchProjWgmmaFp8AtTile<P, true, kSC_BLOCK_W | kSC_BLOCK_X>(p, Xw, sxT, y, m, n, k, yDtype, stream,
-            rows64, pipe, persist, wave);
+            rows64, pipe, persist, wave, pipeLarge);
     default: return cudaErrorInvalidValue;
     }
 }

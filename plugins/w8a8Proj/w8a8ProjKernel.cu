@@ -68,6 +68,7 @@ struct Fp8Variant
     bool pipe = false;      // two blocks' wgmma groups in flight at token tiles up to 32 (consumeWgmmaFp8's kPipe)
     bool persist = false;   // persistent CTAs (one an SM) walking the tiles at token tiles of 64 and 128 (kPersist)
     bool wave = false;      // the token tile at m > 64 from the SMs' waves (wgFp8TokenTile)
+    bool pipeLarge = false; // kPipe at token tiles of 64 and 128 too, persistent or not (wg-pipe-all)
 };
 
 /* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
@@ -85,7 +86,8 @@ struct Fp8Variant
  * w8a8-variants-20261203-2058-1723d97.md and -2059-: plugins/KERNELS.md): geomean of FP8 cuBLASLt at M = 64 /
  * 128 / 256 / 512 / 1024 / 2048 / 4096 1.00 / 1.23 / 1.48 / 1.55 / 1.56 / 1.52 / 1.50 against 1.01 / 1.26 / 1.64
  * / 1.68 / 1.70 / 1.63 / 1.52. "wg-onetile": a CTA a tile, the token tile 128 once it
- * fills the SMs; "wg-persist": persistent CTAs with that token tile. No sm_90a code: the exact path whatever it
+ * fills the SMs; "wg-persist": persistent CTAs with that token tile; "wg-pipe-all": the default with the paired
+ * blocks (kPipe) at token tiles of 64 and 128 as well (a measurement). No sm_90a code: the exact path whatever it
  * says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
  * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
@@ -132,6 +134,12 @@ Fp8Variant fp8VariantSelected()
         Fp8Variant var = kFP8_DEFAULT;  // c0940e9's default: a CTA a tile, the token tile 128 once it fills the SMs
         var.persist = false;
         var.wave = false;
+        return var;
+    }
+    if (std::strcmp(v, "wg-pipe-all") == 0)
+    {
+        Fp8Variant var = kFP8_DEFAULT;
+        var.pipeLarge = true;
         return var;
     }
     if (std::strcmp(v, "wg-persist") == 0)
@@ -236,10 +244,10 @@ extern "C" cudaError_t metrale_w8a8_proj(const void* x, int32_t x_dtype, const i
         if (!rowChannel)
         {
             return launchProjWgmmaFp8Blocks<W8A8Fp8Policy<false>>(p, xwc, sxT, y, mi, ni, ki, x_dtype, stream,
-                var.fmaProbe, var.rows64, var.pipe, var.persist, var.wave);
+                var.fmaProbe, var.rows64, var.pipe, var.persist, var.wave, var.pipeLarge);
         }
         return launchProjWgmmaFp8<W8A8Fp8Policy<false>>(p, xwc, y, mi, ni, ki, x_dtype, stream, var.hoist,
-            var.rows64, var.pipe, var.persist, var.wave);
+            var.rows64, var.pipe, var.persist, var.wave, var.pipeLarge);
     }
     if (staticScale)
     {

@@ -71,7 +71,7 @@ int main()
             const size_t xsz = xdt == 0 ? 4 : 2;
             // ---- W4A16: n = 67, k = 96 (partial block), group 32 with zero points; group 128 k=384; at
             // m = 300 n = 8200 (a partial last weight tile; 195 tiles of 128 tokens, so that a persistent
-            // CTA walks two under METRALE_W4A16_WG=persist)
+            // CTA, the default there, walks two)
             for (int gsel = 0; gsel < 2; ++gsel)
             {
                 const int64_t n = m == 300 ? 8200 : 67, k = gsel ? 384 : 96, gs = gsel ? 128 : 32;
@@ -118,8 +118,8 @@ int main()
                 ++launches;
                 cudaFree(x); cudaFree(w); cudaFree(s); cudaFree(bias); cudaFree(y); cudaFree(ws);
             }
-            // ---- W4A4: n = 67, k = 96 (k/16 = 6: scale rows not word aligned); at m = 300 n = 8200 (as
-            // W4A16: persistent CTAs under METRALE_W4A4_WG=persist)
+            // ---- W4A4: n = 67, k = 96 (k/16 = 6: scale rows not word aligned); at m = 300 n = 8200 (a
+            // partial last weight tile)
             for (int combo = 0; combo < 3; ++combo)
             {
                 const int64_t n = m == 300 ? 8200 : 67, k = 96;

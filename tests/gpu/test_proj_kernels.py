@@ -252,22 +252,20 @@ def test_unsupported_k_is_a_clear_error():
         layer.run(x)
 
 
-WG_VARIANT_CASES = [c for c in CASES if c[0] in ("w4a16", "w4a4")]
-# Per op: its environment variable and the values compared, the first the reference.
-WG_VARIANTS = {"w4a16": ("METRALE_W4A16_WG", ("base", "deep", "persist")),
-               "w4a4": ("METRALE_W4A4_WG", ("default", "deep", "persist"))}
+W4A16_CASES = [c for c in CASES if c[0] == "w4a16"]
+# METRALE_W4A16_WG's values compared, the first the reference (projWgmma.cuh's wgDeepVariant).
+W4A16_VARIANTS = ("base", "default", "deep", "t64", "t128")
 
 
-@pytest.mark.parametrize("case", WG_VARIANT_CASES, ids=[_case_id(c) for c in WG_VARIANT_CASES])
-def test_wgmma_variants_give_the_same_bits(case, monkeypatch):
-    """The wgmma tier's variants of one op give the same bits at every M of the tier (both token tiles,
-    the split included): W4A16's base and deep mainloops (METRALE_W4A16_WG=base, deep) and the deep one's
-    persistent CTAs (persist; where the tiles outnumber the SMs: the wide cases at M >= 256), W4A4's
-    register path (unset) and the shared-memory codes path's deep mainloop (METRALE_W4A4_WG=deep) and
-    its persistent CTAs (persist). Each within the tolerance of the float64 evaluation (not vacuously
-    equal: poisoned y)."""
+@pytest.mark.parametrize("case", W4A16_CASES, ids=[_case_id(c) for c in W4A16_CASES])
+def test_w4a16_wgmma_variants_give_the_same_bits(case, monkeypatch):
+    """The W4A16 wgmma tier's variants give the same bits at every M of the tier (both token tiles, the
+    split included): the base mainloop (METRALE_W4A16_WG=base), the deep one with persistent CTAs where
+    the tiles outnumber the SMs (the default: the wide cases at M >= 256), one tile a CTA (deep), and the
+    token tile forced to 64 or 128 at M > 64 (t64, t128). Each within the tolerance of the float64
+    evaluation (not vacuously equal: poisoned y)."""
     op, o, n, k = case
-    env, variants = WG_VARIANTS[op]
+    env, variants = "METRALE_W4A16_WG", W4A16_VARIANTS
     layer = Layer(op, o, n, k, seed=11)
     x = _inputs(4096, k, torch.bfloat16, seed=5).to(DEV)
     bad = []
@@ -280,7 +278,7 @@ def test_wgmma_variants_give_the_same_bits(case, monkeypatch):
             else:
                 monkeypatch.setenv(env, variant)
             out[variant] = layer.run(xm)
-        ref, exact = variants[0], layer.float64_reference(xm)
+        ref, exact = variants[0], layer.float64_reference(xm.cpu())
         for variant in variants[1:]:
             a, b = out[ref].view(torch.int16), out[variant].view(torch.int16)
             if not torch.equal(a, b):
