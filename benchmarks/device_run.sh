@@ -274,14 +274,15 @@ if [ "$what" = decode ]; then
 fi
 if [ "$what" = wgpersist ]; then
   # Issue 20's persistent CTAs for the W4A16 wgmma tier (the default: the deep mainloop's CTAs, one an SM,
-  # walking the raster's tiles where they outnumber the SMs; METRALE_W4A16_WG=deep one tile a CTA, t64 / t128
-  # the token tile forced at M > 64) and the FP8 kernel's paired blocks at token tiles of 64 and 128
-  # (METRALE_W8A8_MMA=wg-pipe-all); the same bits; on a carried build. With WGP_NCU=1, Nsight Compute over
-  # the wgmma kernels at M = 256 / 4096 first (NCU_KERNEL, default regex:projWgmma; NCU_M; NCU_ENV's
-  # variables, e.g. "METRALE_W8A8_MMA=wg-pipe-all"). Then test_proj_kernels.py's W4A16 variants test
-  # (bitwise, M = 17..4096), test_w8a8_fp8_wgmma.py's launch variants under wg-pipe-all, test_memcheck.py
-  # (the default, and under wg-pipe-all), bench_w4a16_variants (default, deep, t64, t128) and
-  # bench_w8a8_variants (wgmma, wg-pipe-all; channel and block) at M = 64..4096 (WGP_M). Writes gpu.txt,
+  # walking the raster's tiles where they outnumber the SMs, the token tile from the SMs' rounds;
+  # METRALE_W4A16_WG=persist the token tile of wgTokenTile, deep one tile a CTA, t64 / t128 the token tile
+  # forced at M > 64) and the FP8 kernel's paired blocks at token tiles of 64 and 128 (the default;
+  # METRALE_W8A8_MMA=wg-pipe32 without); the same bits; on a carried build. With WGP_NCU=1, Nsight Compute
+  # over the wgmma kernels at M = 256 / 4096 first (NCU_KERNEL, default regex:projWgmma; NCU_M; NCU_ENV's
+  # variables, e.g. "METRALE_W8A8_MMA=wg-pipe32"). Then test_proj_kernels.py's W4A16 variants test
+  # (bitwise, M = 17..4096), test_w8a8_fp8_wgmma.py's launch variants under wg-pipe32, test_memcheck.py
+  # (the default, and under wg-pipe32), bench_w4a16_variants (WGP_W4 variants, default default,persist,t128) and
+  # bench_w8a8_variants (wgmma, wg-pipe32; channel and block) at M = 64..4096 (WGP_M). Writes gpu.txt,
   # (ncu-fp8.txt,) tests.log, memcheck.log, w4a16-variants-*.md, w8a8-variants-*.md, w8a8-block-variants-*.md.
   record_commit
   if [ "${WGP_NCU:-0}" = 1 ]; then
@@ -301,23 +302,23 @@ if [ "$what" = wgpersist ]; then
     -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
   echo "test_proj_kernels W4A16 variants exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
   SECONDS=0
-  METRALE_W8A8_VARIANTS=wg-pipe-all timeout 170 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -k "launch_variants" \
+  METRALE_W8A8_VARIANTS=wg-pipe32 timeout 170 python3 -m pytest tests/gpu/test_w8a8_fp8_wgmma.py -k "launch_variants" \
     -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider >> "$OUT/tests.log" 2>&1
-  echo "test_w8a8_fp8_wgmma launch variants (wg-pipe-all) exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  echo "test_w8a8_fp8_wgmma launch variants (wg-pipe32) exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
   grep -E "passed|failed|FAILED|differ" "$OUT/tests.log" | tail -12
-  for mma in default wg-pipe-all; do
+  for mma in default wg-pipe32; do
     SECONDS=0
     ( [ $mma = default ] || export METRALE_W8A8_MMA=$mma; timeout 150 python3 -m pytest tests/gpu/test_memcheck.py -m gpu \
       -rs -q --confcutdir=tests/gpu -p no:cacheprovider >> "$OUT/memcheck.log" 2>&1 )
     echo "test_memcheck ($mma) exit $? after ${SECONDS} s" | tee -a "$OUT/memcheck.log"
   done
   SECONDS=0
-  timeout ${WGP_BENCH_S:-120} python3 -m benchmarks.bench_w4a16_variants --variants default,deep,t64,t128 \
+  timeout ${WGP_BENCH_S:-120} python3 -m benchmarks.bench_w4a16_variants --variants ${WGP_W4:-default,persist,t128} \
     --m ${WGP_M:-64,128,256,512,1024,4096} --out "$OUT" > /tmp/wv.log 2>&1
   echo "bench_w4a16_variants exit $? after ${SECONDS} s"; tail -9 /tmp/wv.log
   for g in channel block; do
     SECONDS=0
-    timeout ${WGP_BENCH_S:-120} python3 -m benchmarks.bench_w8a8_variants --granularity $g --variants wgmma,wg-pipe-all \
+    timeout ${WGP_BENCH_S:-120} python3 -m benchmarks.bench_w8a8_variants --granularity $g --variants wgmma,wg-pipe32 \
       --m ${WGP_M:-64,128,256,512,1024,4096} --out "$OUT" > /tmp/bv-$g.log 2>&1
     echo "bench_w8a8_variants $g exit $? after ${SECONDS} s"; tail -7 /tmp/bv-$g.log
   done

@@ -1301,14 +1301,16 @@ inline bool wgDeepMainloop()
 }
 
 /* The deep launch's schedule, read at each call from METRALE_W4A16_WG (the same tiles in the same k
- * order whatever it says: the same bits): persist, its CTAs persistent (kPersist) where the tiles outnumber
- * the SMs (the default: unset or anything not below); tile: the token tile at m > 64 forced to 64 or 128
- * (METRALE_W4A16_WG = t64, t128, persistent; 0: wgTokenTile's), a measurement for the tile's rule. "deep":
- * one tile a CTA, wgTokenTile's tile (the kernel before). */
+ * order whatever it says: the same bits). The default (unset or anything not below): CTAs persistent
+ * (kPersist) where the tiles outnumber the SMs, the token tile at m > 64 from the SMs' rounds
+ * (wgDeepTokenTile). "persist": persistent, wgTokenTile's tile (5ad8fe6's default); "deep": one tile a
+ * CTA, wgTokenTile's tile (the kernel before that); "t64", "t128": persistent, the tile at m > 64 forced
+ * (measurements for the tile's rule). */
 struct WgDeepSchedule
 {
     bool persist = true;
-    int tile = 0;
+    int tile = 0;        // 64 / 128: forced at m > 64
+    bool rounds = true;  // wgDeepTokenTile (else wgTokenTile)
 };
 
 inline WgDeepSchedule wgDeepVariant()
@@ -1322,6 +1324,11 @@ inline WgDeepSchedule wgDeepVariant()
     if (std::strcmp(v, "deep") == 0)
     {
         s.persist = false;
+        s.rounds = false;
+    }
+    else if (std::strcmp(v, "persist") == 0)
+    {
+        s.rounds = false;
     }
     else if (std::strcmp(v, "t64") == 0)
     {
@@ -1334,15 +1341,38 @@ inline WgDeepSchedule wgDeepVariant()
     return s;
 }
 
-/* The deep shared-memory launch of policy Q (WgDeep<Q>): the token tile of wgTokenTile (or the schedule's),
- * persistent CTAs where the schedule asks and the tiles outnumber the SMs without the split (measured on
- * the H200, w4a16-variants-20261204-1423-21ec979.md: geomean of the best anchor at M = 64 / 256 / 1024 /
- * 4096 1.03 / 2.02 / 1.70 / 1.53 against one tile a CTA's 1.03 / 2.04 / 1.72 / 1.55). */
+/* The deep tier's token tile without the split (a function of m, n and the device's SM count, never of
+ * the bits: wgmma's bits do not depend on its N): 64 at m <= 64; above, 64 only where its tiles take no
+ * more rounds of one-CTA-an-SM tiles than the 128 tile's, else 128. Measured on the H200
+ * (w4a16-variants-20261204-1443-5ad8fe6.md, persistent CTAs): a 64-token CTA costs 0.7-0.8 of a 128 one
+ * (the dequantization of its weight tile is the same), so 64 wins only at equal rounds (8B-down M = 256:
+ * 81.4 us against 102.0; 8B-qkv M = 128: 29.8 against 38.1) and loses where it doubles them (8B-up M = 128:
+ * 53.6 against 37.7, 8B-down M = 512: 161.1 against 115.8, 8B-qkv M = 256: 57.1 against 41.0). */
+inline int wgDeepTokenTile(int64_t m, int64_t n)
+{
+    if (m <= 64)
+    {
+        return 64;
+    }
+    const int64_t sms = wgSms();
+    const int64_t gx = (n + kWG_ROWS - 1) / kWG_ROWS;
+    const int64_t rounds64 = (gx * ((m + 63) / 64) + sms - 1) / sms;
+    const int64_t rounds128 = (gx * ((m + 127) / 128) + sms - 1) / sms;
+    return rounds64 <= rounds128 ? 64 : 128;
+}
+
+/* The deep shared-memory launch of policy Q (WgDeep<Q>): the token tile of the schedule (wgDeepTokenTile
+ * by default; wgTokenTile where the slices split, whose grid wgSplit sized), persistent CTAs where the
+ * schedule asks and the tiles outnumber the SMs without the split (measured on the H200,
+ * w4a16-variants-20261204-1423-21ec979.md: geomean of the best anchor at M = 64 / 256 / 1024 / 4096 1.03 /
+ * 2.02 / 1.70 / 1.53 against one tile a CTA's 1.03 / 2.04 / 1.72 / 1.55). */
 template <class Q>
 inline cudaError_t launchProjWgmmaDeep(const typename Q::Params& p, const uint16_t* Xw, void* y, float* pb, int m,
     int n, int k, int32_t yDtype, int slices, cudaStream_t stream, WgDeepSchedule sched)
 {
-    const int tn = sched.tile != 0 && m > 64 && pb == nullptr ? sched.tile : wgTokenTile(m, n);
+    const int tn = pb != nullptr ? wgTokenTile(m, n)
+        : sched.tile != 0 && m > 64 ? sched.tile
+        : sched.rounds ? wgDeepTokenTile(m, n) : wgTokenTile(m, n);
     const long long tiles = static_cast<long long>((n + kWG_ROWS - 1) / kWG_ROWS) * ((m + tn - 1) / tn);
     const bool pers = sched.persist && pb == nullptr && tiles > wgSms();
     if (tn == 128)

@@ -535,8 +535,9 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
  * registers); sw[n, b] is the CTA's one block128 scale of block b (its 128 rows start at a multiple
  * of 128; shared memory) or sw[n] (channel, in registers).
  */
-/* kPipe (the default at token tiles up to 32, METRALE_W8A8_MMA=wg-plain without; measured 2-7% faster on
- * the H200, w8a8-variants-20261203-1730-e28ca9b.md): the blocks in pairs, both
+/* kPipe (the default at every token tile but the 128 tile of block128 x row; METRALE_W8A8_MMA=wg-plain
+ * without; measured 2-7% faster on the H200 at token tiles up to 32, w8a8-variants-20261203-1730-e28ca9b.md,
+ * 3-21% at 64 and 128, w8a8-variants- and w8a8-block-variants-20261204-1444-5ad8fe6.md): the blocks in pairs, both
  * pairs' wgmma groups issued into two partial sets before the first is waited for (`wgmma.wait_group
  * 1`), released and promoted, so that one block's tensor work runs under the wait, release and
  * promotion of the other. Each block's partial is still four chained wgmmas from a fresh accumulator,
@@ -1033,7 +1034,7 @@ inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P:
 /* The weight map of the token tile's CTA (64 kCW rows a box) and that launch; pipe: kPipe where the
  * tile allows it (kN <= 32, the hoisted epilogue, not the FFMA probe; elsewhere ignored); persist:
  * kPersist where the tile allows it (kN >= 64, the hoisted epilogue, not the FFMA probe; elsewhere
- * ignored); pipeLarge: kPipe at kN >= 64 as well (METRALE_W8A8_MMA=wg-pipe-all, a measurement). */
+ * ignored); pipeLarge: kPipe at kN >= 64 as well (the default; METRALE_W8A8_MMA=wg-pipe32 without). */
 template <class P, int kN, bool kHoist = false, int kSc = 0>
 inline cudaError_t launchProjWgmmaFp8Tile(const typename P::Params& p, const uint8_t* Xw, const float* sxT, void* y,
     int m, int n, int k, int32_t yDtype, cudaStream_t stream, bool rows64, bool pipe, bool persist = false,

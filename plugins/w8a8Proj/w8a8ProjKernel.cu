@@ -68,7 +68,7 @@ struct Fp8Variant
     bool pipe = false;      // two blocks' wgmma groups in flight at token tiles up to 32 (consumeWgmmaFp8's kPipe)
     bool persist = false;   // persistent CTAs (one an SM) walking the tiles at token tiles of 64 and 128 (kPersist)
     bool wave = false;      // the token tile at m > 64 from the SMs' waves (wgFp8TokenTile)
-    bool pipeLarge = false; // kPipe at token tiles of 64 and 128 too, persistent or not (wg-pipe-all)
+    bool pipeLarge = false; // kPipe at token tiles of 64 and 128 too, persistent or not (the default; wg-pipe32 without)
 };
 
 /* METRALE_W8A8_MMA (benchmarks and tests only; read at each call, so at each graph capture):
@@ -86,13 +86,17 @@ struct Fp8Variant
  * w8a8-variants-20261203-2058-1723d97.md and -2059-: plugins/KERNELS.md): geomean of FP8 cuBLASLt at M = 64 /
  * 128 / 256 / 512 / 1024 / 2048 / 4096 1.00 / 1.23 / 1.48 / 1.55 / 1.56 / 1.52 / 1.50 against 1.01 / 1.26 / 1.64
  * / 1.68 / 1.70 / 1.63 / 1.52. "wg-onetile": a CTA a tile, the token tile 128 once it
- * fills the SMs; "wg-persist": persistent CTAs with that token tile; "wg-pipe-all": the default with the paired
- * blocks (kPipe) at token tiles of 64 and 128 as well (a measurement). No sm_90a code: the exact path whatever it
- * says. Clusters
+ * fills the SMs; "wg-persist": persistent CTAs with that token tile. Since 5ad8fe6 the default also takes the paired
+ * blocks (kPipe) at token tiles of 64 and 128, persistent or not (pipeLarge; not the 128 tile of block128 weights
+ * x row activations, which spilled), the same bits; measured on the H200 against the paired blocks at token tiles
+ * up to 32 alone ("wg-pipe32", 1723d97's default; w8a8-variants- and w8a8-block-variants-20261204-1444-5ad8fe6.md):
+ * geomean of FP8 cuBLASLt at M = 64 / 128 / 256 / 512 / 1024 / 4096 1.00 / 1.21 / 1.43 / 1.45 / 1.50 / 1.46
+ * against 1.00 / 1.22 / 1.48 / 1.53 / 1.58 / 1.52, block128 x row_block128 1.22 / 1.54 / 1.86 / 1.80 / 1.80 /
+ * 1.78 against 1.27 / 1.68 / 2.14 / 2.16 / 2.28 / 2.08. No sm_90a code: the exact path whatever it says. Clusters
  * of 2 token tiles, 2 weight tiles or 2 x 2 sharing operand tiles by TMA multicast were built and
  * measured slower at every shape where they ran, M >= 64 (4a278e6, benchmarks/results/
  * w8a8-variants-20261202-1533-4a278e6.md) and removed. */
-constexpr Fp8Variant kFP8_DEFAULT = {true, true, true, false, true, true, true, true};
+constexpr Fp8Variant kFP8_DEFAULT = {true, true, true, false, true, true, true, true, true};
 
 Fp8Variant fp8VariantSelected()
 {
@@ -134,18 +138,20 @@ Fp8Variant fp8VariantSelected()
         Fp8Variant var = kFP8_DEFAULT;  // c0940e9's default: a CTA a tile, the token tile 128 once it fills the SMs
         var.persist = false;
         var.wave = false;
+        var.pipeLarge = false;
         return var;
     }
-    if (std::strcmp(v, "wg-pipe-all") == 0)
+    if (std::strcmp(v, "wg-pipe32") == 0)
     {
-        Fp8Variant var = kFP8_DEFAULT;
-        var.pipeLarge = true;
+        Fp8Variant var = kFP8_DEFAULT;  // 1723d97's default: the paired blocks at token tiles up to 32 only
+        var.pipeLarge = false;
         return var;
     }
     if (std::strcmp(v, "wg-persist") == 0)
     {
         Fp8Variant var = kFP8_DEFAULT;  // persistent CTAs, the token tile as wg-onetile's
         var.wave = false;
+        var.pipeLarge = false;
         return var;
     }
     return kFP8_DEFAULT;

@@ -254,7 +254,7 @@ def test_unsupported_k_is_a_clear_error():
 
 W4A16_CASES = [c for c in CASES if c[0] == "w4a16"]
 # METRALE_W4A16_WG's values compared, the first the reference (projWgmma.cuh's wgDeepVariant).
-W4A16_VARIANTS = ("base", "default", "deep", "t64", "t128")
+W4A16_VARIANTS = ("base", "default", "persist", "deep", "t64", "t128")
 
 
 @pytest.mark.parametrize("case", W4A16_CASES, ids=[_case_id(c) for c in W4A16_CASES])
