@@ -39,7 +39,6 @@
 #ifndef METRALE_PROJ_WGMMA_CUH
 #define METRALE_PROJ_WGMMA_CUH
 
-#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -1249,8 +1248,7 @@ __global__ void __launch_bounds__(256) wgReduceKernel(const typename P::Params p
     }
 }
 
-/* The device's SMs (132 where the runtime does not say): the CTAs of a persistent launch, one an SM
- * (the kernels' shared memory allows one). */
+/* The device's SMs (132 where the runtime does not say). */
 inline int wgSms()
 {
     int dev = 0;
@@ -1261,6 +1259,15 @@ inline int wgSms()
         sms = 132;
     }
     return sms;
+}
+
+/* The CTAs of a persistent launch (kPersist, here and in projWgmmaFp8.cuh): one an SM (the kernels' shared
+ * memory allows one), at most the tiles. A function of the device and the shape, never of the bits:
+ * every tile is computed alike whichever CTA walks it. */
+inline int wgPersistentCtas(int tiles)
+{
+    const int sms = wgSms();
+    return tiles < sms ? tiles : sms;
 }
 
 template <class P, int kN, int kST, bool kDeep = false, bool kPersist = false>
@@ -1276,7 +1283,7 @@ inline cudaError_t launchProjWgmmaN(const typename P::Params& p, const uint16_t*
     }
     const int gx = (n + kWG_ROWS - 1) / kWG_ROWS;
     const int gy = (m + kN - 1) / kN;
-    const dim3 grid = kPersist ? dim3(std::min(gx * gy, wgSms()), 1, 1) : dim3(gx, gy, part != nullptr ? slices : 1);
+    const dim3 grid = kPersist ? dim3(wgPersistentCtas(gx * gy), 1, 1) : dim3(gx, gy, part != nullptr ? slices : 1);
     kern<<<grid, kWG_THREADS, L::kSmem, stream>>>(p, reinterpret_cast<const uint8_t*>(Xw), y, part, m, n, k, yDtype,
         slices);
     e = cudaGetLastError();

@@ -1001,15 +1001,6 @@ inline cudaError_t wgFp8WeightMap(const uint8_t* w, int64_t n, int64_t k, CUtens
     return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-/* The CTAs of a persistent launch (kPersist): one an SM (the kernel's shared memory allows one), at
- * most the tiles. A function of the device and the shape, never of the bits: every tile is computed
- * alike whichever CTA walks it. */
-inline int wgFp8PersistentCtas(int tiles)
-{
-    const int sms = wgSms();
-    return tiles < sms ? tiles : sms;
-}
-
 template <class P, int kN, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false,
     bool kPersist = false>
 inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P::Params& p, const uint8_t* Xw,
@@ -1026,7 +1017,7 @@ inline cudaError_t launchProjWgmmaFp8N(const CUtensorMap& map, const typename P:
     constexpr int kRows = 64 * kCW;
     const int gx = (n + kRows - 1) / kRows;
     const int gy = (m + kN - 1) / kN;
-    const dim3 grid = kPersist ? dim3(wgFp8PersistentCtas(gx * gy), 1, 1) : dim3(gx, gy, 1);
+    const dim3 grid = kPersist ? dim3(wgPersistentCtas(gx * gy), 1, 1) : dim3(gx, gy, 1);
     kern<<<grid, wgFp8Threads<kCW>(), L::kSmem, stream>>>(map, p, Xw, sxT, y, m, n, k, yDtype);
     return cudaGetLastError();
 }
