@@ -24,7 +24,9 @@ column: ``slots`` (m * top_k <= 64: one launch over (n tile, slot) reading topk_
 (uniform routing), to show where the bounds belong. ``--fused``: W4A16 decode only, each routing on the
 default path and on the fused paths of moeProj/moeFusedKernel.cuh in the same run (``fused``,
 ``METRALE_MOE_FUSED=1``: one launch per op, the combine a second launch; ``fused2``, ``=2``: the
-combine folded into the down launch). Writes
+combine folded into the down launch). ``--prefill``: W4A16 at M = 1024 and 4096 only, uniform and Zipf
+routing, the default (the wgmma tier, moeWgmmaKernel) beside ``smem`` (``METRALE_MOE_WGMMA=0``: the
+shared-memory tier before it) and ``wg64`` / ``wg128`` (its token tile forced), each with the anchor. Writes
 ``moe-YYYYMMDD-HHMM-<commit>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
 """
 
@@ -153,6 +155,7 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--fused", action="store_true", help="W4A16 decode: the default path beside the fused one")
+    ap.add_argument("--prefill", action="store_true", help="W4A16 prefill: the wgmma tier beside the shared-memory one")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -162,12 +165,14 @@ def main() -> None:
     rows = []
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     for shape, (h, inter, e, top_k) in SHAPES.items():
-        for fmt in ("w4a16",) if args.fused else FORMATS:
+        for fmt in ("w4a16",) if args.fused or args.prefill else FORMATS:
             gate, up, down = Proj(fmt, e, inter, h, 1), Proj(fmt, e, inter, h, 2), Proj(fmt, e, h, inter, 3)
             per_expert = gate.expert_bytes + up.expert_bytes + down.expert_bytes
-            for m in M_DECODE + (() if args.fused else (M_PREFILL,)):
+            ms = (1024, M_PREFILL) if args.prefill else M_DECODE + (() if args.fused else (M_PREFILL,))
+            for m in ms:
                 dense = None
-                for kind, forced in _variants(m, args.fused):
+                anchor = {}
+                for kind, forced in _variants(m, args.fused, args.prefill):
                     routes = [routing(m, e, top_k, kind, 100 * m + r) for r in range(REPS)]
                     x = torch.randn(m, h, device="cuda").to(torch.bfloat16)
                     act = torch.randn(m, top_k, inter, device="cuda").to(torch.bfloat16)
@@ -180,7 +185,8 @@ def main() -> None:
 
                     knob = {"slots": ("METRALE_MOE_SLOT_MAX", m * top_k),
                             "sorted16": ("METRALE_MOE_STREAM8_MAX", 8), "fused": ("METRALE_MOE_FUSED", 1),
-                            "fused2": ("METRALE_MOE_FUSED", 2)}.get(forced)
+                            "fused2": ("METRALE_MOE_FUSED", 2), "smem": ("METRALE_MOE_WGMMA", 0),
+                            "wg64": ("METRALE_MOE_WGMMA", 64), "wg128": ("METRALE_MOE_WGMMA", 128)}.get(forced)
                     if knob:  # read by the launchers at capture
                         os.environ[knob[0]] = str(knob[1])
                     try:
@@ -200,11 +206,14 @@ def main() -> None:
                         dense = e * (2 * tg + td)
                     row = dict(shape=shape, fmt=fmt, m=m, routing=kind, path=path, us=t * 1e6, distinct=distinct,
                                ideal_us=ideal * 1e6, vs_ideal=t / ideal, dense_us=dense * 1e6, speedup=dense / t)
-                    if m == M_PREFILL:
-                        wb = [torch.randn(e, p.n, p.k, device="cuda").to(torch.bfloat16) * 0.02 for p in (gate, up, down)]
-                        ta, name = grouped_mm_anchor(x, routes[0][0], wb, e)
+                    if m >= 1024:
+                        if kind not in anchor:  # one anchor per routing, shared by the variants
+                            wb = [torch.randn(e, p.n, p.k, device="cuda").to(torch.bfloat16) * 0.02
+                                  for p in (gate, up, down)]
+                            anchor[kind] = grouped_mm_anchor(x, routes[0][0], wb, e)
+                            del wb
+                        ta, name = anchor[kind]
                         row.update(anchor=name, anchor_us=ta * 1e6, vs_anchor=ta / t)
-                        del wb
                     rows.append(row)
                     print(json.dumps(row), flush=True)
             del gate, up, down
@@ -213,8 +222,10 @@ def main() -> None:
     print((out / f"moe-{stamp}-{commit[:7]}.md").read_text())
 
 
-def _variants(m: int, fused: bool) -> list:
+def _variants(m: int, fused: bool, prefill: bool = False) -> list:
     """(routing, forced path or None) pairs timed at m."""
+    if prefill:
+        return [(r, f) for r in ROUTINGS for f in (None, "smem", "wg64", "wg128")]
     if fused:
         return [(r, f) for r in ROUTINGS for f in (None, "fused", "fused2")]
     return [(r, None) for r in (ROUTINGS if m in M_DECODE else ("uniform",))] + \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|w8a8blk|table|persist|wgpersist|ncufp8|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|moeprefill|w8a8blk|table|persist|wgpersist|ncufp8|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -214,6 +214,41 @@ if [ "$what" = moelayer ]; then
   echo "bench_moe_layer exit $? after ${SECONDS} s (limit ${left} s)" | tee -a "$OUT/bench-moe-layer.log"
   grep -vE '^\{' "$OUT/bench-moe-layer.log" | grep -E "Error|error|Traceback" | tail -6
   cat "$OUT"/moe-layer-*.md 2>/dev/null
+  exit 0
+fi
+if [ "$what" = moeprefill ]; then
+  # issue 22's grouped W4A16 on the wgmma tier (moeWgmmaKernel, m > 128) on a carried build: a smoke
+  # call (a hang shows here, in 60 s), tests/gpu, compute-sanitizer memcheck over test_moe_wgmma.py's
+  # partial-group case, then benchmarks/bench_moe.py --prefill. Writes gpu.txt, smoke.log, tests.log,
+  # memcheck.log, bench-moe.log, moe-*.md / .json.
+  record_commit
+  timeout 60 python3 -c "
+import torch; from metrale_export.ops import cuda
+e, n, k, m, t = 16, 256, 1024, 300, 4
+w = torch.randint(-128, 127, (e, n, k // 2), dtype=torch.int8, device='cuda')
+s = (torch.rand(e, n, k // 128, device='cuda') * 0.01).to(torch.bfloat16)
+x = torch.randn(m, k, device='cuda').to(torch.bfloat16)
+ids = torch.stack([torch.randperm(e)[:t] for _ in range(m)]).to(torch.int32).cuda()
+y = torch.ops.metrale.w4a16_moe_proj(x, ids, None, w, s, None, None, n, k, e, t, 0, 128, 'bf16', 'moe', 's')
+torch.cuda.synchronize(); print('smoke ok', y.shape, bool(torch.isfinite(y).all()))
+" > "$OUT/smoke.log" 2>&1
+  echo "smoke exit $?" | tee -a "$OUT/smoke.log"; tail -3 "$OUT/smoke.log"
+  SECONDS=0
+  timeout 230 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider --durations=8 \
+    ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
+  echo "tests/gpu exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
+  grep -E "passed|failed|error|differ|FAILED" "$OUT/tests.log" | tail -20
+  SECONDS=0
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
+    python3 -m pytest tests/gpu/test_moe_wgmma.py -m gpu -q -k "asym-n96" --confcutdir=tests/gpu -p no:cacheprovider \
+    > "$OUT/memcheck.log" 2>&1
+  echo "memcheck exit $? after ${SECONDS} s" | tee -a "$OUT/memcheck.log"
+  grep -E "ERROR SUMMARY|Invalid|passed|failed" "$OUT/memcheck.log" | tail -6
+  SECONDS=0
+  timeout 200 python3 -m benchmarks.bench_moe --prefill --out "$OUT" ${MOE_BENCH_ARGS:-} > "$OUT/bench-moe.log" 2>&1
+  echo "bench_moe exit $? after ${SECONDS} s" | tee -a "$OUT/bench-moe.log"
+  grep -vE '^\{' "$OUT/bench-moe.log" | grep -E "Error|error|Traceback" | tail -6
+  cat "$OUT"/moe-*.md 2>/dev/null
   exit 0
 fi
 if [ "$what" = fused ]; then

@@ -371,11 +371,13 @@ constexpr int wgStages()
 
 /* The wgmma consumers' epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for
  * tokens m0 + 8 j + 2 t + e; tot is the slices' sum (the split: this slice's, for wgReduceKernel). */
-template <class P, int kN>
+template <class P, int kN, bool kLo = false>
 __device__ __forceinline__ void wgEpilogue(const typename P::Params& p, const float (&tot)[kN / 2],
     void* __restrict__ Y, float* __restrict__ part, int M, int N, int32_t yDtype, int m0, const int (&nRow)[2],
-    const bool (&nOk)[2], int t)
+    const bool (&nOk)[2], int t, int mLo = 0)
 {
+    // kLo (the grouped launch, moeProjKernel.cuh): only rows m >= mLo are stored too; the tile's rows
+    // before mLo are another expert's, computed here with this expert's weights and never stored.
     // Epilogue: thread (g, t) of warp wq holds weight rows nRow[hr] for tokens m0 + 8 j + 2 t + e.
     if (part != nullptr)
     {
@@ -415,7 +417,7 @@ __device__ __forceinline__ void wgEpilogue(const typename P::Params& p, const fl
             for (int e = 0; e < 2; ++e)
             {
                 const int m = m0 + 8 * j + 2 * t + e;
-                if (m < M)
+                if (m < M && (!kLo || m >= mLo))
                 {
                     float v = P::finish(p, tot[4 * j + 2 * hr + e], m, n);
                     if (p.bias != nullptr)
@@ -815,10 +817,10 @@ __device__ __forceinline__ void consumeWgmma(const typename P::Params& p, uint8_
  */
 constexpr int kWG_RING = 4;  // A-fragment slots (a divisor of 8: the slot is a constant per step)
 
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, bool kLo = false>
 __device__ __forceinline__ void consumeWgmmaDeep(const typename P::Params& p, uint8_t* smem, uint64_t* full,
     uint64_t* empty, const uint8_t* table, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
-    int32_t yDtype, int slices, int nkb, int m0, int n0, int& slot, uint32_t& phase)
+    int32_t yDtype, int slices, int nkb, int m0, int n0, int& slot, uint32_t& phase, int mLo = 0)
 {
 #ifdef METRALE_SM90A
     using L = WgLayout<P, kN, kST, true>;
@@ -939,7 +941,7 @@ __device__ __forceinline__ void consumeWgmmaDeep(const typename P::Params& p, ui
         }
         fenceRegs(cur);
     }
-    wgEpilogue<P, kN>(p, tot, Y, part, M, N, yDtype, m0, nRow, nOk, t);
+    wgEpilogue<P, kN, kLo>(p, tot, Y, part, M, N, yDtype, m0, nRow, nOk, t, mLo);
 #endif
 }
 

@@ -47,6 +47,7 @@
 #include "actQuant.cuh"
 #include "projLaunch.cuh"
 #include "projStream.cuh"
+#include "projWgmma.cuh"
 
 namespace metrale
 {
@@ -227,6 +228,89 @@ static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(const 
         {
             carry[0] += rowSum[tid];
             carry[1] += tileSum[tid];
+        }
+        __syncthreads();
+    }
+    if (tid == 0)
+    {
+        r.offsets[E] = carry[0];
+        *r.numTiles = carry[1];
+    }
+}
+
+/* An inclusive scan of v over the CTA's kMOE_SCAN_THREADS threads (buf: one int a thread); every
+ * thread may reuse buf once it returns. */
+__device__ __forceinline__ int moeBlockScan(int* buf, int v)
+{
+    const int tid = threadIdx.x;
+    buf[tid] = v;
+    __syncthreads();
+    for (int off = 1; off < kMOE_SCAN_THREADS; off <<= 1)  // Hillis-Steele
+    {
+        const int a = tid >= off ? buf[tid - off] : 0;
+        __syncthreads();
+        buf[tid] += a;
+        __syncthreads();
+    }
+    const int r = buf[tid];
+    __syncthreads();
+    return r;
+}
+
+/* moeScanKernel for the wgmma tier (moeWgmmaKernel): the same counts and row offsets, and a schedule
+ * of bm-row tiles per expert that start on the operand's 8-row groups: expert e's tiles begin at
+ * offsets[e] rounded down to a multiple of 8 (its first tile may hold up to 7 rows of the previous
+ * expert, which it computes and never stores) and step by bm until they pass offsets[e + 1]. */
+static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanWgKernel(const int32_t* __restrict__ ids,
+    int total, int topK, MoeRouting r, int E, int bm)
+{
+    extern __shared__ int counts[];  // [E]
+    __shared__ int buf[kMOE_SCAN_THREADS];
+    __shared__ int carry[2];
+    const int tid = threadIdx.x;
+    for (int e = tid; e < E; e += kMOE_SCAN_THREADS)
+    {
+        counts[e] = 0;
+        r.fill[e] = 0;
+    }
+    if (tid == 0)
+    {
+        carry[0] = 0;
+        carry[1] = 0;
+    }
+    __syncthreads();
+    for (int slot = tid; slot < total; slot += kMOE_SCAN_THREADS)
+    {
+        const int e = moeSlotExpert(ids, slot, topK, E);
+        if (e >= 0)
+        {
+            atomicAdd(counts + e, 1);
+        }
+    }
+    __syncthreads();
+    for (int base = 0; base < E; base += kMOE_SCAN_THREADS)
+    {
+        const int e = base + tid;
+        const int c = e < E ? counts[e] : 0;
+        const int rowStart = carry[0] + moeBlockScan(buf, c) - c;
+        const int a = rowStart & ~7;
+        const int tiles = c > 0 ? (rowStart + c - a + bm - 1) / bm : 0;
+        const int tileStart = carry[1] + moeBlockScan(buf, tiles) - tiles;
+        if (e < E)
+        {
+            r.counts[e] = c;
+            r.offsets[e] = rowStart;
+            for (int t = 0; t < tiles; ++t)
+            {
+                r.tileExpert[tileStart + t] = e;
+                r.tileRow0[tileStart + t] = a + t * bm;
+            }
+        }
+        __syncthreads();
+        if (tid == kMOE_SCAN_THREADS - 1)
+        {
+            carry[0] = rowStart + c;
+            carry[1] = tileStart + tiles;
         }
         __syncthreads();
     }
@@ -728,6 +812,80 @@ __global__ void __launch_bounds__(kSTREAM_THREADS) moeStreamKernel(const typenam
         N, K, yDtype, slices, blockIdx.x);
 }
 
+/*
+ * The grouped GEMM on the dense kernels' wgmma tier (policies with the deep shared-memory mainloop,
+ * WgDeep: W4A16; sm_90a): persistent CTAs, one an SM, walk the items (schedule tile, n tile), tile-major,
+ * blockIdx.x, + gridDim.x, ..., the ring's slot and phase carried from item to item as the dense
+ * kernel's kPersist walk does. An item is projWgmmaKernel's tile (produceWgmma / consumeWgmmaDeep, the
+ * same calls) on its expert's weights (view) and the token tile's kN rows of the sorted operand Xw
+ * (wgOperandOffset layout over all mg groups), from the 8-aligned tileRow0 (moeScanWgKernel); its
+ * epilogue stores the rows of [offsets[e], offsets[e + 1]) only. Row invariance is the dense tier's:
+ * a row's output depends on its own activations and its expert's weights alone (wgmma's token columns
+ * are independent; the k order and slice sums are projWgmmaKernel's), so it is bitwise the dense
+ * kernel of its expert whichever rows share its tile.
+ */
+template <class P, int kN, int kST, class View>
+__global__ void __launch_bounds__(kWG_THREADS, 1) moeWgmmaKernel(const typename P::Params p, const View view,
+    const MoeRouting r, const uint8_t* __restrict__ Xw, void* __restrict__ Y, int N, int K, int32_t yDtype,
+    int slices, int mg)
+{
+#ifdef METRALE_SM90A
+    static_assert(WgDeep<P>::value, "the deep shared-memory mainloop");
+    using L = WgLayout<P, kN, kST, true>;
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
+    uint64_t* empty = full + kST;
+    uint8_t* table = smem + L::kTable;
+    const int tid = threadIdx.x;
+    const int nkb = (K + 127) >> 7;
+    const int gx = (N + kWG_ROWS - 1) / kWG_ROWS;
+    const int items = *r.numTiles * gx;
+    if (tid == 0)
+    {
+        for (int s = 0; s < kST; ++s)
+        {
+            mbarInit(&full[s], 1 + 128);  // the bulk copy's expect_tx arrival + 128 cp.async arrivals
+            mbarInit(&empty[s], 4 * kWG_CONSUMERS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    P::initTable(table, tid, kWG_THREADS);
+    __syncthreads();
+    int slot = 0;
+    uint32_t phase = 0;
+    if ((tid >> 5) >= 4 * kWG_CONSUMERS)
+    {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS));
+        int filled = 0;
+        for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x))
+        {
+            const int tile = item / gx;
+            const int n0 = (item - tile * gx) * kWG_ROWS;
+            produceWgmma<P, kN, kST, true>(view(p, r.tileExpert[tile], 0), Xw, smem, full, empty, false, mg, N, K,
+                slices, nkb, r.tileRow0[tile], n0, slot, phase, filled);
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");
+    }
+    else
+    {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS));
+        for (int item = static_cast<int>(blockIdx.x); item < items; item += static_cast<int>(gridDim.x))
+        {
+            const int tile = item / gx;
+            const int n0 = (item - tile * gx) * kWG_ROWS;
+            const int e = r.tileExpert[tile];
+            const int m0 = r.tileRow0[tile];
+            const int lo = max(m0, r.offsets[e]);
+            const int hi = min(m0 + kN, r.offsets[e + 1]);
+            consumeWgmmaDeep<P, kN, kST, true>(view(p, e, 0), smem, full, empty, table, Y, nullptr, hi, N, K, yDtype,
+                slices, nkb, m0, n0, slot, phase, lo);
+        }
+    }
+#else
+    __trap();  // launched only where moeWgmmaAvailable() found sm_90a machine code
+#endif
+}
+
 /* moeStreamKernel on a grid of about the resident CTAs (METRALE_MOE_DECODE=grid / all; one row of
  * CTAs): they walk the schedule's numTiles x (n tiles) items in moeStreamKernel's grid order (n tile
  * fastest), CTA b taking items b, b + gridDim.x, ...: no CTA is launched for the rows past numTiles
@@ -856,7 +1014,14 @@ enum class MoeTier : int
                     // rows takes several tiles)
     kStream16 = 1,  // m <= 128: 16-row streaming tiles
     kGemm = 2,      // larger: the weight-reuse shared-memory tier
+    kWgmma64 = 3,   // larger, WgDeep policies on sm_90a (moeTierFor): the wgmma tier, 64-token tiles
+    kWgmma128 = 4,  // the same with 128-token tiles
 };
+
+inline bool moeWgmmaTier(MoeTier t)
+{
+    return t == MoeTier::kWgmma64 || t == MoeTier::kWgmma128;
+}
 
 inline MoeTier selectMoeTier(int64_t m)
 {
@@ -873,7 +1038,46 @@ inline MoeTier selectMoeTier(int64_t m)
 template <class P>
 inline int moeTileRows(MoeTier t)
 {
-    return t == MoeTier::kStream8 ? 8 : t == MoeTier::kStream16 ? 16 : Tiers<P>::M128::kBM;
+    return t == MoeTier::kStream8 ? 8 : t == MoeTier::kStream16 ? 16 : t == MoeTier::kWgmma64 ? 64
+        : t == MoeTier::kWgmma128 ? 128 : Tiers<P>::M128::kBM;
+}
+
+template <class P, int kN>
+constexpr int moeWgStages()
+{
+    return wgStages<P, kN, kN == 128 ? 6 : 8, true>();  // as the dense deep launch (launchProjWgmmaDeep)
+}
+
+/* Whether this device runs moeWgmmaKernel<P, ..., View> (its sm_90a code was loaded). */
+template <class P, class View>
+inline bool moeWgmmaAvailable()
+{
+    return sm90aKernelLoaded<moeWgmmaKernel<P, 64, moeWgStages<P, 64>(), View>>();
+}
+
+/* The tier of policy P's grouped launch at m tokens of top_k slots over E experts: selectMoeTier's, but
+ * past m = 128 the wgmma tier for the WgDeep policies (W4A16) on a device that runs it, its token tile
+ * 128 where the experts average 96 rows or more, else 64. METRALE_MOE_WGMMA (read at each call) "0"
+ * keeps selectMoeTier's shared-memory tier, "64" / "128" forces the token tile, for the benchmark's
+ * comparison. Every tier gives the same bits; a speed choice of (m, top_k, E) and the device only. */
+template <class P, class View>
+inline MoeTier moeTierFor(int64_t m, int64_t topK, int64_t E)
+{
+    const MoeTier t = selectMoeTier(m);
+    if constexpr (WgDeep<P>::value)
+    {
+        const char* env = std::getenv("METRALE_MOE_WGMMA");
+        if (t != MoeTier::kGemm || (env != nullptr && std::strcmp(env, "0") == 0) || !moeWgmmaAvailable<P, View>())
+        {
+            return t;
+        }
+        if (env != nullptr && (std::strcmp(env, "64") == 0 || std::strcmp(env, "128") == 0))
+        {
+            return env[0] == '6' ? MoeTier::kWgmma64 : MoeTier::kWgmma128;
+        }
+        return m * topK >= 96 * E ? MoeTier::kWgmma128 : MoeTier::kWgmma64;
+    }
+    return t;
 }
 
 /* Workspace layout of one launch. */
@@ -885,7 +1089,8 @@ struct MoeWorkspace
     size_t scales = 0;   // the pre-pass's row scales
     size_t ys = 0;       // sorted outputs [total, N] (dtype of x)
     size_t bytes = 0;
-    int maxTiles = 0;
+    int maxTiles = 0;  // the schedule's tiles of the streaming / shared-memory tiers (their grids' rows)
+    int tileCap = 0;   // the schedule's capacity: maxTiles, or the wgmma tier's bound where larger
 };
 
 inline MoeWorkspace moeWorkspace(int64_t m, int64_t topK, int64_t E, int64_t n, int64_t k, int32_t xDtype,
@@ -897,12 +1102,18 @@ inline MoeWorkspace moeWorkspace(int64_t m, int64_t topK, int64_t E, int64_t n, 
     // Tiles of tileRows rows, or of 8 (the smallest tier) where the streaming tiers serve m: every
     // streaming tier fits the same workspace.
     const int rows = m <= 128 && tileRows > 8 ? 8 : tileRows;
-    w.maxTiles = static_cast<int>(total / rows + (E < total ? E : total) + 1);
-    const size_t ints = static_cast<size_t>(3 * E + 2 + 2 * static_cast<int64_t>(w.maxTiles) + 2 * total);
+    const int64_t used = E < total ? E : total;  // experts with rows, at most
+    w.maxTiles = static_cast<int>(total / rows + used + 1);
+    // moeScanWgKernel's tiles: sum over the used experts of ceil((rows_e + 7) / 64) <= total / 64 + 2 used.
+    const int64_t wgTiles = total / 64 + 2 * used + 1;
+    w.tileCap = static_cast<int>(wgTiles > w.maxTiles ? wgTiles : w.maxTiles);
+    const size_t ints = static_cast<size_t>(3 * E + 2 + 2 * static_cast<int64_t>(w.tileCap) + 2 * total);
     w.routing = 0;
     w.xs = alignUp(ints * 4, kWS_ALIGN);
     w.operand = w.xs + alignUp(static_cast<size_t>(total * k * elem), kWS_ALIGN);
-    w.scales = w.operand + operandBytes(total, k);
+    const size_t rowMajor = operandBytes(total, k);
+    const size_t wgLayout = alignUp(wgOperandBytes(total, k), kWS_ALIGN);  // the wgmma tier's operand
+    w.scales = w.operand + (rowMajor > wgLayout ? rowMajor : wgLayout);
     w.ys = w.scales + alignUp(static_cast<size_t>(total * scaleCols * 4), kWS_ALIGN);
     w.bytes = w.ys + alignUp(static_cast<size_t>(total * n * elem), kWS_ALIGN);
     return w;
@@ -926,17 +1137,26 @@ inline MoeRouting moeRouting(void* ws, int64_t E, int maxTiles)
 /* Steps 1-2: routing and the gather of x into the workspace (xs). */
 inline cudaError_t moeRoute(const int32_t* ids, const void* x, int32_t xDtype, int64_t m, int64_t topK, int64_t E,
     int64_t k, int combine, const MoeWorkspace& w, void* ws, int tileRows, cudaStream_t stream, MoeRouting* out,
-    MoePdl& pdl)
+    MoePdl& pdl, bool wgTiles = false)
 {
     uint8_t* base = static_cast<uint8_t*>(ws);
-    MoeRouting r = moeRouting(ws, E, w.maxTiles);
+    MoeRouting r = moeRouting(ws, E, w.tileCap);
     const int total = static_cast<int>(m * topK);
     r.rowExpert = r.posOf + total;
     const int rowWords = static_cast<int>(k * (xDtype == kMETRALE_FLOAT32 ? 2 : 1));
     *out = r;
-    const cudaError_t e = moeLaunchIn(pdl, moeScanKernel<false>, moeScanKernel<true>, dim3(1),
-        dim3(kMOE_SCAN_THREADS), static_cast<size_t>(E) * 4, stream, ids, total, static_cast<int>(topK), r,
-        static_cast<int>(E), tileRows);
+    cudaError_t e = cudaSuccess;
+    if (wgTiles)
+    {
+        moeScanWgKernel<<<1, kMOE_SCAN_THREADS, static_cast<size_t>(E) * 4, stream>>>(ids, total,
+            static_cast<int>(topK), r, static_cast<int>(E), tileRows);
+        e = cudaGetLastError();
+    }
+    else
+    {
+        e = moeLaunchIn(pdl, moeScanKernel<false>, moeScanKernel<true>, dim3(1), dim3(kMOE_SCAN_THREADS),
+            static_cast<size_t>(E) * 4, stream, ids, total, static_cast<int>(topK), r, static_cast<int>(E), tileRows);
+    }
     if (e != cudaSuccess)
     {
         return e;
@@ -1096,7 +1316,7 @@ struct MoeRun
 /* Steps 1-2 on the sorted path; nothing on the slot path. */
 inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, const void* topkWeights, void* y,
     int64_t m, int64_t topK, int64_t E, int64_t n, int64_t k, int combine, const MoeWorkspace& w, void* ws,
-    int tileRows, cudaStream_t stream, MoeRun* run, bool forceSlots = false)
+    int tileRows, cudaStream_t stream, MoeRun* run, bool forceSlots = false, int tier = -1)
 {
     MoeRun& u = *run;
     u.ids = ids;
@@ -1104,7 +1324,7 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.y = y;
     u.ws = static_cast<uint8_t*>(ws);
     u.w = w;
-    u.tier = selectMoeTier(m);
+    u.tier = tier >= 0 ? static_cast<MoeTier>(tier) : selectMoeTier(m);  // tier: the launcher's moeTierFor
     u.slots = forceSlots || moeUseSlots(m, topK);  // forceSlots: the fused path (moeFusedKernel.cuh)
     u.m = m;
     u.topK = topK;
@@ -1118,7 +1338,8 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.perSlotOperand = false;
     u.variant = moeDecodeVariant();
     u.pdl = MoePdl{};
-    u.pdl.on = moeDecodeOn(u.variant, kMOE_DECODE_PDL, u.slots) && !forceSlots && moePdlSupported();
+    u.pdl.on = moeDecodeOn(u.variant, kMOE_DECODE_PDL, u.slots) && !forceSlots && moePdlSupported()
+        && (u.slots || !moeWgmmaTier(u.tier));  // the wgmma tier's sequence is launched plainly
     if (u.slots)
     {
         u.src = x;
@@ -1129,7 +1350,8 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.src = u.ws + w.xs;
     u.rows = m * topK;
     u.srcIsOperand = xDtype == kMETRALE_BFLOAT16;
-    return moeRoute(ids, x, xDtype, m, topK, E, k, combine, w, ws, tileRows, stream, &u.r, u.pdl);
+    return moeRoute(ids, x, xDtype, m, topK, E, k, combine, w, ws, tileRows, stream, &u.r, u.pdl,
+        moeWgmmaTier(u.tier));
 }
 
 /* bf16(x) for any x dtype, as toBf16Kernel (actQuant.cuh), a kernel of a PDL launch sequence. */
@@ -1162,13 +1384,61 @@ inline const uint16_t* moeBf16Operand(MoeRun& u)
     return reinterpret_cast<const uint16_t*>(out);
 }
 
-/* Steps 4-5 on the run's path, with the operand X (rows of u.src's layout). */
+/* The sorted rows in the wgmma tier's operand layout (u.src: the gathered rows, any dtype, rounded to
+ * bf16 as toBf16Kernel does), in the workspace's operand area. */
+inline const uint16_t* moeWgOperand(MoeRun& u)
+{
+    uint16_t* out = reinterpret_cast<uint16_t*>(u.ws + u.w.operand);
+    // An error surfaces again at the next launch's cudaGetLastError.
+    (void) wgOperand<false>(u.src, u.xDtype, u.rows, u.k, out, u.stream);
+    return out;
+}
+
+/* Step 4 on the wgmma tier (moeWgmmaKernel), Xw: moeWgOperand's. */
+template <class P, class View>
+inline cudaError_t moeGemmWgmma(const typename P::Params& p, const View& view, MoeRun& u, const uint16_t* Xw)
+{
+    if constexpr (WgDeep<P>::value)
+    {
+        const int n = static_cast<int>(u.n);
+        const int k = static_cast<int>(u.k);
+        const int slices = projSlices(n, k);
+        const int mg = static_cast<int>((u.rows + 7) / 8);
+        const int gx = (n + kWG_ROWS - 1) / kWG_ROWS;
+        const dim3 grid(static_cast<unsigned>(wgPersistentCtas(gx * u.w.tileCap)));
+        (void) u.pdl.next();
+        auto launch = [&](auto kern, int smemBytes) {
+            cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes);
+            if (e != cudaSuccess)
+            {
+                return e;
+            }
+            kern<<<grid, kWG_THREADS, smemBytes, u.stream>>>(p, view, u.r, reinterpret_cast<const uint8_t*>(Xw),
+                u.ws + u.w.ys, n, k, u.xDtype, slices, mg);
+            return cudaGetLastError();
+        };
+        if (u.tier == MoeTier::kWgmma128)
+        {
+            constexpr int kS = moeWgStages<P, 128>();
+            return launch(moeWgmmaKernel<P, 128, kS, View>, WgLayout<P, 128, kS, true>::kSmem);
+        }
+        constexpr int kS = moeWgStages<P, 64>();
+        return launch(moeWgmmaKernel<P, 64, kS, View>, WgLayout<P, 64, kS, true>::kSmem);
+    }
+    else
+    {
+        return cudaErrorNotSupported;  // moeTierFor gives the wgmma tier to WgDeep policies only
+    }
+}
+
+/* Steps 4-5 on the run's path, with the operand X (rows of u.src's layout; the wgmma tier: moeWgOperand's). */
 template <class P, class View>
 inline cudaError_t moeProject(const typename P::Params& p, const View& view, MoeRun& u, const uint16_t* X)
 {
     if (!u.slots)
     {
-        cudaError_t e = moeGemm<P>(p, view, u.r, u.tier, u.w.maxTiles, X, u.ws + u.w.ys, u.xDtype,
+        cudaError_t e = moeWgmmaTier(u.tier) ? moeGemmWgmma<P>(p, view, u, X)
+            : moeGemm<P>(p, view, u.r, u.tier, u.w.maxTiles, X, u.ws + u.w.ys, u.xDtype,
             static_cast<int>(u.n), static_cast<int>(u.k), u.stream, u.variant, u.pdl);
         if (e != cudaSuccess)
         {

@@ -73,15 +73,16 @@ extern "C" cudaError_t metrale_w4a16_moe_proj(const void* x, int32_t x_dtype, co
         return cudaErrorNotSupported;  // every expert's codes 16-byte, bf16 scale and zero-point words 4-byte aligned
     }
     const int fused = moeFusedMode(m, top_k, num_experts);
+    const MoeTier tier = moeTierFor<W4A16Policy, W4A16View>(m, top_k, num_experts);
     MoeRun run{};
     e = moeBegin(x, x_dtype, topk_ids, topk_weights, y, m, top_k, num_experts, n, k, combine, w, workspace,
-        moeTileRows<W4A16Policy>(selectMoeTier(m)), stream, &run, fused != 0);
+        moeTileRows<W4A16Policy>(tier), stream, &run, fused != 0, static_cast<int>(tier));
     if (e != cudaSuccess)
     {
         return e;
     }
     const W4A16Policy::Params p = w4a16Params(weight, weight_scale, zero_point, bias, n, k, group_size);
     W4A16View view{{n * (k / 2), n * g, n * g, n}};
-    const uint16_t* X = moeBf16Operand(run);
+    const uint16_t* X = !run.slots && moeWgmmaTier(run.tier) ? moeWgOperand(run) : moeBf16Operand(run);
     return fused ? moeProjectFused<W4A16Policy>(p, view, run, X, fused) : moeProject<W4A16Policy>(p, view, run, X);
 }
