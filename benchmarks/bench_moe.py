@@ -24,7 +24,7 @@ column: ``slots`` (m * top_k <= 64: one launch over (n tile, slot) reading topk_
 (uniform routing), to show where the bounds belong. ``--fused``: W4A16 decode only, each routing on the
 default path and on the fused paths of moeProj/moeFusedKernel.cuh in the same run (``fused``,
 ``METRALE_MOE_FUSED=1``: one launch per op, the combine a second launch; ``fused2``, ``=2``: the
-combine folded into the down launch). ``--prefill``: W4A16 at M = 1024 and 4096 only, uniform and Zipf
+combine folded into the down launch). ``--prefill``: W4A16 and W4A4 at M = 1024 and 4096 only, uniform and Zipf
 routing, the default (the wgmma tier, moeWgmmaKernel) beside ``smem`` (``METRALE_MOE_WGMMA=0``: the
 shared-memory tier before it) and ``wg64`` / ``wg128`` (its token tile forced), each with the anchor. Writes
 ``moe-YYYYMMDD-HHMM-<commit>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
@@ -155,17 +155,18 @@ def main() -> None:
     ap.add_argument("--out", default=os.environ.get("OUT", "benchmarks/results"))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--fused", action="store_true", help="W4A16 decode: the default path beside the fused one")
-    ap.add_argument("--prefill", action="store_true", help="W4A16 prefill: the wgmma tier beside the shared-memory one")
+    ap.add_argument("--prefill", action="store_true", help="W4A16 / W4A4 prefill: the wgmma tier beside the shared-memory one")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     bw = copy_bandwidth()
+    wgmma = torch.cuda.get_device_capability() == (9, 0)  # the grouped wgmma tier's device (moeTierFor)
     commit = os.environ.get("METRALE_COMMIT") or subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     rows = []
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     for shape, (h, inter, e, top_k) in SHAPES.items():
-        for fmt in ("w4a16",) if args.fused or args.prefill else FORMATS:
+        for fmt in ("w4a16",) if args.fused else ("w4a16", "w4a4") if args.prefill else FORMATS:
             gate, up, down = Proj(fmt, e, inter, h, 1), Proj(fmt, e, inter, h, 2), Proj(fmt, e, h, inter, 3)
             per_expert = gate.expert_bytes + up.expert_bytes + down.expert_bytes
             ms = (1024, M_PREFILL) if args.prefill else M_DECODE + (() if args.fused else (M_PREFILL,))
@@ -194,7 +195,8 @@ def main() -> None:
                     finally:
                         if knob:
                             os.environ.pop(knob[0], None)
-                    path = forced or ("slots" if m * top_k <= SLOT_MAX else "sorted")
+                    path = forced or ("slots" if m * top_k <= SLOT_MAX else
+                                      "sorted (wgmma)" if m > 128 and fmt != "w8a8" and wgmma else "sorted")
                     distinct = statistics.mean(len(torch.unique(r[0])) for r in routes)
                     ideal = distinct * per_expert / (bw * 1e12)
                     if dense is None:  # today's dense export does not depend on the routing

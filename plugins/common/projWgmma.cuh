@@ -439,10 +439,10 @@ __device__ __forceinline__ void wgEpilogue(const typename P::Params& p, const fl
  * slice's last block. The sum lives in shared memory (this thread's column), which pays for the
  * second fragment set; no register the tensor cores read is written before the wait.
  */
-template <class P, int kN, int kST>
+template <class P, int kN, int kST, bool kLo = false>
 __device__ __forceinline__ void consumeWgmmaRegs(const typename P::Params& p, uint8_t* smem, uint64_t* full,
     uint64_t* empty, const uint8_t* table, void* __restrict__ Y, float* __restrict__ part, int M, int N, int K,
-    int32_t yDtype, int slices, int nkb, int m0, int n0)
+    int32_t yDtype, int slices, int nkb, int m0, int n0, int mLo = 0)
 {
 #ifdef METRALE_SM90A
     using L = WgLayout<P, kN, kST>;
@@ -626,7 +626,7 @@ __device__ __forceinline__ void consumeWgmmaRegs(const typename P::Params& p, ui
         tot[e] = totS[e * 128 * kWG_CONSUMERS];
     }
 
-    wgEpilogue<P, kN>(p, tot, Y, part, M, N, yDtype, m0, nRow, nOk, t);
+    wgEpilogue<P, kN, kLo>(p, tot, Y, part, M, N, yDtype, m0, nRow, nOk, t, mLo);
 #endif
 }
 

@@ -886,6 +886,74 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) moeWgmmaKernel(const typename 
 #endif
 }
 
+/*
+ * The same on the register path of the wgmma tier (policies whose consumers stream their codes from
+ * global memory, WgSmemCodes false: W4A4): CTA (n tile, schedule tile), the CTAs past numTiles exit,
+ * each CTA projWgmmaKernel's register-path tile (its producer's activation copies, consumeWgmmaRegs)
+ * on its expert's weights, storing the rows of [offsets[e], offsets[e + 1]) only. The same invariance
+ * argument as moeWgmmaKernel's.
+ */
+template <class P, int kN, int kST, class View>
+__global__ void __launch_bounds__(kWG_THREADS, 1) moeWgmmaRegsKernel(const typename P::Params p, const View view,
+    const MoeRouting r, const uint8_t* __restrict__ Xw, void* __restrict__ Y, int N, int K, int32_t yDtype,
+    int slices, int mg)
+{
+#ifdef METRALE_SM90A
+    static_assert(!WgSmemCodes<P>::value, "the register path");
+    const int tile = blockIdx.y;
+    if (tile >= *r.numTiles)
+    {
+        return;
+    }
+    using L = WgLayout<P, kN, kST>;
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
+    uint64_t* empty = full + kST;
+    uint8_t* table = smem + L::kTable;
+    const int tid = threadIdx.x;
+    const int nkb = (K + 127) >> 7;
+    const int e = r.tileExpert[tile];
+    const int m0 = r.tileRow0[tile];
+    const int n0 = blockIdx.x * kWG_ROWS;
+    if (tid == 0)
+    {
+        for (int s = 0; s < kST; ++s)
+        {
+            mbarInit(&full[s], 1);
+            mbarInit(&empty[s], 4 * kWG_CONSUMERS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    P::initTable(table, tid, kWG_THREADS);
+    __syncthreads();
+    if ((tid >> 5) >= 4 * kWG_CONSUMERS)
+    {
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS_R));
+        if (tid == 128 * kWG_CONSUMERS)
+        {
+            const int rows = min(kN, 8 * mg - m0);
+            const uint32_t bytes = static_cast<uint32_t>(rows) * 256u;
+            SliceCursor cur(nkb, slices);
+            produceStages<kST>(cur, nkb, full, empty, [&](int slot, int kb) {
+                mbarExpectTx(&full[slot], bytes);
+                bulkCopy(smem + slot * L::kStage, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 2048, bytes,
+                    &full[slot]);
+            });
+        }
+    }
+    else
+    {
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kWG_CONSUMER_REGS_R));
+        const int lo = max(m0, r.offsets[e]);
+        const int hi = min(m0 + kN, r.offsets[e + 1]);
+        consumeWgmmaRegs<P, kN, kST, true>(view(p, e, 0), smem, full, empty, table, Y, nullptr, hi, N, K, yDtype,
+            slices, nkb, m0, n0, lo);
+    }
+#else
+    __trap();  // launched only where moeWgmmaAvailable() found sm_90a machine code
+#endif
+}
+
 /* moeStreamKernel on a grid of about the resident CTAs (METRALE_MOE_DECODE=grid / all; one row of
  * CTAs): they walk the schedule's numTiles x (n tiles) items in moeStreamKernel's grid order (n tile
  * fastest), CTA b taking items b, b + gridDim.x, ...: no CTA is launched for the rows past numTiles
@@ -1042,21 +1110,37 @@ inline int moeTileRows(MoeTier t)
         : t == MoeTier::kWgmma128 ? 128 : Tiers<P>::M128::kBM;
 }
 
+/* The ring's stages, as the dense launch's: the deep one (launchProjWgmmaDeep) for WgDeep policies, else
+ * the register path's (launchProjWgmma). */
 template <class P, int kN>
 constexpr int moeWgStages()
 {
-    return wgStages<P, kN, kN == 128 ? 6 : 8, true>();  // as the dense deep launch (launchProjWgmmaDeep)
+    if constexpr (WgDeep<P>::value)
+    {
+        return wgStages<P, kN, kN == 128 ? 6 : 8, true>();
+    }
+    else
+    {
+        return wgStages<P, kN, kN == 128 ? 4 : 6>();
+    }
 }
 
-/* Whether this device runs moeWgmmaKernel<P, ..., View> (its sm_90a code was loaded). */
+/* Whether this device runs the grouped wgmma kernel of <P, View> (its sm_90a code was loaded). */
 template <class P, class View>
 inline bool moeWgmmaAvailable()
 {
-    return sm90aKernelLoaded<moeWgmmaKernel<P, 64, moeWgStages<P, 64>(), View>>();
+    if constexpr (WgDeep<P>::value)
+    {
+        return sm90aKernelLoaded<moeWgmmaKernel<P, 64, moeWgStages<P, 64>(), View>>();
+    }
+    else
+    {
+        return sm90aKernelLoaded<moeWgmmaRegsKernel<P, 64, moeWgStages<P, 64>(), View>>();
+    }
 }
 
 /* The tier of policy P's grouped launch at m tokens of top_k slots over E experts: selectMoeTier's, but
- * past m = 128 the wgmma tier for the WgDeep policies (W4A16) on a device that runs it, its token tile
+ * past m = 128 the wgmma tier (the W4A16 and W4A4 launchers ask) on a device that runs it, its token tile
  * 128 where the experts average 96 rows or more, else 64. METRALE_MOE_WGMMA (read at each call) "0"
  * keeps selectMoeTier's shared-memory tier, "64" / "128" forces the token tile, for the benchmark's
  * comparison. Every tier gives the same bits; a speed choice of (m, top_k, E) and the device only. */
@@ -1064,7 +1148,7 @@ template <class P, class View>
 inline MoeTier moeTierFor(int64_t m, int64_t topK, int64_t E)
 {
     const MoeTier t = selectMoeTier(m);
-    if constexpr (WgDeep<P>::value)
+    if constexpr (!P::kPER_BLOCK)
     {
         const char* env = std::getenv("METRALE_MOE_WGMMA");
         if (t != MoeTier::kGemm || (env != nullptr && std::strcmp(env, "0") == 0) || !moeWgmmaAvailable<P, View>())
@@ -1110,10 +1194,11 @@ inline MoeWorkspace moeWorkspace(int64_t m, int64_t topK, int64_t E, int64_t n, 
     const size_t ints = static_cast<size_t>(3 * E + 2 + 2 * static_cast<int64_t>(w.tileCap) + 2 * total);
     w.routing = 0;
     w.xs = alignUp(ints * 4, kWS_ALIGN);
-    w.operand = w.xs + alignUp(static_cast<size_t>(total * k * elem), kWS_ALIGN);
+    const size_t gathered = alignUp(static_cast<size_t>(total * k * elem), kWS_ALIGN);
+    const size_t wgBytes = alignUp(wgOperandBytes(total, k), kWS_ALIGN);  // moeWgOperandRaw's layout there
+    w.operand = w.xs + (gathered > wgBytes ? gathered : wgBytes);
     const size_t rowMajor = operandBytes(total, k);
-    const size_t wgLayout = alignUp(wgOperandBytes(total, k), kWS_ALIGN);  // the wgmma tier's operand
-    w.scales = w.operand + (rowMajor > wgLayout ? rowMajor : wgLayout);
+    w.scales = w.operand + (rowMajor > wgBytes ? rowMajor : wgBytes);  // moeWgOperand's layout there
     w.ys = w.scales + alignUp(static_cast<size_t>(total * scaleCols * 4), kWS_ALIGN);
     w.bytes = w.ys + alignUp(static_cast<size_t>(total * n * elem), kWS_ALIGN);
     return w;
@@ -1394,11 +1479,47 @@ inline const uint16_t* moeWgOperand(MoeRun& u)
     return out;
 }
 
-/* Step 4 on the wgmma tier (moeWgmmaKernel), Xw: moeWgOperand's. */
+/* A pre-pass's 16-bit operand rows (f16, [u.rows, k] at rows) in the wgmma layout, in the gathered rows'
+ * area (xs: read by the pre-pass, free after it; sized for the layout too). */
+inline const uint16_t* moeWgOperandRaw(MoeRun& u, const uint16_t* rows)
+{
+    uint16_t* out = reinterpret_cast<uint16_t*>(u.ws + u.w.xs);
+    (void) wgOperand<true>(rows, kMETRALE_FLOAT16, u.rows, u.k, out, u.stream);
+    return out;
+}
+
+/* Step 4 on the wgmma tier (moeWgmmaKernel, or moeWgmmaRegsKernel on the register path), Xw: the sorted
+ * rows in the wgmma operand layout (moeWgOperand's, moeWgOperandRaw's). */
 template <class P, class View>
 inline cudaError_t moeGemmWgmma(const typename P::Params& p, const View& view, MoeRun& u, const uint16_t* Xw)
 {
-    if constexpr (WgDeep<P>::value)
+    if constexpr (!WgDeep<P>::value && !P::kPER_BLOCK)
+    {
+        const int n = static_cast<int>(u.n);
+        const int k = static_cast<int>(u.k);
+        const int slices = projSlices(n, k);
+        const int mg = static_cast<int>((u.rows + 7) / 8);
+        const dim3 grid(static_cast<unsigned>((n + kWG_ROWS - 1) / kWG_ROWS), static_cast<unsigned>(u.w.tileCap));
+        (void) u.pdl.next();
+        auto launch = [&](auto kern, int smemBytes) {
+            cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes);
+            if (e != cudaSuccess)
+            {
+                return e;
+            }
+            kern<<<grid, kWG_THREADS, smemBytes, u.stream>>>(p, view, u.r, reinterpret_cast<const uint8_t*>(Xw),
+                u.ws + u.w.ys, n, k, u.xDtype, slices, mg);
+            return cudaGetLastError();
+        };
+        if (u.tier == MoeTier::kWgmma128)
+        {
+            constexpr int kS = moeWgStages<P, 128>();
+            return launch(moeWgmmaRegsKernel<P, 128, kS, View>, WgLayout<P, 128, kS>::kSmem);
+        }
+        constexpr int kS = moeWgStages<P, 64>();
+        return launch(moeWgmmaRegsKernel<P, 64, kS, View>, WgLayout<P, 64, kS>::kSmem);
+    }
+    else if constexpr (WgDeep<P>::value)
     {
         const int n = static_cast<int>(u.n);
         const int k = static_cast<int>(u.k);

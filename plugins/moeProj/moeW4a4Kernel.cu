@@ -114,9 +114,12 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
         return cudaErrorInvalidValue;
     }
     uint8_t* ws = static_cast<uint8_t*>(workspace);
+    const MoeTier tier = act_format == kMETRALE_ACT_BF16 ? moeTierFor<W4A4Bf16Policy, W4A4View>(m, top_k, num_experts)
+                                                         : moeTierFor<W4A4Nvfp4Policy, W4A4View>(m, top_k, num_experts);
     MoeRun run{};
     e = moeBegin(x, x_dtype, topk_ids, topk_weights, y, m, top_k, num_experts, n, k, combine, w, workspace,
-        moeTileRows<W4A4Nvfp4Policy>(selectMoeTier(m)), stream, &run);
+        moeTileRows<W4A4Nvfp4Policy>(tier), stream, &run, false, static_cast<int>(tier));
+    const bool wg = !run.slots && moeWgmmaTier(run.tier);
     if (e != cudaSuccess)
     {
         return e;
@@ -125,7 +128,8 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
     W4A4View view{{n * (k / 2), n * (k / kNVFP4_BLOCK), 0, n}};
     if (act_format == kMETRALE_ACT_BF16)
     {
-        return moeProject<W4A4Bf16Policy>(p, view, run, moeBf16Operand(run));  // input_scale: unused in bf16
+        // input_scale: unused in bf16
+        return moeProject<W4A4Bf16Policy>(p, view, run, wg ? moeWgOperand(run) : moeBf16Operand(run));
     }
     p.ga = reinterpret_cast<const float*>(ws + w.scales);
     __half* xf = reinterpret_cast<__half*>(ws + w.operand);
@@ -151,5 +155,6 @@ extern "C" cudaError_t metrale_w4a4_moe_proj(const void* x, int32_t x_dtype, con
     {
         return e;
     }
-    return moeProject<W4A4Nvfp4Policy>(p, view, run, reinterpret_cast<const uint16_t*>(ws + w.operand));
+    const uint16_t* X = reinterpret_cast<const uint16_t*>(ws + w.operand);
+    return moeProject<W4A4Nvfp4Policy>(p, view, run, wg ? moeWgOperandRaw(run, X) : X);
 }

@@ -1,7 +1,8 @@
-"""GPU tests of the grouped W4A16 op on the wgmma tier (moeWgmmaKernel, plugins/moeProj/moeProjKernel.cuh).
+"""GPU tests of the grouped W4A16 and W4A4 ops on the wgmma tier (moeWgmmaKernel, moeWgmmaRegsKernel,
+plugins/moeProj/moeProjKernel.cuh).
 
 Past m = 128 tokens the grouped W4A16 launch runs the dense kernels' wgmma tier on persistent CTAs
-over a schedule of 64- or 128-token tiles that start on the operand's 8-row groups, so a tile may
+(W4A4: its register path, one CTA a tile) over a schedule of 64- or 128-token tiles that start on the operand's 8-row groups, so a tile may
 hold the previous expert's last rows (computed, never stored). METRALE_MOE_WGMMA (read at each call)
 "0" keeps the shared-memory tier, "64" / "128" force the token tile. Checked here, with many experts
 (so most expert boundaries are not 8-aligned), uniform and Zipf-skewed routing (one expert holding
@@ -32,35 +33,54 @@ if torch.cuda.get_device_capability() != (9, 0):
 
 E, TOP_K = 40, 6
 CASES = [
-    (dict(group_size=128, symmetric=True, bias=True), 200, 1152),
-    (dict(group_size=128, symmetric=False, bias=False), 96, 800),  # a partial last group, K % 128 != 0
-    (dict(group_size=32, symmetric=False, bias=True), 264, 512),
+    ("w4a16", dict(group_size=128, symmetric=True, bias=True), 200, 1152),
+    ("w4a16", dict(group_size=128, symmetric=False, bias=False), 96, 800),  # a partial last group, K % 128 != 0
+    ("w4a16", dict(group_size=32, symmetric=False, bias=True), 264, 512),
+    ("w4a4", dict(act="nvfp4", input_scale=False, bias=True), 200, 1088),
+    ("w4a4", dict(act="nvfp4", input_scale=True, bias=False), 136, 1024),  # a static input_scale per expert
+    ("w4a4", dict(act="bf16", input_scale=False, bias=False), 136, 800),
 ]
 TILES = ("64", "128", None)  # None: the default choice
 
 
 def _id(c):
-    o, n, k = c
-    return f"g{o['group_size']}-{'sym' if o['symmetric'] else 'asym'}-n{n}-k{k}"
+    op, o, n, k = c
+    if op == "w4a16":
+        return f"w4a16-g{o['group_size']}-{'sym' if o['symmetric'] else 'asym'}-n{n}-k{k}"
+    return f"w4a4-{o['act']}{'-static' if o['input_scale'] else ''}-n{n}-k{k}"
 
 
 class Stacked:
     def __init__(self, case, seed=0):
-        o, self.n, self.k = case
+        self.op, o, self.n, self.k = case
         self.o = o
-        self.layers = [Layer("w4a16", o, self.n, self.k, seed + 31 * e) for e in range(E)]
+        self.layers = [Layer(self.op, o, self.n, self.k, seed + 31 * e) for e in range(E)]
         self.t = {}
         for key in self.layers[0].gpu:
             vals = [layer.gpu[key] for layer in self.layers]
-            self.t[key] = None if vals[0] is None else torch.stack(vals)
+            if vals[0] is None:
+                self.t[key] = None
+            elif key == "weight_global_scale":
+                self.t[key] = torch.cat([v.reshape(-1) for v in vals])
+            else:
+                self.t[key] = torch.stack(vals)
         b = [layer.bias_gpu for layer in self.layers]
         self.bias = None if b[0] is None else torch.stack(b)
+        self.t["input_scale"] = None
+        if o.get("input_scale"):  # a different static activation scale per expert (some rows saturate)
+            for e, layer in enumerate(self.layers):
+                layer.input_scale = torch.tensor([(2.0 + 0.1 * e) / 2688.0], dtype=torch.float32)
+            self.t["input_scale"] = torch.cat([layer.input_scale for layer in self.layers]).to(DEV)
 
     def grouped(self, x, ids, w=None):
-        t = self.t
-        return torch.ops.metrale.w4a16_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["zero_point"],
-                                                self.bias, self.n, self.k, E, TOP_K, int(w is not None),
-                                                self.o["group_size"], "bf16", "moe", "t")
+        t, comb = self.t, int(w is not None)
+        if self.op == "w4a16":
+            return torch.ops.metrale.w4a16_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["zero_point"],
+                                                    self.bias, self.n, self.k, E, TOP_K, comb,
+                                                    self.o["group_size"], "bf16", "moe", "t")
+        return torch.ops.metrale.w4a4_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["weight_global_scale"],
+                                               t["input_scale"], self.bias, self.n, self.k, E, TOP_K, comb,
+                                               self.o["act"], "moe", "t")
 
 
 def _routing(m, seed, skew):
@@ -123,8 +143,9 @@ def test_wgmma_tier_is_the_shared_memory_tier_and_the_dense_kernel_bitwise(case,
     assert not fails, "\n".join(fails)
 
 
-def test_a_row_alone_and_at_the_end_of_a_large_batch_bitwise(monkeypatch):
-    ex = Stacked(CASES[0], seed=7)
+@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=_id)
+def test_a_row_alone_and_at_the_end_of_a_large_batch_bitwise(case, monkeypatch):
+    ex = Stacked(case, seed=7)
     token = _inputs(1, ex.k, torch.bfloat16, seed=5).to(DEV)
     tid = torch.tensor([[0, 5, 9, 17, 33, 39]], dtype=torch.int32, device=DEV)
     alone = _with(monkeypatch, None, lambda: ex.grouped(token, tid))
