@@ -217,10 +217,11 @@ if [ "$what" = moelayer ]; then
   exit 0
 fi
 if [ "$what" = moeprefill ]; then
-  # issue 22's grouped W4A16 on the wgmma tier (moeWgmmaKernel, m > 128) on a carried build: a smoke
-  # call (a hang shows here, in 60 s), tests/gpu, compute-sanitizer memcheck over test_moe_wgmma.py's
-  # partial-group case, then benchmarks/bench_moe.py --prefill. Writes gpu.txt, smoke.log, tests.log,
-  # memcheck.log, bench-moe.log, moe-*.md / .json.
+  # issue 22's grouped W4A16 / W4A4 on the wgmma tier (moeWgmmaKernel, moeWgmmaRegsKernel, m > 128) on a
+  # carried build: a smoke call (a hang shows here, in 60 s), tests/gpu/test_moe_wgmma.py, benchmarks/
+  # bench_moe.py --prefill, the rest of tests/gpu, compute-sanitizer memcheck over test_moe_wgmma.py's
+  # partial-group and static-scale cases. Writes gpu.txt, smoke.log, tests-wgmma.log, bench-moe.log,
+  # moe-*.md / .json, tests.log, memcheck.log (8 files).
   record_commit
   timeout 60 python3 -c "
 import torch; from metrale_export.ops import cuda
@@ -234,21 +235,26 @@ torch.cuda.synchronize(); print('smoke ok', y.shape, bool(torch.isfinite(y).all(
 " > "$OUT/smoke.log" 2>&1
   echo "smoke exit $?" | tee -a "$OUT/smoke.log"; tail -3 "$OUT/smoke.log"
   SECONDS=0
-  timeout 230 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider --durations=8 \
-    ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
+  timeout 120 python3 -m pytest tests/gpu/test_moe_wgmma.py -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
+    > "$OUT/tests-wgmma.log" 2>&1
+  echo "test_moe_wgmma exit $? after ${SECONDS} s" | tee -a "$OUT/tests-wgmma.log"
+  grep -E "passed|failed|error|differ|FAILED" "$OUT/tests-wgmma.log" | tail -12
+  SECONDS=0
+  timeout 170 python3 -m benchmarks.bench_moe --prefill --out "$OUT" ${MOE_BENCH_ARGS:-} > "$OUT/bench-moe.log" 2>&1
+  echo "bench_moe exit $? after ${SECONDS} s" | tee -a "$OUT/bench-moe.log"
+  grep -vE '^\{' "$OUT/bench-moe.log" | grep -E "Error|error|Traceback" | tail -6
+  cat "$OUT"/moe-*.md 2>/dev/null
+  SECONDS=0
+  timeout 190 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider --durations=8 \
+    --deselect tests/gpu/test_moe_wgmma.py ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
   echo "tests/gpu exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
   grep -E "passed|failed|error|differ|FAILED" "$OUT/tests.log" | tail -20
   SECONDS=0
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 120 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 80 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
     python3 -m pytest tests/gpu/test_moe_wgmma.py -m gpu -q -k "asym-n96 or static" --confcutdir=tests/gpu -p no:cacheprovider \
     > "$OUT/memcheck.log" 2>&1
   echo "memcheck exit $? after ${SECONDS} s" | tee -a "$OUT/memcheck.log"
   grep -E "ERROR SUMMARY|Invalid|passed|failed" "$OUT/memcheck.log" | tail -6
-  SECONDS=0
-  timeout 200 python3 -m benchmarks.bench_moe --prefill --out "$OUT" ${MOE_BENCH_ARGS:-} > "$OUT/bench-moe.log" 2>&1
-  echo "bench_moe exit $? after ${SECONDS} s" | tee -a "$OUT/bench-moe.log"
-  grep -vE '^\{' "$OUT/bench-moe.log" | grep -E "Error|error|Traceback" | tail -6
-  cat "$OUT"/moe-*.md 2>/dev/null
   exit 0
 fi
 if [ "$what" = fused ]; then
