@@ -293,6 +293,25 @@ __device__ __forceinline__ void bulkCopy(void* dst, const void* src, uint32_t by
  * wait until the consumers have released the stage, then copy(slot, kb) starts the block's copies,
  * completing on full[slot] (the register path's activations; the FP8 tier's activations and weights).
  */
+/* A wgmma CTA's set-up: thread 0 initializes the ring's kST full mbarriers (fullCount arrivals each) and
+ * empty ones (one arrival a consumer warp), every thread builds its share of the policy's table, then a
+ * CTA barrier. */
+template <class P, int kST>
+__device__ __forceinline__ void wgRingInit(uint64_t* full, uint64_t* empty, int fullCount, uint8_t* table)
+{
+    if (threadIdx.x == 0)
+    {
+        for (int s = 0; s < kST; ++s)
+        {
+            mbarInit(&full[s], fullCount);
+            mbarInit(&empty[s], 4 * kWG_CONSUMERS);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    P::initTable(table, threadIdx.x, kWG_THREADS);
+    __syncthreads();
+}
+
 template <int kST, class Copy>
 __device__ __forceinline__ void produceStages(SliceCursor cur, int nWalk, uint64_t* full, uint64_t* empty, Copy&& copy)
 {
@@ -1067,17 +1086,7 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
         {
             wgRasterTile(kN, m0, n0);
         }
-        if (tid == 0)
-        {
-            for (int s = 0; s < kST; ++s)
-            {
-                mbarInit(&full[s], 1 + 128);  // the bulk copy's expect_tx arrival + 128 cp.async arrivals
-                mbarInit(&empty[s], 4 * kWG_CONSUMERS);
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-        P::initTable(table, tid, kWG_THREADS);
-        __syncthreads();
+        wgRingInit<P, kST>(full, empty, 1 + 128, table);  // the bulk copy's expect_tx arrival + 128 cp.async arrivals
 
         if (warpId >= 4 * kWG_CONSUMERS)
         {
@@ -1145,17 +1154,7 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) projWgmmaKernel(const typename
         const int mg = (M + 7) >> 3;
         const int m0 = blockIdx.y * kN;
         const int n0 = blockIdx.x * kWG_ROWS;
-        if (tid == 0)
-        {
-            for (int s = 0; s < kST; ++s)
-            {
-                mbarInit(&full[s], 1);
-                mbarInit(&empty[s], 4 * kWG_CONSUMERS);
-            }
-            asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-        }
-        P::initTable(table, tid, kWG_THREADS);
-        __syncthreads();
+        wgRingInit<P, kST>(full, empty, 1, table);  // the bulk copy's expect_tx arrival
 
         if (warpId >= 4 * kWG_CONSUMERS)
         {

@@ -158,26 +158,16 @@ __device__ __forceinline__ bool moePdlEnter()
     return true;
 }
 
-/* One CTA: each expert's rows (shared-memory atomics over every slot), then exclusive scans of the
- * counts (row offsets) and of the kBM-row tiles per expert, the tile schedule, and fill = 0. One
- * launch instead of a memset, a counting grid and a scan (decode is launch-bound). */
-template <bool kPDL = false>
-static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(const int32_t* __restrict__ ids,
-    int total, int topK, MoeRouting r, int E, int bm)
+/* The scan kernels' first step: counts[e] (shared memory) the valid slots of expert e (atomics over every
+ * slot), fill = 0 and carry = {0, 0}, ending with a CTA barrier. */
+__device__ __forceinline__ void moeCountRows(const int32_t* __restrict__ ids, int total, int topK, int E, int* counts,
+    int* fill, int* carry)
 {
-    if (!moePdlEnter<kPDL>())  // the sequence's first kernel: the trigger only lets the place kernel start
-    {
-        return;
-    }
-    extern __shared__ int counts[];  // [E]
-    __shared__ int rowSum[kMOE_SCAN_THREADS];
-    __shared__ int tileSum[kMOE_SCAN_THREADS];
-    __shared__ int carry[2];
     const int tid = threadIdx.x;
     for (int e = tid; e < E; e += kMOE_SCAN_THREADS)
     {
         counts[e] = 0;
-        r.fill[e] = 0;
+        fill[e] = 0;
     }
     if (tid == 0)
     {
@@ -194,6 +184,25 @@ static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(const 
         }
     }
     __syncthreads();
+}
+
+/* One CTA: each expert's rows (shared-memory atomics over every slot), then exclusive scans of the
+ * counts (row offsets) and of the kBM-row tiles per expert, the tile schedule, and fill = 0. One
+ * launch instead of a memset, a counting grid and a scan (decode is launch-bound). */
+template <bool kPDL = false>
+static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(const int32_t* __restrict__ ids,
+    int total, int topK, MoeRouting r, int E, int bm)
+{
+    if (!moePdlEnter<kPDL>())  // the sequence's first kernel: the trigger only lets the place kernel start
+    {
+        return;
+    }
+    extern __shared__ int counts[];  // [E]
+    __shared__ int rowSum[kMOE_SCAN_THREADS];
+    __shared__ int tileSum[kMOE_SCAN_THREADS];
+    __shared__ int carry[2];
+    const int tid = threadIdx.x;
+    moeCountRows(ids, total, topK, E, counts, r.fill, carry);
     for (int base = 0; base < E; base += kMOE_SCAN_THREADS)
     {
         const int e = base + tid;
@@ -268,26 +277,7 @@ static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanWgKernel(cons
     __shared__ int buf[kMOE_SCAN_THREADS];
     __shared__ int carry[2];
     const int tid = threadIdx.x;
-    for (int e = tid; e < E; e += kMOE_SCAN_THREADS)
-    {
-        counts[e] = 0;
-        r.fill[e] = 0;
-    }
-    if (tid == 0)
-    {
-        carry[0] = 0;
-        carry[1] = 0;
-    }
-    __syncthreads();
-    for (int slot = tid; slot < total; slot += kMOE_SCAN_THREADS)
-    {
-        const int e = moeSlotExpert(ids, slot, topK, E);
-        if (e >= 0)
-        {
-            atomicAdd(counts + e, 1);
-        }
-    }
-    __syncthreads();
+    moeCountRows(ids, total, topK, E, counts, r.fill, carry);
     for (int base = 0; base < E; base += kMOE_SCAN_THREADS)
     {
         const int e = base + tid;
@@ -840,17 +830,7 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) moeWgmmaKernel(const typename 
     const int nkb = (K + 127) >> 7;
     const int gx = (N + kWG_ROWS - 1) / kWG_ROWS;
     const int items = *r.numTiles * gx;
-    if (tid == 0)
-    {
-        for (int s = 0; s < kST; ++s)
-        {
-            mbarInit(&full[s], 1 + 128);  // the bulk copy's expect_tx arrival + 128 cp.async arrivals
-            mbarInit(&empty[s], 4 * kWG_CONSUMERS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    P::initTable(table, tid, kWG_THREADS);
-    __syncthreads();
+    wgRingInit<P, kST>(full, empty, 1 + 128, table);  // as projWgmmaKernel's shared-memory path
     int slot = 0;
     uint32_t phase = 0;
     if ((tid >> 5) >= 4 * kWG_CONSUMERS)
@@ -915,17 +895,7 @@ __global__ void __launch_bounds__(kWG_THREADS, 1) moeWgmmaRegsKernel(const typen
     const int e = r.tileExpert[tile];
     const int m0 = r.tileRow0[tile];
     const int n0 = blockIdx.x * kWG_ROWS;
-    if (tid == 0)
-    {
-        for (int s = 0; s < kST; ++s)
-        {
-            mbarInit(&full[s], 1);
-            mbarInit(&empty[s], 4 * kWG_CONSUMERS);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    P::initTable(table, tid, kWG_THREADS);
-    __syncthreads();
+    wgRingInit<P, kST>(full, empty, 1, table);  // as projWgmmaKernel's register path
     if ((tid >> 5) >= 4 * kWG_CONSUMERS)
     {
         asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kWG_PRODUCER_REGS_R));

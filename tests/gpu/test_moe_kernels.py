@@ -56,13 +56,14 @@ def _id(c):
 
 
 class Experts:
-    """E layers of one format, stacked as the grouped op's tensors."""
+    """`experts` layers of one format (E unless told), stacked as the grouped op's tensors, routed top_k."""
 
-    def __init__(self, case, seed=0, n=None, k=None):
+    def __init__(self, case, seed=0, n=None, k=None, experts=E, top_k=TOP_K):
         op, o, n0, k0 = case
         self.op, self.o = op, o
         self.n, self.k = n or n0, k or k0
-        self.layers = [Layer(op, o, self.n, self.k, seed + 101 * e) for e in range(E)]
+        self.e, self.top_k = experts, top_k
+        self.layers = [Layer(op, o, self.n, self.k, seed + 101 * e) for e in range(experts)]
         self.t = {}
         for key in self.layers[0].gpu:
             vals = [layer.gpu[key] for layer in self.layers]
@@ -82,7 +83,7 @@ class Experts:
             self.t["input_scale"] = torch.cat([layer.input_scale for layer in self.layers]).to(DEV)
 
     def grouped(self, x, ids, w=None):
-        o, t, n, k = self.o, self.t, self.n, self.k
+        o, t, n, k, E, TOP_K = self.o, self.t, self.n, self.k, self.e, self.top_k
         comb = int(w is not None)
         if self.op == "w4a16":
             return torch.ops.metrale.w4a16_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["zero_point"],

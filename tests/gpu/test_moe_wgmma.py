@@ -24,7 +24,8 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (tests/gpu)", allow_module_level=True)
 
-from test_proj_kernels import DEV, Layer, _inputs  # noqa: E402
+from test_moe_kernels import Experts  # noqa: E402
+from test_proj_kernels import DEV, _inputs  # noqa: E402
 
 from metrale_export.ops import cuda as mcuda  # noqa: E402,F401  (registers the CUDA kernels)
 
@@ -48,39 +49,6 @@ def _id(c):
     if op == "w4a16":
         return f"w4a16-g{o['group_size']}-{'sym' if o['symmetric'] else 'asym'}-n{n}-k{k}"
     return f"w4a4-{o['act']}{'-static' if o['input_scale'] else ''}-n{n}-k{k}"
-
-
-class Stacked:
-    def __init__(self, case, seed=0):
-        self.op, o, self.n, self.k = case
-        self.o = o
-        self.layers = [Layer(self.op, o, self.n, self.k, seed + 31 * e) for e in range(E)]
-        self.t = {}
-        for key in self.layers[0].gpu:
-            vals = [layer.gpu[key] for layer in self.layers]
-            if vals[0] is None:
-                self.t[key] = None
-            elif key == "weight_global_scale":
-                self.t[key] = torch.cat([v.reshape(-1) for v in vals])
-            else:
-                self.t[key] = torch.stack(vals)
-        b = [layer.bias_gpu for layer in self.layers]
-        self.bias = None if b[0] is None else torch.stack(b)
-        self.t["input_scale"] = None
-        if o.get("input_scale"):  # a different static activation scale per expert (some rows saturate)
-            for e, layer in enumerate(self.layers):
-                layer.input_scale = torch.tensor([(2.0 + 0.1 * e) / 2688.0], dtype=torch.float32)
-            self.t["input_scale"] = torch.cat([layer.input_scale for layer in self.layers]).to(DEV)
-
-    def grouped(self, x, ids, w=None):
-        t, comb = self.t, int(w is not None)
-        if self.op == "w4a16":
-            return torch.ops.metrale.w4a16_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["zero_point"],
-                                                    self.bias, self.n, self.k, E, TOP_K, comb,
-                                                    self.o["group_size"], "bf16", "moe", "t")
-        return torch.ops.metrale.w4a4_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["weight_global_scale"],
-                                               t["input_scale"], self.bias, self.n, self.k, E, TOP_K, comb,
-                                               self.o["act"], "moe", "t")
 
 
 def _routing(m, seed, skew):
@@ -112,7 +80,7 @@ def _with(monkeypatch, tile, fn):
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
 def test_wgmma_tier_is_the_shared_memory_tier_and_the_dense_kernel_bitwise(case, monkeypatch):
-    ex = Stacked(case)
+    ex = Experts(case, experts=E, top_k=TOP_K)
     fails = []
     for m, skew in ((129, False), (300, True), (1000, False), (3000, True)):
         x = _inputs(m, ex.k, torch.bfloat16, seed=m).to(DEV)
@@ -145,7 +113,7 @@ def test_wgmma_tier_is_the_shared_memory_tier_and_the_dense_kernel_bitwise(case,
 
 @pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=_id)
 def test_a_row_alone_and_at_the_end_of_a_large_batch_bitwise(case, monkeypatch):
-    ex = Stacked(case, seed=7)
+    ex = Experts(case, seed=7, experts=E, top_k=TOP_K)
     token = _inputs(1, ex.k, torch.bfloat16, seed=5).to(DEV)
     tid = torch.tensor([[0, 5, 9, 17, 33, 39]], dtype=torch.int32, device=DEV)
     alone = _with(monkeypatch, None, lambda: ex.grouped(token, tid))
