@@ -1080,6 +1080,12 @@ inline int moeTileRows(MoeTier t)
         : t == MoeTier::kWgmma128 ? 128 : Tiers<P>::M128::kBM;
 }
 
+/* The policies the grouped wgmma tier serves: the 4-bit weights (W4A16, W4A4) with per-channel row
+ * math (not the per-block policies). W8A8's grouped op keeps its exact f16 products (version 2), which the
+ * wgmma tier does not compute, so it keeps the shared-memory tier. */
+template <class P>
+constexpr bool kMoeWgmmaPolicy = !P::kPER_BLOCK && P::kCODE_BITS == 4;
+
 /* The ring's stages, as the dense launch's: the deep one (launchProjWgmmaDeep) for WgDeep policies, else
  * the register path's (launchProjWgmma). */
 template <class P, int kN>
@@ -1118,7 +1124,7 @@ template <class P, class View>
 inline MoeTier moeTierFor(int64_t m, int64_t topK, int64_t E)
 {
     const MoeTier t = selectMoeTier(m);
-    if constexpr (!P::kPER_BLOCK)
+    if constexpr (kMoeWgmmaPolicy<P>)
     {
         const char* env = std::getenv("METRALE_MOE_WGMMA");
         if (t != MoeTier::kGemm || (env != nullptr && std::strcmp(env, "0") == 0) || !moeWgmmaAvailable<P, View>())
@@ -1458,67 +1464,59 @@ inline const uint16_t* moeWgOperandRaw(MoeRun& u, const uint16_t* rows)
     return out;
 }
 
-/* Step 4 on the wgmma tier (moeWgmmaKernel, or moeWgmmaRegsKernel on the register path), Xw: the sorted
- * rows in the wgmma operand layout (moeWgOperand's, moeWgOperandRaw's). */
+/* One launch of the grouped wgmma kernel kKern (its shared memory smemBytes) over the run's schedule. */
+template <auto kKern, class P, class View>
+inline cudaError_t moeLaunchWgmma(const typename P::Params& p, const View& view, MoeRun& u, const uint16_t* Xw,
+    dim3 grid, int smemBytes, int slices)
+{
+    const cudaError_t e = raiseSmemOnce<kKern>(smemBytes);
+    if (e != cudaSuccess)
+    {
+        return e;
+    }
+    kKern<<<grid, kWG_THREADS, smemBytes, u.stream>>>(p, view, u.r, reinterpret_cast<const uint8_t*>(Xw),
+        u.ws + u.w.ys, static_cast<int>(u.n), static_cast<int>(u.k), u.xDtype, slices,
+        static_cast<int>((u.rows + 7) / 8));
+    return cudaGetLastError();
+}
+
+/* Step 4 on the wgmma tier, Xw: the sorted rows in the wgmma operand layout (moeWgOperand's,
+ * moeWgOperandRaw's). WgDeep policies (W4A16): moeWgmmaKernel, persistent CTAs (one an SM, at most the
+ * items the schedule can hold); the others (W4A4): moeWgmmaRegsKernel, CTA (n tile, schedule tile). */
 template <class P, class View>
 inline cudaError_t moeGemmWgmma(const typename P::Params& p, const View& view, MoeRun& u, const uint16_t* Xw)
 {
-    if constexpr (!WgDeep<P>::value && !P::kPER_BLOCK)
+    if constexpr (kMoeWgmmaPolicy<P>)
     {
+        constexpr bool kDeep = WgDeep<P>::value;
         const int n = static_cast<int>(u.n);
-        const int k = static_cast<int>(u.k);
-        const int slices = projSlices(n, k);
-        const int mg = static_cast<int>((u.rows + 7) / 8);
-        const dim3 grid(static_cast<unsigned>((n + kWG_ROWS - 1) / kWG_ROWS), static_cast<unsigned>(u.w.tileCap));
-        (void) u.pdl.next();
-        auto launch = [&](auto kern, int smemBytes) {
-            cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes);
-            if (e != cudaSuccess)
-            {
-                return e;
-            }
-            kern<<<grid, kWG_THREADS, smemBytes, u.stream>>>(p, view, u.r, reinterpret_cast<const uint8_t*>(Xw),
-                u.ws + u.w.ys, n, k, u.xDtype, slices, mg);
-            return cudaGetLastError();
-        };
-        if (u.tier == MoeTier::kWgmma128)
-        {
-            constexpr int kS = moeWgStages<P, 128>();
-            return launch(moeWgmmaRegsKernel<P, 128, kS, View>, WgLayout<P, 128, kS>::kSmem);
-        }
-        constexpr int kS = moeWgStages<P, 64>();
-        return launch(moeWgmmaRegsKernel<P, 64, kS, View>, WgLayout<P, 64, kS>::kSmem);
-    }
-    else if constexpr (WgDeep<P>::value)
-    {
-        const int n = static_cast<int>(u.n);
-        const int k = static_cast<int>(u.k);
-        const int slices = projSlices(n, k);
-        const int mg = static_cast<int>((u.rows + 7) / 8);
+        const int slices = projSlices(n, static_cast<int>(u.k));
         const int gx = (n + kWG_ROWS - 1) / kWG_ROWS;
-        const dim3 grid(static_cast<unsigned>(wgPersistentCtas(gx * u.w.tileCap)));
+        const dim3 grid = kDeep ? dim3(static_cast<unsigned>(wgPersistentCtas(gx * u.w.tileCap)))
+                                : dim3(static_cast<unsigned>(gx), static_cast<unsigned>(u.w.tileCap));
         (void) u.pdl.next();
-        auto launch = [&](auto kern, int smemBytes) {
-            cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smemBytes);
-            if (e != cudaSuccess)
-            {
-                return e;
-            }
-            kern<<<grid, kWG_THREADS, smemBytes, u.stream>>>(p, view, u.r, reinterpret_cast<const uint8_t*>(Xw),
-                u.ws + u.w.ys, n, k, u.xDtype, slices, mg);
-            return cudaGetLastError();
-        };
-        if (u.tier == MoeTier::kWgmma128)
+        constexpr int kS128 = moeWgStages<P, 128>();
+        constexpr int kS64 = moeWgStages<P, 64>();
+        if constexpr (kDeep)
         {
-            constexpr int kS = moeWgStages<P, 128>();
-            return launch(moeWgmmaKernel<P, 128, kS, View>, WgLayout<P, 128, kS, true>::kSmem);
+            return u.tier == MoeTier::kWgmma128
+                ? moeLaunchWgmma<moeWgmmaKernel<P, 128, kS128, View>, P>(p, view, u, Xw, grid,
+                      WgLayout<P, 128, kS128, true>::kSmem, slices)
+                : moeLaunchWgmma<moeWgmmaKernel<P, 64, kS64, View>, P>(p, view, u, Xw, grid,
+                      WgLayout<P, 64, kS64, true>::kSmem, slices);
         }
-        constexpr int kS = moeWgStages<P, 64>();
-        return launch(moeWgmmaKernel<P, 64, kS, View>, WgLayout<P, 64, kS, true>::kSmem);
+        else
+        {
+            return u.tier == MoeTier::kWgmma128
+                ? moeLaunchWgmma<moeWgmmaRegsKernel<P, 128, kS128, View>, P>(p, view, u, Xw, grid,
+                      WgLayout<P, 128, kS128>::kSmem, slices)
+                : moeLaunchWgmma<moeWgmmaRegsKernel<P, 64, kS64, View>, P>(p, view, u, Xw, grid,
+                      WgLayout<P, 64, kS64>::kSmem, slices);
+        }
     }
     else
     {
-        return cudaErrorNotSupported;  // moeTierFor gives the wgmma tier to WgDeep policies only
+        return cudaErrorNotSupported;  // moeTierFor gives the wgmma tier to kMoeWgmmaPolicy policies only
     }
 }
 
