@@ -186,6 +186,23 @@ __device__ __forceinline__ void moeCountRows(const int32_t* __restrict__ ids, in
     __syncthreads();
 }
 
+/* The scan kernels' per-expert output: expert e (< E) has c rows from rowStart and tiles schedule entries
+ * from tileStart, of bm rows each from row0. */
+__device__ __forceinline__ void moeScheduleExpert(const MoeRouting& r, int e, int E, int c, int rowStart,
+    int tileStart, int tiles, int row0, int bm)
+{
+    if (e < E)
+    {
+        r.counts[e] = c;
+        r.offsets[e] = rowStart;
+        for (int t = 0; t < tiles; ++t)
+        {
+            r.tileExpert[tileStart + t] = e;
+            r.tileRow0[tileStart + t] = row0 + t * bm;
+        }
+    }
+}
+
 /* One CTA: each expert's rows (shared-memory atomics over every slot), then exclusive scans of the
  * counts (row offsets) and of the kBM-row tiles per expert, the tile schedule, and fill = 0. One
  * launch instead of a memset, a counting grid and a scan (decode is launch-bound). */
@@ -222,16 +239,7 @@ static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanKernel(const 
         }
         const int rowStart = carry[0] + rowSum[tid] - c;
         const int tileStart = carry[1] + tileSum[tid] - tiles;
-        if (e < E)
-        {
-            r.counts[e] = c;
-            r.offsets[e] = rowStart;
-            for (int t = 0; t < tiles; ++t)
-            {
-                r.tileExpert[tileStart + t] = e;
-                r.tileRow0[tileStart + t] = rowStart + t * bm;
-            }
-        }
+        moeScheduleExpert(r, e, E, c, rowStart, tileStart, tiles, rowStart, bm);
         __syncthreads();
         if (tid == kMOE_SCAN_THREADS - 1)
         {
@@ -286,16 +294,7 @@ static __global__ void __launch_bounds__(kMOE_SCAN_THREADS) moeScanWgKernel(cons
         const int a = rowStart & ~7;
         const int tiles = c > 0 ? (rowStart + c - a + bm - 1) / bm : 0;
         const int tileStart = carry[1] + moeBlockScan(buf, tiles) - tiles;
-        if (e < E)
-        {
-            r.counts[e] = c;
-            r.offsets[e] = rowStart;
-            for (int t = 0; t < tiles; ++t)
-            {
-                r.tileExpert[tileStart + t] = e;
-                r.tileRow0[tileStart + t] = a + t * bm;
-            }
-        }
+        moeScheduleExpert(r, e, E, c, rowStart, tileStart, tiles, a, bm);
         __syncthreads();
         if (tid == kMOE_SCAN_THREADS - 1)
         {
