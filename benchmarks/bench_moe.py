@@ -26,7 +26,9 @@ default path and on the fused paths of moeProj/moeFusedKernel.cuh in the same ru
 ``METRALE_MOE_FUSED=1``: one launch per op, the combine a second launch; ``fused2``, ``=2``: the
 combine folded into the down launch). ``--prefill``: W4A16 and W4A4 at M = 1024 and 4096 only, uniform and Zipf
 routing, the default (the wgmma tier, moeWgmmaKernel) beside ``smem`` (``METRALE_MOE_WGMMA=0``: the
-shared-memory tier before it) and ``wg64`` / ``wg128`` (its token tile forced), each with the anchor. Writes
+shared-memory tier before it) and ``wg64`` / ``wg128`` (its token tile forced), each with the anchor.
+``--fp8``: W8A8 at M = 1, 4, 16, 64, 1024 and 4096, each routing on the default (version 2's exact f16
+products) and on the FP8 wgmma tier (``fp8``, ``METRALE_MOE_FP8=1``, moeProj/moeFp8Kernel.cuh). Writes
 ``moe-YYYYMMDD-HHMM-<commit>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
 """
 
@@ -156,6 +158,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--fused", action="store_true", help="W4A16 decode: the default path beside the fused one")
     ap.add_argument("--prefill", action="store_true", help="W4A16 / W4A4 prefill: the wgmma tier beside the shared-memory one")
+    ap.add_argument("--fp8", action="store_true",
+                    help="W8A8 at M = 1..4096: version 2's exact path beside the FP8 wgmma tier (METRALE_MOE_FP8=1)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -166,14 +170,16 @@ def main() -> None:
     rows = []
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     for shape, (h, inter, e, top_k) in SHAPES.items():
-        for fmt in ("w4a16",) if args.fused else ("w4a16", "w4a4") if args.prefill else FORMATS:
+        for fmt in (("w4a16",) if args.fused else ("w4a16", "w4a4") if args.prefill else ("w8a8",) if args.fp8
+                    else FORMATS):
             gate, up, down = Proj(fmt, e, inter, h, 1), Proj(fmt, e, inter, h, 2), Proj(fmt, e, h, inter, 3)
             per_expert = gate.expert_bytes + up.expert_bytes + down.expert_bytes
-            ms = (1024, M_PREFILL) if args.prefill else M_DECODE + (() if args.fused else (M_PREFILL,))
+            ms = ((1024, M_PREFILL) if args.prefill else M_DECODE + (1024, M_PREFILL) if args.fp8
+                  else M_DECODE + (() if args.fused else (M_PREFILL,)))
             for m in ms:
                 dense = None
                 anchor = {}
-                for kind, forced in _variants(m, args.fused, args.prefill):
+                for kind, forced in _variants(m, args.fused, args.prefill, args.fp8):
                     routes = [routing(m, e, top_k, kind, 100 * m + r) for r in range(REPS)]
                     x = torch.randn(m, h, device="cuda").to(torch.bfloat16)
                     act = torch.randn(m, top_k, inter, device="cuda").to(torch.bfloat16)
@@ -187,7 +193,8 @@ def main() -> None:
                     knob = {"slots": ("METRALE_MOE_SLOT_MAX", m * top_k),
                             "sorted16": ("METRALE_MOE_STREAM8_MAX", 8), "fused": ("METRALE_MOE_FUSED", 1),
                             "fused2": ("METRALE_MOE_FUSED", 2), "smem": ("METRALE_MOE_WGMMA", 0),
-                            "wg64": ("METRALE_MOE_WGMMA", 64), "wg128": ("METRALE_MOE_WGMMA", 128)}.get(forced)
+                            "wg64": ("METRALE_MOE_WGMMA", 64), "wg128": ("METRALE_MOE_WGMMA", 128),
+                            "fp8": ("METRALE_MOE_FP8", 1)}.get(forced)
                     if knob:  # read by the launchers at capture
                         os.environ[knob[0]] = str(knob[1])
                     try:
@@ -195,7 +202,7 @@ def main() -> None:
                     finally:
                         if knob:
                             os.environ.pop(knob[0], None)
-                    path = forced or ("slots" if m * top_k <= SLOT_MAX else
+                    path = "sorted (fp8 wgmma)" if forced == "fp8" else forced or ("slots" if m * top_k <= SLOT_MAX else
                                       "sorted (wgmma)" if m > 128 and fmt != "w8a8" and wgmma else "sorted")
                     distinct = statistics.mean(len(torch.unique(r[0])) for r in routes)
                     ideal = distinct * per_expert / (bw * 1e12)
@@ -224,8 +231,10 @@ def main() -> None:
     print((out / f"moe-{stamp}-{commit[:7]}.md").read_text())
 
 
-def _variants(m: int, fused: bool, prefill: bool = False) -> list:
+def _variants(m: int, fused: bool, prefill: bool = False, fp8: bool = False) -> list:
     """(routing, forced path or None) pairs timed at m."""
+    if fp8:
+        return [(r, f) for r in ROUTINGS for f in (None, "fp8")]
     if prefill:
         return [(r, f) for r in ROUTINGS for f in (None, "smem", "wg64", "wg128")]
     if fused:

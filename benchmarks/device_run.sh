@@ -217,42 +217,56 @@ if [ "$what" = moelayer ]; then
   exit 0
 fi
 if [ "$what" = moeprefill ]; then
-  # issue 22's grouped W4A16 / W4A4 on the wgmma tier (moeWgmmaKernel, moeWgmmaRegsKernel, m > 128) on a
-  # carried build: a smoke call (a hang shows here, in 60 s), tests/gpu/test_moe_wgmma.py, benchmarks/
-  # bench_moe.py --prefill, the rest of tests/gpu, compute-sanitizer memcheck over test_moe_wgmma.py's
-  # partial-group and static-scale cases. Writes gpu.txt, smoke.log, tests-wgmma.log, bench-moe.log,
-  # moe-*.md / .json, tests.log, memcheck.log (8 files).
+  # issue 22's grouped W4A16 / W4A4 on the wgmma tier (moeWgmmaKernel, moeWgmmaRegsKernel, m > 128) and the
+  # grouped W8A8 on the FP8 wgmma kernel (METRALE_MOE_FP8=1, moeFp8Kernel.cuh) on a carried build: a smoke
+  # call of each (a hang shows here, in 60 s), tests/gpu/test_moe_wgmma.py and test_moe_fp8.py, benchmarks/
+  # bench_moe.py --prefill and --fp8, the rest of tests/gpu, compute-sanitizer memcheck over a few of the
+  # new tests' cases. Writes gpu.txt, smoke.log, tests-wgmma.log, bench-moe.log, bench-moe-fp8.log,
+  # moe-*.md / .json (two runs), tests.log, memcheck.log (12 files); the steps' limits keep it under 590 s.
   record_commit
   timeout 60 python3 -c "
-import torch; from metrale_export.ops import cuda
+import os, torch; from metrale_export.ops import cuda
 e, n, k, m, t = 16, 256, 1024, 300, 4
 w = torch.randint(-128, 127, (e, n, k // 2), dtype=torch.int8, device='cuda')
 s = (torch.rand(e, n, k // 128, device='cuda') * 0.01).to(torch.bfloat16)
 x = torch.randn(m, k, device='cuda').to(torch.bfloat16)
 ids = torch.stack([torch.randperm(e)[:t] for _ in range(m)]).to(torch.int32).cuda()
 y = torch.ops.metrale.w4a16_moe_proj(x, ids, None, w, s, None, None, n, k, e, t, 0, 128, 'bf16', 'moe', 's')
-torch.cuda.synchronize(); print('smoke ok', y.shape, bool(torch.isfinite(y).all()))
+torch.cuda.synchronize(); print('smoke w4a16 ok', y.shape, bool(torch.isfinite(y).all()))
+w8 = (torch.randint(0, 0x7e, (e, n, k), dtype=torch.int32, device='cuda') | (torch.randint(0, 2, (e, n, k), dtype=torch.int32, device='cuda') << 7)).to(torch.uint8).view(torch.int8)
+s8 = torch.rand(e, n, device='cuda') * 0.01 + 1e-3
+os.environ['METRALE_MOE_FP8'] = '1'
+for mm in (1, 16, 300):
+    y8 = torch.ops.metrale.w8a8_moe_proj(x[:mm], ids[:mm], None, w8, s8, None, None, n, k, e, t, 0, 'channel', 'fp8', 'row', 'moe', 's')
+    torch.cuda.synchronize(); print('smoke w8a8 fp8 ok', mm, y8.shape, bool(torch.isfinite(y8).all()))
 " > "$OUT/smoke.log" 2>&1
-  echo "smoke exit $?" | tee -a "$OUT/smoke.log"; tail -3 "$OUT/smoke.log"
+  echo "smoke exit $?" | tee -a "$OUT/smoke.log"; tail -5 "$OUT/smoke.log"
   SECONDS=0
-  timeout 120 python3 -m pytest tests/gpu/test_moe_wgmma.py -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider \
-    > "$OUT/tests-wgmma.log" 2>&1
-  echo "test_moe_wgmma exit $? after ${SECONDS} s" | tee -a "$OUT/tests-wgmma.log"
-  grep -E "passed|failed|error|differ|FAILED" "$OUT/tests-wgmma.log" | tail -12
+  timeout 150 python3 -m pytest tests/gpu/test_moe_wgmma.py tests/gpu/test_moe_fp8.py -m gpu -rs -q --confcutdir=tests/gpu \
+    -p no:cacheprovider > "$OUT/tests-wgmma.log" 2>&1
+  echo "test_moe_wgmma + test_moe_fp8 exit $? after ${SECONDS} s" | tee -a "$OUT/tests-wgmma.log"
+  grep -E "passed|failed|error|differ|FAILED" "$OUT/tests-wgmma.log" | tail -14
   SECONDS=0
-  timeout 170 python3 -m benchmarks.bench_moe --prefill --out "$OUT" ${MOE_BENCH_ARGS:-} > "$OUT/bench-moe.log" 2>&1
-  echo "bench_moe exit $? after ${SECONDS} s" | tee -a "$OUT/bench-moe.log"
+  timeout 140 python3 -m benchmarks.bench_moe --prefill --out "$OUT" ${MOE_BENCH_ARGS:-} > "$OUT/bench-moe.log" 2>&1
+  echo "bench_moe --prefill exit $? after ${SECONDS} s" | tee -a "$OUT/bench-moe.log"
   grep -vE '^\{' "$OUT/bench-moe.log" | grep -E "Error|error|Traceback" | tail -6
+  while [ "$(date +%M)" = "$(ls "$OUT"/moe-*.md 2>/dev/null | tail -1 | sed -E 's/.*moe-[0-9]{8}-[0-9]{2}([0-9]{2}).*/\1/')" ]; do
+    sleep 2  # a new minute: the second table's file name differs from the first's
+  done
+  SECONDS=0
+  timeout 90 python3 -m benchmarks.bench_moe --fp8 --out "$OUT" > "$OUT/bench-moe-fp8.log" 2>&1
+  echo "bench_moe --fp8 exit $? after ${SECONDS} s" | tee -a "$OUT/bench-moe-fp8.log"
+  grep -vE '^\{' "$OUT/bench-moe-fp8.log" | grep -E "Error|error|Traceback" | tail -6
   cat "$OUT"/moe-*.md 2>/dev/null
   SECONDS=0
-  timeout 190 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider --durations=8 \
-    --ignore=tests/gpu/test_moe_wgmma.py ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
+  timeout 120 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider --durations=8 \
+    --ignore=tests/gpu/test_moe_wgmma.py --ignore=tests/gpu/test_moe_fp8.py ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
   echo "tests/gpu exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
   grep -E "passed|failed|error|differ|FAILED" "$OUT/tests.log" | tail -20
   SECONDS=0
-  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 80 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
-    python3 -m pytest tests/gpu/test_moe_wgmma.py -m gpu -q -k "asym-n96 or static" --confcutdir=tests/gpu -p no:cacheprovider \
-    > "$OUT/memcheck.log" 2>&1
+  PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 45 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
+    python3 -m pytest tests/gpu/test_moe_wgmma.py tests/gpu/test_moe_fp8.py -m gpu -q -k "asym-n96 or static or bad" \
+    --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/memcheck.log" 2>&1
   echo "memcheck exit $? after ${SECONDS} s" | tee -a "$OUT/memcheck.log"
   grep -E "ERROR SUMMARY|Invalid|passed|failed" "$OUT/memcheck.log" | tail -6
   exit 0

@@ -69,7 +69,7 @@ inline size_t wgFp8OperandBytes(int64_t m, int64_t k)
  * e4m3 bytes in the operand layout. One CTA of 64 threads per (block, row group): thread (r, c)
  * writes the 16 bytes of row r, chunk c; values past M or K are +0.
  */
-__global__ void __launch_bounds__(64) wgFp8OperandKernel(const uint16_t* __restrict__ xq, uint8_t* __restrict__ out,
+static __global__ void __launch_bounds__(64) wgFp8OperandKernel(const uint16_t* __restrict__ xq, uint8_t* __restrict__ out,
     int M, int K, int mg)
 {
     const int grp = blockIdx.x % mg;
@@ -161,7 +161,7 @@ __device__ __forceinline__ void loadX16Bf16(const void* __restrict__ x, int32_t 
  * chunks (actChunk, whole 128-k blocks), each computing the row's amax whole (rowAmax: the same
  * max), chunk 0 writing sx; the same bytes at every split.
  */
-__global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantKernel(const void* __restrict__ x, int32_t dtype,
+static __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantKernel(const void* __restrict__ x, int32_t dtype,
     const float* __restrict__ inputScale, uint8_t* __restrict__ out, float* __restrict__ sx, int M, int K, int mg)
 {
     const int m = blockIdx.x;
@@ -235,7 +235,7 @@ inline size_t wgFp8BlockScaleBytes(int64_t m, int64_t k)
  * row is split over gridDim.y CTAs (actRowChunks): chunk blockIdx.y does only its range of the
  * 128-k blocks (actChunk; no row amax to share), the same bytes at every split.
  */
-__global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantBlockKernel(const void* __restrict__ x, int32_t dtype,
+static __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantBlockKernel(const void* __restrict__ x, int32_t dtype,
     uint8_t* __restrict__ out, float* __restrict__ sxT, int M, int K, int mg)
 {
     static_assert(kACT_THREADS % 32 == 0, "whole warps: a block's 8 chunks are 8 lanes of one warp");
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kACT_THREADS) wgFp8QuantBlockKernel(const void
 
 /* sxT[b, m] = sx[m, b] (the split pre-pass's row-major [M, nkb] scales, block-major for the
  * block-scaled FP8 kernel), 0 for the rows M .. 8 mg - 1. */
-__global__ void wgFp8BlockScaleKernel(const float* __restrict__ sx, float* __restrict__ sxT, int M, int nkb, int mg)
+static __global__ void wgFp8BlockScaleKernel(const float* __restrict__ sx, float* __restrict__ sxT, int M, int nkb, int mg)
 {
     const int mp = 8 * mg;
     const int i = static_cast<int>(blockIdx.x) * blockDim.x + static_cast<int>(threadIdx.x);
@@ -468,9 +468,10 @@ constexpr int wgFp8Stages()
  * benchmarks/results/w8a8-stages-20261202-1533-4a278e6.md). The scales were written by the
  * pre-pass (sx) or are weights, read-only here (the non-coherent path).
  */
-template <class P, int kN, bool kScaled = false>
+template <class P, int kN, bool kScaled = false, bool kLo = false>
 __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const float (&tot)[kN / 2],
-    void* __restrict__ Y, int M, int N, int32_t yDtype, int m0, const int (&nRow)[2], const bool (&nOk)[2], int t)
+    void* __restrict__ Y, int M, int N, int32_t yDtype, int m0, const int (&nRow)[2], const bool (&nOk)[2], int t,
+    int mLo = 0)
 {
     float sxv[kN / 4];  // tokens m0 + 8 j + 2 t + e at 2 j + e
 #pragma unroll
@@ -506,7 +507,7 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
             for (int e = 0; e < 2; ++e)
             {
                 const int m = m0 + 8 * j + 2 * t + e;
-                if (m < M)
+                if (m < M && (!kLo || m >= mLo))  // kLo: the rows from mLo (a grouped tile's own expert's)
                 {
                     // kScaled: the blocks were scaled at their promotion (consumeWgmmaFp8)
                     float v = kScaled ? tot[4 * j + 2 * hr + e]
@@ -543,10 +544,10 @@ __device__ __forceinline__ void wgFp8Epilogue(const typename P::Params& p, const
  * promotion of the other. Each block's partial is still four chained wgmmas from a fresh accumulator,
  * promoted in ascending order: the same bits. */
 template <class P, int kN, int kST, bool kHoist = false, int kSc = 0, int kCW = kWG_CONSUMERS, bool kPipe = false,
-    bool kPersist = false>
+    bool kPersist = false, bool kLo = false>
 __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uint32_t sbase, const float* sxS,
     const float* swS, uint64_t* full, uint64_t* empty, void* __restrict__ Y, int M, int N, int32_t yDtype, int nkb,
-    int m0, int n0, int& slot, uint32_t& phase)
+    int m0, int n0, int& slot, uint32_t& phase, int mLo = 0)
 {
 #ifdef METRALE_SM90A
     using L = WgFp8Layout<kN, kST, kSc, kCW>;
@@ -772,14 +773,15 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
     }
     if constexpr (kSc != 0)
     {
-        wgFp8Epilogue<P, kN, true>(p, fin, Y, M, N, yDtype, m0, nRow, nOk, t);
+        wgFp8Epilogue<P, kN, true, kLo>(p, fin, Y, M, N, yDtype, m0, nRow, nOk, t, mLo);
     }
     else if constexpr (kHoist)
     {
-        wgFp8Epilogue<P, kN>(p, fin, Y, M, N, yDtype, m0, nRow, nOk, t);
+        wgFp8Epilogue<P, kN, false, kLo>(p, fin, Y, M, N, yDtype, m0, nRow, nOk, t, mLo);
     }
     else
     {
+        static_assert(!kLo, "the rows' lower bound: the hoisted epilogue only");
         wgEpilogue<P, kN>(p, fin, Y, nullptr, M, N, yDtype, m0, nRow, nOk, t);
     }
 #endif

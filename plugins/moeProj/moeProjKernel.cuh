@@ -1053,11 +1053,14 @@ enum class MoeTier : int
     kGemm = 2,      // larger: the weight-reuse shared-memory tier
     kWgmma64 = 3,   // larger, WgDeep policies on sm_90a (moeTierFor): the wgmma tier, 64-token tiles
     kWgmma128 = 4,  // the same with 128-token tiles
+    kWgmmaFp8 = 5,  // W8A8 on the FP8 wgmma kernel (moeFp8Kernel.cuh), the sorted path at every m, its
+                    // token tile the launcher's (moeFp8TokenTile)
 };
 
+/* The tiers whose schedule is moeScanWgKernel's (token tiles on the operand's 8-row groups). */
 inline bool moeWgmmaTier(MoeTier t)
 {
-    return t == MoeTier::kWgmma64 || t == MoeTier::kWgmma128;
+    return t == MoeTier::kWgmma64 || t == MoeTier::kWgmma128 || t == MoeTier::kWgmmaFp8;
 }
 
 inline MoeTier selectMoeTier(int64_t m)
@@ -1153,7 +1156,7 @@ struct MoeWorkspace
 };
 
 inline MoeWorkspace moeWorkspace(int64_t m, int64_t topK, int64_t E, int64_t n, int64_t k, int32_t xDtype,
-    int64_t scaleCols, int tileRows)
+    int64_t scaleCols, int tileRows, int wgRows = 64)
 {
     MoeWorkspace w;
     const int64_t total = m * topK;
@@ -1163,8 +1166,9 @@ inline MoeWorkspace moeWorkspace(int64_t m, int64_t topK, int64_t E, int64_t n, 
     const int rows = m <= 128 && tileRows > 8 ? 8 : tileRows;
     const int64_t used = E < total ? E : total;  // experts with rows, at most
     w.maxTiles = static_cast<int>(total / rows + used + 1);
-    // moeScanWgKernel's tiles: sum over the used experts of ceil((rows_e + 7) / 64) <= total / 64 + 2 used.
-    const int64_t wgTiles = total / 64 + 2 * used + 1;
+    // moeScanWgKernel's tiles of wgRows rows or more (the smallest it is asked for): sum over the used
+    // experts of ceil((rows_e + 7) / wgRows) <= total / wgRows + 2 used.
+    const int64_t wgTiles = total / wgRows + 2 * used + 1;
     w.tileCap = static_cast<int>(wgTiles > w.maxTiles ? wgTiles : w.maxTiles);
     const size_t ints = static_cast<size_t>(3 * E + 2 + 2 * static_cast<int64_t>(w.tileCap) + 2 * total);
     w.routing = 0;
@@ -1385,7 +1389,8 @@ inline cudaError_t moeBegin(const void* x, int32_t xDtype, const int32_t* ids, c
     u.ws = static_cast<uint8_t*>(ws);
     u.w = w;
     u.tier = tier >= 0 ? static_cast<MoeTier>(tier) : selectMoeTier(m);  // tier: the launcher's moeTierFor
-    u.slots = forceSlots || moeUseSlots(m, topK);  // forceSlots: the fused path (moeFusedKernel.cuh)
+    // forceSlots: the fused path (moeFusedKernel.cuh); the FP8 tier is the sorted path at every m
+    u.slots = forceSlots || (u.tier != MoeTier::kWgmmaFp8 && moeUseSlots(m, topK));
     u.m = m;
     u.topK = topK;
     u.E = E;

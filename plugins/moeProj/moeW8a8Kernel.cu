@@ -2,8 +2,12 @@
  * metrale_w8a8_moe_proj: the C launcher of W8A8MoEProj (include/metrale/kernels.h): the grouped
  * steps of moeProjKernel.cuh around the dense W8A8Proj's policies (bf16 or fp8 activations; the fp8
  * pre-pass runs over the gathered rows, each row's scales from the row alone).
+ * METRALE_MOE_FP8=1 (read at each call; a measurement variant, not version 2's arithmetic): fp8
+ * activations with row scales and channel weight scales on the FP8 wgmma kernel (moeFp8Kernel.cuh),
+ * per expert bitwise W8A8Proj version 3's dense kernel, the sorted path at every m.
  */
 #include "metrale/kernels.h"
+#include "moeFp8Kernel.cuh"
 #include "moeProjKernel.cuh"
 #include "../w8a8Proj/w8a8ProjKernel.cuh"
 
@@ -52,7 +56,17 @@ MoeWorkspace layout(int64_t m, int64_t top_k, int64_t E, int64_t n, int64_t k, i
     // Both policies tile alike (Tiers<P>::M128 differs only for per-block scales: the smaller kBM).
     const int rows = act_format == kMETRALE_ACT_FP8 ? moeTileRows<W8A8Fp8Policy<true>>(selectMoeTier(m))
                                                     : moeTileRows<W8A8Bf16Policy>(selectMoeTier(m));
-    return moeWorkspace(m, top_k, E, n, k, x_dtype, scaleCols(k, act_format, asg), rows);
+    // The schedule's capacity for the FP8 tier's smallest token tile (8) too: the workspace does not
+    // depend on METRALE_MOE_FP8.
+    return moeWorkspace(m, top_k, E, n, k, x_dtype, scaleCols(k, act_format, asg), rows, 8);
+}
+
+/* Whether this call runs the FP8 wgmma tier (METRALE_MOE_FP8=1, fp8 row x channel, sm_90a code). */
+bool fp8TierSelected(int32_t act_format, int32_t asg, int32_t wsg)
+{
+    const char* env = std::getenv("METRALE_MOE_FP8");
+    return env != nullptr && std::strcmp(env, "1") == 0 && act_format == kMETRALE_ACT_FP8
+        && asg == kMETRALE_ASCALE_ROW && wsg == kMETRALE_WSCALE_CHANNEL && wgFp8Available<W8A8Fp8Policy<false>>();
 }
 
 } // namespace
@@ -88,7 +102,8 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     {
         return cudaSuccess;
     }
-    const MoeTier tier = selectMoeTier(m);
+    const bool fp8 = fp8TierSelected(act_format, act_scale_granularity, weight_scale_granularity);
+    const MoeTier tier = fp8 ? MoeTier::kWgmmaFp8 : selectMoeTier(m);
     const MoeWorkspace w = layout(m, top_k, num_experts, n, k, x_dtype, act_format, act_scale_granularity);
     if (weight == nullptr || weight_scale == nullptr || workspace == nullptr || workspace_bytes < w.bytes
         || !aligned(workspace, 16) || !aligned(weight, 16))
@@ -96,11 +111,11 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
         return cudaErrorInvalidValue;
     }
     uint8_t* ws = static_cast<uint8_t*>(workspace);
-    const int rows = act_format == kMETRALE_ACT_FP8 ? moeTileRows<W8A8Fp8Policy<true>>(tier)
-                                                    : moeTileRows<W8A8Bf16Policy>(tier);
+    const int rows = fp8 ? moeFp8TokenTile(m, top_k, num_experts)
+        : act_format == kMETRALE_ACT_FP8 ? moeTileRows<W8A8Fp8Policy<true>>(tier) : moeTileRows<W8A8Bf16Policy>(tier);
     MoeRun run{};
     e = moeBegin(x, x_dtype, topk_ids, topk_weights, y, m, top_k, num_experts, n, k, combine, w, workspace, rows,
-        stream, &run);
+        stream, &run, false, static_cast<int>(tier));
     if (e != cudaSuccess)
     {
         return e;
@@ -114,6 +129,23 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     }
     p.nbx = static_cast<int>(scaleCols(k, act_format, act_scale_granularity));
     p.sx = reinterpret_cast<const float*>(ws + w.scales);
+    if (fp8)
+    {
+        // The dense fused pre-pass over the gathered rows (each row's e4m3 bytes and scale: the dense
+        // op's), into the operand area in the FP8 kernel's layout, then the kernel, the scatter / combine.
+        uint8_t* xw = ws + w.operand;
+        e = wgFp8Quant(run.src, x_dtype, nullptr, run.rows, k, xw, reinterpret_cast<float*>(ws + w.scales), stream);
+        if (e == cudaSuccess)
+        {
+            e = moeGemmWgmmaFp8<W8A8Fp8Policy<false>>(p, view, run, xw, rows);
+        }
+        if (e != cudaSuccess)
+        {
+            return e;
+        }
+        return moeFinish(run.ids, run.topkWeights, run.r, ws + w.ys, x_dtype, y, m, top_k, num_experts, n, combine,
+            stream, run.variant, run.pdl);
+    }
     e = moeLaunchIn(run.pdl, quantFp8Kernel, moeQuantFp8PdlKernel, actRowGrid(run.rows, k), dim3(kACT_THREADS), 0,
         stream, run.src, x_dtype, reinterpret_cast<__half*>(ws + w.operand), reinterpret_cast<float*>(ws + w.scales),
         static_cast<int>(k), p.nbx);
