@@ -787,6 +787,49 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #endif
 }
 
+/* A persistent producer's stages of one tile (token rows m0.., weight rows n0.. of the tensor map's
+ * row wRow..): per 128-k block, once its stage is free (after the ring's first kST fills), the token
+ * tile by one bulk copy, the block's token scales (kSC_BLOCK_X) and weight scale (kSC_BLOCK_W, into the
+ * stage's word, visible to the consumers by the arrival's release), the weights' box by TMA; the ring's
+ * slot, phase and fill count carried from tile to tile (the next tile's first stages fill under this
+ * one's last blocks). wRow is n0 in the dense kernel; the grouped kernel's expert e starts at e N. */
+template <class P, int kN, int kST, int kSc, int kCW>
+__device__ __forceinline__ void produceFp8Tile(const CUtensorMap* wmap, const typename P::Params& p, uint8_t* smem,
+    uint64_t* full, uint64_t* empty, const uint8_t* __restrict__ Xw, const float* __restrict__ sxT, float* sxS,
+    float* swS, int mg, int nkb, int m0, int n0, int wRow, int& slot, uint32_t& phase, int& filled)
+{
+    using L = WgFp8Layout<kN, kST, kSc, kCW>;
+    const uint32_t rowsB = static_cast<uint32_t>(min(kN, 8 * mg - m0));
+    const uint32_t bytesB = rowsB * 128u;
+    const uint32_t bytesS = (kSc & kSC_BLOCK_X) ? rowsB * 4u : 0u;  // a multiple of 32
+    for (int kb = 0; kb < nkb; ++kb)
+    {
+        if (filled >= kST)
+        {
+            mbarWait(&empty[slot], phase ^ 1u);
+        }
+        uint8_t* st = smem + slot * L::kStage;
+        if constexpr ((kSc & kSC_BLOCK_W) != 0)
+        {
+            // the tile's block row: its rows start at a multiple of 128
+            swS[slot] = __ldg(p.scale + static_cast<size_t>(n0 >> 7) * p.kBlocks + kb);
+        }
+        mbarExpectTx(&full[slot], bytesB + bytesS + static_cast<uint32_t>(L::kA));  // the box counts whole
+        bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
+        if constexpr ((kSc & kSC_BLOCK_X) != 0)
+        {
+            bulkCopy(sxS + slot * kN, sxT + static_cast<size_t>(kb) * 8 * mg + m0, bytesS, &full[slot]);
+        }
+        tmaLoad2d(st, wmap, kb * 128, wRow, &full[slot]);
+        ++filled;
+        if (++slot == kST)
+        {
+            slot = 0;
+            phase ^= 1u;
+        }
+    }
+}
+
 /* kSc: the per-block scales (kSC_BLOCK_W / kSC_BLOCK_X; 0: row x channel). sxT: the token scales
  * block-major, [nkb, 8 mg] (kSC_BLOCK_X only; else null, the tile's sx[m] read from p.sx). */
 /* Threads of the kernel at kCW consumer warpgroups: theirs and the producer warpgroup. */
@@ -886,36 +929,8 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgm
             for (int tile = tile0; tile < tiles; tile += tileStep)
             {
                 wgRasterTileAt(tile, gx, gy, kN, m0, n0, 64 * kCW);
-                const uint32_t rowsB = static_cast<uint32_t>(min(kN, 8 * mg - m0));
-                const uint32_t bytesB = rowsB * 128u;
-                const uint32_t bytesS = (kSc & kSC_BLOCK_X) ? rowsB * 4u : 0u;  // a multiple of 32
-                for (int kb = 0; kb < nkb; ++kb)
-                {
-                    if (filled >= kST)
-                    {
-                        mbarWait(&empty[slot], phase ^ 1u);
-                    }
-                    uint8_t* st = smem + slot * L::kStage;
-                    if constexpr ((kSc & kSC_BLOCK_W) != 0)
-                    {
-                        // the block's weight scale into the stage's word, visible to the consumers by the
-                        // arrival's release below (the tile's block row: its rows start at a multiple of 128)
-                        swS[slot] = __ldg(p.scale + static_cast<size_t>(n0 >> 7) * p.kBlocks + kb);
-                    }
-                    mbarExpectTx(&full[slot], bytesB + bytesS + static_cast<uint32_t>(L::kA));  // the box counts whole
-                    bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
-                    if constexpr ((kSc & kSC_BLOCK_X) != 0)
-                    {
-                        bulkCopy(sxS + slot * kN, sxT + static_cast<size_t>(kb) * 8 * mg + m0, bytesS, &full[slot]);
-                    }
-                    tmaLoad2d(st, &wmap, kb * 128, n0, &full[slot]);
-                    ++filled;
-                    if (++slot == kST)
-                    {
-                        slot = 0;
-                        phase ^= 1u;
-                    }
-                }
+                produceFp8Tile<P, kN, kST, kSc, kCW>(&wmap, p, smem, full, empty, Xw, sxT, sxS, swS, mg, nkb, m0, n0,
+                    n0, slot, phase, filled);
             }
         }
     }

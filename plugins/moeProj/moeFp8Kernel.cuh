@@ -85,26 +85,8 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) moeWgmm
             {
                 const int tile = item / gx;
                 const int n0 = (item - tile * gx) * kRows;
-                const int m0 = r.tileRow0[tile];
-                const int wRow = r.tileExpert[tile] * N + n0;
-                const uint32_t bytesB = static_cast<uint32_t>(min(kN, 8 * mg - m0)) * 128u;
-                for (int kb = 0; kb < nkb; ++kb)
-                {
-                    if (filled >= kST)
-                    {
-                        mbarWait(&empty[slot], phase ^ 1u);
-                    }
-                    uint8_t* st = smem + slot * L::kStage;
-                    mbarExpectTx(&full[slot], bytesB + static_cast<uint32_t>(L::kA));  // the box counts whole
-                    bulkCopy(st + L::kA, Xw + (static_cast<size_t>(kb) * mg + (m0 >> 3)) * 1024, bytesB, &full[slot]);
-                    tmaLoad2d(st, &wmap, kb * 128, wRow, &full[slot]);
-                    ++filled;
-                    if (++slot == kST)
-                    {
-                        slot = 0;
-                        phase ^= 1u;
-                    }
-                }
+                produceFp8Tile<P, kN, kST, 0, kCW>(&wmap, p, smem, full, empty, Xw, nullptr, nullptr, nullptr, mg, nkb,
+                    r.tileRow0[tile], n0, r.tileExpert[tile] * N + n0, slot, phase, filled);
             }
         }
     }
