@@ -27,7 +27,8 @@ default path and on the fused paths of moeProj/moeFusedKernel.cuh in the same ru
 combine folded into the down launch). ``--prefill``: W4A16 and W4A4 at M = 1024 and 4096 only, uniform and Zipf
 routing, the default (the wgmma tier, moeWgmmaKernel) beside ``smem`` (``METRALE_MOE_WGMMA=0``: the
 shared-memory tier before it) and ``wg64`` / ``wg128`` (its token tile forced), each with the anchor.
-``--fp8``: W8A8 at M = 1, 4, 16, 64, 1024 and 4096, each routing on the default (version 2's exact f16
+``--fp8``: W8A8 (channel x row) and ``w8a8blk`` (block128 weights x row_block128 activations, the official
+FP8 Qwen3 checkpoints' form) at M = 1, 16, 64 and 4096, each routing on the default (version 2's exact f16
 products) and on the FP8 wgmma tier (``fp8``, ``METRALE_MOE_FP8=1``, moeProj/moeFp8Kernel.cuh). Writes
 ``moe-YYYYMMDD-HHMM-<commit>.md`` / ``.json`` into ``--out`` (default $OUT or benchmarks/results).
 """
@@ -83,10 +84,12 @@ class Proj:
             self.t = dict(weight=rbytes(e, n, k // 2),
                           weight_scale=(torch.rand(e, n, k // 128, device="cuda", generator=g) * 0.01 + 1e-3)
                           .to(torch.bfloat16))  # op version 2: bf16 group scales
-        elif fmt == "w8a8":
+        elif fmt in ("w8a8", "w8a8blk"):
             codes = rbytes(e, n, k, hi=0x7E).view(torch.uint8) | (rbytes(e, n, k, hi=2).view(torch.uint8) << 7)
+            # w8a8blk: the official FP8 Qwen3 checkpoints' form, 128x128 weight blocks, (row, 128) activations
+            sshape = (e, n) if fmt == "w8a8" else (e, (n + 127) // 128, (k + 127) // 128)
             self.t = dict(weight=codes.view(torch.int8),
-                          weight_scale=torch.rand(e, n, device="cuda", generator=g) * 0.01 + 1e-3)
+                          weight_scale=torch.rand(*sshape, device="cuda", generator=g) * 0.01 + 1e-3)
         else:
             self.t = dict(weight=rbytes(e, n, k // 2), weight_scale=rbytes(e, n, k // 16, lo=0x28, hi=0x48),
                           weight_global_scale=torch.full((e,), 0.01, device="cuda"))
@@ -98,9 +101,10 @@ class Proj:
         if self.fmt == "w4a16":
             return torch.ops.metrale.w4a16_moe_proj(x, ids, w, t["weight"], t["weight_scale"], None, None, n, k, e,
                                                     top_k, comb, 128, "bf16", "moe", "b")
-        if self.fmt == "w8a8":
+        if self.fmt in ("w8a8", "w8a8blk"):
+            gran, agran = ("channel", "row") if self.fmt == "w8a8" else ("block128", "row_block128")
             return torch.ops.metrale.w8a8_moe_proj(x, ids, w, t["weight"], t["weight_scale"], None, None, n, k, e, top_k,
-                                                   comb, "channel", "fp8", "row", "moe", "b")
+                                                   comb, gran, "fp8", agran, "moe", "b")
         return torch.ops.metrale.w4a4_moe_proj(x, ids, w, t["weight"], t["weight_scale"], t["weight_global_scale"],
                                                None, None, n, k, e, top_k, comb, "nvfp4", "moe", "b")
 
@@ -109,9 +113,10 @@ class Proj:
         t, n, k = self.t, self.n, self.k
         if self.fmt == "w4a16":
             return mcuda.launch_w4a16(x, t["weight"][expert], t["weight_scale"][expert], None, None, y, n, k, 128)
-        if self.fmt == "w8a8":
-            return mcuda.launch_w8a8(x, t["weight"][expert], t["weight_scale"][expert], None, y, n, k, "channel",
-                                     "fp8", "row")
+        if self.fmt in ("w8a8", "w8a8blk"):
+            gran, agran = ("channel", "row") if self.fmt == "w8a8" else ("block128", "row_block128")
+            return mcuda.launch_w8a8(x, t["weight"][expert], t["weight_scale"][expert], None, y, n, k, gran,
+                                     "fp8", agran)
         return mcuda.launch_w4a4(x, t["weight"][expert], t["weight_scale"][expert],
                                  t["weight_global_scale"][expert:expert + 1], None, None, y, n, k, "nvfp4")
 
@@ -170,11 +175,11 @@ def main() -> None:
     rows = []
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
     for shape, (h, inter, e, top_k) in SHAPES.items():
-        for fmt in (("w4a16",) if args.fused else ("w4a16", "w4a4") if args.prefill else ("w8a8",) if args.fp8
-                    else FORMATS):
+        for fmt in (("w4a16",) if args.fused else ("w4a16", "w4a4") if args.prefill else ("w8a8", "w8a8blk")
+                    if args.fp8 else FORMATS):
             gate, up, down = Proj(fmt, e, inter, h, 1), Proj(fmt, e, inter, h, 2), Proj(fmt, e, h, inter, 3)
             per_expert = gate.expert_bytes + up.expert_bytes + down.expert_bytes
-            ms = ((1024, M_PREFILL) if args.prefill else M_DECODE + (1024, M_PREFILL) if args.fp8
+            ms = ((1024, M_PREFILL) if args.prefill else (1, 16, 64, M_PREFILL) if args.fp8
                   else M_DECODE + (() if args.fused else (M_PREFILL,)))
             for m in ms:
                 dense = None
@@ -203,7 +208,8 @@ def main() -> None:
                         if knob:
                             os.environ.pop(knob[0], None)
                     path = "sorted (fp8 wgmma)" if forced == "fp8" else forced or ("slots" if m * top_k <= SLOT_MAX else
-                                      "sorted (wgmma)" if m > 128 and fmt != "w8a8" and wgmma else "sorted")
+                                      "sorted (wgmma)" if m > 128 and fmt in ("w4a16", "w4a4") and wgmma
+                                      else "sorted")
                     distinct = statistics.mean(len(torch.unique(r[0])) for r in routes)
                     ideal = distinct * per_expert / (bw * 1e12)
                     if dense is None:  # today's dense export does not depend on the routing

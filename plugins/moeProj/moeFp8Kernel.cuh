@@ -1,12 +1,12 @@
 /*
  * The grouped W8A8 projection on the dense FP8 wgmma kernel (projWgmmaFp8.cuh), W8A8Proj version 3's
- * arithmetic per expert: fp8 activations with per-row scales (or the static tensor scale) and
- * per-channel weight scales. A measurement variant for now (METRALE_MOE_FP8=1, moeW8a8Kernel.cu):
+ * arithmetic per expert: fp8 activations with per-row or per-(row, 128-k block) scales, per-channel or
+ * 128x128 block weight scales (each block scaled at its promotion, as the dense kernel's). A measurement variant for now (METRALE_MOE_FP8=1, moeW8a8Kernel.cu):
  * W8A8MoEProj is version 2 (exact f16 products); moving it here is its own contract version.
  *
  * The steps: the sorted path's scan (moeScanWgKernel: each expert's rows as token tiles of kN rows
  * starting at offsets[e] rounded down to the operand's 8-row groups) and gather, the dense fused
- * pre-pass (wgFp8Quant) over the gathered rows (each row's e4m3 bytes and scale from the row alone:
+ * pre-pass (wgFp8Quant; wgFp8QuantBlock for row_block128) over the gathered rows (each row's e4m3 bytes and scale from the row alone:
  * the dense op's), this kernel, then the scatter or the combine. The weights of every expert are one
  * TMA tensor map over [E N, K] (expert e's row r is row e N + r; a box past expert e's last row reads
  * the next expert's rows, whose products are never stored, and past the last expert the TMA fills
@@ -31,17 +31,20 @@ namespace metrale
  * copies, consumeWgmmaFp8) on expert e's weight rows [e N + n0, + 64 kCW) and the token tile's kN rows
  * of the sorted operand from the 8-aligned tileRow0, storing the rows of [offsets[e], offsets[e + 1]).
  */
-template <class P, int kN, int kST, int kCW, bool kPipe, bool kPersist, class View>
+template <class P, int kN, int kST, int kSc, int kCW, bool kPipe, bool kPersist, class View>
 __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) moeWgmmaFp8Kernel(
     const __grid_constant__ CUtensorMap wmap, const typename P::Params p, const View view, const MoeRouting r,
-    const uint8_t* __restrict__ Xw, void* __restrict__ Y, int N, int K, int32_t yDtype, int mg)
+    const uint8_t* __restrict__ Xw, const float* __restrict__ sxT, void* __restrict__ Y, int N, int K,
+    int32_t yDtype, int mg)
 {
 #ifdef METRALE_SM90A
-    using L = WgFp8Layout<kN, kST, 0, kCW>;
+    using L = WgFp8Layout<kN, kST, kSc, kCW>;
     extern __shared__ __align__(1024) uint8_t smemRaw[];
     uint8_t* smem = smemRaw + ((1024u - (smemAddr(smemRaw) & 1023u)) & 1023u);
     uint64_t* full = reinterpret_cast<uint64_t*>(smem + L::kBar);
     uint64_t* empty = full + kST;
+    float* sxS = reinterpret_cast<float*>(smem + L::kSx);  // kSC_BLOCK_X: each stage's token scales
+    float* swS = reinterpret_cast<float*>(smem + L::kSw);  // kSC_BLOCK_W: each stage's weight-scale word
     const int tid = threadIdx.x;
     const int nkb = (K + 127) >> 7;
     constexpr int kRows = 64 * kCW;
@@ -85,8 +88,9 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) moeWgmm
             {
                 const int tile = item / gx;
                 const int n0 = (item - tile * gx) * kRows;
-                produceFp8Tile<P, kN, kST, 0, kCW>(&wmap, p, smem, full, empty, Xw, nullptr, nullptr, nullptr, mg, nkb,
-                    r.tileRow0[tile], n0, r.tileExpert[tile] * N + n0, slot, phase, filled);
+                const int e = r.tileExpert[tile];
+                produceFp8Tile<P, kN, kST, kSc, kCW>(&wmap, view(p, e, 0), smem, full, empty, Xw, sxT, sxS, swS, mg,
+                    nkb, r.tileRow0[tile], n0, e * N + n0, slot, phase, filled);
             }
         }
     }
@@ -106,8 +110,10 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) moeWgmm
             const int m0 = r.tileRow0[tile];
             const int lo = max(m0, r.offsets[e]);
             const int hi = min(m0 + kN, r.offsets[e + 1]);
-            consumeWgmmaFp8<P, kN, kST, true, 0, kCW, kPipe, kPersist, true>(view(p, e, 0), smemAddr(smem), nullptr,
-                nullptr, full, empty, Y, hi, N, yDtype, nkb, m0, n0, slot, phase, lo);
+            // The persistent form of the consumer at every tile (its scales where the producer stages them,
+            // or p.sx: the tile's tokens change from item to item): the same values, so the same bits.
+            consumeWgmmaFp8<P, kN, kST, true, kSc, kCW, kPipe, true, true>(view(p, e, 0), smemAddr(smem), sxS, swS,
+                full, empty, Y, hi, N, yDtype, nkb, m0, n0, slot, phase, lo);
         }
     }
 #else
@@ -148,18 +154,19 @@ inline cudaError_t moeFp8WeightMap(const uint8_t* w, int64_t E, int64_t n, int64
     return wgFp8WeightMap(w, E * n, k, map, 64 * kCW);
 }
 
-template <class P, int kN, class View>
+template <class P, int kN, int kSc, class View>
 inline cudaError_t moeLaunchWgmmaFp8N(const typename P::Params& p, const View& view, const MoeRun& u,
-    const uint8_t* Xw)
+    const uint8_t* Xw, const float* sxT)
 {
     constexpr int kCW = wgFp8Consumers<kN>(true);
     constexpr bool kPersist = kN >= 64;
-    // The dense default's paired blocks (kPipe) at every tile but the 128 one of block128 weights (not served here).
-    constexpr bool kPipe = true;
-    constexpr int kST = wgFp8Stages<kN, 0, kCW>();
-    using L = WgFp8Layout<kN, kST, 0, kCW>;
-    auto kern = moeWgmmaFp8Kernel<P, kN, kST, kCW, kPipe, kPersist, View>;
-    cudaError_t e = raiseSmemOnce<moeWgmmaFp8Kernel<P, kN, kST, kCW, kPipe, kPersist, View>>(L::kSmem);
+    // The dense default's paired blocks (kPipe) at every tile but the 128 one of block128 weights x row
+    // activations (it spilled there, launchProjWgmmaFp8Tile).
+    constexpr bool kPipe = !(kN == 128 && kSc == kSC_BLOCK_W);
+    constexpr int kST = wgFp8Stages<kN, kSc, kCW>();
+    using L = WgFp8Layout<kN, kST, kSc, kCW>;
+    auto kern = moeWgmmaFp8Kernel<P, kN, kST, kSc, kCW, kPipe, kPersist, View>;
+    cudaError_t e = raiseSmemOnce<moeWgmmaFp8Kernel<P, kN, kST, kSc, kCW, kPipe, kPersist, View>>(L::kSmem);
     if (e != cudaSuccess)
     {
         return e;
@@ -174,24 +181,38 @@ inline cudaError_t moeLaunchWgmmaFp8N(const typename P::Params& p, const View& v
     const int gx = (n + 64 * kCW - 1) / (64 * kCW);
     const dim3 grid = kPersist ? dim3(static_cast<unsigned>(wgPersistentCtas(gx * u.w.tileCap)))
                                : dim3(static_cast<unsigned>(gx), static_cast<unsigned>(u.w.tileCap));
-    kern<<<grid, wgFp8Threads<kCW>(), L::kSmem, u.stream>>>(map, p, view, u.r, Xw, u.ws + u.w.ys, n,
+    kern<<<grid, wgFp8Threads<kCW>(), L::kSmem, u.stream>>>(map, p, view, u.r, Xw, sxT, u.ws + u.w.ys, n,
         static_cast<int>(u.k), u.xDtype, static_cast<int>((u.rows + 7) / 8));
     return cudaGetLastError();
 }
 
-/* Step 4 of the grouped FP8 path at the schedule's token tile (the run's tileRows). */
-template <class P, class View>
-inline cudaError_t moeGemmWgmmaFp8(const typename P::Params& p, const View& view, const MoeRun& u, const uint8_t* Xw,
-    int tile)
+template <class P, int kSc, class View>
+inline cudaError_t moeGemmWgmmaFp8At(const typename P::Params& p, const View& view, const MoeRun& u, const uint8_t* Xw,
+    const float* sxT, int tile)
 {
     switch (tile)
     {
-    case 8: return moeLaunchWgmmaFp8N<P, 8, View>(p, view, u, Xw);
-    case 16: return moeLaunchWgmmaFp8N<P, 16, View>(p, view, u, Xw);
-    case 32: return moeLaunchWgmmaFp8N<P, 32, View>(p, view, u, Xw);
-    case 64: return moeLaunchWgmmaFp8N<P, 64, View>(p, view, u, Xw);
-    default: return moeLaunchWgmmaFp8N<P, 128, View>(p, view, u, Xw);
+    case 8: return moeLaunchWgmmaFp8N<P, 8, kSc, View>(p, view, u, Xw, sxT);
+    case 16: return moeLaunchWgmmaFp8N<P, 16, kSc, View>(p, view, u, Xw, sxT);
+    case 32: return moeLaunchWgmmaFp8N<P, 32, kSc, View>(p, view, u, Xw, sxT);
+    case 64: return moeLaunchWgmmaFp8N<P, 64, kSc, View>(p, view, u, Xw, sxT);
+    default: return moeLaunchWgmmaFp8N<P, 128, kSc, View>(p, view, u, Xw, sxT);
     }
+}
+
+/* Step 4 of the grouped FP8 path at the schedule's token tile (the run's tileRows), with the scales
+ * of p (block128 weights: kSC_BLOCK_W; row_block128 activations, p.nbx > 1: kSC_BLOCK_X, their
+ * block-major scales sxT from wgFp8QuantBlock). */
+template <class P, class View>
+inline cudaError_t moeGemmWgmmaFp8(const typename P::Params& p, const View& view, const MoeRun& u, const uint8_t* Xw,
+    const float* sxT, int tile)
+{
+    const bool w = p.blockScales != 0;
+    const bool x = p.nbx > 1;
+    return w && x ? moeGemmWgmmaFp8At<P, kSC_BLOCK_W | kSC_BLOCK_X>(p, view, u, Xw, sxT, tile)
+        : w       ? moeGemmWgmmaFp8At<P, kSC_BLOCK_W>(p, view, u, Xw, sxT, tile)
+        : x       ? moeGemmWgmmaFp8At<P, kSC_BLOCK_X>(p, view, u, Xw, sxT, tile)
+                  : moeGemmWgmmaFp8At<P, 0>(p, view, u, Xw, sxT, tile);
 }
 
 } // namespace metrale

@@ -1178,7 +1178,8 @@ inline MoeWorkspace moeWorkspace(int64_t m, int64_t topK, int64_t E, int64_t n, 
     w.operand = w.xs + (gathered > wgBytes ? gathered : wgBytes);
     const size_t rowMajor = operandBytes(total, k);
     w.scales = w.operand + (rowMajor > wgBytes ? rowMajor : wgBytes);  // moeWgOperand's layout there
-    w.ys = w.scales + alignUp(static_cast<size_t>(total * scaleCols * 4), kWS_ALIGN);
+    // Row scales for whole 8-row groups (the FP8 tier's block-major [blocks, 8 mg] token scales fit too).
+    w.ys = w.scales + alignUp(static_cast<size_t>((total + 7) / 8 * 8 * scaleCols * 4), kWS_ALIGN);
     w.bytes = w.ys + alignUp(static_cast<size_t>(total * n * elem), kWS_ALIGN);
     return w;
 }

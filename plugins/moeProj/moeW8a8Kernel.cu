@@ -61,12 +61,13 @@ MoeWorkspace layout(int64_t m, int64_t top_k, int64_t E, int64_t n, int64_t k, i
     return moeWorkspace(m, top_k, E, n, k, x_dtype, scaleCols(k, act_format, asg), rows, 8);
 }
 
-/* Whether this call runs the FP8 wgmma tier (METRALE_MOE_FP8=1, fp8 row x channel, sm_90a code). */
-bool fp8TierSelected(int32_t act_format, int32_t asg, int32_t wsg)
+/* Whether this call runs the FP8 wgmma tier (METRALE_MOE_FP8=1, fp8 activations, sm_90a code; block128
+ * weights up to kFP8_SW_MAX blocks of K, as the dense kernel's wgFp8BlocksServe). */
+bool fp8TierSelected(int32_t act_format, int32_t wsg, int64_t k)
 {
     const char* env = std::getenv("METRALE_MOE_FP8");
     return env != nullptr && std::strcmp(env, "1") == 0 && act_format == kMETRALE_ACT_FP8
-        && asg == kMETRALE_ASCALE_ROW && wsg == kMETRALE_WSCALE_CHANNEL && wgFp8Available<W8A8Fp8Policy<false>>();
+        && wgFp8BlocksServe(wsg == kMETRALE_WSCALE_BLOCK128, k) && wgFp8Available<W8A8Fp8Policy<false>>();
 }
 
 } // namespace
@@ -102,7 +103,7 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     {
         return cudaSuccess;
     }
-    const bool fp8 = fp8TierSelected(act_format, act_scale_granularity, weight_scale_granularity);
+    const bool fp8 = fp8TierSelected(act_format, weight_scale_granularity, k);
     const MoeTier tier = fp8 ? MoeTier::kWgmmaFp8 : selectMoeTier(m);
     const MoeWorkspace w = layout(m, top_k, num_experts, n, k, x_dtype, act_format, act_scale_granularity);
     if (weight == nullptr || weight_scale == nullptr || workspace == nullptr || workspace_bytes < w.bytes
@@ -131,13 +132,16 @@ extern "C" cudaError_t metrale_w8a8_moe_proj(const void* x, int32_t x_dtype, con
     p.sx = reinterpret_cast<const float*>(ws + w.scales);
     if (fp8)
     {
-        // The dense fused pre-pass over the gathered rows (each row's e4m3 bytes and scale: the dense
-        // op's), into the operand area in the FP8 kernel's layout, then the kernel, the scatter / combine.
+        // The dense fused pre-pass over the gathered rows (each row's e4m3 bytes and scales: the dense
+        // op's), into the operand area in the FP8 kernel's layout (row_block128: the scales block-major,
+        // sxT), then the kernel, the scatter / combine.
         uint8_t* xw = ws + w.operand;
-        e = wgFp8Quant(run.src, x_dtype, nullptr, run.rows, k, xw, reinterpret_cast<float*>(ws + w.scales), stream);
+        float* sx = reinterpret_cast<float*>(ws + w.scales);
+        e = p.nbx > 1 ? wgFp8QuantBlock(run.src, x_dtype, run.rows, k, xw, sx, stream)
+                      : wgFp8Quant(run.src, x_dtype, nullptr, run.rows, k, xw, sx, stream);
         if (e == cudaSuccess)
         {
-            e = moeGemmWgmmaFp8<W8A8Fp8Policy<false>>(p, view, run, xw, rows);
+            e = moeGemmWgmmaFp8<W8A8Fp8Policy<false>>(p, view, run, xw, p.nbx > 1 ? sx : nullptr, rows);
         }
         if (e != cudaSuccess)
         {

@@ -7,6 +7,8 @@
   NaN-poisoned outputs; m = 1..3000 (every token tile 8..128, and each forced by
   METRALE_MOE_FP8_TILE), 40 experts top-6 under uniform and Zipf routing, x in float32 and bf16,
   partial last weight tiles (N not a multiple of 128: a box reads the next expert's rows);
+- the block-scaled variants alike (block128 weights and / or row_block128 activations, each block
+  scaled at its promotion as the dense kernel does);
 - within docs/ops.md's FP8 tensor-core bound of a float64 evaluation;
 - a bad and a repeated id are skipped;
 - a row alone equals the same row as the last of 4096.
@@ -30,7 +32,11 @@ from metrale_export.ops.moe import combine as ref_combine  # noqa: E402
 E, TOP_K = 40, 6
 CASES = [("w8a8", dict(gran="channel", act="fp8", agran="row", bias=True), 200, 1040),
          ("w8a8", dict(gran="channel", act="fp8", agran="row", bias=False), 96, 2048),
-         ("w8a8", dict(gran="channel", act="fp8", agran="row", bias=True), 384, 272)]
+         ("w8a8", dict(gran="channel", act="fp8", agran="row", bias=True), 384, 272),
+         # the block-scaled variants (the official FP8 Qwen3 checkpoints: block128 x row_block128)
+         ("w8a8", dict(gran="block128", act="fp8", agran="row_block128", bias=False), 256, 1152),
+         ("w8a8", dict(gran="block128", act="fp8", agran="row", bias=True), 200, 1040),
+         ("w8a8", dict(gran="channel", act="fp8", agran="row_block128", bias=False), 384, 272)]
 M_VALUES = (1, 2, 5, 16, 33, 64, 129, 700, 3000)
 
 
@@ -42,7 +48,7 @@ def fp8_tier(monkeypatch):
 
 
 def _id(c):
-    return f"n{c[2]}-k{c[3]}-bias{int(c[1]['bias'])}"
+    return f"{c[1]['gran']}-{c[1]['agran']}-n{c[2]}-k{c[3]}-bias{int(c[1]['bias'])}"
 
 
 def _routing(m, kind, seed):
@@ -101,9 +107,10 @@ def test_each_expert_is_the_dense_fp8_kernel_bitwise(case, kind):
     assert not fails, "\n".join(fails)
 
 
+@pytest.mark.parametrize("case", [CASES[0], CASES[3]], ids=_id)
 @pytest.mark.parametrize("tile", ["8", "16", "32", "64", "128"])
-def test_every_token_tile_gives_the_same_bits(monkeypatch, tile):
-    ex = Experts(CASES[0], experts=E, top_k=TOP_K)
+def test_every_token_tile_gives_the_same_bits(monkeypatch, tile, case):
+    ex = Experts(case, experts=E, top_k=TOP_K)
     x = _inputs(300, ex.k, torch.bfloat16, seed=3).to(DEV)
     ids, _ = _routing(300, "zipf", seed=4)
     ids = ids.to(DEV)
