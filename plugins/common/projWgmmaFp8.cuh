@@ -787,6 +787,23 @@ __device__ __forceinline__ void consumeWgmmaFp8(const typename P::Params& p, uin
 #endif
 }
 
+/* The FP8 kernels' ring: each stage's full barrier (the producer's expect_tx arrival) and empty
+ * barrier (one arrival per consumer warp), initialized by thread 0 before the CTA's first barrier. */
+template <int kST, int kCW>
+__device__ __forceinline__ void wgFp8RingInit(uint64_t* full, uint64_t* empty)
+{
+    if (threadIdx.x == 0)
+    {
+        for (int s = 0; s < kST; ++s)
+        {
+            mbarInit(&full[s], 1);
+            mbarInit(&empty[s], 4 * kCW);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+}
+
 /* A persistent producer's stages of one tile (token rows m0.., weight rows n0.. of the tensor map's
  * row wRow..): per 128-k block, once its stage is free (after the ring's first kST fills), the token
  * tile by one bulk copy, the block's token scales (kSC_BLOCK_X) and weight scale (kSC_BLOCK_W, into the
@@ -885,16 +902,7 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) projWgm
             swS[i] = row[i];
         }
     }
-    if (tid == 0)
-    {
-        for (int s = 0; s < kST; ++s)
-        {
-            mbarInit(&full[s], 1);  // the producer's expect_tx arrival
-            mbarInit(&empty[s], 4 * kCW);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    wgFp8RingInit<kST, kCW>(full, empty);
     if ((tid >> 5) >= 4 * kCW)
     {
         if constexpr (kCW == kWG_CONSUMERS)  // at kCW = 1 (two CTAs an SM, few accumulators) the launch's registers serve

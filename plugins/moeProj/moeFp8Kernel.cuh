@@ -62,16 +62,7 @@ __global__ void __launch_bounds__(wgFp8Threads<kCW>(), kCW == 1 ? 2 : 1) moeWgmm
     const int item0 = kPersist ? static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.y) * gx + static_cast<int>(blockIdx.x);
     const int itemEnd = kPersist ? items : item0 + 1;
     const int step = kPersist ? static_cast<int>(gridDim.x) : 1;
-    if (tid == 0)
-    {
-        for (int s = 0; s < kST; ++s)
-        {
-            mbarInit(&full[s], 1);  // the producer's expect_tx arrival
-            mbarInit(&empty[s], 4 * kCW);
-        }
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    wgFp8RingInit<kST, kCW>(full, empty);
     if ((tid >> 5) >= 4 * kCW)
     {
         if constexpr (kCW == kWG_CONSUMERS)
