@@ -163,6 +163,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--fused", action="store_true", help="W4A16 decode: the default path beside the fused one")
     ap.add_argument("--prefill", action="store_true", help="W4A16 / W4A4 prefill: the wgmma tier beside the shared-memory one")
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="a comma list of SHAPES' names")
+    ap.add_argument("--variants", default="",
+                    help="--prefill: a comma list of the variants to time (default, smem, wg64, wg128; all unless given)")
     ap.add_argument("--fp8", action="store_true",
                     help="W8A8 at M = 1..4096: version 2's exact path beside the FP8 wgmma tier (METRALE_MOE_FP8=1)")
     args = ap.parse_args()
@@ -174,7 +177,7 @@ def main() -> None:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     rows = []
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%d-%H%M")
-    for shape, (h, inter, e, top_k) in SHAPES.items():
+    for shape, (h, inter, e, top_k) in ((k, v) for k, v in SHAPES.items() if k in args.shapes.split(",")):
         for fmt in (("w4a16",) if args.fused else ("w4a16", "w4a4") if args.prefill else ("w8a8", "w8a8blk")
                     if args.fp8 else FORMATS):
             gate, up, down = Proj(fmt, e, inter, h, 1), Proj(fmt, e, inter, h, 2), Proj(fmt, e, h, inter, 3)
@@ -184,7 +187,7 @@ def main() -> None:
             for m in ms:
                 dense = None
                 anchor = {}
-                for kind, forced in _variants(m, args.fused, args.prefill, args.fp8):
+                for kind, forced in _variants(m, args.fused, args.prefill, args.fp8, args.variants):
                     routes = [routing(m, e, top_k, kind, 100 * m + r) for r in range(REPS)]
                     x = torch.randn(m, h, device="cuda").to(torch.bfloat16)
                     act = torch.randn(m, top_k, inter, device="cuda").to(torch.bfloat16)
@@ -237,12 +240,13 @@ def main() -> None:
     print((out / f"moe-{stamp}-{commit[:7]}.md").read_text())
 
 
-def _variants(m: int, fused: bool, prefill: bool = False, fp8: bool = False) -> list:
-    """(routing, forced path or None) pairs timed at m."""
+def _variants(m: int, fused: bool, prefill: bool = False, fp8: bool = False, only: str = "") -> list:
+    """(routing, forced path or None) pairs timed at m (``only``: --prefill's variants to keep)."""
     if fp8:
         return [(r, f) for r in ROUTINGS for f in (None, "fp8")]
     if prefill:
-        return [(r, f) for r in ROUTINGS for f in (None, "smem", "wg64", "wg128")]
+        keep = set(only.split(",")) if only else {"default", "smem", "wg64", "wg128"}
+        return [(r, f) for r in ROUTINGS for f in (None, "smem", "wg64", "wg128") if (f or "default") in keep]
     if fused:
         return [(r, f) for r in ROUTINGS for f in (None, "fused", "fused2")]
     return [(r, None) for r in (ROUTINGS if m in M_DECODE else ("uniform",))] + \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|moeprefill|w8a8blk|table|persist|wgpersist|ncufp8|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|moeprefill|moelean|w8a8blk|table|persist|wgpersist|ncufp8|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -216,13 +216,17 @@ if [ "$what" = moelayer ]; then
   cat "$OUT"/moe-layer-*.md 2>/dev/null
   exit 0
 fi
-if [ "$what" = moeprefill ]; then
+if [ "$what" = moeprefill ] || [ "$what" = moelean ]; then
+  # moelean: the same steps, each shorter (a call of about 6 minutes): the 30B-A3B shape, the prefill
+  # default beside smem only, the rest of tests/gpu narrowed to the grouped-expert modules, no memcheck
+  lean=0; [ "$what" = moelean ] && lean=1
   # issue 22's grouped W4A16 / W4A4 on the wgmma tier (moeWgmmaKernel, moeWgmmaRegsKernel, m > 128) and the
   # grouped W8A8 on the FP8 wgmma kernel (METRALE_MOE_FP8=1, moeFp8Kernel.cuh) on a carried build: a smoke
   # call of each (a hang shows here, in 60 s), tests/gpu/test_moe_wgmma.py and test_moe_fp8.py, benchmarks/
   # bench_moe.py --prefill and --fp8, the rest of tests/gpu, compute-sanitizer memcheck over a few of the
   # new tests' cases. Writes gpu.txt, smoke.log, tests-wgmma.log, bench-moe.log, bench-moe-fp8.log,
-  # moe-*.md / .json (two runs), tests.log, memcheck.log (12 files); the steps' limits keep it under 590 s.
+  # moe-*.md / .json and fp8/moe-*.md / .json, tests.log, memcheck.log (12 files); the steps' limits keep it
+  # under 590 s.
   record_commit
   timeout 60 python3 -c "
 import os, torch; from metrale_export.ops import cuda
@@ -242,27 +246,31 @@ for mm in (1, 16, 300):
 " > "$OUT/smoke.log" 2>&1
   echo "smoke exit $?" | tee -a "$OUT/smoke.log"; tail -5 "$OUT/smoke.log"
   SECONDS=0
-  timeout 150 python3 -m pytest tests/gpu/test_moe_wgmma.py tests/gpu/test_moe_fp8.py -m gpu -rs -q --confcutdir=tests/gpu \
+  timeout $((lean ? 130 : 150)) python3 -m pytest tests/gpu/test_moe_wgmma.py tests/gpu/test_moe_fp8.py -m gpu -rs -q --confcutdir=tests/gpu \
     -p no:cacheprovider > "$OUT/tests-wgmma.log" 2>&1
   echo "test_moe_wgmma + test_moe_fp8 exit $? after ${SECONDS} s" | tee -a "$OUT/tests-wgmma.log"
   grep -E "passed|failed|error|differ|FAILED" "$OUT/tests-wgmma.log" | tail -14
   SECONDS=0
-  timeout 140 python3 -m benchmarks.bench_moe --prefill --out "$OUT" ${MOE_BENCH_ARGS:-} > "$OUT/bench-moe.log" 2>&1
+  timeout $((lean ? 90 : 140)) python3 -m benchmarks.bench_moe --prefill --out "$OUT" ${MOE_BENCH_ARGS:-} \
+    $([ $lean = 1 ] && echo "--shapes 30B-A3B --variants default,smem") > "$OUT/bench-moe.log" 2>&1
   echo "bench_moe --prefill exit $? after ${SECONDS} s" | tee -a "$OUT/bench-moe.log"
   grep -vE '^\{' "$OUT/bench-moe.log" | grep -E "Error|error|Traceback" | tail -6
-  while [ "$(date +%M)" = "$(ls "$OUT"/moe-*.md 2>/dev/null | tail -1 | sed -E 's/.*moe-[0-9]{8}-[0-9]{2}([0-9]{2}).*/\1/')" ]; do
-    sleep 2  # a new minute: the second table's file name differs from the first's
-  done
   SECONDS=0
-  timeout 90 python3 -m benchmarks.bench_moe --fp8 --out "$OUT" > "$OUT/bench-moe-fp8.log" 2>&1
+  timeout $((lean ? 70 : 90)) python3 -m benchmarks.bench_moe --fp8 --out "$OUT/fp8" $([ $lean = 1 ] && echo "--shapes 30B-A3B") > "$OUT/bench-moe-fp8.log" 2>&1
   echo "bench_moe --fp8 exit $? after ${SECONDS} s" | tee -a "$OUT/bench-moe-fp8.log"
   grep -vE '^\{' "$OUT/bench-moe-fp8.log" | grep -E "Error|error|Traceback" | tail -6
-  cat "$OUT"/moe-*.md 2>/dev/null
+  cat "$OUT"/moe-*.md "$OUT"/fp8/moe-*.md 2>/dev/null
   SECONDS=0
-  timeout 120 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider --durations=8 \
-    --ignore=tests/gpu/test_moe_wgmma.py --ignore=tests/gpu/test_moe_fp8.py ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
+  if [ $lean = 1 ]; then
+    timeout 60 python3 -m pytest tests/gpu/test_moe_kernels.py tests/gpu/test_moe_layer_invariance.py -m gpu -rs -q \
+      --confcutdir=tests/gpu -p no:cacheprovider > "$OUT/tests.log" 2>&1
+  else
+    timeout 120 python3 -m pytest tests/gpu -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider --durations=8 \
+      --ignore=tests/gpu/test_moe_wgmma.py --ignore=tests/gpu/test_moe_fp8.py ${kexpr:+-k "$kexpr"} > "$OUT/tests.log" 2>&1
+  fi
   echo "tests/gpu exit $? after ${SECONDS} s" | tee -a "$OUT/tests.log"
   grep -E "passed|failed|error|differ|FAILED" "$OUT/tests.log" | tail -20
+  [ $lean = 1 ] && exit 0
   SECONDS=0
   PYTORCH_NO_CUDA_MEMORY_CACHING=1 timeout 45 compute-sanitizer --tool memcheck --error-exitcode 99 --print-limit 20 \
     python3 -m pytest tests/gpu/test_moe_wgmma.py tests/gpu/test_moe_fp8.py -m gpu -q -k "asym-n96 or static or bad" \

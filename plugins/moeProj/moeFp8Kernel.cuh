@@ -1,8 +1,9 @@
 /*
  * The grouped W8A8 projection on the dense FP8 wgmma kernel (projWgmmaFp8.cuh), W8A8Proj version 3's
  * arithmetic per expert: fp8 activations with per-row or per-(row, 128-k block) scales, per-channel or
- * 128x128 block weight scales (each block scaled at its promotion, as the dense kernel's). A measurement variant for now (METRALE_MOE_FP8=1, moeW8a8Kernel.cu):
- * W8A8MoEProj is version 2 (exact f16 products); moving it here is its own contract version.
+ * 128x128 block weight scales (each block scaled at its promotion, as the dense kernel's). A
+ * measurement variant for now (METRALE_MOE_FP8=1, moeW8a8Kernel.cu): W8A8MoEProj is version 2 (exact
+ * f16 products); moving it here is its own contract version.
  *
  * The steps: the sorted path's scan (moeScanWgKernel: each expert's rows as token tiles of kN rows
  * starting at offsets[e] rounded down to the operand's 8-row groups) and gather, the dense fused
