@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call: build (unless a carried build/plugins/libmetrale_kernels.so exists), GPU tests,
 # compute-sanitizer memcheck, kernel benchmark. Logs and tables go to $OUT.
-#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|moeprefill|moelean|w8a8blk|table|persist|wgpersist|ncufp8|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
+#   bash benchmarks/device_run.sh [tests|memcheck|fp8acc|bench|quick|moefused|moelayer|moeprefill|moelean|moecheck|w8a8blk|table|persist|wgpersist|ncufp8|attention|invariance|static|kernels5|w8a8wg|gdnwhole|merged|landed|decode|fused|all] [pytest -k expression]
 # (tests: tests/gpu; the environment reaches the kernels, e.g. METRALE_W4A16_WG=base for that mainloop)
 # (memcheck: the non-projection kernels' tests (RMSNorm, FloatProj, Router, Attention) under
 #  compute-sanitizer --tool memcheck, the -k expression narrowing them; the projections' memcheck is
@@ -216,6 +216,18 @@ if [ "$what" = moelayer ]; then
   cat "$OUT"/moe-layer-*.md 2>/dev/null
   exit 0
 fi
+if [ "$what" = moecheck ]; then
+  # the bits alone, in about 3 minutes: the grouped wgmma tier's and the grouped FP8 tier's GPU tests
+  # (tests/gpu/test_moe_wgmma.py, test_moe_fp8.py) and test_moe_layer_invariance.py. Writes gpu.txt, tests-wgmma.log.
+  record_commit
+  SECONDS=0
+  timeout 170 python3 -m pytest tests/gpu/test_moe_fp8.py tests/gpu/test_moe_wgmma.py tests/gpu/test_moe_layer_invariance.py \
+    -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider --maxfail=3 > "$OUT/tests-wgmma.log" 2>&1
+  echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests-wgmma.log"
+  grep -E "passed|failed|error|differ|FAILED" "$OUT/tests-wgmma.log" | tail -14
+  exit 0
+fi
+
 if [ "$what" = moeprefill ] || [ "$what" = moelean ]; then
   # moelean: the same steps, each shorter (a call of about 6 minutes): the 30B-A3B shape, the prefill
   # default beside smem only, the rest of tests/gpu narrowed to the grouped-expert modules, no memcheck
