@@ -221,7 +221,7 @@ if [ "$what" = moecheck ]; then
   # (tests/gpu/test_moe_wgmma.py, test_moe_fp8.py) and test_moe_layer_invariance.py. Writes gpu.txt, tests-wgmma.log.
   record_commit
   SECONDS=0
-  timeout 170 python3 -m pytest tests/gpu/test_moe_fp8.py tests/gpu/test_moe_wgmma.py tests/gpu/test_moe_layer_invariance.py \
+  timeout 170 python3 -m pytest tests/gpu/test_moe_wgmma.py tests/gpu/test_moe_layer_invariance.py tests/gpu/test_moe_fp8.py \
     -m gpu -rs -q --confcutdir=tests/gpu -p no:cacheprovider --maxfail=3 > "$OUT/tests-wgmma.log" 2>&1
   echo "tests exit $? after ${SECONDS} s" | tee -a "$OUT/tests-wgmma.log"
   grep -E "passed|failed|error|differ|FAILED" "$OUT/tests-wgmma.log" | tail -14
