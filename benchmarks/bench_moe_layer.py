@@ -43,7 +43,8 @@ column shows ``path (NAME)``), in the same run; a comma list (``--variant wide,p
 measures each row once per name after the default (DECODE_VARIANTS: base = the kernels before the
 variants, wide, pdl = wide + PDL within each grouped op, grid = wide + the sorted path's resident
 grid, all = the three; the default, unset, is auto: wide, PDL on the slot path, the grid on the
-sorted path for W4A16 and W8A8).
+sorted path for W4A16 and W8A8; ``fp8``: METRALE_MOE_FP8=1 instead, the W8A8 rows on the grouped FP8
+wgmma kernel, moeProj/moeFp8Kernel.cuh, skipped for the other formats).
 """
 
 from __future__ import annotations
@@ -65,7 +66,9 @@ LOGIT_TOP, LOGIT_STEP = 8.0, 0.5  # a row's chosen experts' logits: 8, 7.5, 7, .
 TARGET = 1.25
 PROFILE_REPLAYS = 3  # graph replays (of REPS layer calls each) under the profiler
 VARIANT_ENV = "METRALE_MOE_DECODE"  # the grouped launchers' decode variant (moeProj/moeProjKernel.cuh)
-DECODE_VARIANTS = ("base", "wide", "pdl", "grid", "all")  # its values (moeDecodeVariant)
+DECODE_VARIANTS = ("base", "wide", "pdl", "grid", "all", "fp8")  # its values (moeDecodeVariant), and fp8:
+# METRALE_MOE_FP8=1, the grouped W8A8 on the FP8 wgmma kernel (moeProj/moeFp8Kernel.cuh; W8A8 rows only)
+OTHER_VARIANT_ENVS = {"fp8": ("METRALE_MOE_FP8", "1")}
 
 
 def router_weight(e: int, h: int, device="cuda") -> torch.Tensor:
@@ -312,19 +315,21 @@ def profile_layer(calls, reps: int = REPS, replays: int = PROFILE_REPLAYS) -> di
 
 @contextmanager
 def decode_variant(name: str | None):
-    """METRALE_MOE_DECODE=name (None: unset) for the block, restored after."""
-    old = os.environ.get(VARIANT_ENV)
-    if name is None:
-        os.environ.pop(VARIANT_ENV, None)
+    """METRALE_MOE_DECODE=name (None: unset; OTHER_VARIANT_ENVS' names their own variable) for the
+    block, restored after."""
+    env, value = OTHER_VARIANT_ENVS.get(name, (VARIANT_ENV, name))
+    old = os.environ.get(env)
+    if value is None:
+        os.environ.pop(env, None)
     else:
-        os.environ[VARIANT_ENV] = name
+        os.environ[env] = value
     try:
         yield
     finally:
         if old is None:
-            os.environ.pop(VARIANT_ENV, None)
+            os.environ.pop(env, None)
         else:
-            os.environ[VARIANT_ENV] = old
+            os.environ[env] = old
 
 
 def bench_format(shape: str, fmt: str, m_values, copy_tbs: float, profile: bool = False,
@@ -336,6 +341,8 @@ def bench_format(shape: str, fmt: str, m_values, copy_tbs: float, profile: bool 
     for m in m_values:
         for kind in ROUTINGS:
             for variant in variants:
+                if variant == "fp8" and fmt != "w8a8":
+                    continue  # the FP8 tier is W8A8's
                 with decode_variant(variant):
                     row = dict(shape=shape, fmt=fmt, layers=len(layers), expert_bytes=probe.expert_bytes,
                                variant=variant, **measure_row(layers, m, kind, copy_tbs, profile))

@@ -3,6 +3,8 @@ given routing, the distinct-expert count, the memory bound, the L2 rotation."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -156,3 +158,17 @@ def test_the_variant_list_is_checked_before_any_device_work():
     assert bml._list("wide,pdl,grid,all", bml.DECODE_VARIANTS) == ["wide", "pdl", "grid", "all"]
     with pytest.raises(SystemExit, match="nope"):
         bml.main(["--variant", "wide,nope"])
+
+
+def test_the_fp8_variant_sets_its_own_variable_and_restores_both(monkeypatch):
+    """``--variant fp8`` runs the W8A8 rows on the grouped FP8 tier (METRALE_MOE_FP8=1), leaving
+    METRALE_MOE_DECODE as it was; both are restored after the block."""
+    monkeypatch.setenv(bml.VARIANT_ENV, "wide")
+    monkeypatch.delenv("METRALE_MOE_FP8", raising=False)
+    with bml.decode_variant("fp8"):
+        assert os.environ["METRALE_MOE_FP8"] == "1" and os.environ[bml.VARIANT_ENV] == "wide"
+    assert "METRALE_MOE_FP8" not in os.environ and os.environ[bml.VARIANT_ENV] == "wide"
+    with bml.decode_variant("pdl"):
+        assert os.environ[bml.VARIANT_ENV] == "pdl" and "METRALE_MOE_FP8" not in os.environ
+    assert os.environ[bml.VARIANT_ENV] == "wide"
+    assert bml._list("fp8", bml.DECODE_VARIANTS) == ["fp8"]
