@@ -7,8 +7,8 @@
  *
  * The steps: the sorted path's scan (moeScanWgKernel: each expert's rows as token tiles of kN rows
  * starting at offsets[e] rounded down to the operand's 8-row groups) and gather, the dense fused
- * pre-pass (wgFp8Quant; wgFp8QuantBlock for row_block128) over the gathered rows (each row's e4m3 bytes and scale from the row alone:
- * the dense op's), this kernel, then the scatter or the combine. The weights of every expert are one
+ * pre-pass (wgFp8Quant; wgFp8QuantBlock for row_block128) over the gathered rows (each row's e4m3
+ * bytes and scales from the row alone: the dense op's), this kernel, then the scatter or the combine. The weights of every expert are one
  * TMA tensor map over [E N, K] (expert e's row r is row e N + r; a box past expert e's last row reads
  * the next expert's rows, whose products are never stored, and past the last expert the TMA fills
  * zeros). Row invariance: a row's output is its warpgroup's wgmma on its own e4m3 bytes and its
@@ -139,13 +139,6 @@ inline int moeFp8TokenTile(int64_t m, int64_t topK, int64_t E)
     return avg <= 8 ? 8 : avg <= 16 ? 16 : avg <= 32 ? 32 : 64;
 }
 
-/* The [E N, K] e4m3 weights as the kernel's tensor map (boxes of 64 kCW rows). */
-template <int kCW>
-inline cudaError_t moeFp8WeightMap(const uint8_t* w, int64_t E, int64_t n, int64_t k, CUtensorMap* map)
-{
-    return wgFp8WeightMap(w, E * n, k, map, 64 * kCW);
-}
-
 template <class P, int kN, int kSc, class View>
 inline cudaError_t moeLaunchWgmmaFp8N(const typename P::Params& p, const View& view, const MoeRun& u,
     const uint8_t* Xw, const float* sxT)
@@ -163,8 +156,8 @@ inline cudaError_t moeLaunchWgmmaFp8N(const typename P::Params& p, const View& v
     {
         return e;
     }
-    CUtensorMap map;
-    e = moeFp8WeightMap<kCW>(p.codes, u.E, u.n, u.k, &map);
+    CUtensorMap map;  // every expert's [N, K] e4m3 weights as one [E N, K] map, boxes of 64 kCW rows
+    e = wgFp8WeightMap(p.codes, u.E * u.n, u.k, &map, 64 * kCW);
     if (e != cudaSuccess)
     {
         return e;

@@ -3,8 +3,8 @@
  * steps of moeProjKernel.cuh around the dense W8A8Proj's policies (bf16 or fp8 activations; the fp8
  * pre-pass runs over the gathered rows, each row's scales from the row alone).
  * METRALE_MOE_FP8=1 (read at each call; a measurement variant, not version 2's arithmetic): fp8
- * activations with row scales and channel weight scales on the FP8 wgmma kernel (moeFp8Kernel.cuh),
- * per expert bitwise W8A8Proj version 3's dense kernel, the sorted path at every m.
+ * activations (row or row_block128 scales, channel or block128 weight scales) on the FP8 wgmma kernel
+ * (moeFp8Kernel.cuh), per expert bitwise W8A8Proj version 3's dense kernel, the sorted path at every m.
  */
 #include "metrale/kernels.h"
 #include "moeFp8Kernel.cuh"
